@@ -1,0 +1,98 @@
+"""Tokens for the lexical (BM25) side of retrieval: words for English, jieba words for Chinese.
+
+Text is reduced to lower-case word tokens; CJK runs are cut by jieba (search mode, so that both
+words and their parts match); common function words are dropped; English words get a light
+suffix stemming so that "movies" meets "movie" and "recommended" meets "recommend".
+"""
+from __future__ import annotations
+
+import logging
+import re
+import threading
+
+_WORD = re.compile(r"[a-z0-9]+(?:'[a-z]+)?|[\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff]+", re.I)
+_CJK = re.compile(r"[\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff]")
+
+EN_STOP = frozenset("""
+a about above after again against all am an and any are aren't as at be because been before being
+below between both but by can can't could did didn't do does doesn't doing don't down during each
+few for from further had hadn't has hasn't have haven't having he he'd he'll he's her here here's
+hers herself him himself his how how's i i'd i'll i'm i've if in into is isn't it it's its itself
+let's me more most mustn't my myself no nor not of off on once only or other ought our ours
+ourselves out over own same shan't she she'd she'll she's should shouldn't so some such than that
+that's the their theirs them themselves then there there's these they they'd they'll they're
+they've this those through to too under until up very was wasn't we we'd we'll we're we've were
+weren't what what's when when's where where's which while who who's whom why why's with won't
+would wouldn't you you'd you'll you're you've your yours yourself yourselves
+remember recall tell told ask asked mention mentioned say said talk talked know right once ever
+before recently still also just really yes okay ok hi hello thank thanks please
+""".split())
+
+ZH_STOP = frozenset("""
+的 了 是 我 你 他 她 它 们 我们 你们 吗 呢 吧 啊 呀 哦 嗯 和 与 及 也 都 就 还 又 在 有 这 那 这个 那个 什么
+怎么 怎样 哪些 哪个 哪 一个 一些 一下 一起 一点 个 些 过 着 给 对 把 被 让 从 到 向 为 为了 以 而 但 但是 如果
+所以 因为 然后 可以 能 会 要 想 说 讲 提 提到 提过 记得 还记得 告诉 问 曾经 之前 以前 最近 上次 那天 时候 时
+吗？ 不 没 没有 很 非常 特别 太 真 真的 好 好的 谢谢 你好 请 呀 啦 么 哈 嘛 及其 关于 曾 当时 几 多少 已经
+""".split())
+
+_lock = threading.Lock()
+_jieba = None
+
+
+def _cut(text: str) -> list[str]:
+    global _jieba
+    if _jieba is None:
+        with _lock:
+            if _jieba is None:
+                import jieba
+                jieba.setLogLevel(logging.WARNING)
+                jieba.initialize()
+                _jieba = jieba
+    return _jieba.lcut_for_search(text)
+
+
+def _stem(word: str) -> str:
+    if word.isdigit() or len(word) <= 3:
+        return word
+    for suffix, repl in (("ies", "y"), ("ied", "y"), ("ing", ""), ("ed", ""), ("es", ""), ("s", ""),
+                         ("ly", "")):
+        if word.endswith(suffix) and len(word) - len(suffix) >= 3:
+            word = word[: len(word) - len(suffix)] + repl
+            break
+    return word
+
+
+def has_cjk(text: str) -> bool:
+    return bool(_CJK.search(text))
+
+
+def tokenize(text: str, *, drop_stopwords: bool = True) -> list[str]:
+    out: list[str] = []
+    for m in _WORD.finditer(text.lower()):
+        piece = m.group(0)
+        if _CJK.match(piece):
+            for w in _cut(piece):
+                w = w.strip()
+                if w and not (drop_stopwords and w in ZH_STOP):
+                    out.append(w)
+        else:
+            if drop_stopwords and piece in EN_STOP:
+                continue
+            out.append(_stem(piece.replace("'", "")))
+    return out
+
+
+def fts_document(text: str) -> str:
+    """The token string stored in the FTS5 table (space-joined, stop words kept out)."""
+    return " ".join(tokenize(text))
+
+
+def fts_query(text: str) -> str | None:
+    """An FTS5 MATCH expression that ORs the query's distinct tokens; None if nothing is left."""
+    seen: list[str] = []
+    for tok in tokenize(text):
+        if tok not in seen:
+            seen.append(tok)
+    if not seen:
+        return None
+    return " OR ".join('"' + t.replace('"', '""') + '"' for t in seen)

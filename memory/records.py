@@ -1,0 +1,65 @@
+"""What a memory is: dialogue turns and summaries, with their forgetting state."""
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field, replace
+from datetime import date, datetime
+
+
+class Kind(str, enum.Enum):
+    TURN = "turn"                      # one exchange: the user's words and the companion's reply
+    DAILY_EVENTS = "daily_events"      # what happened on one day
+    GLOBAL_EVENTS = "global_events"    # the roll-up of all days
+    DAILY_PERSONALITY = "daily_personality"    # traits / mood / reply strategy seen on one day
+    GLOBAL_PERSONALITY = "global_personality"  # the user's overall profile and reply strategy
+
+    @property
+    def is_daily(self) -> bool:
+        return self in (Kind.DAILY_EVENTS, Kind.DAILY_PERSONALITY)
+
+    @property
+    def is_global(self) -> bool:
+        return self in (Kind.GLOBAL_EVENTS, Kind.GLOBAL_PERSONALITY)
+
+
+class State(str, enum.Enum):
+    ACTIVE = "active"
+    ARCHIVED = "archived"   # forgotten: not retrieved, still visible and restorable
+
+
+@dataclass(frozen=True)
+class MemoryRecord:
+    """One memory of one user. ``text`` is what is embedded and searched."""
+
+    user: str
+    kind: Kind
+    text: str
+    created_at: datetime           # when it was said / summarised
+    day: date                      # the day it belongs to (a turn's date, a summary's day)
+    query: str = ""                # turns: the user's words
+    response: str = ""             # turns: the companion's reply
+    strength: float = 1.0          # S in R = exp(-t / S)
+    last_recall: datetime | None = None   # t is measured from here (created_at if never recalled)
+    recall_count: int = 0
+    importance: float = 0.0        # raises the initial strength
+    pinned: bool = False           # never fades
+    state: State = State.ACTIVE
+    id: int | None = None
+    position: int = 0              # a turn's order within its day (0-based)
+    extra: dict = field(default_factory=dict, compare=False)
+
+    @property
+    def anchor(self) -> datetime:
+        """Where forgetting time is counted from."""
+        return self.last_recall or self.created_at
+
+    def with_(self, **changes) -> "MemoryRecord":
+        return replace(self, **changes)
+
+
+def turn_text(query: str, response: str) -> str:
+    """The searchable text of a dialogue turn."""
+    query, response = query.strip(), response.strip()
+    if not response:
+        return query
+    return f"{query}\n{response}"

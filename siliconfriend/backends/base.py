@@ -1,0 +1,55 @@
+"""What every chat backend is: messages in, streamed text out, and the errors it may raise."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Iterator, Literal, Protocol, Sequence, runtime_checkable
+
+Role = Literal["system", "user", "assistant"]
+
+
+@dataclass(frozen=True)
+class Message:
+    role: Role
+    content: str
+
+    def as_dict(self) -> dict:
+        return {"role": self.role, "content": self.content}
+
+
+@runtime_checkable
+class ChatBackend(Protocol):
+    name: str            # registry name, e.g. "openai", "hf"
+    model: str           # what is being run (model id, path or preset)
+    context_tokens: int  # how many tokens the prompt plus reply may take
+
+    def stream(self, messages: Sequence[Message], *, max_tokens: int | None = None) -> Iterator[str]:
+        """Yield the reply as text chunks. Raises BackendError subclasses on failure."""
+        ...
+
+    def count_tokens(self, text: str) -> int:
+        """How many tokens ``text`` takes for this model (an estimate is fine for remote models)."""
+        ...
+
+
+class BackendError(RuntimeError):
+    """A failure the user should see, worded so that they know what to do about it."""
+
+
+class BackendUnavailable(BackendError):
+    """The model server cannot be reached, or timed out."""
+
+
+class BackendAuthError(BackendError):
+    """The credentials were refused (HTTP 401/403)."""
+
+
+class BackendModelNotFound(BackendError):
+    """The model named in the settings does not exist on the server / hub / disk."""
+
+
+class BackendRateLimited(BackendError):
+    """Still rate limited (HTTP 429) after the retries."""
+
+
+def join_stream(chunks: Iterator[str]) -> str:
+    return "".join(chunks)
