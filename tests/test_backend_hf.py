@@ -1,0 +1,238 @@
+"""The local transformers backend: the real packaged SmolLM2, and each preset's code path on tiny
+random models built from their config classes with the SmolLM2 tokenizer (offline, no download)."""
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import time
+
+import pytest
+
+torch = pytest.importorskip("torch")
+transformers = pytest.importorskip("transformers")
+
+from siliconfriend.backends.base import (BackendError, BackendModelNotFound, ChatBackend, Message,
+                                         join_stream)
+from siliconfriend.backends.hf_local import (PRESETS, HFLocalChat, _until_stop, load_causal_lm,
+                                             needs_remote_code, pick_dtype, resolve_preset)
+from siliconfriend.model_files import smollm2_gguf_path
+
+MESSAGES = [Message("system", "You are a warm companion."), Message("user", "Hi, I am Ann.")]
+
+TINY = dict(vocab_size=49152, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+            num_attention_heads=4, num_key_value_heads=2, head_dim=8, max_position_embeddings=1024,
+            pad_token_id=2, bos_token_id=1, eos_token_id=2, tie_word_embeddings=True)
+
+LEGACY_CONFIG = "from transformers import LlamaConfig\n\nclass ChatGLMConfig(LlamaConfig):\n    model_type = 'chatglm'\n"
+LEGACY_MODEL = ("from transformers import LlamaForCausalLM\nfrom .configuration_chatglm import ChatGLMConfig\n\n"
+                "class ChatGLMForConditionalGeneration(LlamaForCausalLM):\n    config_class = ChatGLMConfig\n")
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory):
+    """Folders with tiny random GLM / LLaMA / Qwen2 models and the SmolLM2 tokenizer."""
+    root = tmp_path_factory.mktemp("tiny_models")
+    gguf = smollm2_gguf_path()
+    tokenizer = transformers.AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
+    kinds = {"glm": (transformers.GlmConfig, transformers.GlmForCausalLM, {}),
+             "llama": (transformers.LlamaConfig, transformers.LlamaForCausalLM, {}),
+             "qwen": (transformers.Qwen2Config, transformers.Qwen2ForCausalLM, {"hidden_size": 48, "head_dim": 12}),
+             "legacy_chatglm": (transformers.LlamaConfig, transformers.LlamaForCausalLM, {}),
+             "no_template": (transformers.LlamaConfig, transformers.LlamaForCausalLM, {})}
+    folders = {}
+    for name, (config_cls, model_cls, extra) in kinds.items():
+        torch.manual_seed(0)
+        folder = root / name
+        model_cls(config_cls(**dict(TINY, **extra))).save_pretrained(folder)
+        tokenizer.save_pretrained(folder)
+        folders[name] = folder
+    for name in ("legacy_chatglm", "no_template"):
+        (folders[name] / "chat_template.jinja").unlink()
+    # the original ChatGLM-6B layout: model_type "chatglm", code in the folder, only AutoModel mapped
+    legacy = folders["legacy_chatglm"]
+    config = json.loads((legacy / "config.json").read_text())
+    config.update(model_type="chatglm", architectures=["ChatGLMForConditionalGeneration"],
+                  auto_map={"AutoConfig": "configuration_chatglm.ChatGLMConfig",
+                            "AutoModel": "modeling_chatglm.ChatGLMForConditionalGeneration"})
+    (legacy / "config.json").write_text(json.dumps(config))
+    (legacy / "configuration_chatglm.py").write_text(LEGACY_CONFIG)
+    (legacy / "modeling_chatglm.py").write_text(LEGACY_MODEL)
+    return folders
+
+
+def tiny_chat(folder, preset, **kw):
+    return HFLocalChat(str(folder), preset=preset, max_new_tokens=4, temperature=0, **kw)
+
+
+# ---------------------------------------------------------------- presets on tiny models (fast)
+def test_chatglm_preset_uses_native_glm_classes(tiny):
+    backend = tiny_chat(tiny["glm"], "chatglm")
+    assert isinstance(backend, ChatBackend)
+    assert type(backend.hf_model).__name__ == "GlmForCausalLM"
+    assert backend.context_tokens == 1024
+    assert backend.render(MESSAGES).endswith("<|im_start|>assistant\n")
+    assert isinstance(join_stream(backend.stream(MESSAGES)), str)
+
+
+def test_chatglm_legacy_remote_code_with_its_prompt_format(tiny):
+    assert needs_remote_code(str(tiny["legacy_chatglm"]))
+    backend = tiny_chat(tiny["legacy_chatglm"], "chatglm")
+    assert type(backend.hf_model).__name__ == "ChatGLMForConditionalGeneration"
+    history = MESSAGES + [Message("assistant", "Hello Ann!"), Message("user", "How are you?")]
+    assert backend.render(history) == ("You are a warm companion.\n\n[Round 1]\n\n问：Hi, I am Ann.\n\n"
+                                       "答：Hello Ann!\n\n[Round 2]\n\n问：How are you?\n\n答：")
+    assert isinstance(join_stream(backend.stream(MESSAGES)), str)
+
+
+def test_belle_preset_on_llama_with_human_assistant_prompt(tiny):
+    backend = tiny_chat(tiny["llama"], "belle")
+    assert type(backend.hf_model).__name__ == "LlamaForCausalLM"
+    assert backend.render(MESSAGES) == "You are a warm companion.\n\nHuman: Hi, I am Ann.\n\nAssistant: "
+    assert "Human:" in backend.stop
+    assert isinstance(join_stream(backend.stream(MESSAGES)), str)
+
+
+def test_qwen_preset_on_qwen2(tiny):
+    backend = tiny_chat(tiny["qwen"], "qwen", context_tokens=512)
+    assert type(backend.hf_model).__name__ == "Qwen2ForCausalLM"
+    assert backend.context_tokens == 512
+    assert backend.generation["top_p"] == PRESETS["qwen"]["generation"]["top_p"]
+    assert backend.generation["temperature"] == 0
+    tokens = backend.tokenizer.encode(join_stream(backend.stream(MESSAGES, max_tokens=3)), add_special_tokens=False)
+    assert len(tokens) <= 3
+
+
+def test_sampling_options_reach_generate(tiny):
+    backend = HFLocalChat(str(tiny["llama"]), max_new_tokens=3, temperature=0.9, top_k=5, top_p=0.5)
+    assert backend._sampling() == {"do_sample": True, "temperature": 0.9, "top_p": 0.5, "top_k": 5}
+    assert isinstance(join_stream(backend.stream(MESSAGES)), str)
+
+
+def test_lora_adapter_is_loaded_and_checked(tiny, tmp_path):
+    peft = pytest.importorskip("peft")
+    base = transformers.AutoModelForCausalLM.from_pretrained(tiny["llama"])
+    config = peft.LoraConfig(r=2, lora_alpha=4, target_modules=["q_proj", "v_proj"], task_type="CAUSAL_LM")
+    peft.get_peft_model(base, config).save_pretrained(tmp_path / "adapter")
+
+    backend = tiny_chat(tiny["llama"], "belle", adapter=tmp_path / "adapter")
+    assert isinstance(backend.hf_model, peft.PeftModel)
+    assert isinstance(join_stream(backend.stream(MESSAGES)), str)
+
+    with pytest.raises(BackendError, match="hidden size"):  # trained for a 32-wide model, qwen is 48
+        tiny_chat(tiny["qwen"], "qwen", adapter=tmp_path / "adapter")
+    with pytest.raises(BackendModelNotFound, match="adapter"):
+        tiny_chat(tiny["llama"], "belle", adapter=tmp_path / "missing")
+
+
+def test_load_causal_lm_for_reuse(tiny):
+    model, tokenizer, resolved = load_causal_lm(str(tiny["qwen"]), preset="qwen")
+    assert resolved == str(tiny["qwen"])
+    assert not model.training and model.dtype == pick_dtype("cpu")
+    assert tokenizer.pad_token_id == 2
+
+
+def test_model_without_chat_template_is_refused(tiny):
+    with pytest.raises(BackendError, match="no chat template"):
+        HFLocalChat(str(tiny["no_template"]))
+
+
+def test_missing_local_model_is_explained(tmp_path):
+    with pytest.raises(BackendModelNotFound, match="no model at"):
+        HFLocalChat(str(tmp_path / "nowhere"))
+
+
+def test_prompt_longer_than_context_is_refused(tiny):
+    backend = tiny_chat(tiny["llama"], "belle", context_tokens=8)
+    with pytest.raises(BackendError, match="more than the 8"):
+        join_stream(backend.stream([Message("user", "word " * 20)]))
+
+
+def test_resolve_preset():
+    assert resolve_preset("qwen")["model"].startswith("Qwen/")
+    assert resolve_preset("chatglm")["model"] == "THUDM/glm-4-9b-chat-hf"
+    assert not needs_remote_code("THUDM/glm-4-9b-chat-hf")
+    assert needs_remote_code("THUDM/chatglm3-6b")
+    smol = resolve_preset("SmolLM2")
+    assert smol["gguf_file"] == smollm2_gguf_path().name
+    with pytest.raises(KeyError, match="presets: belle, chatglm, qwen, smollm2"):
+        resolve_preset("gpt5")
+
+
+def test_pick_dtype():
+    assert pick_dtype("cpu") == torch.float32
+    assert pick_dtype("cpu", "bfloat16") == torch.bfloat16
+
+
+def test_stop_strings_are_cut_even_across_chunks():
+    assert "".join(_until_stop(iter(["Hello", " there\nHu", "man: more"]), ["\nHuman:", "Human:"])) == "Hello there"
+    assert "".join(_until_stop(iter(["Hu", "go is ", "great"]), ["Human:"])) == "Hugo is great"
+    assert list(_until_stop(iter(["a", "", "b"]), [])) == ["a", "b"]
+
+
+# ---------------------------------------------------------------- the real packaged SmolLM2 (slow)
+@pytest.fixture(scope="module")
+def smol():
+    return HFLocalChat("smollm2", temperature=0, max_new_tokens=8)
+
+
+def shared(smol, **kw):
+    return HFLocalChat(loaded=(smol.hf_model, smol.tokenizer, smol.model), preset="smollm2", **kw)
+
+
+@pytest.mark.slow
+def test_smollm2_answers(smol):
+    assert smol.model.endswith(".gguf") and smol.context_tokens == 8192
+    assert smol.render([Message("user", "hi")]).startswith("<|im_start|>system\n")
+    chunks = list(smol.stream([Message("user", "What is the capital of France?")], max_tokens=8))
+    assert len(chunks) >= 2
+    assert "Paris" in "".join(chunks)
+    assert 0 < smol.count_tokens("The capital of France is Paris.") < 12
+
+
+@pytest.mark.slow
+def test_smollm2_two_concurrent_streams(smol):
+    backend = shared(smol, temperature=0, max_new_tokens=5)
+    results: dict[int, str] = {}
+
+    def talk(i: int, text: str) -> None:
+        results[i] = join_stream(backend.stream([Message("user", text)]))
+
+    threads = [threading.Thread(target=talk, args=(i, q)) for i, q in
+               enumerate(["What is the capital of France?", "Name a color."])]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=120)
+    assert sorted(results) == [0, 1] and all(results.values())
+
+
+@pytest.mark.slow
+def test_smollm2_stream_closed_early_frees_the_model(smol):
+    backend = shared(smol, temperature=0, max_new_tokens=200)
+    stream = backend.stream([Message("user", "Tell me a long story about a dragon.")])
+    assert next(stream)
+    stream.close()  # the user pressed stop: generation ends at the next token
+    start = time.monotonic()
+    assert join_stream(backend.stream([Message("user", "Hi")], max_tokens=2))
+    assert time.monotonic() - start < 30
+
+
+@pytest.mark.slow
+def test_registry_default_is_smollm2_with_a_notice(smol, monkeypatch, caplog):
+    from siliconfriend.backends.registry import create_backend
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    with caplog.at_level(logging.WARNING, logger="siliconfriend.backends"):
+        backend = create_backend(loaded=(smol.hf_model, smol.tokenizer, smol.model), max_new_tokens=3)
+    assert isinstance(backend, HFLocalChat) and backend.preset == "smollm2"
+    assert "English-only" in caplog.text
+    assert join_stream(backend.stream([Message("user", "Hello!")]))
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_smollm2_on_cuda_uses_half_precision():
+    backend = HFLocalChat("smollm2", temperature=0, max_new_tokens=8)
+    assert backend.hf_model.device.type == "cuda"
+    assert backend.hf_model.dtype in (torch.bfloat16, torch.float16)
+    assert "Paris" in join_stream(backend.stream([Message("user", "What is the capital of France?")]))
