@@ -22,12 +22,12 @@ from .store import UserStore
 log = logging.getLogger(__name__)
 
 SAVE_EVERY_CHANGES = 500
+MAGIC = b"SFINDEX1"
 
 
 class UserIndex:
     def __init__(self, store: UserStore, path: Path, dim: int, embedder_id: str):
         self.store, self.path, self.dim, self.embedder_id = store, Path(path), dim, embedder_id
-        self.meta_path = self.path.with_suffix(".json")
         self._lock = threading.RLock()
         self.seq = -1
         self._unsaved = 0
@@ -39,22 +39,26 @@ class UserIndex:
 
     def _load(self) -> faiss.IndexIDMap2 | None:
         try:
-            meta = json.loads(self.meta_path.read_text())
+            raw = self.path.read_bytes()
+        except FileNotFoundError:
+            return None
+        try:
+            magic, header, body = raw.split(b"\n", 2)
+            if magic != MAGIC:
+                raise ValueError("not a SiliconFriend index file")
+            meta = json.loads(header)
             if meta.get("embedder") != self.embedder_id or meta.get("dim") != self.dim:
                 log.info("index %s was made for another embedder; rebuilding", self.path)
                 return None
-            index = faiss.read_index(str(self.path))
-            if index.d != self.dim or int(meta["seq"]) > self.store.vseq():
+            if int(meta["seq"]) > self.store.vseq():
+                log.info("index %s is ahead of its store; rebuilding", self.path)
                 return None
-            if not isinstance(index, faiss.IndexIDMap2):
-                index = faiss.downcast_index(index)
-                if not isinstance(index, faiss.IndexIDMap2):
-                    return None
+            index = faiss.deserialize_index(np.frombuffer(body, dtype=np.uint8))
+            if not isinstance(index, faiss.IndexIDMap2) or index.d != self.dim:
+                return None
             self.seq = int(meta["seq"])
             return index
-        except FileNotFoundError:
-            return None
-        except Exception as exc:  # corrupt file: rebuilt below
+        except Exception as exc:  # a corrupt or truncated file: rebuilt from the store
             log.warning("index %s unreadable (%s); rebuilding from the store", self.path, exc)
             return None
 
@@ -83,14 +87,17 @@ class UserIndex:
                 self.save()
 
     def save(self) -> None:
+        """One file, header and index together, replaced atomically: a reader never sees an
+        index with another index's change number, whichever process wrote it."""
         with self._lock:
-            tmp = self.path.with_suffix(".faiss.tmp")
-            faiss.write_index(self.index, str(tmp))
+            header = json.dumps({"seq": self.seq, "dim": self.dim, "embedder": self.embedder_id,
+                                 "count": int(self.index.ntotal)}).encode()
+            body = faiss.serialize_index(self.index)
+            tmp = self.path.with_name(f"{self.path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
+            with open(tmp, "wb") as fh:
+                fh.write(MAGIC + b"\n" + header + b"\n")
+                fh.write(body.tobytes())
             os.replace(tmp, self.path)
-            meta_tmp = self.meta_path.with_suffix(".json.tmp")
-            meta_tmp.write_text(json.dumps({"seq": self.seq, "dim": self.dim, "embedder": self.embedder_id,
-                                            "count": int(self.index.ntotal)}))
-            os.replace(meta_tmp, self.meta_path)
             self._unsaved = 0
 
     def search(self, query: np.ndarray, k: int) -> list[tuple[int, float]]:

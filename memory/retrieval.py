@@ -65,7 +65,9 @@ def _scale(values: dict[int, float]) -> dict[int, float]:
     if not values:
         return {}
     low, top = min(values.values()), max(values.values())
-    span = (top - low) or 1.0
+    if top == low:  # one candidate, or all alike: nothing to tell them apart by
+        return {k: 1.0 if v > 0 else 0.0 for k, v in values.items()}
+    span = top - low
     return {k: (v - low) / span for k, v in values.items()}
 
 
