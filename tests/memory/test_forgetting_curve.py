@@ -1,0 +1,119 @@
+"""The forgetting-curve analysis: R = exp(-t/S), S += 1 per recall, t reset."""
+import math
+import random
+from datetime import datetime, timedelta
+
+import pytest
+
+from memory.forgetting import EbbinghausPolicy
+from memory.records import Kind, MemoryRecord, State
+
+T0 = datetime(2024, 1, 1, 9, 0)
+
+
+def rec(**kw) -> MemoryRecord:
+    base = dict(user="u", kind=Kind.TURN, text="x", created_at=T0, day=T0.date())
+    base.update(kw)
+    return MemoryRecord(**base)
+
+
+def test_one_day_at_strength_one():
+    p = EbbinghausPolicy()
+    assert p.retention(rec(), T0 + timedelta(days=1)) == pytest.approx(0.368, abs=5e-4)
+    assert p.retention(rec(), T0) == 1.0
+
+
+def test_recalled_every_three_days_pre_recall_retention():
+    p = EbbinghausPolicy()
+    m, now, seen = rec(), T0, []
+    for _ in range(5):
+        now += timedelta(days=3)
+        seen.append(round(p.retention(m, now), 3))
+        m = p.reinforce(m, now)
+    assert seen == [0.050, 0.223, 0.368, 0.472, 0.549]
+    assert m.strength == 6 and m.recall_count == 5 and m.last_recall == now
+
+
+def test_threshold_forgets_unrecalled_after_2_30_days():
+    p = EbbinghausPolicy(threshold=0.1)
+    assert p.time_to_forget(1.0) == pytest.approx(2.30, abs=5e-3)
+    assert not p.forget(rec(), T0 + timedelta(days=2.29), random.Random(0))
+    assert p.forget(rec(), T0 + timedelta(days=2.31), random.Random(0))
+
+
+def test_pinned_never_fades_and_importance_raises_strength():
+    p = EbbinghausPolicy()
+    assert p.retention(rec(pinned=True), T0 + timedelta(days=365)) == 1.0
+    assert not p.forget(rec(pinned=True), T0 + timedelta(days=365), random.Random(0))
+    assert p.initial_strength(2.0) == 3.0
+
+
+def test_time_unit_and_sublinear_growth():
+    hours = EbbinghausPolicy(unit_days=1 / 24)
+    assert hours.retention(rec(), T0 + timedelta(hours=1)) == pytest.approx(math.exp(-1))
+    sub = EbbinghausPolicy(growth="sublinear")
+    m = rec()
+    for i in range(4):
+        m = sub.reinforce(m, T0 + timedelta(days=i + 1))
+    assert m.strength == pytest.approx(1 + 1 + 1 / math.sqrt(2) + 1 / math.sqrt(3) + 1 / 2)
+
+
+def test_probabilistic_mode_keeps_with_probability_r():
+    p = EbbinghausPolicy(mode="probabilistic")
+    rng = random.Random(0)
+    now = T0 + timedelta(days=1)  # R = 0.368
+    kept = sum(not p.forget(rec(), now, rng) for _ in range(4000))
+    assert kept / 4000 == pytest.approx(math.exp(-1), abs=0.03)
+    # seeded: the same generator state gives the same decisions
+    a = [p.forget(rec(), now, random.Random(7)) for _ in range(3)]
+    assert a == [p.forget(rec(), now, random.Random(7)) for _ in range(3)]
+
+
+def test_bad_settings_are_refused():
+    with pytest.raises(ValueError):
+        EbbinghausPolicy(threshold=0)
+    with pytest.raises(ValueError):
+        EbbinghausPolicy(mode="sometimes")
+
+
+def test_ten_day_simulation_in_the_bank(mbank):
+    """Five memories said on day 0, recalled on different schedules, a forgetting pass each
+    morning; an archived memory can no longer be recalled."""
+    schedules = {
+        "cat": [1, 3, 5, 8],          # the example of the analysis
+        "job": [],                    # never recalled
+        "trip": [1, 2, 3, 4, 5, 6, 7, 8, 9],
+        "book": [2],
+        "song": [1, 3],
+    }
+    ids = {}
+    for name in schedules:
+        ids[name] = mbank.add_turn("sim", f"Remember the {name}", "I will.", T0).id
+    archived_on = {}
+    for day in range(1, 11):
+        now = T0 + timedelta(days=day)
+        for d in mbank.forget_pass("sim", now):
+            if d.archived:
+                name = next(n for n, i in ids.items() if i == d.record.id)
+                archived_on[name] = day
+        recall = [ids[n] for n, days in schedules.items()
+                  if day in days and mbank.get("sim", ids[n]).state == State.ACTIVE]
+        mbank.reinforce("sim", recall, now)
+    end = T0 + timedelta(days=10)
+    cat = mbank.get("sim", ids["cat"])
+    assert cat.strength == 5 and cat.state == State.ACTIVE
+    assert mbank.retention(cat, end) == pytest.approx(0.670, abs=5e-4)
+    assert archived_on["job"] == 3
+    # book: S=2 after day 2; R on day 7 = e^(-5/2) = 0.082 < 0.1 -> archived then
+    assert archived_on["book"] == 7
+    # song: S=3 after day 3; day 10: e^(-7/3) = 0.097 -> archived on day 10
+    assert archived_on["song"] == 10
+    assert "trip" not in archived_on and "cat" not in archived_on
+    survivors = {n for n in schedules if mbank.get("sim", ids[n]).state == State.ACTIVE}
+    assert survivors == {"cat", "trip"}
+    # archived memories are not retrieved, stay visible, and can be restored
+    hits = mbank.retrieve("sim", "Remember the job", end, k=5)
+    assert ids["job"] not in {h.record.id for h in hits}
+    job = mbank.restore("sim", ids["job"], end)
+    assert job.state == State.ACTIVE and job.strength == 2
+    assert ids["job"] in {h.record.id for h in mbank.retrieve("sim", "Remember the job", end, k=5)}

