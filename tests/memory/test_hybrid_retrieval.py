@@ -1,0 +1,87 @@
+"""Hybrid retrieval: dense + lexical (jieba for Chinese) + named days, with reasons."""
+from datetime import datetime, timedelta
+
+from memory.records import Kind, State
+from memory.retrieval import RetrievalConfig
+
+D = datetime(2023, 4, 27, 12)
+
+
+def _fill(bank, user, turns):
+    out = []
+    for day, q, r in turns:
+        out.append(bank.add_turn(user, q, r, D + timedelta(days=day)))
+    return out
+
+
+def test_named_day_focuses_retrieval(mbank):
+    t = _fill(mbank, "leo", [
+        (0, "I went running in the park for an hour", "Great exercise!"),
+        (3, "I went running by the river for twenty minutes", "Nice and short."),
+        (5, "I read a novel about the sea", "Sounds relaxing."),
+    ])
+    now = D + timedelta(days=6)
+    hits = mbank.retrieve("leo", "How long did I run on April 30th?", now, k=3)
+    assert hits[0].record.id == t[1].id and hits[0].on_named_day
+    assert any("the day you named" in r for r in hits[0].reasons)
+    hits = mbank.retrieve("leo", "How long did I run on April 27th?", now, k=3)
+    assert hits[0].record.id == t[0].id
+
+
+def test_chinese_words_are_matched(mbank):
+    t = _fill(mbank, "张三", [
+        (0, "我最近在学习弹吉他，手指很疼", "刚开始都会这样，坚持练习就好。"),
+        (1, "今天去鼓浪屿玩了，风景很美", "鼓浪屿是个很有特色的小岛。"),
+        (2, "我喜欢吃火锅和烧烤", "听起来很美味！"),
+    ])
+    now = D + timedelta(days=3)
+    assert mbank.retrieve("张三", "我在鼓浪屿看到了什么？", now, k=1)[0].record.id == t[1].id
+    assert mbank.retrieve("张三", "我学的是什么乐器？", now, k=1)[0].record.id == t[0].id
+    assert mbank.retrieve("张三", "前天我做了什么", now, k=1)[0].record.id == t[1].id
+
+
+def test_a_turn_is_found_through_the_turn_before_it(mbank):
+    t = _fill(mbank, "lucy", [
+        (0, "I traveled to Xiamen recently. It's a beautiful city.", "Which attraction did you like most?"),
+        (0, "I loved Gulangyu Island. The atmosphere was amazing.", "A charming island!"),
+        (1, "My favourite food is dumplings", "Yum."),
+        (2, "I watched a documentary about whales", "Whales are fascinating."),
+    ])
+    hits = mbank.retrieve("lucy", "What was my favourite attraction in Xiamen?", D + timedelta(days=3), k=2)
+    assert {h.record.id for h in hits} == {t[0].id, t[1].id}
+
+
+def test_retrieval_does_not_reinforce(mbank):
+    (t,) = _fill(mbank, "amy", [(0, "My cat is called Miso", "Cute!")])
+    now = D + timedelta(days=1)
+    hit = mbank.retrieve("amy", "cat name", now)[0]
+    assert hit.record.strength == 1 and mbank.get("amy", t.id).recall_count == 0
+    mbank.reinforce("amy", [t.id], now)
+    assert mbank.get("amy", t.id).strength == 2
+    assert mbank.get("amy", t.id).last_recall == now
+
+
+def test_hits_carry_scores_and_summaries_can_be_hits(mbank):
+    _fill(mbank, "amy", [(0, "I planted tomatoes", "Lovely garden.")])
+    mbank.set_summary("amy", Kind.DAILY_EVENTS, "Amy planted tomatoes in her garden.", D, day=D.date())
+    hits = mbank.retrieve("amy", "what did I plant in the garden", D + timedelta(days=1), k=5)
+    kinds = {h.record.kind for h in hits}
+    assert kinds == {Kind.TURN, Kind.DAILY_EVENTS}
+    d = hits[0].as_dict()
+    assert set(d) >= {"score", "dense", "lexical", "retention", "strength", "reasons", "day"}
+    assert d["reasons"]
+
+
+def test_only_active_memories_are_retrieved(mbank):
+    t = _fill(mbank, "amy", [(0, "I secretly love karaoke", "Fun!")])
+    mbank._user("amy").store.set_state([t[0].id], State.ARCHIVED)
+    assert mbank.retrieve("amy", "karaoke", D + timedelta(days=1)) == []
+    assert mbank.retrieve("amy", "   ", D) == []
+
+
+def test_ablation_settings_run(mbank):
+    _fill(mbank, "amy", [(0, "I planted tomatoes", "Lovely garden."), (1, "I baked bread", "Yum")])
+    now = D + timedelta(days=2)
+    for cfg in (RetrievalConfig(dense_weight=1.0), RetrievalConfig(dense_weight=0.0),
+                RetrievalConfig(use_dates=False, previous_weight=0, next_weight=0)):
+        assert mbank.retrieve("amy", "bread", now, config=cfg)[0].record.query == "I baked bread"

@@ -1,0 +1,90 @@
+"""Import / export of the original MemoryBank JSON."""
+import json
+from pathlib import Path
+
+import pytest
+
+from memory.memorybank_format import BankFormatError, export_bank, import_bank
+from memory.records import Kind
+
+SHARED = Path(__file__).resolve().parents[3] / "shared" / "data" / "memorybank_eval"
+
+SAMPLE = {
+    " Jason ": {
+        "name": "Jason",
+        "history": {
+            "2023-04-27": [{"query": "Hi, I'm Jason.", "response": "Hello Jason!"},
+                           {"query": "I love hiking.", "response": "Where do you hike?",
+                            "memory_strength": 3, "last_recall_date": "2023-04-29"}],
+            "2023-04-28": [{"query": "I'm planning a trip to New Zealand.", "response": "Exciting!"}],
+        },
+        "summary": {"2023-04-27": {"content": "Jason introduced himself and his love of hiking."}},
+        "personality": {"2023-04-27": "Outgoing and adventurous."},
+        "overall_history": "Jason loves the outdoors and plans a trip.",
+        "overall_personality": "Adventurous; reply with enthusiasm.",
+    },
+    "Mia": {"name": "Mia", "history": {"2023-05-01": [{"query": "你好", "response": "你好呀"}]}},
+}
+
+
+def _write(tmp_path, data, name="bank.json"):
+    p = tmp_path / name
+    p.write_text(json.dumps(data, ensure_ascii=False), encoding="utf-8")
+    return p
+
+
+def test_import_then_export_keeps_everything(mbank, tmp_path):
+    counts = import_bank(mbank, _write(tmp_path, SAMPLE))
+    assert counts == {"Jason": 3, "Mia": 1}
+    out = export_bank(mbank)
+    j = out["Jason"]
+    assert [t["query"] for t in j["history"]["2023-04-27"]] == ["Hi, I'm Jason.", "I love hiking."]
+    assert j["history"]["2023-04-28"][0]["response"] == "Exciting!"
+    assert j["history"]["2023-04-27"][1]["memory_strength"] == 3
+    assert j["history"]["2023-04-27"][1]["last_recall_date"] == "2023-04-29"
+    assert j["summary"]["2023-04-27"]["content"].startswith("Jason introduced")
+    assert j["personality"]["2023-04-27"] == "Outgoing and adventurous."
+    assert j["overall_history"] == SAMPLE[" Jason "]["overall_history"]
+    assert j["overall_personality"] == SAMPLE[" Jason "]["overall_personality"]
+    assert out["Mia"]["history"]["2023-05-01"][0]["query"] == "你好"
+    # and it imports back into a fresh home identically
+    again = _write(tmp_path, out, "exported.json")
+    import_bank(mbank, again)            # same turns: nothing duplicated
+    assert mbank.count("Jason", kind=Kind.TURN) == 3
+
+
+def test_import_one_user_by_stripped_name(mbank, tmp_path):
+    assert import_bank(mbank, _write(tmp_path, SAMPLE), only_user="Jason") == {"Jason": 3}
+    assert mbank.users() == ["Jason"]
+    with pytest.raises(BankFormatError, match="no user 'Nobody'"):
+        import_bank(mbank, _write(tmp_path, SAMPLE), only_user="Nobody")
+
+
+GOOD_USER = '"Bob": {"history": {"2023-04-27": [{"query": "hello", "response": "hi"}]}}'
+
+
+@pytest.mark.parametrize("text, where", [
+    ('{' + GOOD_USER + ', "Amy": {"history": {"2023-04-27": [{"query": "hi"', "line 1, column 127"),
+    ('{' + GOOD_USER + ', "Amy": {"history": {"2023-04-27": [{"response": "yo"}]}}}',
+     "user 'Amy' history['2023-04-27'][0]: a turn needs a 'query'"),
+    ('{' + GOOD_USER + ', "Amy": {"history": {"27/04/2023": []}}}', "'27/04/2023' is not a date"),
+    ('[1, 2]', "the top level must be an object"),
+])
+def test_broken_files_name_the_place_and_import_nothing(mbank, tmp_path, text, where):
+    p = tmp_path / "broken.json"
+    p.write_text(text)
+    with pytest.raises(BankFormatError) as exc:
+        import_bank(mbank, p)
+    assert str(p) in str(exc.value) and where in str(exc.value)
+    assert mbank.users() == []   # Bob, who was fine, was not imported either
+
+
+@pytest.mark.skipif(not SHARED.exists(), reason="shared evaluation data not present")
+def test_the_papers_bank_round_trips(mbank, tmp_path):
+    src = json.loads((SHARED / "cn" / "memory_bank_cn.json").read_text(encoding="utf-8"))
+    name = next(iter(src))
+    import_bank(mbank, SHARED / "cn" / "memory_bank_cn.json", only_user=name)
+    out = export_bank(mbank)[name.strip()]
+    for day, turns in src[name]["history"].items():
+        assert [(t["query"], t["response"]) for t in out["history"][day]] == \
+               [(t["query"], t["response"]) for t in turns]
