@@ -119,6 +119,20 @@ def cmd_forget(args) -> int:
     return 0
 
 
+def _ablations():
+    from dataclasses import replace
+    return {
+        "hybrid": lambda c: c,
+        "dense-only": lambda c: replace(c, dense_weight=1.0, previous_weight=0, next_weight=0, use_dates=False),
+        "lexical-only": lambda c: replace(c, dense_weight=0.0, previous_weight=0, next_weight=0, use_dates=False),
+        "no-dates": lambda c: replace(c, use_dates=False),
+        "no-neighbours": lambda c: replace(c, previous_weight=0, next_weight=0),
+    }
+
+
+ABLATIONS = _ablations()
+
+
 def cmd_eval(args) -> int:
     from memory.embedders import create_embedder
     from .config import Settings
@@ -128,8 +142,9 @@ def cmd_eval(args) -> int:
     settings = Settings.load(home=args.home)
     ks = tuple(sorted({1, 2, 3, 5, 10, args.k}))
     details: list | None = [] if args.details else None
+    config = ABLATIONS[args.ablation](RetrievalConfig(k=settings.retrieval_k))
     result = evaluate_retrieval(args.bank, args.labels, create_embedder(args.embedder or settings.embedder),
-                                policy=build_policy(settings), config=RetrievalConfig(k=settings.retrieval_k),
+                                policy=build_policy(settings), config=config,
                                 ks=ks, details=details)
     if args.json:
         print(json.dumps(result))
@@ -185,4 +200,6 @@ def register(sub: argparse._SubParsersAction) -> None:
     e.add_argument("--embedder", help="override the configured embedder")
     e.add_argument("--json", action="store_true")
     e.add_argument("--details", action="store_true", help="per-question rankings on stderr")
+    e.add_argument("--ablation", choices=sorted(ABLATIONS), default="hybrid",
+                   help="switch parts of retrieval off, to see what each one brings")
     e.set_defaults(func=cmd_eval)

