@@ -34,29 +34,67 @@ class SetupError(RuntimeError):
 
 @dataclass
 class BaseSpec:
-    """Where the base model comes from: ``source`` (id or folder) and, for GGUF, the file name."""
+    """Where the base model comes from: ``source`` (id or folder) and, for GGUF, the file name;
+    ``template``/``legacy_template``: the chat template the app's preset forces on the tokenizer
+    (always / only when the tokenizer has none), so that training renders like the app."""
     source: str
     gguf_file: str | None = None
+    preset: str | None = None
+    template: str | None = None
+    legacy_template: str | None = None
 
     @property
     def display(self) -> str:
         return f"{self.source}/{self.gguf_file}" if self.gguf_file else self.source
 
 
-def resolve_base(base: str | None) -> BaseSpec:
-    """``None``/'smollm2' -> the packaged SmolLM2 GGUF; a ``.gguf`` path -> its folder and file;
-    anything else is a Hugging Face id or a model folder."""
-    if base is None or base.strip().lower() in PACKAGED_BASE_NAMES:
+def app_presets() -> dict:
+    """The chat backends' model presets (smollm2, chatglm, belle, qwen), if that module is there."""
+    try:
+        from siliconfriend.backends.hf_local import PRESETS
+    except ImportError:
+        return {}
+    return PRESETS
+
+
+def _preset_spec(name: str) -> dict:
+    from siliconfriend.backends.hf_local import resolve_preset
+
+    try:
+        return resolve_preset(name)
+    except Exception as exc:  # BackendModelNotFound for a missing packaged model
+        raise SetupError(str(exc)) from exc
+
+
+def resolve_base(base: str | None, preset: str | None = None) -> BaseSpec:
+    """``None``/'smollm2' -> the packaged SmolLM2 GGUF; an app preset name (chatglm, belle, qwen)
+    -> its model and chat template; a ``.gguf`` path -> its folder and file; anything else is a
+    Hugging Face id or a model folder. ``preset`` applies a preset's template to another base."""
+    name = (base or "").strip()
+    presets = app_presets()
+    if name.lower() in presets or name.lower() in PACKAGED_BASE_NAMES:
+        key = name.lower() if name.lower() in presets else "smollm2"
+        if key in presets:
+            spec = _preset_spec(key)
+            return BaseSpec(spec["model"], spec.get("gguf_file"), key, spec.get("template"),
+                            spec.get("legacy_template"))
         from siliconfriend.model_files import smollm2_gguf_path
 
         path = smollm2_gguf_path()
-        return BaseSpec(str(path.parent), path.name)
-    path = Path(base).expanduser()
+        return BaseSpec(str(path.parent), path.name, "smollm2")
+    extra: dict = {}
+    if preset:
+        if preset.lower() not in presets:
+            raise SetupError(f"unknown preset {preset!r}; presets: {', '.join(sorted(presets)) or 'none'}")
+        p = presets[preset.lower()]
+        extra = {"preset": preset.lower(), "template": p.get("template"),
+                 "legacy_template": p.get("legacy_template")}
+    path = Path(name).expanduser()
     if path.suffix == ".gguf":
         if not path.is_file():
             raise SetupError(f"GGUF file {path} does not exist")
-        return BaseSpec(str(path.parent), path.name)
-    return BaseSpec(str(path) if path.exists() else base)
+        return BaseSpec(str(path.parent), path.name, **extra)
+    return BaseSpec(str(path) if path.exists() else name, **extra)
 
 
 def target_modules_for(model_type: str | None, override: list[str] | None = None) -> list[str] | str:
@@ -115,6 +153,10 @@ def load_tokenizer(spec: BaseSpec, *, trust_remote_code: bool = False):
     except OSError as exc:
         raise SetupError(f"cannot load the tokenizer of {spec.display}: {exc}. Give a local model "
                          "folder or a .gguf file when there is no internet.") from exc
+    if spec.template:
+        tok.chat_template = spec.template
+    elif not getattr(tok, "chat_template", None) and spec.legacy_template and trust_remote_code:
+        tok.chat_template = spec.legacy_template
     if tok.pad_token_id is None:
         tok.pad_token = tok.eos_token
     return tok
@@ -171,7 +213,11 @@ def apply_lora(model, *, r: int, alpha: float, dropout: float, targets: list[str
             model, use_gradient_checkpointing=gradient_checkpointing,
             gradient_checkpointing_kwargs={"use_reentrant": False})
     elif gradient_checkpointing:
-        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        if hasattr(model, "activation_checkpointing_enable"):  # the new name in transformers 5.x
+            model.activation_checkpointing_enable(
+                activation_checkpointing_kwargs={"use_reentrant": False})
+        else:
+            model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
         model.enable_input_require_grads()
     config = LoraConfig(r=r, lora_alpha=alpha, lora_dropout=dropout, target_modules=targets,
                         bias="none", task_type="CAUSAL_LM")

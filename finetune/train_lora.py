@@ -36,8 +36,11 @@ def build_parser() -> argparse.ArgumentParser:
         description="Train a LoRA adapter on counselling dialogues (SmileChat, input/output pairs, "
                     "or chat messages JSONL), loss on the counsellor's tokens only.")
     p.add_argument("--base", default=None,
-                   help="Hugging Face id, model folder or .gguf file (default: the packaged "
-                        "SmolLM2-135M-Instruct, offline)")
+                   help="Hugging Face id, model folder, .gguf file, or an app preset (smollm2, "
+                        "chatglm, belle, qwen); default: the packaged SmolLM2-135M-Instruct, offline")
+    p.add_argument("--preset", default=None,
+                   help="use this app preset's chat template with another --base (e.g. a local "
+                        "BELLE folder: --preset belle), as the app's --preset does at inference")
     p.add_argument("--data", nargs="+", default=None, metavar="PATH",
                    help="data files or folders (.jsonl/.json); default: data/psych_sample.jsonl")
     p.add_argument("--out", required=True, help="output folder for the adapter")
@@ -127,7 +130,7 @@ def run(args: argparse.Namespace, log: Callable[[str], None] | None = None) -> d
 
     device = resolve_device(args.device)
     precision = resolve_precision(args.precision, device)
-    spec = resolve_base(args.base)
+    spec = resolve_base(args.base, args.preset)
     log(f"base {spec.display} on {device} ({precision}{', 4-bit' if args.load_in_4bit else ''})")
     tokenizer = load_tokenizer(spec, trust_remote_code=args.trust_remote_code)
     system_prompt = system_prompt_choice(args.system_prompt)
@@ -144,7 +147,10 @@ def run(args: argparse.Namespace, log: Callable[[str], None] | None = None) -> d
     model = load_base_model(spec, precision=precision, device=device,
                             load_in_4bit=args.load_in_4bit, trust_remote_code=args.trust_remote_code)
     identity = base_identity(model)
-    identity["name_or_path"] = spec.display
+    # what to pass to --base (or the app's model setting) to get this base again: portable,
+    # unlike the resolved path ("smollm2" is the packaged GGUF); the resolved file for reference
+    identity.update(name_or_path=args.base or "smollm2", resolved_path=spec.display,
+                    preset=spec.preset)
     targets = target_modules_for(identity["model_type"], args.target_modules)
     checkpointing = device.startswith("cuda") if args.gradient_checkpointing is None \
         else args.gradient_checkpointing
@@ -175,14 +181,6 @@ def run(args: argparse.Namespace, log: Callable[[str], None] | None = None) -> d
             log(f"resumed from {ckpt} at step {trainer.step}")
     metrics = trainer.train()
 
-    out.mkdir(parents=True, exist_ok=True)
-    model.save_pretrained(out)
-    tokenizer.save_pretrained(out)
-    trainer.write_history(out)
-    from finetune.plotting import plot_loss
-
-    plot_loss(trainer.history, trainer.eval_history, out / "loss_curve.png",
-              title=f"LoRA r={args.r} on {Path(spec.display).name}")
     training = {k: v for k, v in vars(args).items()}
     training.update(data=[str(Path(d).expanduser()) for d in data], device=device,
                     precision=precision, target_modules=targets,
@@ -190,14 +188,31 @@ def run(args: argparse.Namespace, log: Callable[[str], None] | None = None) -> d
                     total_parameters=total, data_report={"files": report.files,
                     "records": report.records, "bad": len(report.bad), "dialogues": len(dialogues),
                     "train_dialogues": len(train_d), "eval_dialogues": len(eval_d)},
-                    examples=stats.summary(), system_prompts_used=dict(prompts_used),
-                    chat_template_sha1=hashlib.sha1(
-                        str(tokenizer.chat_template).encode()).hexdigest(),
-                    versions=_versions())
+                    examples=stats.summary(), system_prompts_used=dict(prompts_used))
     main_prompt = prompts_used.most_common(1)[0][0] if prompts_used else None
-    write_adapter_meta(out, base=identity, training=training, metrics=metrics,
-                       system_prompt=main_prompt)
+    save_adapter(out, model, tokenizer, trainer, base=identity, training=training,
+                 system_prompt=main_prompt)
     return metrics
+
+
+def save_adapter(out: str | Path, model, tokenizer, trainer: Trainer, *, base: dict,
+                 training: dict, system_prompt: str | None) -> Path:
+    """Write the adapter folder: PEFT weights + config, tokenizer (chat template), metadata,
+    loss history and the loss curve PNG."""
+    from finetune.plotting import plot_loss
+
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    model.save_pretrained(out, save_embedding_layers=False)
+    tokenizer.save_pretrained(out)
+    trainer.write_history(out)
+    plot_loss(trainer.history, trainer.eval_history, out / "loss_curve.png",
+              title=f"LoRA r={training.get('r')} on {Path(str(base.get('name_or_path'))).name}")
+    training = dict(training, chat_template_sha1=hashlib.sha1(
+        str(tokenizer.chat_template).encode()).hexdigest(), versions=_versions())
+    write_adapter_meta(out, base=base, training=training, metrics=trainer.metrics(),
+                       system_prompt=system_prompt)
+    return out
 
 
 def _fmt(x) -> str:

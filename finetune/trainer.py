@@ -44,15 +44,36 @@ class LoopConfig:
 
 
 def masked_loss_sum(model, batch: dict) -> tuple["torch.Tensor", int]:
-    """(sum of next-token cross-entropy over label tokens, number of label tokens)."""
+    """(sum of next-token cross-entropy over label tokens, number of label tokens).
+
+    Where the model accepts ``logits_to_keep`` (transformers LLaMA, Qwen, GLM ...), logits are
+    computed only at positions that predict a label token: the vocabulary projection is the
+    costliest layer of small models, and full logits of a 150k vocabulary take gigabytes."""
     import torch.nn.functional as F
 
-    out = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"])
-    logits = out.logits[:, :-1, :].float()
-    target = batch["labels"][:, 1:]
+    labels = batch["labels"]
+    target = labels[:, 1:]
+    if _accepts_logits_to_keep(model):
+        keep = (target != IGNORE_INDEX).any(dim=0).nonzero().squeeze(1)
+        out = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"],
+                    logits_to_keep=keep)
+        logits, target = out.logits.float(), target[:, keep]
+    else:
+        out = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"])
+        logits = out.logits[:, :-1, :].float()
     loss = F.cross_entropy(logits.reshape(-1, logits.size(-1)), target.reshape(-1),
                            ignore_index=IGNORE_INDEX, reduction="sum")
     return loss, int((target != IGNORE_INDEX).sum())
+
+
+def _accepts_logits_to_keep(model) -> bool:
+    import inspect
+
+    inner = model.get_base_model() if hasattr(model, "get_base_model") else model
+    try:
+        return "logits_to_keep" in inspect.signature(inner.forward).parameters
+    except (TypeError, ValueError):
+        return False
 
 
 def latest_checkpoint(out_dir: str | Path) -> Path | None:
@@ -138,7 +159,7 @@ class Trainer:
 
         folder = self.out / CHECKPOINT_DIR / f"step-{self.step:06d}"
         folder.mkdir(parents=True, exist_ok=True)
-        self.model.save_pretrained(folder)
+        self.model.save_pretrained(folder, save_embedding_layers=False)
         state = {"step": self.step, "history": self.history, "eval_history": self.eval_history,
                  "tokens_seen": self.tokens_seen, "label_tokens": self.label_tokens,
                  "elapsed": self.elapsed, "optimizer": self.optimizer.state_dict(),
@@ -172,7 +193,8 @@ class Trainer:
         self.elapsed = state["elapsed"]
 
     # ------------------------------------------------------------------ the loop
-    def train(self) -> dict:
+    def train(self, until: int | None = None) -> dict:
+        """Train to the last step (or only up to step ``until``); returns the metrics."""
         import torch
 
         cfg = self.cfg
@@ -186,7 +208,8 @@ class Trainer:
             torch.cuda.reset_peak_memory_stats()
         start = time.perf_counter() - self.elapsed
         try:
-            while self.step < self.total_steps:
+            stop = self.total_steps if until is None else min(self.total_steps, until)
+            while self.step < stop:
                 group = [next(stream) for _ in range(cfg.grad_accum)]
                 batches = [collate(b, self.pad) for _, b in group]
                 n_learn = sum(int((b["labels"][:, 1:] != IGNORE_INDEX).sum()) for b in batches)
@@ -196,7 +219,7 @@ class Trainer:
                     with self._autocast():
                         loss, _ = masked_loss_sum(self.model, batch)
                     self.scaler.scale(loss / max(n_learn, 1)).backward()
-                    step_loss += float(loss)
+                    step_loss += float(loss.detach())
                     self.tokens_seen += int(batch["attention_mask"].sum())
                 self.label_tokens += n_learn
                 self.scaler.unscale_(self.optimizer)
@@ -223,7 +246,7 @@ class Trainer:
                      "rerun with --resume auto to continue")
             raise
         bar.close()
-        if self.eval_set:
+        if self.eval_set and self.step >= self.total_steps:
             self.eval_history.append({"step": self.step, "loss": self.evaluate()})
         return self.metrics()
 
