@@ -1,0 +1,222 @@
+"""SiliconFriend's web app: ``python app.py [--host H] [--port P] [--share]``.
+
+A thin Gradio Blocks layer: log in / sign up, then three tabs (chat, memory, settings & account).
+The session token lives in the browser (``gr.BrowserState``, encrypted) and is the first input of
+every handler, which turns it into the user on the server (``WebService.user``); no handler takes
+a user name from the client. Data lives under ``$SILICONFRIEND_HOME``.
+"""
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import secrets
+import sys
+import threading
+from datetime import datetime
+from pathlib import Path
+from typing import Callable
+
+import gradio as gr
+
+from siliconfriend.accounts import AccountError, Accounts
+from siliconfriend.config import Settings
+from siliconfriend.web_account import build_account
+from siliconfriend.web_chat import build_chat
+from siliconfriend.web_common import guard
+from siliconfriend.web_i18n import LANGS, Translator, t
+from siliconfriend.web_memory import build_memory
+from siliconfriend.web_service import WebService
+
+log = logging.getLogger("siliconfriend.web")
+
+CSS = """
+.sf-remembered { font-size: 0.9em; max-height: 560px; overflow-y: auto; }
+.sf-remembered blockquote { margin: 0.2em 0 0.6em 0; opacity: 0.85; }
+.sf-note { font-size: 0.85em; opacity: 0.75; }
+#sf-header { align-items: center; }
+"""
+
+
+def browser_secret(home: Path) -> str:
+    """The key that encrypts the session token in the browser, kept across restarts."""
+    path = home / ".web_secret"
+    if not path.exists():
+        home.mkdir(parents=True, exist_ok=True)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "w") as fh:
+            fh.write(secrets.token_urlsafe(32))
+    return path.read_text().strip()
+
+
+def make_service(settings: Settings, *, clock: Callable[[], datetime] | None = None,
+                 companion=None) -> WebService:
+    """Accounts, the memory bank and (lazily, on the first chat) the companion, from settings."""
+    from siliconfriend.factory import build_bank
+    bank = build_bank(settings, progress=None) if companion is None else companion.bank
+
+    def companion_factory():
+        from siliconfriend.factory import build_companion
+        return build_companion(settings, clock=clock)
+
+    accounts = Accounts(settings.home / "accounts.db", signup_open=settings.signup_open)
+    return WebService(settings, accounts, bank, companion=companion,
+                      companion_factory=None if companion is not None else companion_factory, clock=clock)
+
+
+def build_app(service: WebService) -> gr.Blocks:
+    settings = service.settings
+    tr = Translator(settings.lang)
+    guarded = guard(service)
+    with gr.Blocks(title="SiliconFriend", delete_cache=(900, 1800)) as demo:
+        token = gr.BrowserState("", storage_key="siliconfriend_session", secret=browser_secret(settings.home))
+        with gr.Row(elem_id="sf-header"):
+            with gr.Column(scale=4):
+                tr(gr.Markdown(tr.text("title")), value="title")
+                tr(gr.Markdown(tr.text("tagline")), value="tagline")
+            whoami = gr.Markdown(elem_id="whoami")
+            lang = tr(gr.Radio([(name, code) for code, name in LANGS.items()], value=tr.lang,
+                               label=tr.text("language"), elem_id="lang", scale=1), label="language")
+            logout = tr(gr.Button(tr.text("logout"), visible=False, elem_id="logout", scale=0), value="logout")
+
+        loading = gr.Markdown(tr.text("loading"))
+        with gr.Column(visible=False) as login_box:
+            tr(gr.Markdown(tr.text("login_intro")), value="login_intro")
+            username = tr(gr.Textbox(label=tr.text("username"), elem_id="username", max_length=64), label="username")
+            password = tr(gr.Textbox(label=tr.text("password"), type="password", elem_id="password",
+                                     max_length=256), label="password")
+            with gr.Row():
+                login = tr(gr.Button(tr.text("login"), variant="primary", elem_id="login"), value="login")
+                signup = tr(gr.Button(tr.text("signup"), elem_id="signup", visible=settings.signup_open),
+                            value="signup")
+            notice = gr.Markdown(elem_id="login_message")
+
+        with gr.Column(visible=False) as main_box:
+            with gr.Tabs(selected="chat") as tabs:
+                with tr(gr.Tab(tr.text("tab_chat"), id="chat", elem_id="tab_chat"), label="tab_chat"):
+                    chat = build_chat(service, tr, token)
+                with tr(gr.Tab(tr.text("tab_memory"), id="memory", elem_id="tab_memory"),
+                        label="tab_memory") as memory_tab:
+                    memory = build_memory(service, tr, token)
+                with tr(gr.Tab(tr.text("tab_account"), id="account", elem_id="tab_account"), label="tab_account"):
+                    account = build_account(service, tr, token, notice,
+                                            cache_dirs=lambda: [Path(demo.GRADIO_CACHE)])
+
+        # -- entering and leaving ---------------------------------------------------------------
+        enter_outputs = [loading, login_box, main_box, logout, lang, tabs, *chat.outputs, *memory.outputs,
+                         *account.outputs]
+
+        def enter(token_v: str, lang_v: str) -> list:
+            """The page for whoever holds ``token_v``: the login box, or their chat, memories
+            and settings (today's conversation back on screen)."""
+            user = service.accounts.user_for(token_v)
+            hide = gr.update(visible=False)
+            if user is None:
+                lang_v = lang_v if lang_v in LANGS else settings.lang
+                return [hide, gr.update(visible=True), hide, hide, gr.skip(), gr.update(selected="chat"),
+                        *chat.blank(lang_v), *memory.blank(),
+                        *account.blank()]
+            prefs = service.prefs(token_v)
+            return [hide, hide, gr.update(visible=True), gr.update(visible=True), prefs["lang"],
+                    gr.update(selected="chat"), *chat.restore(token_v), *memory.refresh(token_v), *account.fill(token_v)]
+
+        def relabel(token_v: str, lang_v: str) -> list:
+            lang_v = lang_v if lang_v in LANGS else settings.lang
+            user = service.accounts.user_for(token_v)
+            return [*tr.updates(lang_v), t("welcome", lang_v, user=user) if user else ""]
+
+        relabel_outputs = [*tr.components, whoami]
+
+        def on_login(name: str, pw: str, lang_v: str, request: gr.Request):
+            client = request.client.host if request is not None and request.client else None
+            try:
+                session = service.login(name, pw, client=client)
+            except AccountError as exc:
+                return "", "", f"⚠️ {exc}"
+            return session.token, "", ""
+
+        def on_signup(name: str, pw: str, lang_v: str):
+            try:
+                session = service.signup(name, pw)
+            except AccountError as exc:
+                return "", gr.skip(), f"⚠️ {exc}"
+            if lang_v in LANGS:
+                service.save_prefs(session.token, lang=lang_v)
+            return session.token, "", ""
+
+        def on_logout(token_v: str, lang_v: str):
+            service.logout(token_v)
+            return "", t("logged_out", lang_v if lang_v in LANGS else settings.lang)
+
+        def on_lang(token_v: str, lang_v: str):
+            if service.accounts.user_for(token_v) is not None and lang_v in LANGS:
+                service.save_prefs(token_v, lang=lang_v)
+
+        def chain(event):
+            return event.then(enter, [token, lang], enter_outputs, api_visibility="private", show_progress="hidden") \
+                .then(relabel, [token, lang], relabel_outputs, api_visibility="private", show_progress="hidden")
+
+        chain(demo.load(lambda: None, None, None, api_visibility="private"))
+        chain(login.click(on_login, [username, password, lang], [token, password, notice], api_name="login",
+                          concurrency_limit=4))
+        chain(password.submit(on_login, [username, password, lang], [token, password, notice],
+                              api_visibility="private", concurrency_limit=4))
+        chain(signup.click(on_signup, [username, password, lang], [token, password, notice], api_name="signup",
+                           concurrency_limit=4))
+        chain(logout.click(on_logout, [token, lang], [token, notice], api_name="logout"))
+        chain(account.deleted)
+        lang.input(on_lang, [token, lang], None, api_visibility="private").then(
+            relabel, [token, lang], relabel_outputs, api_visibility="private", show_progress="hidden")
+        memory_tab.select(guarded(lambda token_v: memory.refresh(token_v)), [token], memory.outputs,
+                          api_visibility="private")
+
+        @guarded
+        def whoami_api(token_v: str) -> str:
+            """The user name of a session token (refused without a valid one)."""
+            return service.user(token_v)
+
+        gr.api(whoami_api, api_name="whoami")
+    demo.queue(default_concurrency_limit=2)
+    return demo
+
+
+def launch(demo: gr.Blocks, *, host: str, port: int, share: bool = False, **kwargs):
+    """Start serving; ``share`` is the only way to get a public link (never by default)."""
+    return demo.launch(server_name=host, server_port=port, share=share, css=CSS, show_error=True,
+                       footer_links=["api"], **kwargs)
+
+
+def _warm_up(service: WebService) -> None:
+    """Build the companion (and load the model) in the background, so the first reply is quick."""
+    try:
+        service.companion
+    except Exception as exc:   # shown again, clearly, in the chat when someone writes
+        log.warning("the companion could not be built yet: %s", exc)
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="app.py", description="SiliconFriend web app")
+    parser.add_argument("--host", help="address to listen on (default: $GRADIO_SERVER_NAME, settings.host, "
+                                       "127.0.0.1)")
+    parser.add_argument("--port", type=int, help="port (default: $GRADIO_SERVER_PORT, settings.port, 7860)")
+    parser.add_argument("--home", help="data folder (default: $SILICONFRIEND_HOME or ~/.siliconfriend)")
+    parser.add_argument("--share", action="store_true", help="also open a public gradio.live link (off by default)")
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    settings = Settings.load(home=args.home)
+    host = args.host or os.environ.get("GRADIO_SERVER_NAME") or settings.host
+    port = args.port or int(os.environ.get("GRADIO_SERVER_PORT") or settings.port)
+    service = make_service(settings)
+    demo = build_app(service)
+    threading.Thread(target=_warm_up, args=(service,), daemon=True).start()
+    print(f"SiliconFriend: data in {settings.home}; open http://{host}:{port}", file=sys.stderr)
+    launch(demo, host=host, port=port, share=args.share)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

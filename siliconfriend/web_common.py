@@ -1,0 +1,71 @@
+"""What the Gradio handlers share: turning refusals into messages the user reads."""
+from __future__ import annotations
+
+import functools
+import inspect
+import logging
+from typing import Any, Callable
+
+import gradio as gr
+
+from memory.bank import UnknownMemory
+
+from .accounts import AccountError
+from .web_i18n import t
+from .web_service import NotLoggedIn, WebService
+
+log = logging.getLogger("siliconfriend.web")
+
+
+def lang_of(service: WebService, token: str | None) -> str:
+    try:
+        return service.prefs(token)["lang"]
+    except NotLoggedIn:
+        return service.settings.lang
+
+
+def _refusal(service: WebService, token: Any, exc: Exception) -> gr.Error:
+    lang = lang_of(service, token if isinstance(token, str) else None)
+    if isinstance(exc, NotLoggedIn):
+        return gr.Error(t("login_first", lang), title="🔒", print_exception=False)
+    if isinstance(exc, UnknownMemory):
+        return gr.Error(str(exc.args[0]) if exc.args else "no such memory", print_exception=False)
+    return gr.Error(str(exc), print_exception=False)
+
+
+def guard(service: WebService) -> Callable[[Callable], Callable]:
+    """Decorate a handler whose first argument is the session token: NotLoggedIn, AccountError,
+    ValueError and UnknownMemory become a gr.Error the user reads; anything else is logged and
+    shown as a short message. Generator handlers stay generators; the signature is kept (Gradio
+    reads it for gr.Request / gr.SelectData parameters)."""
+    expected = (NotLoggedIn, AccountError, ValueError, UnknownMemory)
+
+    def decorate(fn: Callable) -> Callable:
+        if inspect.isgeneratorfunction(fn):
+            @functools.wraps(fn)
+            def gen_wrapper(*args, **kwargs):
+                try:
+                    yield from fn(*args, **kwargs)
+                except gr.Error:
+                    raise
+                except expected as exc:
+                    raise _refusal(service, args[0] if args else None, exc) from None
+                except Exception as exc:
+                    log.exception("handler %s failed", fn.__name__)
+                    raise gr.Error(f"{type(exc).__name__}: {exc}") from None
+            return gen_wrapper
+
+        @functools.wraps(fn)
+        def wrapper(*args, **kwargs):
+            try:
+                return fn(*args, **kwargs)
+            except gr.Error:
+                raise
+            except expected as exc:
+                raise _refusal(service, args[0] if args else None, exc) from None
+            except Exception as exc:
+                log.exception("handler %s failed", fn.__name__)
+                raise gr.Error(f"{type(exc).__name__}: {exc}") from None
+        return wrapper
+
+    return decorate

@@ -1,0 +1,143 @@
+"""The web app's words in English and Chinese, and a registry that relabels components when the
+user switches language."""
+from __future__ import annotations
+
+from typing import Any
+
+LANGS = {"en": "English", "zh": "中文"}
+
+TEXT: dict[str, dict[str, str]] = {
+    "title": {"en": "# SiliconFriend", "zh": "# 硅基朋友 SiliconFriend"},
+    "tagline": {"en": "A companion that remembers, and lets you see and control what it remembers.",
+                "zh": "一个会记住你的伙伴：它记得什么，你都能看到、都能管。"},
+    "loading": {"en": "Loading…", "zh": "加载中…"},
+    "login_intro": {"en": "### Log in or sign up", "zh": "### 登录或注册"},
+    "username": {"en": "User name", "zh": "用户名"},
+    "password": {"en": "Password", "zh": "密码"},
+    "login": {"en": "Log in", "zh": "登录"},
+    "signup": {"en": "Sign up", "zh": "注册"},
+    "logout": {"en": "Log out", "zh": "退出登录"},
+    "language": {"en": "Language", "zh": "语言"},
+    "welcome": {"en": "Logged in as **{user}**", "zh": "当前用户：**{user}**"},
+    "logged_out": {"en": "You are logged out.", "zh": "你已退出登录。"},
+    "login_first": {"en": "Please log in first.", "zh": "请先登录。"},
+    "signup_closed": {"en": "Sign-up is closed on this server.", "zh": "本服务器已关闭注册。"},
+    # tabs
+    "tab_chat": {"en": "Chat", "zh": "聊天"},
+    "tab_memory": {"en": "Memory", "zh": "记忆"},
+    "tab_account": {"en": "Settings & account", "zh": "设置与账户"},
+    # chat
+    "chat": {"en": "Conversation", "zh": "对话"},
+    "message": {"en": "Message", "zh": "消息"},
+    "message_ph": {"en": "Say something… (Enter to send)", "zh": "说点什么…（回车发送）"},
+    "send": {"en": "Send", "zh": "发送"},
+    "stop": {"en": "Stop", "zh": "停止"},
+    "regenerate": {"en": "Regenerate / retry", "zh": "重新生成 / 重试"},
+    "clear": {"en": "Clear screen", "zh": "清屏"},
+    "clear_note": {"en": "Clearing the screen keeps the memories; manage them on the Memory tab.",
+                   "zh": "清屏不会删除记忆；记忆可在「记忆」页管理。"},
+    "remembered": {"en": "What I remembered", "zh": "我想起了什么"},
+    "remembered_none": {"en": "_Nothing from earlier came to mind for this reply._",
+                        "zh": "_这次回复没有用到以前的记忆。_"},
+    "remembered_empty": {"en": "_Send a message: the memories each reply uses appear here._",
+                         "zh": "_发一条消息吧：每次回复用到的记忆会显示在这里。_"},
+    "llm_error": {"en": "⚠️ {error}\n\nYour message is back in the box below; press **Regenerate / retry** "
+                        "to send it again.",
+                  "zh": "⚠️ 模型没能回答：{error}\n\n你的消息已放回输入框；点「重新生成 / 重试」再发一次。"},
+    "stopped": {"en": "_(stopped)_", "zh": "_（已停止）_"},
+    "nothing_to_regen": {"en": "There is no reply today to regenerate.", "zh": "今天还没有可以重新生成的回复。"},
+    "col_day": {"en": "day", "zh": "日期"},
+    "col_kind": {"en": "kind", "zh": "类型"},
+    "col_why": {"en": "why", "zh": "原因"},
+    # memory page
+    "mem_intro": {"en": "Every memory with its strength **S** and retention **R = e^(−t/S)**. Faded "
+                        "memories are archived, not erased: restore them, pin what must never fade, "
+                        "delete what you want gone.",
+                  "zh": "每条记忆都显示强度 **S** 与保持率 **R = e^(−t/S)**。淡忘的记忆只是归档、不会抹去："
+                        "可以恢复，可以钉住让它永不淡忘，也可以彻底删除。"},
+    "mem_day": {"en": "Day", "zh": "日期"},
+    "mem_kind": {"en": "Kind", "zh": "类型"},
+    "mem_state": {"en": "State", "zh": "状态"},
+    "mem_search": {"en": "Search my memories", "zh": "搜索我的记忆"},
+    "mem_search_btn": {"en": "Search / refresh", "zh": "搜索 / 刷新"},
+    "mem_archived": {"en": "Include archived", "zh": "包含已归档"},
+    "mem_table": {"en": "Memories (click a row to select it)", "zh": "记忆（点击一行选中）"},
+    "mem_id": {"en": "Selected memory id", "zh": "选中的记忆编号"},
+    "pin": {"en": "Pin", "zh": "钉住"},
+    "unpin": {"en": "Unpin", "zh": "取消钉住"},
+    "restore": {"en": "Restore", "zh": "恢复"},
+    "delete": {"en": "Delete for good", "zh": "永久删除"},
+    "all": {"en": "all", "zh": "全部"},
+    "no_memories": {"en": "No memories yet.", "zh": "还没有记忆。"},
+    "done_pin": {"en": "Memory #{id} pinned: it will not fade.", "zh": "记忆 #{id} 已钉住：不会淡忘。"},
+    "done_unpin": {"en": "Memory #{id} unpinned.", "zh": "记忆 #{id} 已取消钉住。"},
+    "done_restore": {"en": "Memory #{id} restored.", "zh": "记忆 #{id} 已恢复。"},
+    "done_delete": {"en": "Memory #{id} deleted.", "zh": "记忆 #{id} 已删除。"},
+    "pick_memory": {"en": "Select a memory first (click its row).", "zh": "请先选中一条记忆（点击所在行）。"},
+    "summaries": {"en": "Summaries and personality", "zh": "摘要与性格画像"},
+    "sum_day": {"en": "Day of the daily summary", "zh": "每日摘要的日期"},
+    "daily_events": {"en": "What happened that day", "zh": "当天发生的事"},
+    "daily_personality": {"en": "Your mood and traits that day", "zh": "当天的情绪与性格"},
+    "global_events": {"en": "Global summary of events", "zh": "总体事件摘要"},
+    "global_personality": {"en": "Personality profile and reply strategy", "zh": "性格画像与回复策略"},
+    "save_daily": {"en": "Save daily summary", "zh": "保存每日摘要"},
+    "save_global": {"en": "Save global summary and profile", "zh": "保存总体摘要与画像"},
+    "summarise_now": {"en": "Summarise now", "zh": "立即总结"},
+    "summarised": {"en": "Summarised: {days}", "zh": "已总结：{days}"},
+    "nothing_summarised": {"en": "Nothing new to summarise.", "zh": "没有需要总结的新内容。"},
+    "saved": {"en": "Saved.", "zh": "已保存。"},
+    "nothing_saved": {"en": "Nothing changed.", "zh": "没有改动。"},
+    "plot": {"en": "Retention over time", "zh": "记忆保持率随时间变化"},
+    "plot_empty": {"en": "No active memories to plot yet.", "zh": "还没有可绘制的记忆。"},
+    "plot_now": {"en": "now", "zh": "现在"},
+    "plot_threshold": {"en": "forgetting threshold", "zh": "遗忘阈值"},
+    # settings and account
+    "prefs_intro": {"en": "### Companion", "zh": "### 伙伴设置"},
+    "companion_name": {"en": "Companion's name", "zh": "伙伴的名字"},
+    "persona": {"en": "Persona (how your companion should be)", "zh": "人设（你希望伙伴是什么样）"},
+    "backend": {"en": "Backend", "zh": "后端"},
+    "model": {"en": "Model", "zh": "模型"},
+    "save_prefs": {"en": "Save settings", "zh": "保存设置"},
+    "data_intro": {"en": "### My data", "zh": "### 我的数据"},
+    "export": {"en": "Export all my data", "zh": "导出我的全部数据"},
+    "download": {"en": "Download my data (JSON)", "zh": "下载我的数据（JSON）"},
+    "export_ready": {"en": "Your export is ready: MemoryBank JSON plus every field SiliconFriend keeps.",
+                     "zh": "导出已就绪：MemoryBank JSON，外加 SiliconFriend 保存的全部字段。"},
+    "danger_intro": {"en": "### Delete my account\nThis erases the account, every memory, summary and "
+                           "setting. It cannot be undone.",
+                     "zh": "### 删除我的账户\n这会清除账户以及全部记忆、摘要和设置，无法撤销。"},
+    "confirm_password": {"en": "Your password, to confirm", "zh": "输入密码以确认"},
+    "delete_account": {"en": "Delete my account and all my data", "zh": "删除我的账户和全部数据"},
+    "account_deleted": {"en": "Your account and all its data were deleted.", "zh": "你的账户及全部数据已删除。"},
+}
+
+
+def t(key: str, lang: str = "en", **values: Any) -> str:
+    entry = TEXT[key]
+    text = entry.get(lang) or entry["en"]
+    return text.format(**values) if values else text
+
+
+class Translator:
+    """Remembers which component shows which text, so that one event can relabel them all."""
+
+    def __init__(self, lang: str = "en"):
+        self.lang = lang if lang in LANGS else "en"
+        self._entries: list[tuple[Any, dict[str, str]]] = []
+
+    def __call__(self, component: Any, **attrs: str) -> Any:
+        """Register ``component``: ``attrs`` maps a property (label, value, placeholder, info)
+        to a TEXT key. Returns the component, so it can wrap the constructor call."""
+        self._entries.append((component, attrs))
+        return component
+
+    def text(self, key: str, **values: Any) -> str:
+        return t(key, self.lang, **values)
+
+    @property
+    def components(self) -> list[Any]:
+        return [c for c, _ in self._entries]
+
+    def updates(self, lang: str) -> list[dict]:
+        import gradio as gr
+        return [gr.update(**{attr: t(key, lang) for attr, key in attrs.items()}) for _, attrs in self._entries]

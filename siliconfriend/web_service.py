@@ -1,0 +1,433 @@
+"""What the web app does, without Gradio: every method takes the client's session token, turns
+it into a user name on the server (``user``), and only ever touches that user's data.
+
+The Gradio layer (``app.py``, ``web_chat.py``, ``web_memory.py``) only adapts these results to
+components; tests can drive this class directly.
+"""
+from __future__ import annotations
+
+import copy
+import json
+import logging
+import os
+import shutil
+import tempfile
+import threading
+from collections import OrderedDict
+from dataclasses import dataclass, replace
+from datetime import date, datetime, timedelta
+from pathlib import Path
+from typing import Any, Callable
+
+from memory.bank import MemoryBank, UnknownMemory, user_key
+from memory.memorybank_format import export_user
+from memory.records import Kind, MemoryRecord, State
+
+from .accounts import Accounts, Session
+from .config import Settings
+
+log = logging.getLogger("siliconfriend.web")
+
+EXPORT_DIR = Path(tempfile.gettempdir()) / "siliconfriend-exports"
+MAX_MESSAGE_CHARS = 20_000
+
+
+class NotLoggedIn(PermissionError):
+    """No valid session: the caller must log in (again)."""
+
+
+@dataclass(frozen=True)
+class MemoryRow:
+    id: int
+    day: str
+    kind: str
+    state: str
+    pinned: bool
+    strength: float
+    retention: float
+    recalls: int
+    text: str
+    why: str = ""
+
+
+def model_choices(settings: Settings) -> dict[str, list[str]]:
+    """The backends and models a user may pick: the configured default first, then the local
+    presets, then OpenAI-compatible models when a key or server is configured."""
+    from .backends.registry import default_backend_name
+    try:
+        from .backends.hf_local import PRESETS
+        presets = list(PRESETS)
+    except Exception:  # transformers missing: the hf backend is still listed by its default
+        presets = ["smollm2"]
+    default_backend = settings.backend or default_backend_name()
+    choices: dict[str, list[str]] = {"hf": list(presets)}
+    if os.environ.get("OPENAI_API_KEY") or os.environ.get("OPENAI_BASE_URL") or default_backend == "openai":
+        choices["openai"] = [os.environ.get("OPENAI_MODEL") or "gpt-4o-mini"]
+    if default_backend not in choices:
+        choices[default_backend] = []
+    default_model = settings.model or (choices[default_backend][0] if choices[default_backend] else "")
+    models = choices[default_backend]
+    if default_model and default_model not in models:
+        models.insert(0, default_model)
+    ordered = {default_backend: choices.pop(default_backend)}
+    ordered.update(choices)
+    return ordered
+
+
+class BackendPool:
+    """Chat backends other than the companion's own, built on first use and kept (a few)."""
+
+    def __init__(self, factory: Callable[..., Any] | None = None, keep: int = 2):
+        if factory is None:
+            from .backends.registry import create_backend as factory
+        self.factory = factory
+        self.keep = keep
+        self._cache: OrderedDict[tuple[str, str], Any] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def get(self, name: str, model: str, **options) -> Any:
+        key = (name, model)
+        with self._lock:
+            if key in self._cache:
+                self._cache.move_to_end(key)
+                return self._cache[key]
+        backend = self.factory(name, model=model or None, **options)
+        with self._lock:
+            self._cache[key] = backend
+            while len(self._cache) > self.keep:
+                self._cache.popitem(last=False)
+        return backend
+
+
+class WebService:
+    def __init__(self, settings: Settings, accounts: Accounts, bank: MemoryBank, *,
+                 companion: Any = None, companion_factory: Callable[[], Any] | None = None,
+                 clock: Callable[[], datetime] | None = None, backends: BackendPool | None = None):
+        self.settings = settings
+        self.accounts = accounts
+        self.bank = bank
+        self._companion = companion
+        self._companion_factory = companion_factory
+        self._companion_lock = threading.Lock()
+        self.clock = clock or getattr(companion, "clock", None) or datetime.now
+        self.backends = backends or BackendPool()
+        self.choices = model_choices(settings)
+        self._streams: dict[str, Any] = {}     # user -> the reply being generated
+        self._variants: OrderedDict[tuple[str, str], Any] = OrderedDict()
+        self._exports: dict[str, list[Path]] = {}
+        self.export_dir = EXPORT_DIR
+
+    # -- sessions -----------------------------------------------------------------------------
+    def signup(self, name: str, password: str) -> Session:
+        return self.accounts.signup(name, password)
+
+    def login(self, name: str, password: str, *, client: str | None = None) -> Session:
+        return self.accounts.login(name, password, client=client)
+
+    def logout(self, token: str | None) -> None:
+        user = self.accounts.user_for(token)
+        if user:
+            self.stop(token)
+        self.accounts.logout(token)
+
+    def user(self, token: str | None) -> str:
+        """The session's user, or NotLoggedIn. Every other method starts here."""
+        user = self.accounts.user_for(token)
+        if user is None:
+            raise NotLoggedIn("please log in")
+        return user
+
+    def now(self) -> datetime:
+        return self.clock()
+
+    # -- preferences --------------------------------------------------------------------------
+    def prefs(self, token: str) -> dict:
+        user = self.user(token)
+        saved = self.accounts.prefs(user)
+        backend = next(iter(self.choices))
+        defaults = {"lang": self.settings.lang, "backend": backend,
+                    "model": self.settings.model or (self.choices[backend] or [""])[0],
+                    "companion_name": self.settings.companion_name, "persona": self.settings.persona}
+        return {**defaults, **{k: v for k, v in saved.items() if v not in (None, "")}}
+
+    def save_prefs(self, token: str, **prefs) -> dict:
+        user = self.user(token)
+        if "lang" in prefs and prefs["lang"] not in ("en", "zh"):
+            raise ValueError("language must be en or zh")
+        if "backend" in prefs and prefs["backend"] not in self.choices:
+            raise ValueError(f"backend must be one of {', '.join(self.choices)}")
+        for key in ("companion_name", "persona", "model"):
+            if key in prefs and prefs[key] is not None:
+                prefs[key] = str(prefs[key]).strip()[:2000]
+        self.accounts.set_prefs(user, **prefs)
+        return self.prefs(token)
+
+    # -- chat ---------------------------------------------------------------------------------
+    @property
+    def companion(self) -> Any:
+        with self._companion_lock:
+            if self._companion is None:
+                if self._companion_factory is None:
+                    raise RuntimeError("no companion configured")
+                self._companion = self._companion_factory()
+            return self._companion
+
+    def _backend_for(self, prefs: dict) -> Any:
+        """None for the configured default (the companion's own), else the chosen backend."""
+        default_backend = next(iter(self.choices))
+        default_model = self.settings.model or (self.choices[default_backend] or [""])[0]
+        if (prefs["backend"], prefs["model"]) == (default_backend, default_model):
+            return None
+        return self.backends.get(prefs["backend"], prefs["model"])
+
+    def _companion_for(self, prefs: dict) -> Any:
+        """The companion, speaking as this user's chosen name and persona. The variant is a
+        shallow copy sharing the bank, backend, consolidator and locks; only its settings differ."""
+        base = self.companion
+        settings = getattr(base, "settings", None)
+        name, persona = prefs.get("companion_name") or "", prefs.get("persona") or ""
+        if not isinstance(settings, Settings) or (name or settings.companion_name) == settings.companion_name \
+                and persona == settings.persona:
+            return base
+        key = (name or settings.companion_name, persona)
+        with self._companion_lock:
+            variant = self._variants.get(key)
+            if variant is None:
+                variant = copy.copy(base)
+                variant.settings = replace(settings, companion_name=key[0], persona=persona)
+                self._variants[key] = variant
+                while len(self._variants) > 64:
+                    self._variants.popitem(last=False)
+            self._variants.move_to_end(key)
+            return variant
+
+    def _start(self, token: str, method: str, *args) -> Any:
+        user = self.user(token)
+        prefs = self.prefs(token)
+        backend = self._backend_for(prefs)
+        stream = getattr(self._companion_for(prefs), method)(user, *args, lang=prefs["lang"], backend=backend)
+        self._streams[user] = stream
+        return stream
+
+    def respond(self, token: str, text: str) -> Any:
+        self.user(token)
+        text = (text or "").strip()
+        if not text:
+            raise ValueError("an empty message")
+        if len(text) > MAX_MESSAGE_CHARS:
+            raise ValueError(f"a message can have at most {MAX_MESSAGE_CHARS} characters")
+        return self._start(token, "respond", text)
+
+    def regenerate(self, token: str) -> Any:
+        return self._start(token, "regenerate")
+
+    def finished(self, token: str, stream: Any) -> None:
+        user = self.accounts.user_for(token)
+        if user and self._streams.get(user) is stream:
+            del self._streams[user]
+
+    def stop(self, token: str) -> bool:
+        user = self.user(token)
+        stream = self._streams.get(user)
+        if stream is None:
+            return False
+        stream.stop()
+        return True
+
+    def today(self, token: str) -> list[MemoryRecord]:
+        return list(self.companion.today(self.user(token)))
+
+    def delete_turn(self, token: str, turn_id: int) -> None:
+        user = self.user(token)
+        self.bank.get(user, int(turn_id))         # UnknownMemory unless it is this user's
+        self.companion.delete_turn(user, int(turn_id))
+
+    # -- memory page --------------------------------------------------------------------------
+    def _row(self, rec: MemoryRecord, now: datetime, why: str = "") -> MemoryRow:
+        return MemoryRow(rec.id, rec.day.isoformat() if not rec.kind.is_global else "", rec.kind.value,
+                         rec.state.value, rec.pinned, round(rec.strength, 2),
+                         round(self.bank.retention(rec, now), 3), rec.recall_count, rec.text, why)
+
+    def memories(self, token: str, *, day: str | date | None = None, kind: str | None = None,
+                 state: str | None = None, query: str = "", include_archived: bool = True) -> list[MemoryRow]:
+        user = self.user(token)
+        if not self.bank.has_user(user):
+            return []
+        now = self.now()
+        day = date.fromisoformat(day) if isinstance(day, str) and day else (day or None)
+        kind_v = Kind(kind) if kind else None
+        state_v = State(state) if state else None
+        if query and query.strip():
+            hits = self.bank.search_text(user, query.strip(), now, k=50, include_archived=include_archived)
+            rows = [self._row(h.record, now, "; ".join(h.reasons)) for h in hits]
+            return [r for r in rows if (not day or r.day == day.isoformat()) and (not kind_v or r.kind == kind_v.value)
+                    and (not state_v or r.state == state_v.value)]
+        recs = self.bank.records(user, kind=kind_v, state=state_v, day=day)
+        if not include_archived:
+            recs = [r for r in recs if r.state == State.ACTIVE]
+        recs.sort(key=lambda r: (r.day, r.kind.value != "turn", r.position, r.id or 0), reverse=True)
+        return [self._row(r, now) for r in recs]
+
+    def days(self, token: str) -> list[str]:
+        user = self.user(token)
+        if not self.bank.has_user(user):
+            return []
+        return [d.isoformat() for d in sorted(self.bank.days(user), reverse=True) if d.year > 1970]
+
+    def pin(self, token: str, memory_id: int, pinned: bool = True) -> MemoryRecord:
+        return self.bank.pin(self.user(token), int(memory_id), pinned)
+
+    def restore(self, token: str, memory_id: int) -> MemoryRecord:
+        return self.bank.restore(self.user(token), int(memory_id), self.now())
+
+    def delete_memories(self, token: str, memory_ids: list[int]) -> int:
+        """Delete for good. A dialogue turn goes through the companion, so that the summaries of
+        its day are written again without it."""
+        user = self.user(token)
+        records = [self.bank.get(user, int(i)) for i in memory_ids]   # UnknownMemory unless all are hers
+        for rec in records:
+            if rec.kind == Kind.TURN and hasattr(self.companion, "delete_turn"):
+                self.companion.delete_turn(user, rec.id)
+            else:
+                self.bank.delete(user, [rec.id])
+        return len(records)
+
+    def summaries(self, token: str, day: str | None = None) -> dict:
+        """Daily events and personality of ``day`` (or the latest day), and the global ones."""
+        user = self.user(token)
+        out = {"day": day or "", "daily_events": "", "daily_personality": "",
+               "global_events": "", "global_personality": "", "summary_days": []}
+        if not self.bank.has_user(user):
+            return out
+        summary_days = sorted({r.day for k in (Kind.DAILY_EVENTS, Kind.DAILY_PERSONALITY)
+                               for r in self.bank.summaries(user, k)}, reverse=True)
+        out["summary_days"] = [d.isoformat() for d in summary_days]
+        if not day and summary_days:
+            day = summary_days[0].isoformat()
+        out["day"] = day or ""
+        if day:
+            d = date.fromisoformat(day)
+            for key, kind in (("daily_events", Kind.DAILY_EVENTS), ("daily_personality", Kind.DAILY_PERSONALITY)):
+                rec = self.bank.get_summary(user, kind, d)
+                out[key] = rec.text if rec else ""
+        for key, kind in (("global_events", Kind.GLOBAL_EVENTS), ("global_personality", Kind.GLOBAL_PERSONALITY)):
+            rec = self.bank.get_summary(user, kind)
+            out[key] = rec.text if rec else ""
+        return out
+
+    def save_summaries(self, token: str, *, day: str | None = None, **texts: str) -> list[str]:
+        """Replace the given summaries (``daily_events``, ``daily_personality`` for ``day``;
+        ``global_events``, ``global_personality``); blank or unchanged ones are left alone."""
+        user = self.user(token)
+        current = self.summaries(token, day)
+        saved = []
+        for key, text in texts.items():
+            kind = Kind(key)
+            if text is None or not text.strip() or text == current.get(key):
+                continue
+            if kind.is_daily and not day:
+                raise ValueError("pick the day whose summary you are editing")
+            self.bank.set_summary(user, kind, text.strip(), self.now(),
+                                  day=date.fromisoformat(day) if kind.is_daily else None)
+            saved.append(key)
+        return saved
+
+    def summarise_now(self, token: str) -> list[date]:
+        user = self.user(token)
+        return list(self.companion.consolidate(user, until=self.now().date()))
+
+    def retention_curves(self, token: str, *, limit: int = 12, horizon_days: int = 14) -> dict:
+        """R over time for the user's most recent memories: from each one's last recall to
+        ``horizon_days`` ahead (points for a plot), with the forgetting threshold."""
+        user = self.user(token)
+        now = self.now()
+        curves = []
+        if self.bank.has_user(user):
+            recs = [r for r in self.bank.records(user, state=State.ACTIVE) if not r.kind.is_global]
+            recs.sort(key=lambda r: r.anchor, reverse=True)
+            for rec in recs[:limit]:
+                start, end = rec.anchor, now + timedelta(days=horizon_days)
+                steps = 40
+                times = [start + (end - start) * i / steps for i in range(steps + 1)]
+                curves.append({"id": rec.id, "label": f"#{rec.id} {rec.kind.value} {rec.day.isoformat()}",
+                               "times": times, "values": [self.bank.retention(rec, t) for t in times],
+                               "now": self.bank.retention(rec, now)})
+        return {"now": now, "threshold": self.settings.forgetting_threshold, "curves": curves,
+                "active": self.bank.count(user, state=State.ACTIVE) if self.bank.has_user(user) else 0,
+                "archived": self.bank.count(user, state=State.ARCHIVED) if self.bank.has_user(user) else 0}
+
+    # -- export and deletion ------------------------------------------------------------------
+    def export_data(self, token: str) -> dict:
+        """Everything of this user: the original MemoryBank JSON (keyed by the user's name, so
+        ``siliconfriend import-memorybank`` reads it back) plus our fields under "siliconfriend"."""
+        user = self.user(token)
+        now = self.now()
+        body = export_user(self.bank, user) if self.bank.has_user(user) else \
+            {"name": user, "history": {}, "summary": {}, "personality": {}, "overall_history": "",
+             "overall_personality": ""}
+        memories = []
+        if self.bank.has_user(user):
+            for r in self.bank.records(user):
+                memories.append({"id": r.id, "kind": r.kind.value, "day": r.day.isoformat(), "text": r.text,
+                                 "query": r.query, "response": r.response, "created_at": r.created_at.isoformat(),
+                                 "strength": r.strength, "retention": round(self.bank.retention(r, now), 4),
+                                 "last_recall": r.last_recall.isoformat() if r.last_recall else None,
+                                 "recall_count": r.recall_count, "importance": r.importance,
+                                 "pinned": r.pinned, "state": r.state.value, "position": r.position,
+                                 "extra": r.extra})
+        body["siliconfriend"] = {"format": 1, "exported_at": now.isoformat(),
+                                 "account": {"name": user, "preferences": self.accounts.prefs(user)},
+                                 "memories": memories}
+        return {user: body}
+
+    def export_file(self, token: str) -> Path:
+        user = self.user(token)
+        data = self.export_data(token)
+        folder = Path(tempfile.mkdtemp(prefix="u-", dir=self._export_root()))
+        path = folder / f"siliconfriend-{user_key(user)}.json"
+        path.write_text(json.dumps(data, ensure_ascii=False, indent=2), encoding="utf-8")
+        self._exports.setdefault(user, []).append(folder)
+        return path
+
+    def _export_root(self) -> Path:
+        self.export_dir.mkdir(parents=True, exist_ok=True)
+        return self.export_dir
+
+    def delete_account(self, token: str, password: str, *, extra_dirs: list[Path] = ()) -> None:
+        """The account, its sessions, every memory and file: gone. Needs the password again."""
+        user = self.user(token)
+        self.accounts.verify_password(user, password)
+        stream = self._streams.pop(user, None)
+        if stream is not None:
+            stream.stop()
+        forget = getattr(self._companion, "forget_user", None)
+        if callable(forget):
+            forget(user)
+        for companion in [self._companion, *self._variants.values()]:
+            rolled = getattr(companion, "_rolled", None)   # the companion's note of the last rollover
+            if isinstance(rolled, dict):
+                rolled.pop(user, None)
+        self.bank.delete_user(user)
+        name = f"siliconfriend-{user_key(user)}.json"
+        for folder in self._exports.pop(user, []):
+            shutil.rmtree(folder, ignore_errors=True)
+        for root in [self.export_dir, *extra_dirs]:   # e.g. Gradio's copies of the export files
+            if Path(root).is_dir():
+                for copy in Path(root).rglob(name):
+                    copy.unlink(missing_ok=True)
+        self.accounts.delete(user)
+
+    def remembered(self, hits: list) -> list[dict]:
+        """The memories a reply used, for the "what I remembered" panel."""
+        now = self.now()
+        out = []
+        for h in hits or []:
+            rec = getattr(h, "record", h)
+            out.append({"id": rec.id, "kind": rec.kind.value, "day": rec.day.isoformat(),
+                        "strength": round(rec.strength, 2),
+                        "retention": round(getattr(h, "retention", None) or self.bank.retention(rec, now), 3),
+                        "why": "; ".join(getattr(h, "reasons", []) or []), "text": rec.text})
+        return out
+
+
+__all__ = ["WebService", "NotLoggedIn", "MemoryRow", "BackendPool", "model_choices", "UnknownMemory"]

@@ -1,0 +1,240 @@
+"""The app's API, called directly with gradio_client: no session, no data; one user never
+reaches another's chats or memories, whatever ids or endpoints they try."""
+from __future__ import annotations
+
+import json
+import threading
+import time
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+from gradio_client import Client
+from gradio_client.exceptions import AppError
+
+OPEN = {"/login", "/signup", "/logout"}     # the only endpoints that work without a session
+FILTERS = ("all", "all", "all")
+
+
+def _texts(messages) -> str:
+    out = []
+    for m in messages or []:
+        content = m["content"]
+        if isinstance(content, list):
+            content = " ".join(c.get("text", "") for c in content if isinstance(c, dict))
+        out.append(str(content))
+    return "\n".join(out)
+
+
+def _example(param: dict):
+    if param.get("parameter_has_default"):
+        return param["parameter_default"]
+    return param.get("example_input")
+
+
+@pytest.fixture
+def client(served_app):
+    url, service = served_app
+    return Client(url, verbose=False), service
+
+
+def signup(client, name, password):
+    token, _, message = client.predict(name, password, "en", api_name="/signup")
+    assert token and not message, message
+    return token
+
+
+def test_unauthenticated_calls_are_refused(client):
+    c, service = client
+    signup(c, "alice", "alice-password")
+    endpoints = c.view_api(return_format="dict", print_info=False)["named_endpoints"]
+    assert {"/chat", "/memories", "/export", "/delete_account", "/memory_delete", "/whoami"} <= set(endpoints)
+    for name, info in endpoints.items():
+        if name in OPEN:
+            continue
+        params = info["parameters"]
+        assert params and params[0]["parameter_name"] == "token_v", f"{name} does not start with the session"
+        for bad in ("", "forged-token-forged-token-forged"):
+            args = [bad] + [_example(p) for p in params[1:]]
+            with pytest.raises(AppError, match="log in"):
+                c.predict(*args, api_name=name)
+    # nothing was created, changed or leaked by those calls
+    assert service.accounts.users() == ["alice"]
+
+
+def test_isolation_between_users(client, web_clock):
+    c, service = client
+    alice = signup(c, "alice", "alice-password")
+    bob = signup(c, "bob", "bob-password")
+    chat, *_ = c.predict(alice, "My cat is called Pixel and she loves tuna.", api_name="/chat")
+    assert "Pixel" in _texts(chat)
+    web_clock.now += timedelta(days=1)
+    chat, _, remembered, *_ = c.predict(alice, "What is my cat called?", api_name="/chat")
+    assert "Pixel" in remembered and "2024-05-04" in remembered and " S " in remembered and " R " in remembered
+
+    table = c.predict(alice, *FILTERS, "Pixel", True, api_name="/memories")[1]
+    alice_ids = [row[0] for row in table["data"]]
+    assert alice_ids and any("Pixel" in row[8] for row in table["data"])
+
+    # bob: his own empty world, whatever he asks for
+    assert c.predict(bob, *FILTERS, "Pixel", True, api_name="/memories")[1]["data"] == []
+    assert c.predict(bob, *FILTERS, "", True, api_name="/memories")[1]["data"] == []
+    for action in ("/memory_pin", "/memory_unpin", "/memory_restore", "/memory_delete"):
+        for memory_id in alice_ids:
+            with pytest.raises(AppError, match="no memory"):
+                c.predict(bob, memory_id, *FILTERS, "", True, api_name=action)
+    chat, _, remembered, *_ = c.predict(bob, "What is my cat called?", api_name="/chat")
+    assert "Pixel" not in remembered and "Pixel" not in _texts(chat[:-1])
+    # ids are per user: bob's "#1" is his own first memory, never alice's
+    (bob_row,) = c.predict(bob, *FILTERS, "", True, api_name="/memories")[1]["data"]
+    c.predict(bob, bob_row[0], *FILTERS, "", True, api_name="/memory_delete")
+    assert c.predict(bob, *FILTERS, "", True, api_name="/memories")[1]["data"] == []
+    download, _ = c.predict(bob, api_name="/export")
+    assert "Pixel" not in Path(download["value"]).read_text()
+    summaries = c.predict(bob, *FILTERS, "", True, api_name="/summarise_now")
+    assert "Pixel" not in json.dumps(summaries, default=str)
+    assert c.predict(bob, api_name="/whoami") == "bob"
+
+    # alice's memories are all still there, and hers only
+    after = c.predict(alice, *FILTERS, "", True, api_name="/memories")[1]["data"]
+    assert set(alice_ids) <= {row[0] for row in after}
+    data = json.loads(Path(c.predict(alice, api_name="/export")[0]["value"]).read_text())
+    assert list(data) == ["alice"] and "Pixel" in json.dumps(data)
+    assert "What is my cat called?" in json.dumps(data)
+
+
+def test_memory_actions_via_api(client, web_clock):
+    c, service = client
+    alice = signup(c, "alice", "alice-password")
+    c.predict(alice, "I planted tomatoes in the garden.", api_name="/chat")
+    (row,) = c.predict(alice, *FILTERS, "", True, api_name="/memories")[1]["data"]
+    memory_id = row[0]
+    out = c.predict(alice, memory_id, *FILTERS, "", True, api_name="/memory_pin")
+    assert out[1]["data"][0][4] == "yes" and "pinned" in out[-2]
+    out = c.predict(alice, memory_id, *FILTERS, "", True, api_name="/memory_unpin")
+    assert out[1]["data"][0][4] == ""
+    out = c.predict(alice, memory_id, *FILTERS, "", True, api_name="/memory_delete")
+    assert out[1]["data"] == [] and "deleted" in out[-2]
+    with pytest.raises(AppError):
+        c.predict(alice, memory_id, *FILTERS, "", True, api_name="/memory_restore")
+
+
+def test_llm_failure_keeps_the_message_for_retry(client):
+    c, service = client
+    alice = signup(c, "alice", "alice-password")
+    service.companion.backend.fail = "the model server is not answering"
+    chat, box, _ = c.predict(alice, "Are you awake?", api_name="/chat")
+    text = _texts(chat)
+    assert "Are you awake?" in text and "not answering" in text and "retry" in text.lower()
+    assert box == "Are you awake?"              # the message is back in the box
+    assert service.memories(alice) == []
+    service.companion.backend.fail = None
+    chat, box, remembered = c.predict(alice, api_name="/regenerate")
+    assert "I hear you: Are you awake?" in _texts(chat) and "not answering" not in _texts(chat)
+    assert [r.text.split("\n")[0] for r in service.memories(alice)] == ["Are you awake?"]
+
+
+def test_regenerate_replaces_todays_last_reply(client):
+    c, service = client
+    alice = signup(c, "alice", "alice-password")
+    c.predict(alice, "Tell me something.", api_name="/chat")
+    c.predict(alice, api_name="/regenerate")
+    assert len(service.memories(alice)) == 1
+
+
+def test_stop_keeps_a_partial_reply(client):
+    c, service = client
+    service.companion.backend.delay = 0.2
+    alice = signup(c, "alice", "alice-password")
+    job = c.submit(alice, " ".join(f"word{i}" for i in range(40)), api_name="/chat")
+    backend = service.companion.backend
+    deadline = time.time() + 30
+    while time.time() < deadline and not backend.calls:   # generation has started
+        time.sleep(0.05)
+    time.sleep(0.7)
+    c.predict(alice, api_name="/stop")
+    chat, *_ = job.result(timeout=60)
+    reply = _texts(chat[-1:])
+    assert "(stopped)" in reply and "I hear you" in reply and "word39" not in reply
+    (row,) = service.memories(alice)
+    assert "I hear you" in row.text and "word39" not in row.text.split("\n", 1)[1]
+
+
+def test_failed_logins_are_rate_limited(client):
+    c, _ = client
+    signup(c, "alice", "alice-password")
+    for _ in range(5):
+        token, _, message = c.predict("alice", "wrong-password", "en", api_name="/login")
+        assert token == "" and "wrong" in message
+    token, _, message = c.predict("alice", "alice-password", "en", api_name="/login")
+    assert token == "" and "too many" in message
+
+
+def test_logout_and_delete_account(client):
+    c, service = client
+    alice = signup(c, "alice", "alice-password")
+    c.predict(alice, "Remember my locker code is 4711.", api_name="/chat")
+    download, _ = c.predict(alice, api_name="/export")
+    cached_copy = Path(download["value"])
+    assert cached_copy.exists()
+    second, _, _ = c.predict("alice", "alice-password", "en", api_name="/login")
+    c.predict(second, "en", api_name="/logout")
+    with pytest.raises(AppError, match="log in"):
+        c.predict(second, api_name="/whoami")
+    with pytest.raises(AppError, match="wrong password"):
+        c.predict(alice, "not my password", api_name="/delete_account")
+    token, _, notice = c.predict(alice, "alice-password", api_name="/delete_account")
+    assert token == "" and "deleted" in notice
+    with pytest.raises(AppError, match="log in"):
+        c.predict(alice, *FILTERS, "", True, api_name="/memories")
+    assert not service.bank.user_dir("alice").exists() and not cached_copy.exists()
+    token, _, message = c.predict("alice", "alice-password", "en", api_name="/login")
+    assert token == "" and "wrong" in message
+
+
+def test_signup_can_be_closed(tmp_path, web_embedder, web_clock):
+    import app as web_app
+    from conftest import FAST_HASHER, ScriptedBackend, free_port
+    from memory.bank import MemoryBank
+    from siliconfriend.accounts import Accounts
+    from siliconfriend.config import Settings
+    from siliconfriend.factory import build_companion
+    from siliconfriend.web_service import WebService
+    settings = Settings(home=tmp_path / "closed", signup_open=False)
+    bank = MemoryBank(settings.home, web_embedder)
+    companion = build_companion(settings, clock=web_clock, backend=ScriptedBackend(), bank=bank)
+    accounts = Accounts(settings.home / "accounts.db", hasher=FAST_HASHER, signup_open=False)
+    demo = web_app.build_app(WebService(settings, accounts, bank, companion=companion, clock=web_clock))
+    port = free_port()
+    web_app.launch(demo, host="127.0.0.1", port=port, prevent_thread_lock=True, quiet=True)
+    try:
+        c = Client(f"http://127.0.0.1:{port}/", verbose=False)
+        token, _, message = c.predict("mallory", "long enough pw", "en", api_name="/signup")
+        assert token == "" and "closed" in message
+        assert accounts.users() == []
+    finally:
+        demo.close()
+        bank.close()
+
+
+def test_concurrent_users_do_not_mix(client):
+    c, service = client
+    tokens = {name: signup(c, name, f"{name}-password") for name in ("ann", "ben", "cat")}
+    errors = []
+
+    def talk(name):
+        try:
+            for i in range(2):
+                c.predict(tokens[name], f"{name} says thing {i}", api_name="/chat")
+        except Exception as exc:   # pragma: no cover - reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=talk, args=(n,)) for n in tokens]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join(60)
+    assert not errors
+    for name, token in tokens.items():
+        rows = c.predict(token, *FILTERS, "", True, api_name="/memories")[1]["data"]
+        assert len(rows) == 2 and all(row[8].startswith(f"{name} says") for row in rows)

@@ -1,0 +1,229 @@
+"""The web app's service layer (no Gradio): every method behind the session, per-user data."""
+from __future__ import annotations
+
+import inspect
+import json
+from datetime import date, timedelta
+
+import pytest
+
+from memory.bank import UnknownMemory, user_key
+from memory.memorybank_format import parse_bank
+from memory.records import Kind, State
+from siliconfriend.web_service import BackendPool, NotLoggedIn, WebService
+
+
+def say(service, token, text):
+    stream = service.respond(token, text)
+    for _ in stream:
+        pass
+    service.finished(token, stream)
+    return stream.result
+
+
+@pytest.fixture
+def two(web_service):
+    alice = web_service.signup("alice", "alice-password").token
+    bob = web_service.signup("bob", "bob-password").token
+    return web_service, alice, bob
+
+
+def test_every_method_needs_a_session(web_service):
+    skip = {"signup", "login", "logout", "user", "now", "finished", "remembered", "companion"}
+    for name, fn in inspect.getmembers(web_service, inspect.ismethod):
+        if name.startswith("_") or name in skip:
+            continue
+        params = list(inspect.signature(fn).parameters.values())
+        assert params[0].name == "token", name
+        args = ["not-a-token" * 3] + [1 if p.annotation in ("int", int) else "x" for p in params[1:]
+                                       if p.default is inspect.Parameter.empty and p.kind == p.POSITIONAL_OR_KEYWORD]
+        with pytest.raises(NotLoggedIn):
+            fn(*args)
+
+
+def test_chat_and_memory_page(two, web_clock):
+    service, alice, bob = two
+    r = say(service, alice, "My cat is called Pixel and she loves tuna.")
+    assert r.error is None and "Pixel" in r.reply and r.turn is not None
+    rows = service.memories(alice)
+    assert [row.kind for row in rows] == ["turn"] and "Pixel" in rows[0].text
+    assert rows[0].strength == 1.0 and rows[0].retention == 1.0 and rows[0].state == "active"
+    assert service.memories(bob) == [] and service.memories(bob, query="Pixel") == []
+
+    web_clock.now += timedelta(days=1)          # a new day: yesterday's words are remembered
+    r2 = say(service, alice, "What is my cat called?")
+    used = service.remembered(r2.used)
+    assert any("Pixel" in u["text"] and u["day"] == "2024-05-04" for u in used)
+    assert all({"day", "strength", "retention", "why"} <= set(u) for u in used)
+    found = service.memories(alice, query="Pixel")
+    assert found and "Pixel" in found[0].text and found[0].why
+    assert service.days(alice) == ["2024-05-05", "2024-05-04"]
+    assert [r.day for r in service.memories(alice, day="2024-05-04", kind="turn")] == ["2024-05-04"]
+    assert [t.query for t in service.today(alice)] == ["What is my cat called?"]
+    assert service.today(bob) == []
+
+
+def test_pin_forget_restore_delete(two, web_clock):
+    service, alice, bob = two
+    say(service, alice, "I climbed Mount Tai with my sister.")
+    say(service, alice, "Then we ate dumplings.")
+    first, second = sorted(r.id for r in service.memories(alice))
+    service.pin(alice, first)
+    web_clock.now += timedelta(days=30)
+    service.bank.forget_pass("alice", web_clock.now)
+    by_id = {r.id: r for r in service.memories(alice, kind="turn")}
+    assert by_id[first].state == "active" and by_id[first].pinned and by_id[first].retention == 1.0
+    assert by_id[second].state == "archived"
+    assert [r.id for r in service.memories(alice, kind="turn", include_archived=False)] == [first]
+    service.restore(alice, second)
+    assert {r.id: r.state for r in service.memories(alice, kind="turn")}[second] == "active"
+    service.pin(alice, first, False)
+    # bob can neither touch nor see alice's memories, whatever ids he tries
+    for action in (lambda i: service.pin(bob, i), lambda i: service.restore(bob, i),
+                   lambda i: service.delete_memories(bob, [i])):
+        with pytest.raises(UnknownMemory):
+            action(first)
+    assert len(service.memories(alice, kind="turn")) == 2
+    assert service.delete_memories(alice, [second]) == 1
+    assert [r.id for r in service.memories(alice, kind="turn")] == [first]
+
+
+def test_summaries_read_edit_and_summarise_now(two):
+    service, alice, bob = two
+    say(service, alice, "Today I started learning the violin.")
+    assert service.summarise_now(alice) == [date(2024, 5, 4)]
+    s = service.summaries(alice)
+    assert s["day"] == "2024-05-04" and s["daily_events"] and s["global_events"]
+    saved = service.save_summaries(alice, day="2024-05-04", daily_events="Alice began the violin.",
+                                   daily_personality=s["daily_personality"])
+    assert saved == ["daily_events"]
+    service.save_summaries(alice, global_personality="Curious; likes music. Strategy: ask about practice.")
+    s = service.summaries(alice, "2024-05-04")
+    assert s["daily_events"] == "Alice began the violin."
+    assert s["global_personality"].startswith("Curious")
+    assert service.summaries(bob)["global_personality"] == ""
+    with pytest.raises(ValueError):
+        service.save_summaries(alice, daily_events="no day given")
+
+
+def test_retention_curves(two, web_clock):
+    service, alice, bob = two
+    say(service, alice, "I like rainy days.")
+    curves = service.retention_curves(alice, horizon_days=7)
+    assert curves["threshold"] == service.settings.forgetting_threshold
+    (c,) = curves["curves"]
+    assert c["values"][0] == pytest.approx(1.0) and c["values"][-1] < 0.01
+    assert service.retention_curves(bob)["curves"] == []
+
+
+def test_export_is_memorybank_json_plus_our_fields(two, tmp_path):
+    service, alice, bob = two
+    service.save_prefs(alice, persona="gentle")
+    say(service, alice, "My favourite tea is oolong.")
+    path = service.export_file(alice)
+    data = json.loads(path.read_text())
+    assert list(data) == ["alice"]
+    body = data["alice"]
+    (turn,) = body["history"]["2024-05-04"]
+    assert turn["query"] == "My favourite tea is oolong." and turn["memory_strength"] == 1.0
+    ours = body["siliconfriend"]
+    assert ours["account"]["preferences"]["persona"] == "gentle"
+    assert ours["memories"][0]["state"] == "active" and "retention" in ours["memories"][0]
+    (parsed,) = parse_bank(path)                 # the original format reads it back
+    assert parsed.name == "alice" and parsed.turns[0][0] == "My favourite tea is oolong."
+    assert "oolong" not in json.dumps(service.export_data(bob))
+
+
+def test_delete_account_leaves_nothing(two, tmp_path):
+    service, alice, bob = two
+    say(service, alice, "A secret: I sing in the shower.")
+    say(service, bob, "Hello there.")
+    export = service.export_file(alice)
+    gradio_copy = tmp_path / "gradio-cache" / "abc" / export.name
+    gradio_copy.parent.mkdir(parents=True)
+    gradio_copy.write_text("{}")
+    user_dir = service.bank.user_dir("alice")
+    assert user_dir.exists()
+    with pytest.raises(ValueError):
+        service.delete_account(alice, "wrong password")
+    service.delete_account(alice, "alice-password", extra_dirs=[tmp_path / "gradio-cache"])
+    assert not user_dir.exists() and not export.exists() and not gradio_copy.exists()
+    assert not service.accounts.exists("alice")
+    with pytest.raises(NotLoggedIn):
+        service.memories(alice)
+    assert "alice" not in service.bank.users()
+    assert service.memories(bob)                  # bob is untouched
+    home = service.settings.home
+    leftovers = [p for p in home.rglob("*") if p.is_file() and b"shower" in p.read_bytes()]
+    assert leftovers == []
+    assert not any(user_key("alice") in str(p) for p in home.rglob("*"))
+
+
+def test_language_persona_and_backend_reach_the_companion(two):
+    service, alice, bob = two
+    backend = service.companion.backend
+    service.save_prefs(alice, lang="zh", companion_name="小硅", persona="像一位温柔的老朋友")
+    say(service, alice, "我今天很累。")
+    system = backend.calls[-1][0].content
+    assert "小硅" in system and "温柔的老朋友" in system
+    say(service, bob, "I am tired today.")         # bob still gets the defaults
+    assert "小硅" not in backend.calls[-1][0].content
+    assert service.companion.settings.companion_name == "SiliconFriend"
+
+    built = []
+
+    class Other(type(backend)):
+        pass
+
+    def factory(name, *, model=None, **options):
+        built.append((name, model))
+        return Other()
+
+    service.backends = BackendPool(factory)
+    with pytest.raises(ValueError):
+        service.save_prefs(bob, backend="no-such-backend")
+    service.save_prefs(bob, backend="hf", model="qwen")
+    r = say(service, bob, "Which model are you?")
+    assert built == [("hf", "qwen")] and r.error is None
+    say(service, bob, "Again?")
+    assert built == [("hf", "qwen")]              # built once, then reused
+
+
+def test_llm_failure_is_reported_and_nothing_stored(two):
+    service, alice, _ = two
+    service.companion.backend.fail = "the model server is down"
+    r = say(service, alice, "Are you there?")
+    assert r.error and "down" in r.error and r.turn is None
+    assert service.memories(alice) == []
+    service.companion.backend.fail = None
+    assert say(service, alice, "Are you there?").error is None
+
+
+def test_stop_keeps_the_partial_reply(two):
+    service, alice, _ = two
+    stream = service.respond(alice, "one two three four five six seven eight")
+    chunks = []
+    for chunk in stream:
+        chunks.append(chunk)
+        if len(chunks) == 3:
+            assert service.stop(alice)
+    service.finished(alice, stream)
+    assert stream.result.stopped and len(chunks) == 3
+    assert service.memories(alice)[0].text.endswith("".join(chunks).strip())
+
+
+def test_logout_ends_the_session(two):
+    service, alice, _ = two
+    service.logout(alice)
+    with pytest.raises(NotLoggedIn):
+        service.user(alice)
+
+
+def test_kinds_and_states_filters(two):
+    service, alice, _ = two
+    say(service, alice, "Hello.")
+    service.summarise_now(alice)
+    kinds = {r.kind for r in service.memories(alice)}
+    assert {"turn", "daily_events", "global_events"} <= kinds
+    assert all(r.kind == "daily_events" for r in service.memories(alice, kind=Kind.DAILY_EVENTS.value))
+    assert service.memories(alice, state=State.ARCHIVED.value) == []
