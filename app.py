@@ -55,9 +55,9 @@ def make_service(settings: Settings, *, clock: Callable[[], datetime] | None = N
     from siliconfriend.factory import build_bank
     bank = build_bank(settings, progress=None) if companion is None else companion.bank
 
-    def companion_factory():
+    def companion_factory():   # the same bank: one index cache, one writer per user
         from siliconfriend.factory import build_companion
-        return build_companion(settings, clock=clock)
+        return build_companion(settings, clock=clock, bank=bank)
 
     accounts = Accounts(settings.home / "accounts.db", signup_open=settings.signup_open)
     return WebService(settings, accounts, bank, companion=companion,
@@ -76,7 +76,7 @@ def build_app(service: WebService) -> gr.Blocks:
                 tr(gr.Markdown(tr.text("tagline")), value="tagline")
             whoami = gr.Markdown(elem_id="whoami")
             lang = tr(gr.Radio([(name, code) for code, name in LANGS.items()], value=tr.lang,
-                               label=tr.text("language"), elem_id="lang", scale=1), label="language")
+                               label=tr.text("language"), elem_id="lang", scale=1, min_width=230), label="language")
             logout = tr(gr.Button(tr.text("logout"), visible=False, elem_id="logout", scale=0), value="logout")
 
         loading = gr.Markdown(tr.text("loading"))

@@ -131,6 +131,12 @@ def test_two_users_in_a_browser(browser, live_app, web_clock, tmp_path):
     page.locator("#mem_search").click()
     ui.wait_text("#mem_table", "Pixel")
     assert "2024-05-04" in ui.text("#mem_table")
+    assert page.locator("#global_events textarea").input_value().strip()   # yesterday was summarised
+    page.locator("#mem_table [data-testid=cell-0-2]").click()                # select a row...
+    page.wait_for_function("() => Number(document.querySelector('#mem_id input').value) > 0")
+    page.get_by_role("button", name="Pin", exact=True).click()               # ...and pin it
+    ui.wait_text("#mem_status", "pinned")
+    assert "yes" in ui.text("#mem_table")
     ui.shot("03-memory-page")
 
     # export all my data
