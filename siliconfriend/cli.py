@@ -32,7 +32,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args, extra = parser.parse_known_args(argv)
+    if extra:
+        if not getattr(args, "passes_options_on", False):
+            parser.error(f"unrecognized arguments: {' '.join(extra)}")
+        args.extra_args = extra
     if not getattr(args, "func", None):
         parser.print_help()
         return 2
