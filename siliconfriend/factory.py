@@ -20,3 +20,20 @@ def build_bank(settings: Settings, *, progress=None) -> MemoryBank:
         from tqdm import tqdm as progress
     return MemoryBank(settings.home, create_embedder(settings.embedder), policy=build_policy(settings),
                       retrieval=RetrievalConfig(k=settings.retrieval_k), progress=progress)
+
+
+def build_backend(settings: Settings, **options):
+    """The chat backend the settings name (openai when OPENAI_API_KEY is set, else the embedded model)."""
+    from .backends.registry import create_backend
+    return create_backend(settings.backend, model=settings.model, adapter=settings.adapter, **options)
+
+
+def build_companion(settings: Settings, *, clock=None, backend=None, bank: MemoryBank | None = None,
+                    progress=None, **options):
+    """A Companion with everything it needs, built from ``settings``. ``clock`` (default: the real
+    time), ``backend`` and ``bank`` may be given (tests, scripted sessions, one model for many)."""
+    from datetime import datetime
+
+    from .companion import Companion
+    return Companion(bank or build_bank(settings, progress=progress), backend or build_backend(settings),
+                     settings=settings, clock=clock or datetime.now, **options)

