@@ -93,7 +93,7 @@ class MemoryBank:
 
     def _close(self, opened: _Open) -> None:
         try:
-            opened.index.sync(force_save=True)
+            opened.index.flush()
         finally:
             opened.store.close()
 
@@ -145,7 +145,7 @@ class MemoryBank:
     def flush(self) -> None:
         with self._lock:
             for opened in self._open.values():
-                opened.index.sync(force_save=True)
+                opened.index.flush()
 
     def close(self) -> None:
         with self._lock:

@@ -30,6 +30,7 @@ from .store import UserStore
 class RetrievalConfig:
     k: int = 5
     candidates: int = 40           # from each of the dense and lexical sides
+    lexical_depth: int = 400       # lexical scores kept for the pool (neighbours); see retrieve()
     dense_weight: float = 0.7      # the lexical side gets 1 - dense_weight
     previous_weight: float = 0.4   # share of the previous turn's base score
     next_weight: float = 0.2       # share of the next turn's base score
@@ -80,7 +81,13 @@ def retrieve(store: UserStore, index: UserIndex, embedder: Embedder, policy: For
     qvec = embed_query(embedder, query) if query_vector is None else query_vector
     dense: dict[int, float] = dict(index.search(qvec, config.candidates))
     match = fts_query(query)
-    lexical: dict[int, float] = dict(store.lexical(match, config.candidates)) if match else {}
+    # One lexical query gives the candidates (its best ``candidates``) and the scores of the
+    # neighbours that join the pool (its best ``lexical_depth``): asking FTS5 for the scores of
+    # given rows costs a full pass over each query word's matches per row. Exact while fewer than
+    # ``lexical_depth`` memories match; past that, a neighbour beyond them scores 0.
+    ranked = store.lexical(match, max(config.candidates, config.lexical_depth)) if match else []
+    lexical: dict[int, float] = dict(ranked[:config.candidates])
+    deeper = dict(ranked)
     named_days: list[date] = days_in_query(query, now.date()) if config.use_dates else []
     day_ids: set[int] = set()
     if named_days:
@@ -96,9 +103,9 @@ def retrieve(store: UserStore, index: UserIndex, embedder: Embedder, policy: For
     unscored = [i for i in pool if i not in dense]
     if unscored:  # cosine from the stored vectors for what the index did not return
         dense.update(zip(unscored, (store.vectors(unscored, index.dim) @ qvec).tolist()))
-    unscored_lex = [i for i in pool if i not in lexical]
-    if match and unscored_lex:
-        lexical.update(store.lexical_for(match, unscored_lex))
+    for i in pool:
+        if i not in lexical and i in deeper:
+            lexical[i] = deeper[i]
     dense_s = _scale({i: dense[i] for i in pool})
     lex_s = _scale({i: lexical.get(i, 0.0) for i in pool})
     base = {i: config.dense_weight * dense_s[i] + config.lexical_weight * lex_s[i] for i in pool}

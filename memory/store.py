@@ -64,7 +64,16 @@ def _m1(db: sqlite3.Connection) -> None:
     """)
 
 
-MIGRATIONS = [_m1]
+def _m2(db: sqlite3.Connection) -> None:
+    # neighbour look-ups by (day, position) without scanning every turn; the lexical table holds
+    # active memories only, so that a lexical search needs no join to filter out archived ones
+    _run_script(db, """
+    CREATE INDEX memories_place ON memories(day, position);
+    DELETE FROM memories_fts WHERE rowid IN (SELECT id FROM memories WHERE state != 'active');
+    """)
+
+
+MIGRATIONS = [_m1, _m2]
 
 
 def _dt(value: str | None) -> datetime | None:
@@ -100,6 +109,8 @@ class UserStore:
 
     # -- plumbing -----------------------------------------------------------------------------
     def _migrate(self) -> None:
+        if self._db.execute("PRAGMA user_version").fetchone()[0] == len(MIGRATIONS):
+            return   # up to date: no write lock taken at every login
         with self.transaction() as db:
             version = db.execute("PRAGMA user_version").fetchone()[0]
             for i, step in enumerate(MIGRATIONS[version:], start=version + 1):
@@ -158,8 +169,9 @@ class UserStore:
                      rec.importance, int(rec.pinned), rec.state.value, blob, seq,
                      json.dumps(rec.extra, ensure_ascii=False)))
                 rid = cur.lastrowid
-                db.execute("INSERT INTO memories_fts (rowid, tokens) VALUES (?, ?)",
-                           (rid, fts_document(rec.text)))
+                if rec.state == State.ACTIVE:
+                    db.execute("INSERT INTO memories_fts (rowid, tokens) VALUES (?, ?)",
+                               (rid, fts_document(rec.text)))
                 out.append(rec.with_(id=rid))
         return out
 
@@ -172,7 +184,9 @@ class UserStore:
             db.execute(f"UPDATE memories SET text = ?, vector = ?, vseq = ?{', ' + sets if sets else ''}"
                        " WHERE id = ?", (text, blob, seq, *fields.values(), rid))
             db.execute("DELETE FROM memories_fts WHERE rowid = ?", (rid,))
-            db.execute("INSERT INTO memories_fts (rowid, tokens) VALUES (?, ?)", (rid, fts_document(text)))
+            row = db.execute("SELECT state FROM memories WHERE id = ?", (rid,)).fetchone()
+            if row and row[0] == State.ACTIVE.value:
+                db.execute("INSERT INTO memories_fts (rowid, tokens) VALUES (?, ?)", (rid, fts_document(text)))
 
     def update_forgetting(self, records: Iterable[MemoryRecord]) -> None:
         """Strength / recall fields after reinforcement (the index is not affected)."""
@@ -190,8 +204,16 @@ class UserStore:
             seq = self._bump(db)
             n = 0
             for rid in ids:
-                n += db.execute("UPDATE memories SET state = ?, vseq = ? WHERE id = ? AND state != ?",
-                                (state.value, seq, rid, state.value)).rowcount
+                changed = db.execute("UPDATE memories SET state = ?, vseq = ? WHERE id = ? AND state != ?",
+                                     (state.value, seq, rid, state.value)).rowcount
+                if not changed:
+                    continue
+                n += changed
+                db.execute("DELETE FROM memories_fts WHERE rowid = ?", (rid,))
+                if state == State.ACTIVE:   # the lexical table holds active memories only
+                    text = db.execute("SELECT text FROM memories WHERE id = ?", (rid,)).fetchone()[0]
+                    db.execute("INSERT INTO memories_fts (rowid, tokens) VALUES (?, ?)",
+                               (rid, fts_document(text)))
             return n
 
     def set_pinned(self, rid: int, pinned: bool) -> bool:
@@ -317,11 +339,11 @@ class UserStore:
         places = list(dict.fromkeys(places))
         for start in range(0, len(places), 300):
             part = places[start:start + 300]
-            values = ",".join("(?, ?)" for _ in part)
+            # one index look-up per place (a row-value IN list would make SQLite scan every turn)
+            where = " OR ".join("(day = ? AND position = ?)" for _ in part)
             params = [v for d, p in part for v in (d.isoformat(), p)]
-            out += self._select(f"kind = 'turn' AND state = 'active' AND (day, position) IN (VALUES {values})",
-                                params)
-        return out
+            out += self._select(f"+kind = 'turn' AND ({where})", params)
+        return [r for r in out if r.state == State.ACTIVE]
 
     def lexical_for(self, match: str, ids: Sequence[int]) -> dict[int, float]:
         """BM25 scores (higher is better) of the given memories for an FTS5 expression."""
@@ -335,11 +357,10 @@ class UserStore:
         return {r[0]: float(r[1]) for r in rows}
 
     def lexical(self, match: str, limit: int) -> list[tuple[int, float]]:
-        """(id, bm25 score, higher is better) of active memories matching an FTS5 expression."""
+        """(id, bm25 score, higher is better) of active memories matching an FTS5 expression
+        (the lexical table holds active memories only)."""
         with self._lock:
             rows = self._db.execute(
-                "SELECT f.rowid, -bm25(memories_fts) AS s FROM memories_fts f"
-                " JOIN memories m ON m.id = f.rowid"
-                " WHERE memories_fts MATCH ? AND m.state = 'active' ORDER BY bm25(memories_fts) LIMIT ?",
-                (match, limit)).fetchall()
+                "SELECT rowid, -bm25(memories_fts) FROM memories_fts"
+                " WHERE memories_fts MATCH ? ORDER BY bm25(memories_fts) LIMIT ?", (match, limit)).fetchall()
         return [(r[0], float(r[1])) for r in rows]
