@@ -3,6 +3,7 @@ reinforcement, regenerate, delete, stop, concurrent tabs and very long messages.
 from __future__ import annotations
 
 import threading
+import time
 from datetime import datetime, timedelta
 
 import pytest
@@ -109,7 +110,8 @@ def test_a_100kb_message_is_accepted_and_shortened_in_the_prompt(bank, smollm2_b
 
 
 def test_regenerate_replaces_the_last_turn_of_today(companion, bank):
-    first = companion.respond("Maya", "I love rainy days.").collect()
+    first = TurnResult("", [], bank.add_turn("Maya", "I love rainy days.", "Me too!", DAY1 - timedelta(minutes=5)),
+                       [])
     second = companion.respond("Maya", "Do you like rain?").collect()
     stream = companion.regenerate("Maya")
     result = stream.collect()
@@ -171,28 +173,60 @@ def test_probing_without_storing(companion, bank, clock):
     assert {r.id: r.strength for r in bank.records("Maya")} == before
 
 
-def test_two_tabs_of_one_user_both_store_their_turns(companion, bank):
+def run_tabs(companion, tabs: list[list[str]]) -> list[TurnResult]:
+    """Each list of messages sent by its own thread (a browser tab), all starting together."""
     results: list[TurnResult] = []
     errors: list[BaseException] = []
+    start = threading.Barrier(len(tabs))
 
     def tab(texts):
         try:
+            start.wait()
             for text in texts:
                 results.append(companion.respond("Maya", text).collect())
         except BaseException as exc:   # noqa: BLE001 - reported below
             errors.append(exc)
 
-    threads = [threading.Thread(target=tab, args=(["Good morning!", "I had tea."],)),
-               threading.Thread(target=tab, args=(["Hello from my phone.", "It is sunny."],))]
+    threads = [threading.Thread(target=tab, args=(texts,)) for texts in tabs]
     for t in threads:
         t.start()
     for t in threads:
         t.join(timeout=300)
-    assert not errors and len(results) == 4 and all(r.error is None for r in results)
+    assert not errors, errors
+    return results
+
+
+def test_two_tabs_of_one_user_both_store_their_turns(companion, bank):
+    results = run_tabs(companion, [["Good morning!"], ["Hello from my phone."]])
+    assert len(results) == 2 and all(r.error is None and r.turn is not None for r in results)
     stored = companion.today("Maya")
-    assert sorted(t.query for t in stored) == sorted(["Good morning!", "I had tea.", "Hello from my phone.",
-                                                      "It is sunny."])
-    assert sorted(t.position for t in stored) == [0, 1, 2, 3]
+    assert sorted(t.query for t in stored) == ["Good morning!", "Hello from my phone."]
+    assert sorted(t.position for t in stored) == [0, 1]
+
+
+class Parrot:
+    """A model server that answers many requests at once (no queue, unlike the local model)."""
+
+    name = model = "parrot"
+    context_tokens = 4096
+
+    def count_tokens(self, text):
+        return len(text) // 4 + 1
+
+    def stream(self, messages, *, max_tokens=None):
+        for word in ("You", " said: ", messages[-1].content[:20]):
+            time.sleep(0.001)
+            yield word
+
+
+def test_many_tabs_at_once_lose_no_turn(bank, clock, tmp_path):
+    companion = Companion(bank, Parrot(), settings=Settings(home=tmp_path), clock=clock)
+    tabs = [[f"tab {i} message {j}" for j in range(3)] for i in range(6)]
+    results = run_tabs(companion, tabs)
+    assert len(results) == 18 and all(r.turn is not None for r in results)
+    stored = companion.today("Maya")
+    assert sorted(t.query for t in stored) == sorted(m for tab in tabs for m in tab)
+    assert sorted(t.position for t in stored) == list(range(18))
 
 
 def test_profile_lists_the_summaries(companion, bank):
