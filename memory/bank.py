@@ -204,24 +204,35 @@ class MemoryBank:
 
     def set_summary(self, user: str, kind: Kind, text: str, when: datetime, *, day: date | None = None) -> MemoryRecord:
         """Create or replace the summary of ``kind`` for ``day`` (daily kinds) or the global one."""
-        if kind == Kind.TURN:
-            raise ValueError("use add_turn for dialogue turns")
-        if kind.is_daily and day is None:
-            raise ValueError(f"{kind.value} needs the day it summarises")
-        day = day if kind.is_daily else date(1970, 1, 1)
+        return self._set_summaries(user, [(kind, text, when, day)])[0]
+
+    def _set_summaries(self, user: str, items: Sequence[tuple[Kind, str, datetime, date | None]]) -> list[MemoryRecord]:
+        """``set_summary`` for many summaries at once (imports): one embedding batch, one index sync."""
+        if not items:
+            return []
+        for kind, _, _, day in items:
+            if kind == Kind.TURN:
+                raise ValueError("use add_turn for dialogue turns")
+            if kind.is_daily and day is None:
+                raise ValueError(f"{kind.value} needs the day it summarises")
         u = self._user(user)
-        existing = u.store.records(kind=kind, day=day)
-        vector = embed_documents(self.embedder, [text])[0]
-        if existing:
-            rec = existing[0]
-            u.store.replace_text(rec.id, text, vector, created_at=when.isoformat())
-            if rec.state == State.ARCHIVED:
-                u.store.set_state([rec.id], State.ACTIVE)
-        else:
-            rec = u.store.insert([MemoryRecord(user=user, kind=kind, text=text, created_at=when, day=day,
-                                               strength=self.policy.initial_strength(0.0))], vector[None, :])[0]
+        vectors = embed_documents(self.embedder, [text for _, text, _, _ in items])
+        ids = []
+        for (kind, text, when, day), vector in zip(items, vectors):
+            day = day if kind.is_daily else date(1970, 1, 1)
+            existing = u.store.records(kind=kind, day=day)
+            if existing:
+                rec = existing[0]
+                u.store.replace_text(rec.id, text, vector, created_at=when.isoformat())
+                if rec.state == State.ARCHIVED:
+                    u.store.set_state([rec.id], State.ACTIVE)
+            else:
+                rec = u.store.insert([MemoryRecord(user=user, kind=kind, text=text, created_at=when, day=day,
+                                                   strength=self.policy.initial_strength(0.0))], vector[None, :])[0]
+            ids.append(rec.id)
         u.index.sync()
-        return u.store.get(rec.id)
+        found = u.store.get_many(ids)
+        return [found[i] for i in ids]
 
     def get_summary(self, user: str, kind: Kind, day: date | None = None) -> MemoryRecord | None:
         day = day if kind.is_daily else date(1970, 1, 1)

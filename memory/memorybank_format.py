@@ -128,14 +128,16 @@ def import_bank(bank: MemoryBank, path: Path | str, *, only_user: str | None = N
             if bar:
                 bar.update(len(part))
         last_day = max((t[2] for t in p.turns), default=datetime(1970, 1, 1))
-        for day, text in p.daily_events.items():
-            bank.set_summary(user, Kind.DAILY_EVENTS, text, datetime.combine(day, time(23, 59)), day=day)
-        for day, text in p.daily_personality.items():
-            bank.set_summary(user, Kind.DAILY_PERSONALITY, text, datetime.combine(day, time(23, 59)), day=day)
+        summaries = [(Kind.DAILY_EVENTS, text, datetime.combine(day, time(23, 59)), day)
+                     for day, text in p.daily_events.items()]
+        summaries += [(Kind.DAILY_PERSONALITY, text, datetime.combine(day, time(23, 59)), day)
+                      for day, text in p.daily_personality.items()]
         if p.global_events.strip():
-            bank.set_summary(user, Kind.GLOBAL_EVENTS, p.global_events, last_day)
+            summaries.append((Kind.GLOBAL_EVENTS, p.global_events, last_day, None))
         if p.global_personality.strip():
-            bank.set_summary(user, Kind.GLOBAL_PERSONALITY, p.global_personality, last_day)
+            summaries.append((Kind.GLOBAL_PERSONALITY, p.global_personality, last_day, None))
+        for start in range(0, len(summaries), 256):   # embedded in batches, like the turns
+            bank._set_summaries(user, summaries[start:start + 256])
         counts[user] = len(fresh)
     if bar:
         bar.close()

@@ -12,6 +12,8 @@ the reasons, for the UI. Retrieval never reinforces.
 """
 from __future__ import annotations
 
+import threading
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import date, datetime, timedelta
 
@@ -72,20 +74,41 @@ def _scale(values: dict[int, float]) -> dict[int, float]:
     return {k: (v - low) / span for k, v in values.items()}
 
 
+_pool: ThreadPoolExecutor | None = None
+_pool_lock = threading.Lock()
+
+
+def _workers() -> ThreadPoolExecutor:
+    global _pool
+    with _pool_lock:
+        if _pool is None:
+            _pool = ThreadPoolExecutor(max_workers=4, thread_name_prefix="sf-lexical")
+        return _pool
+
+
+def _lexical_side(store: UserStore, query: str, config: RetrievalConfig) -> tuple[str | None, list[tuple[int, float]]]:
+    """The FTS5 query and its ranked matches. One query gives both the candidates (its best
+    ``candidates``) and the lexical scores of the neighbours that join the pool (its best
+    ``lexical_depth``): asking FTS5 for given rows' scores costs a full pass over each query
+    word's matches per row. Exact while fewer than ``lexical_depth`` memories match; past that,
+    a neighbour beyond them scores 0."""
+    match = fts_query(query)
+    return match, store.lexical(match, max(config.candidates, config.lexical_depth)) if match else []
+
+
 def retrieve(store: UserStore, index: UserIndex, embedder: Embedder, policy: ForgettingPolicy,
              query: str, now: datetime, config: RetrievalConfig = RetrievalConfig(), *,
              k: int | None = None, query_vector: np.ndarray | None = None) -> list[Hit]:
     k = config.k if k is None else k
     if not query.strip() or k <= 0:
         return []
+    # The lexical side does not need the query vector: it runs on another thread while the query
+    # is embedded (both leave Python's lock: SQLite while it searches, the embedder in its C
+    # engine), so that on two cores a turn waits for the slower of the two, not for both.
+    pending = _workers().submit(_lexical_side, store, query, config) if query_vector is None else None
     qvec = embed_query(embedder, query) if query_vector is None else query_vector
+    match, ranked = pending.result() if pending is not None else _lexical_side(store, query, config)
     dense: dict[int, float] = dict(index.search(qvec, config.candidates))
-    match = fts_query(query)
-    # One lexical query gives the candidates (its best ``candidates``) and the scores of the
-    # neighbours that join the pool (its best ``lexical_depth``): asking FTS5 for the scores of
-    # given rows costs a full pass over each query word's matches per row. Exact while fewer than
-    # ``lexical_depth`` memories match; past that, a neighbour beyond them scores 0.
-    ranked = store.lexical(match, max(config.candidates, config.lexical_depth)) if match else []
     lexical: dict[int, float] = dict(ranked[:config.candidates])
     deeper = dict(ranked)
     named_days: list[date] = days_in_query(query, now.date()) if config.use_dates else []
