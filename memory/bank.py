@@ -88,12 +88,16 @@ class MemoryBank:
             self._open[user] = opened
             while len(self._open) > self.max_open_users:
                 _, old = self._open.popitem(last=False)
-                self._close(old)
+                self._close(old, save=False)
             return opened
 
-    def _close(self, opened: _Open) -> None:
+    def _close(self, opened: _Open, *, save: bool = True) -> None:
+        """Close a user's files. An evicted user's index is not saved: what changed since its last
+        save is replayed from the store when the user comes back (a few rows), whereas saving a
+        user's whole index at every eviction costs a file write per turn on a busy server."""
         try:
-            opened.index.flush()
+            if save:
+                opened.index.flush()
         finally:
             opened.store.close()
 
