@@ -15,24 +15,7 @@ from memory.memorybank_format import import_bank
 
 from .benchmark_data import DialogueGenerator
 from .benchmark_fixtures import write_memorybank_file
-
-
-class TimedEmbedder:
-    """Wraps an embedder; adds up the seconds spent in document and query embedding."""
-
-    def __init__(self, inner):
-        self.inner = inner
-        self.id, self.dim = inner.id, inner.dim
-        self.seconds = {"document": 0.0, "query": 0.0}
-        self.texts = {"document": 0, "query": 0}
-
-    def embed(self, texts, *, kind):
-        start = time.perf_counter()
-        try:
-            return self.inner.embed(texts, kind=kind)
-        finally:
-            self.seconds[kind] += time.perf_counter() - start
-            self.texts[kind] += len(texts)
+from .benchmark_turns import TimedEmbedder
 
 
 def measure_ingest(embedder, turns: int, *, users: int = 2, seed: int = 7) -> dict:

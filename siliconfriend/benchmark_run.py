@@ -24,7 +24,7 @@ from .benchmark_data import DialogueGenerator
 from .benchmark_fixtures import fill_user, many_users, vector_pool
 from .benchmark_ingest import measure_ingest
 from .benchmark_process import measure_process
-from .benchmark_turns import run_turns
+from .benchmark_turns import TimedEmbedder, run_turns
 
 END = date(2030, 1, 1)     # the synthetic histories end the day before; benchmark turns start here
 SEED = 20240501
@@ -112,7 +112,7 @@ def run_bench(config: BenchConfig = FULL, *, log: Callable[[str], None] = lambda
         for key, size in config.single:
             tick = time.perf_counter()
             home = root / f"single-{key}"
-            bank = MemoryBank(home, embedder, max_open_users=config.max_open_users)
+            bank = MemoryBank(home, TimedEmbedder(embedder), max_open_users=config.max_open_users)
             log(f"writing one user with {size:,} memories")
             fill_user(bank, "big", size, gen, pool, end=END, seed=size)
             log(f"{config.turns} turns at {key}")
@@ -127,7 +127,7 @@ def run_bench(config: BenchConfig = FULL, *, log: Callable[[str], None] = lambda
         users, per_user = config.many
         tick = time.perf_counter()
         home = root / "many"
-        bank = MemoryBank(home, embedder, max_open_users=config.max_open_users)
+        bank = MemoryBank(home, TimedEmbedder(embedder), max_open_users=config.max_open_users)
         log(f"writing {users:,} users x {per_user:,} memories")
         names = many_users(bank, users, per_user, gen, pool, end=END)
         rng = random.Random(SEED)
@@ -193,15 +193,19 @@ def format_table(r: dict) -> str:
     lines = [f"SiliconFriend bench ({r['config']}, {r['embedder']}, turns via {r.get('turn_path', '?')}; "
              f"{r['machine']['cpus']} CPUs, load {r['machine']['load_avg_1m']} -> {r['machine'].get('load_avg_1m_end')}; "
              f"{r['seconds']} s)", "",
-             f"{'turn overhead (ms)':<22}{'p50':>8}{'p95':>8}{'before reply p50':>18}{'after p50':>11}   size"]
+             f"{'turn overhead (ms)':<20}{'p50':>7}{'p95':>7}{'before reply':>14}{'after reply':>13}"
+             f"{'e5 query':>10}{'e5 turn':>9}   size",
+             f"{'':<20}{'':>7}{'':>7}{'(p50)':>14}{'(p50)':>13}{'(p50)':>10}{'(p50)':>9}"]
     for key in TURN_KEYS:
         t = r["turn_ms"].get(key)
         if not t:
-            lines.append(f"{key:<22}{'-':>8}{'-':>8}{'-':>18}{'-':>11}   not run")
+            lines.append(f"{key:<20}{'-':>7}{'-':>7}{'-':>14}{'-':>13}{'-':>10}{'-':>9}   not run")
             continue
         mark = (_ok(t["p50"], TARGETS["p50"]) + _ok(t["p95"], TARGETS["p95"])) if key == "100k" else ""
-        lines.append(f"{key:<22}{t['p50']:>8.1f}{t['p95']:>8.1f}{t['before_reply']['p50']:>18.1f}"
-                     f"{t['after_reply']['p50']:>11.1f}   {r['sizes'].get(key, '')}{mark}")
+        eq, ed = t.get("embed_query", {}).get("p50"), t.get("embed_document", {}).get("p50")
+        lines.append(f"{key:<20}{t['p50']:>7.1f}{t['p95']:>7.1f}{t['before_reply']['p50']:>14.1f}"
+                     f"{t['after_reply']['p50']:>13.1f}{eq if eq is not None else '-':>10}"
+                     f"{ed if ed is not None else '-':>9}   {r['sizes'].get(key, '')}{mark}")
     ing = r.get("ingest", {})
     rec = r.get("recall_at_5", {})
     lines += ["",

@@ -26,6 +26,24 @@ from .backends.openai_chat import estimate_tokens
 from .benchmark_data import DialogueGenerator
 
 
+class TimedEmbedder:
+    """Wraps an embedder; adds up the seconds spent embedding documents and queries."""
+
+    def __init__(self, inner):
+        self.inner = inner
+        self.id, self.dim = inner.id, inner.dim
+        self.seconds = {"document": 0.0, "query": 0.0}
+        self.texts = {"document": 0, "query": 0}
+
+    def embed(self, texts, *, kind):
+        start = time.perf_counter()
+        try:
+            return self.inner.embed(texts, kind=kind)
+        finally:
+            self.seconds[kind] += time.perf_counter() - start
+            self.texts[kind] += len(texts)
+
+
 class InstantBackend:
     """A chat backend whose reply is set before each turn and streamed at once."""
 
@@ -57,6 +75,8 @@ class _NothingToConsolidate:
 class TurnTimes:
     before: list[float] = field(default_factory=list)   # ms, message in -> prompt ready
     after: list[float] = field(default_factory=list)    # ms, reply complete -> turn stored
+    embed_query: list[float] = field(default_factory=list)      # ms of each turn in the embedder
+    embed_document: list[float] = field(default_factory=list)
 
     @property
     def total(self) -> list[float]:
@@ -67,7 +87,8 @@ class TurnTimes:
             return {"p50": round(float(np.percentile(values, 50)), 2),
                     "p95": round(float(np.percentile(values, 95)), 2)} if values else {"p50": None, "p95": None}
         return pct(self.total) | {"n": len(self.before), "before_reply": pct(self.before),
-                                  "after_reply": pct(self.after)}
+                                  "after_reply": pct(self.after), "embed_query": pct(self.embed_query),
+                                  "embed_document": pct(self.embed_document)}
 
 
 class TurnRunner:
@@ -137,16 +158,22 @@ class TurnRunner:
 
 def run_turns(bank: MemoryBank, pick_user: Callable[[int], str], turns: int, warmup: int,
               gen: DialogueGenerator, *, start: datetime, turns_per_day: int = 20) -> tuple[TurnTimes, str]:
-    """``warmup`` untimed turns, then ``turns`` timed ones; ``pick_user(i)`` names each turn's user."""
+    """``warmup`` untimed turns, then ``turns`` timed ones; ``pick_user(i)`` names each turn's user.
+    With a ``TimedEmbedder`` in the bank, each turn's time in the embedder is recorded too."""
     runner = TurnRunner(bank)
     runner.now = start
     times = TurnTimes()
+    timed = bank.embedder if isinstance(bank.embedder, TimedEmbedder) else None
     for i in range(warmup + turns):
         lang = gen.lang()
         message, reply = gen.message(lang), gen.reply(lang)
+        spent = dict(timed.seconds) if timed else {}
         before, after = runner.turn(pick_user(i), message, reply, lang)
         if i >= warmup:
             times.before.append(before)
             times.after.append(after)
+            if timed:
+                times.embed_query.append(1000 * (timed.seconds["query"] - spent["query"]))
+                times.embed_document.append(1000 * (timed.seconds["document"] - spent["document"]))
         runner.advance(turns_per_day, i)
     return times, runner.path

@@ -77,6 +77,8 @@ def test_the_result_has_every_key_the_issue_asks_for(tiny_result):
         t = r["turn_ms"][key]
         assert t["n"] == 12 and 0 < t["p50"] <= t["p95"]
         assert t["before_reply"]["p50"] > 0 and t["after_reply"]["p50"] > 0
+        # each turn embeds its query once and stores itself with a document embedding
+        assert 0 < t["embed_query"]["p50"] < t["p50"] and 0 < t["embed_document"]["p50"] < t["p50"]
         assert key in r["sizes"]
     json.dumps(r)                                   # plain JSON all through
 
