@@ -21,6 +21,10 @@ EmbedKind = Literal["query", "document"]
 # stored whole and still gets one vector that reflects all of it.
 CHUNK_CHARS_LATIN = 1200
 CHUNK_CHARS_CJK = 400
+# A very long text gets its vector from at most this many chunks, spread evenly over it (the
+# first and the last included), so that storing a 100 KB message takes seconds, not a minute;
+# the lexical index still holds every word of it.
+MAX_CHUNKS_PER_TEXT = 12
 _CJK = re.compile(r"[\u3400-\u9fff]")
 
 
@@ -55,12 +59,20 @@ def chunk_text(text: str) -> list[str]:
     return chunks
 
 
+def spread(items: list[str], most: int) -> list[str]:
+    """At most ``most`` of ``items``, evenly spaced, the first and the last kept."""
+    if len(items) <= most:
+        return items
+    step = (len(items) - 1) / (most - 1)
+    return [items[round(i * step)] for i in range(most)]
+
+
 def embed_documents(embedder: Embedder, texts: Sequence[str], batch: int = 64) -> np.ndarray:
     """Document vectors for ``texts``; long texts are chunked and their chunk vectors averaged."""
     pieces: list[str] = []
     owners: list[int] = []
     for i, text in enumerate(texts):
-        for chunk in chunk_text(text):
+        for chunk in spread(chunk_text(text), MAX_CHUNKS_PER_TEXT):
             pieces.append(chunk)
             owners.append(i)
     out = np.zeros((len(texts), embedder.dim), dtype=np.float32)
