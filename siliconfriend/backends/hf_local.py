@@ -327,21 +327,27 @@ class HFLocalChat:
         if self.stop:
             kwargs.update(stop_strings=self.stop, tokenizer=self.tokenizer)
         failure: list[BaseException] = []
-        worker = threading.Thread(target=self._generate, args=(torch, kwargs, streamer, cancel, failure),
+        running = threading.Event()   # set once the worker holds the model
+        worker = threading.Thread(target=self._generate,
+                                  args=(torch, kwargs, streamer, cancel, failure, running),
                                   name="hf-generate", daemon=True)
         worker.start()
         try:
             yield from _until_stop(streamer, self.stop)
         finally:
             cancel.set()  # a consumer that stops early (or a stop string) ends generate at the next token
-        worker.join()
+            if running.is_set():
+                # also when the consumer closed the stream: the model is left at its next token, and
+                # never mid-token when the process exits (a worker still queued returns on its own)
+                worker.join()
         if failure:
             raise _translate(failure[0], self.model) from failure[0]
 
     def _generate(self, torch: Any, kwargs: dict, streamer: Any, cancel: threading.Event,
-                  failure: list[BaseException]) -> None:
+                  failure: list[BaseException], running: threading.Event) -> None:
         try:
             with self._lock or contextlib.nullcontext():
+                running.set()
                 if cancel.is_set():  # the consumer left while this call waited for the model
                     streamer.end()
                     return
