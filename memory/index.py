@@ -1,11 +1,12 @@
 """The FAISS index of one user's active memories: a cache of the vectors stored in SQLite.
 
 Inner product on normalised vectors, ids = memory ids. Up to ``IVF_MIN`` vectors the search is
-exact (``IndexIDMap2`` over ``IndexFlatIP``); past that, exact search costs ~14 ms per 100k
-memories on a small machine, so the index becomes an inverted file (``IndexIVFScalarQuantizer``,
-vectors kept as float16, about sqrt(n) lists of which ``nprobe`` are searched), which also takes
-ids, additions and removals incrementally and is retrained from the stored vectors when the
-memories have grown fourfold since it was trained. Updated incrementally from the store's change numbers (``vseq``), so that changes made by this
+exact (``IndexIDMap2`` over ``IndexFlatIP``); past that, exact search costs 5-14 ms per 100k
+memories on a small idle machine (20-37 ms on a busy one), so the index becomes an inverted file
+(``IndexIVFScalarQuantizer``, vectors kept as float16, about sqrt(n) lists of which a third are
+searched: ~1 ms at 100k), which also takes ids, additions and removals incrementally and is
+retrained from the stored vectors when the memories have grown fourfold since it was trained.
+Updated incrementally from the store's change numbers (``vseq``), so that changes made by this
 process or another one are applied without a rebuild; saved atomically beside the database;
 rebuilt from the stored vectors (never re-embedded) when the file is missing, corrupt, made for
 another embedder, or ahead of the store.
@@ -28,8 +29,8 @@ log = logging.getLogger(__name__)
 
 SAVE_EVERY_CHANGES = 500      # saved after this many changes, or a twentieth of the index if more
 MAGIC = b"SFINDEX1"
-IVF_MIN = 20_000              # from this many vectors on, an inverted file instead of exact search
-IVF_PROBE_SHARE = 1 / 8       # share of the lists searched per query
+IVF_MIN = 50_000              # from this many vectors on, an inverted file instead of exact search
+IVF_PROBE_SHARE = 1 / 3       # share of the lists searched per query
 IVF_TRAIN_PER_LIST = 40       # training sample size per list
 
 
