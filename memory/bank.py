@@ -195,6 +195,8 @@ class MemoryBank:
     def _contextual_texts(self, store: UserStore, records: list[MemoryRecord]) -> list[str]:
         """What is embedded for each new turn: the turn, after the user's previous message of the
         same day, so that "I loved Gulangyu Island" is found for a question about Xiamen."""
+        if not self.context_turns:
+            return [rec.text for rec in records]
         texts, previous = [], {}
         for rec in records:
             key = rec.day
