@@ -12,29 +12,22 @@ from __future__ import annotations
 import json
 import sqlite3
 import threading
-from contextlib import contextmanager
 from datetime import date, datetime
 from pathlib import Path
-from typing import Iterable, Iterator, Sequence
+from typing import ContextManager, Iterable, Iterator, Sequence
 
 import numpy as np
 
 from .lexical import fts_document
 from .records import Kind, MemoryRecord, State
+from .sqlite_db import connect, immediate_transaction, run_script
 
 _COLUMNS = ("id, kind, text, query, response, day, position, created_at, strength, last_recall, "
             "recall_count, importance, pinned, state, extra")
 
 
-def _run_script(db: sqlite3.Connection, script: str) -> None:
-    # not executescript: that commits, and a migration runs inside the caller's transaction
-    for statement in script.split(";"):
-        if statement.strip():
-            db.execute(statement)
-
-
 def _m1(db: sqlite3.Connection) -> None:
-    _run_script(db, """
+    run_script(db, """
     CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
     CREATE TABLE memories (
         id INTEGER PRIMARY KEY AUTOINCREMENT,
@@ -67,7 +60,7 @@ def _m1(db: sqlite3.Connection) -> None:
 def _m2(db: sqlite3.Connection) -> None:
     # neighbour look-ups by (day, position) without scanning every turn; the lexical table holds
     # active memories only, so that a lexical search needs no join to filter out archived ones
-    _run_script(db, """
+    run_script(db, """
     CREATE INDEX memories_place ON memories(day, position);
     DELETE FROM memories_fts WHERE rowid IN (SELECT id FROM memories WHERE state != 'active');
     """)
@@ -97,14 +90,9 @@ class UserStore:
     def __init__(self, path: Path, user: str):
         self.path = Path(path)
         self.user = user
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        self._db = sqlite3.connect(self.path, timeout=30.0, check_same_thread=False,
-                                   isolation_level=None)
+        self._db = connect(self.path, "synchronous=NORMAL")
         self._db.row_factory = sqlite3.Row
         self._lock = threading.RLock()
-        self._db.execute("PRAGMA journal_mode=WAL")
-        self._db.execute("PRAGMA synchronous=NORMAL")
-        self._db.execute("PRAGMA busy_timeout=30000")
         self._migrate()
 
     # -- plumbing -----------------------------------------------------------------------------
@@ -119,17 +107,9 @@ class UserStore:
             if version == 0:
                 db.execute("INSERT OR REPLACE INTO meta VALUES ('user', ?)", (self.user,))
 
-    @contextmanager
-    def transaction(self) -> Iterator[sqlite3.Connection]:
+    def transaction(self) -> ContextManager[sqlite3.Connection]:
         """BEGIN IMMEDIATE ... COMMIT; rolled back on any error."""
-        with self._lock:
-            self._db.execute("BEGIN IMMEDIATE")
-            try:
-                yield self._db
-            except BaseException:
-                self._db.execute("ROLLBACK")
-                raise
-            self._db.execute("COMMIT")
+        return immediate_transaction(self._db, self._lock)
 
     def close(self) -> None:
         with self._lock:

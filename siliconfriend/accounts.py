@@ -15,13 +15,14 @@ import secrets
 import sqlite3
 import threading
 import time
-from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Iterator
+from typing import Callable, ContextManager
 
 from argon2 import PasswordHasher
 from argon2.exceptions import InvalidHashError, VerificationError, VerifyMismatchError
+
+from memory.sqlite_db import connect, immediate_transaction, run_script
 
 USERNAME_RE = re.compile(r"^[\w.@+-]{2,32}$")   # \w is Unicode: 小明 is a fine name
 MIN_PASSWORD = 8
@@ -82,7 +83,6 @@ class Accounts:
                  clock: Callable[[], float] = time.time, max_failures: int = 5,
                  failure_window_s: float = 300.0, session_days: float = SESSION_DAYS):
         self.path = Path(path)
-        self.path.parent.mkdir(parents=True, exist_ok=True)
         self.signup_open = signup_open
         self.hasher = hasher or PasswordHasher()
         self.clock = clock
@@ -90,10 +90,8 @@ class Accounts:
         self.failure_window_s = failure_window_s
         self.session_s = session_days * 86400
         self._lock = threading.RLock()
-        self._db = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None)
-        self._db.execute("PRAGMA journal_mode=WAL")
-        self._db.execute("PRAGMA foreign_keys=ON")
-        self._db.execute("PRAGMA secure_delete=ON")   # deleted accounts leave no bytes behind
+        # secure_delete: deleted accounts leave no bytes behind
+        self._db = connect(self.path, "foreign_keys=ON", "secure_delete=ON")
         self._migrate()
         # verified against when the name is unknown, so that a wrong name takes as long as a wrong password
         self._dummy_hash = self.hasher.hash(secrets.token_hex(8))
@@ -103,20 +101,11 @@ class Accounts:
         with self._tx() as db:
             version = db.execute("PRAGMA user_version").fetchone()[0]
             for i, script in enumerate(_MIGRATIONS[version:], start=version + 1):
-                for statement in filter(str.strip, script.split(";")):
-                    db.execute(statement)
+                run_script(db, script)
                 db.execute(f"PRAGMA user_version = {i}")
 
-    @contextmanager
-    def _tx(self) -> Iterator[sqlite3.Connection]:
-        with self._lock:
-            self._db.execute("BEGIN IMMEDIATE")
-            try:
-                yield self._db
-            except BaseException:
-                self._db.execute("ROLLBACK")
-                raise
-            self._db.execute("COMMIT")
+    def _tx(self) -> ContextManager[sqlite3.Connection]:
+        return immediate_transaction(self._db, self._lock)
 
     def close(self) -> None:
         with self._lock:

@@ -17,6 +17,13 @@ def _bank(args):
     return build_bank(settings)
 
 
+def _known_user(bank, user: str) -> bool:
+    if bank.has_user(user):
+        return True
+    print(f"siliconfriend: no memories for user {user!r}", file=sys.stderr)
+    return False
+
+
 def _now(args) -> datetime:
     return datetime.fromisoformat(args.now) if getattr(args, "now", None) else datetime.now()
 
@@ -42,8 +49,7 @@ def cmd_export(args) -> int:
     bank = _bank(args)
     try:
         users = [args.user] if args.user else None
-        if args.user and not bank.has_user(args.user):
-            print(f"siliconfriend: no memories for user {args.user!r}", file=sys.stderr)
+        if args.user and not _known_user(bank, args.user):
             return 1
         data = json.dumps(export_bank(bank, users), ensure_ascii=False, indent=2)
     finally:
@@ -71,8 +77,7 @@ def cmd_memories(args) -> int:
     bank = _bank(args)
     now = _now(args)
     try:
-        if not bank.has_user(args.user):
-            print(f"siliconfriend: no memories for user {args.user!r}", file=sys.stderr)
+        if not _known_user(bank, args.user):
             return 1
         if args.action == "search":
             if not args.query:
@@ -101,8 +106,7 @@ def cmd_forget(args) -> int:
     bank = _bank(args)
     now = _now(args)
     try:
-        if not bank.has_user(args.user):
-            print(f"siliconfriend: no memories for user {args.user!r}", file=sys.stderr)
+        if not _known_user(bank, args.user):
             return 1
         decisions = bank.forget_pass(args.user, now, rng=random.Random(args.seed), dry_run=args.dry_run)
         for d in decisions:
