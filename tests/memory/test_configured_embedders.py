@@ -1,0 +1,79 @@
+"""Embedders by configuration: an OpenAI-compatible embeddings server (a real HTTP server on
+127.0.0.1 that embeds with the packaged e5) and a LangChain ``Embeddings`` object."""
+import json
+import threading
+from datetime import datetime, timedelta
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import numpy as np
+import pytest
+
+from memory.bank import MemoryBank
+from memory.embedders import LangChainEmbedder, OpenAIEmbedder, create_embedder, embed_documents
+
+D = datetime(2024, 5, 1, 12)
+
+
+@pytest.fixture
+def embeddings_server(e5):
+    seen = []
+
+    class Handler(BaseHTTPRequestHandler):
+        def log_message(self, *args):
+            pass
+
+        def do_POST(self):
+            body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+            seen.append(body)
+            texts = body["input"] if isinstance(body["input"], list) else [body["input"]]
+            vecs = e5.embed(texts, kind="document")
+            out = {"object": "list", "model": body["model"], "usage": {"prompt_tokens": 1, "total_tokens": 1},
+                   "data": [{"object": "embedding", "index": i, "embedding": v.tolist()} for i, v in enumerate(vecs)]}
+            data = json.dumps(out).encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    yield f"http://127.0.0.1:{server.server_port}/v1", seen
+    server.shutdown()
+
+
+def test_openai_compatible_embeddings(tmp_path, embeddings_server, e5):
+    url, seen = embeddings_server
+    emb = OpenAIEmbedder("e5-small", dim=384, api_key="test-key", base_url=url)
+    vec = embed_documents(emb, ["I adopted a cat named Miso"])[0]
+    assert vec.shape == (384,) and np.isclose(np.linalg.norm(vec), 1.0)
+    bank = MemoryBank(tmp_path, emb)
+    cat = bank.add_turn("amy", "I adopted a cat named Miso", "Lovely!", D)
+    bank.add_turn("amy", "I work night shifts", "Tiring.", D)
+    assert bank.retrieve("amy", "my pet's name", D + timedelta(hours=1), k=1)[0].record.id == cat.id
+    assert seen and all(b["model"] == "e5-small" for b in seen)
+    bank.close()
+
+
+def test_langchain_embeddings_object(tmp_path, e5):
+    from langchain_core.embeddings import Embeddings
+
+    class E5Embeddings(Embeddings):   # a user's own LangChain embeddings class
+        def embed_documents(self, texts):
+            return e5.embed(texts, kind="document").tolist()
+
+        def embed_query(self, text):
+            return e5.embed([text], kind="query")[0].tolist()
+
+    emb = LangChainEmbedder(E5Embeddings(), name="e5")
+    assert emb.dim == 384 and emb.id == "langchain:e5"
+    bank = MemoryBank(tmp_path, emb)
+    cat = bank.add_turn("amy", "I adopted a cat named Miso", "Lovely!", D)
+    bank.add_turn("amy", "I work night shifts", "Tiring.", D)
+    assert bank.retrieve("amy", "my pet's name", D + timedelta(hours=1), k=1)[0].record.id == cat.id
+    bank.close()
+
+
+def test_an_unknown_embedder_is_named_in_the_error():
+    with pytest.raises(ValueError, match="unknown embedder 'word2vec'"):
+        create_embedder("word2vec")
