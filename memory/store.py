@@ -139,6 +139,12 @@ class UserStore:
             seq = self._bump(db)
             for i, rec in enumerate(records):
                 blob = None if vectors is None else np.asarray(vectors[i], dtype=np.float32).tobytes()
+                if rec.kind == Kind.TURN:
+                    # the position is settled inside the write transaction, so that two processes
+                    # adding turns to the same day never give two of them one place
+                    free = db.execute("SELECT COALESCE(MAX(position) + 1, 0) FROM memories"
+                                      " WHERE kind = 'turn' AND day = ?", (rec.day.isoformat(),)).fetchone()[0]
+                    rec = rec.with_(position=max(rec.position, int(free)))
                 cur = db.execute(
                     "INSERT INTO memories (kind, text, query, response, day, position, created_at,"
                     " strength, last_recall, recall_count, importance, pinned, state, vector, vseq, extra)"

