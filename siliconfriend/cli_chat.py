@@ -16,6 +16,8 @@ from datetime import date, datetime, time, timedelta
 from pathlib import Path
 from typing import Any
 
+from .jsonl_files import read_jsonl
+
 FIRST_TURN = time(9, 0)           # a scripted line without "time" is said at 09:00, 09:02, ...
 TURN_GAP = timedelta(minutes=2)
 
@@ -203,13 +205,7 @@ def read_script(path: Path, default_user: str | None) -> list[tuple[str, datetim
     lines: list[tuple[str, datetime, str]] = []
     next_time: dict[tuple[str, date], datetime] = {}
     last: dict[str, datetime] = {}
-    for n, raw in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
-        if not raw.strip():
-            continue
-        try:
-            item = json.loads(raw)
-        except json.JSONDecodeError as exc:
-            raise ValueError(f"{path}:{n}: not JSON: {exc}") from None
+    for n, item in read_jsonl(path):
         if not isinstance(item, dict) or not str(item.get("text", "")).strip() or "date" not in item:
             raise ValueError(f'{path}:{n}: each line needs "date" (YYYY-MM-DD) and "text"')
         user = default_user or item.get("user")
@@ -270,13 +266,7 @@ def read_questions(path: Path, user: str | None) -> list[tuple[str, str, date | 
     """(user, question, date or None) from JSONL lines: {"question", optional "user", "date"}, a
     plain JSON string, or the original MemoryBank form {"Name": ["question", ...]}."""
     out = []
-    for n, raw in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
-        if not raw.strip():
-            continue
-        try:
-            item = json.loads(raw)
-        except json.JSONDecodeError as exc:
-            raise ValueError(f"{path}:{n}: not JSON: {exc}") from None
+    for n, item in read_jsonl(path):
         if isinstance(item, str):
             item = {"question": item}
         if not isinstance(item, dict):

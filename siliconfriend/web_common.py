@@ -40,6 +40,12 @@ def guard(service: WebService) -> Callable[[Callable], Callable]:
     reads it for gr.Request / gr.SelectData parameters)."""
     expected = (NotLoggedIn, AccountError, ValueError, UnknownMemory)
 
+    def as_gr_error(fn: Callable, args: tuple, exc: Exception) -> gr.Error:
+        if isinstance(exc, expected):
+            return _refusal(service, args[0] if args else None, exc)
+        log.exception("handler %s failed", fn.__name__)
+        return gr.Error(f"{type(exc).__name__}: {exc}")
+
     def decorate(fn: Callable) -> Callable:
         if inspect.isgeneratorfunction(fn):
             @functools.wraps(fn)
@@ -48,11 +54,8 @@ def guard(service: WebService) -> Callable[[Callable], Callable]:
                     yield from fn(*args, **kwargs)
                 except gr.Error:
                     raise
-                except expected as exc:
-                    raise _refusal(service, args[0] if args else None, exc) from None
                 except Exception as exc:
-                    log.exception("handler %s failed", fn.__name__)
-                    raise gr.Error(f"{type(exc).__name__}: {exc}") from None
+                    raise as_gr_error(fn, args, exc) from None
             return gen_wrapper
 
         @functools.wraps(fn)
@@ -61,11 +64,8 @@ def guard(service: WebService) -> Callable[[Callable], Callable]:
                 return fn(*args, **kwargs)
             except gr.Error:
                 raise
-            except expected as exc:
-                raise _refusal(service, args[0] if args else None, exc) from None
             except Exception as exc:
-                log.exception("handler %s failed", fn.__name__)
-                raise gr.Error(f"{type(exc).__name__}: {exc}") from None
+                raise as_gr_error(fn, args, exc) from None
         return wrapper
 
     return decorate
