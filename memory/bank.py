@@ -19,7 +19,7 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from .embedders import Embedder, embed_documents, embed_query
+from .embedders import TURN_VECTORS, Embedder, RecentQueries, embed_documents, embed_query, embed_turns
 from .forgetting import EbbinghausPolicy, ForgettingPolicy
 from .index import UserIndex
 from .records import Kind, MemoryRecord, State, turn_text
@@ -60,14 +60,16 @@ class ForgetDecision:
 class MemoryBank:
     def __init__(self, home: Path | str, embedder: Embedder, *, policy: ForgettingPolicy | None = None,
                  retrieval: RetrievalConfig | None = None, max_open_users: int = 64,
-                 progress: Callable | None = None, context_turns: int = 0):
+                 progress: Callable | None = None):
         self.home = Path(home)
         self.embedder = embedder
+        # what every vector is made with and how; stored with each user's vectors and index
+        self.vectors_id = f"{embedder.id}; {TURN_VECTORS}"
+        self._embed = RecentQueries(embedder)   # a message's query vector also makes its turn's
         self.policy = policy or EbbinghausPolicy()
         self.retrieval_config = retrieval or RetrievalConfig()
         self.max_open_users = max_open_users
         self.progress = progress        # e.g. tqdm, for re-embedding
-        self.context_turns = context_turns  # previous messages embedded with a turn
         self._open: OrderedDict[str, _Open] = OrderedDict()
         self._lock = threading.RLock()
         (self.home / "users").mkdir(parents=True, exist_ok=True)
@@ -84,7 +86,7 @@ class MemoryBank:
             folder = self.user_dir(user)
             store = UserStore(folder / "memory.db", user)
             self._reembed_if_needed(store)
-            opened = _Open(store, UserIndex(store, folder / "index.faiss", self.embedder.dim, self.embedder.id))
+            opened = _Open(store, UserIndex(store, folder / "index.faiss", self.embedder.dim, self.vectors_id))
             self._open[user] = opened
             while len(self._open) > self.max_open_users:
                 _, old = self._open.popitem(last=False)
@@ -103,21 +105,25 @@ class MemoryBank:
 
     def _reembed_if_needed(self, store: UserStore) -> None:
         stored = store.get_meta("embedder")
-        if stored == self.embedder.id:
+        if stored == self.vectors_id:
             return
         total = store.count()
         if stored is not None and total:
-            log.warning("memories of %s were embedded with %s; re-embedding %d with %s",
-                        store.user, stored, total, self.embedder.id)
+            log.warning("memories of %s were embedded as %s; re-embedding %d as %s",
+                        store.user, stored, total, self.vectors_id)
             bar = self.progress(total=total, desc="re-embedding", unit="memory") if self.progress else None
             for batch in store.iter_texts():
-                ids = [b[0] for b in batch]
-                store.set_vectors(ids, embed_documents(self.embedder, [b[1] for b in batch]))
+                turns = [(rid, query or text) for rid, kind, text, query in batch if kind == Kind.TURN]
+                others = [(rid, text) for rid, kind, text, _ in batch if kind != Kind.TURN]
+                if turns:
+                    store.set_vectors([t[0] for t in turns], embed_turns(self.embedder, [t[1] for t in turns]))
+                if others:
+                    store.set_vectors([o[0] for o in others], embed_documents(self.embedder, [o[1] for o in others]))
                 if bar:
                     bar.update(len(batch))
             if bar:
                 bar.close()
-        store.set_meta("embedder", self.embedder.id)
+        store.set_meta("embedder", self.vectors_id)
 
     def users(self) -> list[str]:
         names = []
@@ -187,26 +193,10 @@ class MemoryBank:
             records.append(rec)
         if not records:
             return []
-        vectors = embed_documents(self.embedder, self._contextual_texts(u.store, records))
+        vectors = embed_turns(self._embed, [rec.query for rec in records])
         stored = u.store.insert(records, vectors)
         u.index.sync()
         return stored
-
-    def _contextual_texts(self, store: UserStore, records: list[MemoryRecord]) -> list[str]:
-        """What is embedded for each new turn: the turn, after the user's previous message of the
-        same day, so that "I loved Gulangyu Island" is found for a question about Xiamen."""
-        if not self.context_turns:
-            return [rec.text for rec in records]
-        texts, previous = [], {}
-        for rec in records:
-            key = rec.day
-            if key not in previous:
-                before = store.records(kind=Kind.TURN, day=rec.day, newest_first=True, limit=1)
-                previous[key] = before[0].query if before else ""
-            prev = previous[key] if self.context_turns else ""
-            texts.append(f"{prev}\n{rec.text}" if prev else rec.text)
-            previous[key] = rec.query
-        return texts
 
     def set_summary(self, user: str, kind: Kind, text: str, when: datetime, *, day: date | None = None) -> MemoryRecord:
         """Create or replace the summary of ``kind`` for ``day`` (daily kinds) or the global one."""
@@ -222,7 +212,7 @@ class MemoryBank:
             if kind.is_daily and day is None:
                 raise ValueError(f"{kind.value} needs the day it summarises")
         u = self._user(user)
-        vectors = embed_documents(self.embedder, [text for _, text, _, _ in items])
+        vectors = embed_documents(self._embed, [text for _, text, _, _ in items])
         ids = []
         for (kind, text, when, day), vector in zip(items, vectors):
             day = day if kind.is_daily else date(1970, 1, 1)
@@ -249,7 +239,8 @@ class MemoryBank:
         return self._user(user).store.records(kind=kind)
 
     def edit_text(self, user: str, memory_id: int, text: str) -> MemoryRecord:
-        """Replace a memory's text (an edited summary, a regenerated reply) and its vector."""
+        """Replace a memory's text (an edited summary, a regenerated reply) and its vector. A turn's
+        vector is its user's message (``embed_turns``), which a new reply leaves as it was."""
         u = self._user(user)
         rec = self.get(user, memory_id)
         if not text.strip():
@@ -258,7 +249,10 @@ class MemoryBank:
         if rec.kind == Kind.TURN:
             fields["response"] = text
             text = turn_text(rec.query, text)
-        u.store.replace_text(memory_id, text, embed_documents(self.embedder, [text])[0], **fields)
+            vector = embed_turns(self._embed, [rec.query])[0]
+        else:
+            vector = embed_documents(self._embed, [text])[0]
+        u.store.replace_text(memory_id, text, vector, **fields)
         u.index.sync()
         return u.store.get(memory_id)
 
@@ -284,7 +278,7 @@ class MemoryBank:
     def retrieve(self, user: str, query: str, now: datetime, *, k: int | None = None,
                  config: RetrievalConfig | None = None, query_vector: np.ndarray | None = None) -> list[Hit]:
         u = self._user(user)
-        return retrieve(u.store, u.index, self.embedder, self.policy, query, now,
+        return retrieve(u.store, u.index, self._embed, self.policy, query, now,
                         config or self.retrieval_config, k=k, query_vector=query_vector)
 
     def search_text(self, user: str, text: str, now: datetime, *, k: int = 20,
@@ -301,7 +295,7 @@ class MemoryBank:
         return hits
 
     def embed_query(self, text: str) -> np.ndarray:
-        return embed_query(self.embedder, text)
+        return embed_query(self._embed, text)
 
     # -- forgetting ---------------------------------------------------------------------------
     def retention(self, rec: MemoryRecord, now: datetime) -> float:

@@ -308,16 +308,17 @@ class UserStore:
         add = [(r[0], r[2]) for r in changed if r[1] == State.ACTIVE.value and r[2] is not None]
         return drop, [a[0] for a in add], [a[1] for a in add], now
 
-    def iter_texts(self, batch: int = 256) -> Iterator[list[tuple[int, str]]]:
+    def iter_texts(self, batch: int = 256) -> Iterator[list[tuple[int, Kind, str, str | None]]]:
+        """Every memory's (id, kind, text, the user's message of a turn), in batches."""
         last = 0
         while True:
             with self._lock:
-                rows = self._db.execute("SELECT id, text FROM memories WHERE id > ? ORDER BY id LIMIT ?",
+                rows = self._db.execute("SELECT id, kind, text, query FROM memories WHERE id > ? ORDER BY id LIMIT ?",
                                         (last, batch)).fetchall()
             if not rows:
                 return
             last = rows[-1][0]
-            yield [(r[0], r[1]) for r in rows]
+            yield [(r[0], Kind(r[1]), r[2], r[3]) for r in rows]
 
     def turns_at(self, places: Sequence[tuple[date, int]]) -> list[MemoryRecord]:
         """Active turns at the given (day, position) places: the neighbours of retrieved turns."""

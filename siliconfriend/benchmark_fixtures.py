@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 
 from memory.bank import MemoryBank
-from memory.embedders import embed_documents
+from memory.embedders import embed_turns
 from memory.records import Kind, MemoryRecord, State, turn_text
 
 from .benchmark_data import DialogueGenerator, turn_times
@@ -28,9 +28,8 @@ CHUNK = 4000          # memories written per transaction
 
 
 def vector_pool(bank: MemoryBank, gen: DialogueGenerator, size: int) -> np.ndarray:
-    """Real document vectors of ``size`` generated turns."""
-    texts = [turn_text(*gen.turn()) for _ in range(size)]
-    return embed_documents(bank.embedder, texts)
+    """Real vectors of ``size`` generated turns, made as the bank makes a turn's."""
+    return embed_turns(bank.embedder, [gen.turn()[0] for _ in range(size)])
 
 
 def synthetic_vectors(pool: np.ndarray, n: int, rng: np.random.Generator) -> np.ndarray:

