@@ -7,6 +7,7 @@ Open users are kept in a small LRU so that a server with many users does not hol
 from __future__ import annotations
 
 import hashlib
+import json
 import logging
 import random
 import re
@@ -238,14 +239,17 @@ class MemoryBank:
     def summaries(self, user: str, kind: Kind) -> list[MemoryRecord]:
         return self._user(user).store.records(kind=kind)
 
-    def edit_text(self, user: str, memory_id: int, text: str) -> MemoryRecord:
+    def edit_text(self, user: str, memory_id: int, text: str, *, extra: dict | None = None) -> MemoryRecord:
         """Replace a memory's text (an edited summary, a regenerated reply) and its vector. A turn's
-        vector is its user's message (``embed_turns``), which a new reply leaves as it was."""
+        vector is its user's message (``embed_turns``), which a new reply leaves as it was.
+        ``extra``, if given, is merged into the memory's extra fields in the same write."""
         u = self._user(user)
         rec = self.get(user, memory_id)
         if not text.strip():
             raise ValueError("a memory's text cannot be blank")
         fields = {}
+        if extra is not None:
+            fields["extra"] = json.dumps({**rec.extra, **extra}, ensure_ascii=False)
         if rec.kind == Kind.TURN:
             fields["response"] = text
             text = turn_text(rec.query, text)

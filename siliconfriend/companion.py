@@ -186,7 +186,8 @@ class Companion:
                     result.error = "The new reply was empty: the previous reply was kept."
                     return result
                 try:
-                    result.turn = self.bank.edit_text(turn.user, turn.replace.id, reply)
+                    result.turn = self.bank.edit_text(turn.user, turn.replace.id, reply,
+                                                      extra={"used": [used_entry(h) for h in result.used]})
                 except UnknownMemory:
                     result.error = "That message was deleted in the meantime: the new reply was not stored."
                     return result

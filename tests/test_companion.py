@@ -123,6 +123,21 @@ def test_regenerate_replaces_the_last_turn_of_today(companion, bank):
     assert [m.content for m in result.messages if m.role == "user"] == ["I love rainy days.", "Do you like rain?"]
 
 
+def test_regenerate_records_the_memories_the_new_reply_used(companion, bank, clock):
+    seed_day1(bank)
+    clock.now = DAY2
+    first = companion.respond("Maya", "How is my kitten Pixel doing?").collect()
+    used_before = [u["id"] for u in first.turn.extra["used"]]
+    assert used_before
+    bank.delete("Maya", [used_before[0]])              # forgotten before the reply is regenerated
+    result = companion.regenerate("Maya").collect()
+    assert result.error is None
+    stored = bank.get("Maya", result.turn.id)
+    ids = [u["id"] for u in stored.extra["used"]]
+    assert ids == [h.record.id for h in result.used] and used_before[0] not in ids
+    assert stored.response == result.reply
+
+
 def test_regenerate_with_nothing_today_is_an_error(companion, clock):
     with pytest.raises(ValueError, match="nothing|no reply"):
         companion.regenerate("Maya")
