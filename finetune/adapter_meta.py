@@ -99,6 +99,25 @@ def read_adapter_meta(path: str | Path) -> dict:
         " (train one with `python -m finetune.train_lora --out FOLDER`)")
 
 
+def trained_system_prompts(path: str | Path) -> dict[str, str]:
+    """The system prompt an adapter was trained with, per language (``{"en": ..., "zh": ...}``):
+    the most used of each language in its training data, else its one ``system_prompt``. Empty
+    for an adapter without that metadata (trained elsewhere, or with ``--system-prompt none``)."""
+    from finetune.persona import detect_language
+    meta = read_adapter_meta(path)
+    used = meta["training"].get("system_prompts_used") or {}
+    if not used and meta.get("system_prompt"):
+        used = {meta["system_prompt"]: 1}
+    best: dict[str, tuple[int, str]] = {}
+    for prompt, count in used.items():
+        if not isinstance(prompt, str) or not prompt.strip():
+            continue
+        lang = detect_language(prompt)
+        if lang not in best or int(count) > best[lang][0]:
+            best[lang] = (int(count), prompt.strip())
+    return {lang: prompt for lang, (_, prompt) in best.items()}
+
+
 def write_adapter_meta(path: str | Path, *, base: dict, training: dict, metrics: dict,
                        system_prompt: str | None = None) -> Path:
     """Write ``siliconfriend_adapter.json`` into the adapter folder ``path``; returns its path."""

@@ -213,7 +213,7 @@ class Companion:
             f"{turn.text[:QUERY_CHARS // 2]}\n{turn.text[-QUERY_CHARS // 2:]}"
         hits = [h for h in self.bank.retrieve(turn.user, query, turn.now, k=k + len(exclude))
                 if h.record.id not in exclude][:k]
-        fitted = fit_chat(prompts, self.meta_values(turn.user, turn.now, prompts),
+        fitted = fit_chat(prompts, self.meta_values(turn.user, turn.now, prompts, turn.backend),
                           [self.memory_line(h.record, prompts) for h in hits],
                           [(t.query, t.response) for t in turn.history], turn.text,
                           budget=self._budget(turn.backend), count=turn.backend.count_tokens)
@@ -225,12 +225,17 @@ class Companion:
         room = backend.context_tokens - self.max_new_tokens - 32
         return min(room, self.prompt_budget) if self.prompt_budget else room
 
-    def meta_values(self, user: str, now: datetime, prompts: PromptSet) -> dict[str, str]:
-        """What fills the meta-prompt besides the memories, for ``user`` at ``now``."""
+    def meta_values(self, user: str, now: datetime, prompts: PromptSet,
+                    backend: ChatBackend | None = None) -> dict[str, str]:
+        """What fills the meta-prompt besides the memories, for ``user`` at ``now``. With a
+        fine-tuned adapter that was trained with a system prompt in this language, the meta-prompt
+        opens with that prompt (``trained_prompt``)."""
         glob = {kind: self.bank.get_summary(user, kind) for kind in (Kind.GLOBAL_EVENTS, Kind.GLOBAL_PERSONALITY)}
         nothing = prompts.fragment("nothing_yet")
         persona = self.settings.persona.strip()
+        trained = (getattr(backend or self.backend, "system_prompts", None) or {}).get(prompts.lang, "")
         return {
+            "trained_prompt": f"{trained}\n" if trained else "",
             "companion_name": self.settings.companion_name,
             "user_name": user,
             "today": prompts.format_date(now.date()),

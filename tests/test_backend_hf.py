@@ -125,6 +125,40 @@ def test_lora_adapter_is_loaded_and_checked(tiny, tmp_path):
         tiny_chat(tiny["llama"], "belle", adapter=tmp_path / "missing")
 
 
+def test_the_companion_opens_with_the_system_prompt_the_adapter_was_trained_with(tiny, tmp_path):
+    peft = pytest.importorskip("peft")
+    from finetune.adapter_meta import base_identity, write_adapter_meta
+    from finetune.persona import COUNSELLOR_SYSTEM_PROMPT_EN, COUNSELLOR_SYSTEM_PROMPT_ZH
+    from memory.bank import MemoryBank
+    from memory.embedders import create_embedder
+    from siliconfriend.companion import Companion
+    from siliconfriend.config import Settings
+
+    base = transformers.AutoModelForCausalLM.from_pretrained(tiny["llama"])
+    config = peft.LoraConfig(r=2, lora_alpha=4, target_modules=["q_proj", "v_proj"], task_type="CAUSAL_LM")
+    peft.get_peft_model(base, config).save_pretrained(tmp_path / "adapter")
+    write_adapter_meta(tmp_path / "adapter", base=base_identity(base), metrics={},
+                       training={"system_prompts_used": {COUNSELLOR_SYSTEM_PROMPT_ZH: 40,
+                                                         COUNSELLOR_SYSTEM_PROMPT_EN: 2}},
+                       system_prompt=COUNSELLOR_SYSTEM_PROMPT_ZH)
+    tuned = tiny_chat(tiny["llama"], "belle", adapter=tmp_path / "adapter")
+    assert tuned.system_prompts == {"zh": COUNSELLOR_SYSTEM_PROMPT_ZH, "en": COUNSELLOR_SYSTEM_PROMPT_EN}
+    plain = tiny_chat(tiny["llama"], "belle")
+    assert plain.system_prompts == {}
+
+    bank = MemoryBank(tmp_path / "home", create_embedder())
+    try:
+        companion = Companion(bank, tuned, settings=Settings(home=tmp_path / "home", max_new_tokens=2))
+        for lang, prompt in (("zh", COUNSELLOR_SYSTEM_PROMPT_ZH), ("en", COUNSELLOR_SYSTEM_PROMPT_EN)):
+            system = companion.respond("Ann", "I had a hard day.", lang=lang).collect().messages[0]
+            assert system.role == "system" and system.content.startswith(prompt + "\n")
+        system = companion.respond("Ann", "Hello again", lang="en", backend=plain).collect().messages[0]
+        assert not system.content.startswith(COUNSELLOR_SYSTEM_PROMPT_EN)
+        assert system.content.startswith("You are ")
+    finally:
+        bank.close()
+
+
 def test_load_causal_lm_for_reuse(tiny):
     model, tokenizer, resolved = load_causal_lm(str(tiny["qwen"]), preset="qwen")
     assert resolved == str(tiny["qwen"])

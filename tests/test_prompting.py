@@ -13,12 +13,13 @@ def words(text: str) -> int:
     return len(text.split())
 
 
-META_FIELDS = {"companion_name", "user_name", "today", "persona", "global_events", "global_personality",
-               "memories"}
+META_FIELDS = {"trained_prompt", "companion_name", "user_name", "today", "persona", "global_events",
+               "global_personality", "memories"}
 
 
 def meta_values(**over):
-    values = dict(companion_name="SiliconFriend", user_name="Maya", today="Friday, May 3, 2024", persona="",
+    values = dict(trained_prompt="", companion_name="SiliconFriend", user_name="Maya", today="Friday, May 3, 2024",
+                  persona="",
                   global_events="Maya adopted a kitten called Pixel.", global_personality="Maya is kind.")
     values.update(over)
     return values

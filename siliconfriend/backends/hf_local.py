@@ -216,6 +216,20 @@ def _prepare_tokenizer(tokenizer: Any, spec: dict, remote: bool) -> None:
         tokenizer.pad_token = tokenizer.eos_token
 
 
+def _trained_system_prompts(adapter: str | os.PathLike) -> dict[str, str]:
+    try:
+        from finetune.adapter_meta import trained_system_prompts
+    except ImportError as exc:  # the app installed without the fine-tuning package
+        if exc.name not in ("finetune", "finetune.adapter_meta", "finetune.persona"):
+            raise
+        return {}
+    try:
+        return trained_system_prompts(Path(adapter).expanduser())
+    except (OSError, ValueError) as exc:
+        log.warning("the adapter's training metadata could not be read: %s", exc)
+        return {}
+
+
 def _attach_adapter(model: Any, adapter: str | os.PathLike) -> Any:
     folder = Path(adapter).expanduser()
     if not (folder / "adapter_config.json").is_file():
@@ -282,6 +296,9 @@ class HFLocalChat:
         self.context_tokens = context_tokens or context_length(self._model)
         self._lock = threading.Lock() if serialize else None
         self._eos = self._eos_ids()
+        # what the adapter was trained to follow, per language: the companion opens its
+        # meta-prompt with it, so the fine-tuned model sees the start it learned
+        self.system_prompts = _trained_system_prompts(adapter) if adapter is not None else {}
 
     def __repr__(self) -> str:
         return f"HFLocalChat(model={self.model!r}, preset={self.preset!r})"
