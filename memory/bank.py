@@ -20,7 +20,7 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from .embedders import TURN_VECTORS, Embedder, RecentQueries, embed_documents, embed_query, embed_turns
+from .embedders import TURN_VECTORS, Embedder, QueryHandover, embed_documents, embed_query, embed_turns
 from .forgetting import EbbinghausPolicy, ForgettingPolicy
 from .index import UserIndex
 from .records import Kind, MemoryRecord, State, turn_text
@@ -66,7 +66,7 @@ class MemoryBank:
         self.embedder = embedder
         # what every vector is made with and how; stored with each user's vectors and index
         self.vectors_id = f"{embedder.id}; {TURN_VECTORS}"
-        self._embed = RecentQueries(embedder)   # a message's query vector also makes its turn's
+        self._embed = QueryHandover(embedder)   # a message's query vector also makes its turn's
         self.policy = policy or EbbinghausPolicy()
         self.retrieval_config = retrieval or RetrievalConfig()
         self.max_open_users = max_open_users
@@ -194,7 +194,7 @@ class MemoryBank:
             records.append(rec)
         if not records:
             return []
-        vectors = embed_turns(self._embed, [rec.query for rec in records])
+        vectors = embed_turns(self._embed.for_turns, [rec.query for rec in records])
         stored = u.store.insert(records, vectors)
         u.index.sync()
         return stored
@@ -253,7 +253,7 @@ class MemoryBank:
         if rec.kind == Kind.TURN:
             fields["response"] = text
             text = turn_text(rec.query, text)
-            vector = embed_turns(self._embed, [rec.query])[0]
+            vector = embed_turns(self._embed.for_turns, [rec.query])[0]
         else:
             vector = embed_documents(self._embed, [text])[0]
         u.store.replace_text(memory_id, text, vector, **fields)

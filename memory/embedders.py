@@ -102,7 +102,7 @@ def embed_turns(embedder: Embedder, messages: Sequence[str], batch: int = 64) ->
     the companion's reply is found through the lexical index. Measured on the MemoryBank probing
     questions this is as good as embedding the whole exchange as a passage (recall@5 en 0.969 ->
     0.969, cn 0.971 -> 0.983 on the dev labels), and a message short enough to be one chunk gets
-    the very vector its retrieval embedded before the reply (see ``RecentQueries``): storing the
+    the very vector its retrieval embedded before the reply (see ``QueryHandover``): storing the
     turn then embeds nothing."""
     return _embed_chunked(embedder, messages, "query", batch)
 
@@ -111,51 +111,65 @@ def embed_query(embedder: Embedder, text: str) -> np.ndarray:
     return normalise(embedder.embed([chunk_text(text)[0]], kind="query"))[0]
 
 
-class RecentQueries:
-    """An embedder that remembers its last query vectors by text.
+class QueryHandover:
+    """Hands the vector a message's retrieval made to the turn that stores the message.
 
     A chat turn embeds the user's message as a query to retrieve memories before the reply, and
-    the stored turn's vector is that same message on the query side (``embed_turns``): with this
-    wrapper the second embedding is a lookup. Only small calls (a turn, not an import) are kept,
-    so that an import does not wash out what a chat in progress needs. Vectors are the same for
-    every user, so sharing them across users reveals nothing."""
+    the stored turn's vector is that same message on the query side (``embed_turns``). ``embed``
+    (the embedder retrieval uses) embeds as the inner embedder does and keeps the query vectors of
+    small calls, by text; ``for_turns`` (the embedder that stores turns) takes a kept vector of the
+    same text, which is then gone, and embeds anything else. A vector is handed over at most once:
+    a question asked again on a later turn is embedded again, as if nothing had been kept. Kept
+    vectors that no turn takes (a search, an evaluation) give way to newer ones after ``size``.
+    Vectors are the same for every user, so keeping them together reveals nothing."""
 
-    SMALL_CALL = 4
+    SMALL_CALL = 4         # a turn's retrieval embeds one text; an import or a re-embedding many
 
     def __init__(self, inner: Embedder, size: int = 256):
         self.inner, self.size = inner, size
         self.id, self.dim = inner.id, inner.dim
-        self.hits = 0
-        self._recent: OrderedDict[str, np.ndarray] = OrderedDict()
+        self.handed_over = 0
+        self._kept: OrderedDict[str, np.ndarray] = OrderedDict()
         self._lock = threading.Lock()
+        self.for_turns = _TakeKept(self)
 
     def embed(self, texts: Sequence[str], *, kind: EmbedKind) -> np.ndarray:
         texts = list(texts)
-        if kind != "query":
-            return self.inner.embed(texts, kind=kind)
+        vectors = np.asarray(self.inner.embed(texts, kind=kind), dtype=np.float32).reshape(len(texts), self.dim)
+        if kind == "query" and 0 < len(texts) <= self.SMALL_CALL:
+            with self._lock:
+                for text, vector in zip(texts, vectors):
+                    self._kept[text] = vector.copy()
+                    self._kept.move_to_end(text)
+                while len(self._kept) > self.size:
+                    self._kept.popitem(last=False)
+        return vectors
+
+    def take(self, texts: Sequence[str], kind: EmbedKind) -> np.ndarray:
+        texts = list(texts)
         found: list[np.ndarray | None] = [None] * len(texts)
-        with self._lock:
-            for i, text in enumerate(texts):
-                vector = self._recent.get(text)
-                if vector is not None:
-                    self._recent.move_to_end(text)
-                    found[i] = vector
-                    self.hits += 1
+        if kind == "query":
+            with self._lock:
+                for i, text in enumerate(texts):
+                    found[i] = self._kept.pop(text, None)
+                    self.handed_over += found[i] is not None
         missing = [i for i, v in enumerate(found) if v is None]
         if missing:
-            vectors = np.asarray(self.inner.embed([texts[i] for i in missing], kind="query"), dtype=np.float32)
-            if vectors.ndim == 1:
-                vectors = vectors[None, :]
-            keep = len(missing) <= self.SMALL_CALL
-            with self._lock:
-                for i, vector in zip(missing, vectors):
-                    found[i] = vector
-                    if keep:
-                        self._recent[texts[i]] = vector.copy()
-                        self._recent.move_to_end(texts[i])
-                while len(self._recent) > self.size:
-                    self._recent.popitem(last=False)
+            vectors = np.asarray(self.inner.embed([texts[i] for i in missing], kind=kind), dtype=np.float32)
+            for i, vector in zip(missing, vectors.reshape(len(missing), self.dim)):
+                found[i] = vector
         return np.stack(found) if found else np.zeros((0, self.dim), dtype=np.float32)
+
+
+class _TakeKept:
+    """``QueryHandover.for_turns``: an embedder that takes kept query vectors first."""
+
+    def __init__(self, handover: QueryHandover):
+        self._handover = handover
+        self.id, self.dim = handover.id, handover.dim
+
+    def embed(self, texts: Sequence[str], *, kind: EmbedKind) -> np.ndarray:
+        return self._handover.take(texts, kind)
 
 
 def _openmp_of(module_file: str):

@@ -165,6 +165,12 @@ def test_a_turn_is_stored_with_the_vector_its_retrieval_already_made(tmp_path, e
     bank.edit_text("amy", turn.id, "How wonderful, congratulations!")
     assert counting.texts["document"] == []
     assert np.allclose(bank._user("amy").store.vectors([turn.id], e5.dim)[0], stored, atol=1e-6)
+    # a vector is handed over once: the same message on a later turn is embedded again, twice
+    queries = len(counting.texts["query"])
+    bank.retrieve("amy", message, day1)
+    bank.add_turn("amy", message, "You told me!", day1)
+    bank.add_turn("amy", message, "Yes, in June.", day1)
+    assert counting.texts["query"][queries:] == [message, message]
     bank.close()
 
 
