@@ -128,7 +128,6 @@ class QueryHandover:
     def __init__(self, inner: Embedder, size: int = 256):
         self.inner, self.size = inner, size
         self.id, self.dim = inner.id, inner.dim
-        self.handed_over = 0
         self._kept: OrderedDict[str, np.ndarray] = OrderedDict()
         self._lock = threading.Lock()
         self.for_turns = _TakeKept(self)
@@ -152,7 +151,6 @@ class QueryHandover:
             with self._lock:
                 for i, text in enumerate(texts):
                     found[i] = self._kept.pop(text, None)
-                    self.handed_over += found[i] is not None
         missing = [i for i, v in enumerate(found) if v is None]
         if missing:
             vectors = np.asarray(self.inner.embed([texts[i] for i in missing], kind=kind), dtype=np.float32)

