@@ -216,15 +216,24 @@ def _prepare_tokenizer(tokenizer: Any, spec: dict, remote: bool) -> None:
         tokenizer.pad_token = tokenizer.eos_token
 
 
-def _trained_system_prompts(adapter: str | os.PathLike) -> dict[str, str]:
+def _adapter_meta() -> Any:
+    """``finetune.adapter_meta``, or None where the app was installed without the fine-tuning
+    package (adapters then load unchecked and without their training metadata)."""
     try:
-        from finetune.adapter_meta import trained_system_prompts
-    except ImportError as exc:  # the app installed without the fine-tuning package
-        if exc.name not in ("finetune", "finetune.adapter_meta", "finetune.persona"):
+        import finetune.adapter_meta
+    except ModuleNotFoundError as exc:
+        if exc.name not in ("finetune", "finetune.adapter_meta"):
             raise
+        return None
+    return finetune.adapter_meta
+
+
+def _trained_system_prompts(adapter: str | os.PathLike) -> dict[str, str]:
+    meta = _adapter_meta()
+    if meta is None:
         return {}
     try:
-        return trained_system_prompts(Path(adapter).expanduser())
+        return meta.trained_system_prompts(Path(adapter).expanduser())
     except (OSError, ValueError) as exc:
         log.warning("the adapter's training metadata could not be read: %s", exc)
         return {}
@@ -235,14 +244,9 @@ def _attach_adapter(model: Any, adapter: str | os.PathLike) -> Any:
     if not (folder / "adapter_config.json").is_file():
         raise BackendModelNotFound(f"no LoRA adapter at {folder} (adapter_config.json is missing); train one "
                                    f"with `python -m finetune.train_lora` or fix the --adapter path")
-    try:
-        from finetune.adapter_meta import check_adapter_base
-    except ModuleNotFoundError as exc:
-        if exc.name not in ("finetune", "finetune.adapter_meta"):
-            raise
-        check_adapter_base = None
-    if check_adapter_base is not None:
-        check_adapter_base(folder, model)  # AdapterMismatch(ValueError) with the reason
+    meta = _adapter_meta()
+    if meta is not None:
+        meta.check_adapter_base(folder, model)  # AdapterMismatch(ValueError) with the reason
     peft = require("peft")
     return peft.PeftModel.from_pretrained(model, str(folder))
 
