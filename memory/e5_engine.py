@@ -219,15 +219,19 @@ class E5Model:
         return tensors
 
     # -- embedding ---------------------------------------------------------------------------
+    def _content_ids(self, text: str, is_query: bool) -> list[int]:
+        """The tokens of ``text`` after e5's "query: " / "passage: " prefix, without <s> </s>."""
+        return self.vocab.content_ids(("query: " if is_query else "passage: ") + text)
+
     def windows(self, text: str, is_query: bool) -> list[list[int]]:
         """The model inputs for ``text``: <s> + up to 510 content tokens + </s> per window."""
-        content = self.vocab.content_ids(("query: " if is_query else "passage: ") + text)
+        content = self._content_ids(text, is_query)
         size = self.max_positions - 2
         parts = [content[i:i + size] for i in range(0, len(content), size)] or [[]]
         return [[self.vocab.bos, *part, self.vocab.eos] for part in parts]
 
     def token_count(self, text: str, is_query: bool = False) -> int:
-        return len(self.vocab.content_ids(("query: " if is_query else "passage: ") + text)) + 2
+        return len(self._content_ids(text, is_query)) + 2
 
     def embed(self, texts: Sequence[str], is_query: bool, *, batch_tokens: int = 1024) -> np.ndarray:
         """L2-normalised vectors of ``texts`` [n, dim]."""
