@@ -241,7 +241,8 @@ class MemoryBank:
 
     def edit_text(self, user: str, memory_id: int, text: str, *, extra: dict | None = None) -> MemoryRecord:
         """Replace a memory's text (an edited summary, a regenerated reply) and its vector. A turn's
-        vector is its user's message (``embed_turns``), which a new reply leaves as it was.
+        vector is its user's message (``embed_turns``), which a new reply leaves as it was: the
+        stored one is kept, nothing is embedded.
         ``extra``, if given, is merged into the memory's extra fields in the same write."""
         u = self._user(user)
         rec = self.get(user, memory_id)
@@ -253,7 +254,7 @@ class MemoryBank:
         if rec.kind == Kind.TURN:
             fields["response"] = text
             text = turn_text(rec.query, text)
-            vector = embed_turns(self._embed.for_turns, [rec.query])[0]
+            vector = u.store.vectors([memory_id], self.embedder.dim)[0]
         else:
             vector = embed_documents(self._embed, [text])[0]
         u.store.replace_text(memory_id, text, vector, **fields)

@@ -162,7 +162,9 @@ def test_a_turn_is_stored_with_the_vector_its_retrieval_already_made(tmp_path, e
     assert np.allclose(stored, embed_turns(e5, [message])[0], atol=1e-6)
     assert np.allclose(stored, bank.embed_query(message), atol=1e-6)
     # a regenerated reply keeps the turn's vector (it is the user's message)
+    before = {k: len(v) for k, v in counting.texts.items()}
     bank.edit_text("amy", turn.id, "How wonderful, congratulations!")
+    assert {k: len(v) for k, v in counting.texts.items()} == before      # nothing embedded
     assert counting.texts["document"] == []
     assert np.allclose(bank._user("amy").store.vectors([turn.id], e5.dim)[0], stored, atol=1e-6)
     # a vector is handed over once: the same message on a later turn is embedded again, twice
