@@ -21,8 +21,10 @@ import gradio as gr
 
 from siliconfriend.accounts import AccountError, Accounts
 from siliconfriend.config import Settings
-from siliconfriend.web_account import build_account
+from siliconfriend.private_files import make_private
+from siliconfriend.web_account import EXPORT_ROUTE, build_account
 from siliconfriend.web_chat import build_chat
+from siliconfriend.web_client import request_client
 from siliconfriend.web_common import guard
 from siliconfriend.web_i18n import LANGS, Translator, t
 from siliconfriend.web_memory import build_memory
@@ -32,6 +34,7 @@ log = logging.getLogger("siliconfriend.web")
 
 CSS = """
 .sf-remembered { font-size: 0.9em; max-height: 560px; overflow-y: auto; }
+#message_counter { text-align: right; margin-top: -0.4em; }
 .sf-remembered blockquote { margin: 0.2em 0 0.6em 0; opacity: 0.85; }
 .sf-note { font-size: 0.85em; opacity: 0.75; }
 #sf-header { align-items: center; }
@@ -64,6 +67,76 @@ def make_service(settings: Settings, *, clock: Callable[[], datetime] | None = N
                       companion_factory=None if companion is not None else companion_factory, clock=clock)
 
 
+class AppHandlers:
+    """Entering and leaving: the handlers of the header and the login box, as named methods."""
+
+    def __init__(self, service: WebService, chat, memory, account):
+        self.service, self.chat, self.memory, self.account = service, chat, memory, account
+
+    def _lang(self, lang_v: str) -> str:
+        return lang_v if lang_v in LANGS else self.service.settings.lang
+
+    def enter(self, token_v: str, lang_v: str) -> list:
+        """The page for whoever holds ``token_v``: the login box, or their chat, memories and
+        settings (today's conversation back on screen)."""
+        service = self.service
+        user = service.accounts.user_for(token_v)
+        hide = gr.update(visible=False)
+        if user is None:
+            return [hide, gr.update(visible=True), hide, hide, gr.skip(), gr.update(selected="chat"),
+                    *self.chat.blank(self._lang(lang_v)), *self.memory.blank(self._lang(lang_v)),
+                    *self.account.blank()]
+        prefs = service.prefs(token_v)
+        return [hide, hide, gr.update(visible=True), gr.update(visible=True), prefs["lang"],
+                gr.update(selected="chat"), *self.chat.restore(token_v), *self.memory.refresh(token_v),
+                *self.account.fill(token_v)]
+
+    def relabel(self, tr: Translator, token_v: str, lang_v: str) -> list:
+        lang_v = self._lang(lang_v)
+        user = self.service.accounts.user_for(token_v)
+        return [*tr.updates(lang_v), t("welcome", lang_v, user=user) if user else ""]
+
+    def session_check(self, token_v: str, lang_v: str) -> list:
+        """After an action: a session that ended (logged out in another tab, expired) sends the
+        page to the login box, with a note; what was typed stays in its box."""
+        if self.service.accounts.user_for(token_v) is not None:
+            return [gr.skip()] * 6
+        hide = gr.update(visible=False)
+        return [hide, gr.update(visible=True), hide, hide, t("session_lost", self._lang(lang_v)), ""]
+
+    def login(self, name: str, pw: str, lang_v: str, request: gr.Request = None):
+        client = request_client(request, self.service.trusted_proxies)
+        try:
+            session = self.service.login(name, pw, client=client)
+        except AccountError as exc:
+            return "", "", f"⚠️ {exc}"
+        return session.token, "", ""
+
+    def signup(self, name: str, pw: str, lang_v: str):
+        try:
+            session = self.service.signup(name, pw)
+        except AccountError as exc:
+            return "", gr.skip(), f"⚠️ {exc}"
+        if lang_v in LANGS:
+            self.service.save_prefs(session.token, lang=lang_v)
+        return session.token, "", ""
+
+    def logout(self, token_v: str, lang_v: str):
+        """Log out; the message box is emptied (the next person at this browser does not see it)."""
+        self.service.logout(token_v)
+        return "", t("logged_out", self._lang(lang_v)), ""
+
+    def set_lang(self, token_v: str, lang_v: str) -> None:
+        if self.service.accounts.user_for(token_v) is not None and lang_v in LANGS:
+            self.service.save_prefs(token_v, lang=lang_v)
+
+    def memory_in_lang(self, token_v: str, lang_v: str) -> list:
+        """The memory page again after a language switch (its table and plot are drawn in it)."""
+        if self.service.accounts.user_for(token_v) is None:
+            return [gr.skip()] * len(self.memory.outputs)
+        return self.memory.refresh(token_v)
+
+
 def build_app(service: WebService) -> gr.Blocks:
     settings = service.settings
     tr = Translator(settings.lang)
@@ -79,7 +152,7 @@ def build_app(service: WebService) -> gr.Blocks:
                                label=tr.text("language"), elem_id="lang", scale=1, min_width=230), label="language")
             logout = tr(gr.Button(tr.text("logout"), visible=False, elem_id="logout", scale=0), value="logout")
 
-        loading = gr.Markdown(tr.text("loading"))
+        loading = tr(gr.Markdown(tr.text("loading")), value="loading")
         with gr.Column(visible=False) as login_box:
             tr(gr.Markdown(tr.text("login_intro")), value="login_intro")
             username = tr(gr.Textbox(label=tr.text("username"), elem_id="username", max_length=64), label="username")
@@ -102,73 +175,36 @@ def build_app(service: WebService) -> gr.Blocks:
                     account = build_account(service, tr, token, notice,
                                             cache_dirs=lambda: [Path(demo.GRADIO_CACHE)])
 
-        # -- entering and leaving ---------------------------------------------------------------
+        h = AppHandlers(service, chat, memory, account)
         enter_outputs = [loading, login_box, main_box, logout, lang, tabs, *chat.outputs, *memory.outputs,
                          *account.outputs]
-
-        def enter(token_v: str, lang_v: str) -> list:
-            """The page for whoever holds ``token_v``: the login box, or their chat, memories
-            and settings (today's conversation back on screen)."""
-            user = service.accounts.user_for(token_v)
-            hide = gr.update(visible=False)
-            if user is None:
-                lang_v = lang_v if lang_v in LANGS else settings.lang
-                return [hide, gr.update(visible=True), hide, hide, gr.skip(), gr.update(selected="chat"),
-                        *chat.blank(lang_v), *memory.blank(),
-                        *account.blank()]
-            prefs = service.prefs(token_v)
-            return [hide, hide, gr.update(visible=True), gr.update(visible=True), prefs["lang"],
-                    gr.update(selected="chat"), *chat.restore(token_v), *memory.refresh(token_v), *account.fill(token_v)]
+        relabel_outputs = [*tr.components, whoami]
+        quiet = {"api_visibility": "private", "show_progress": "hidden"}
 
         def relabel(token_v: str, lang_v: str) -> list:
-            lang_v = lang_v if lang_v in LANGS else settings.lang
-            user = service.accounts.user_for(token_v)
-            return [*tr.updates(lang_v), t("welcome", lang_v, user=user) if user else ""]
-
-        relabel_outputs = [*tr.components, whoami]
-
-        def on_login(name: str, pw: str, lang_v: str, request: gr.Request):
-            client = request.client.host if request is not None and request.client else None
-            try:
-                session = service.login(name, pw, client=client)
-            except AccountError as exc:
-                return "", "", f"⚠️ {exc}"
-            return session.token, "", ""
-
-        def on_signup(name: str, pw: str, lang_v: str):
-            try:
-                session = service.signup(name, pw)
-            except AccountError as exc:
-                return "", gr.skip(), f"⚠️ {exc}"
-            if lang_v in LANGS:
-                service.save_prefs(session.token, lang=lang_v)
-            return session.token, "", ""
-
-        def on_logout(token_v: str, lang_v: str):
-            service.logout(token_v)
-            return "", t("logged_out", lang_v if lang_v in LANGS else settings.lang)
-
-        def on_lang(token_v: str, lang_v: str):
-            if service.accounts.user_for(token_v) is not None and lang_v in LANGS:
-                service.save_prefs(token_v, lang=lang_v)
+            return h.relabel(tr, token_v, lang_v)
 
         def chain(event):
-            return event.then(enter, [token, lang], enter_outputs, api_visibility="private", show_progress="hidden") \
-                .then(relabel, [token, lang], relabel_outputs, api_visibility="private", show_progress="hidden")
+            return event.then(h.enter, [token, lang], enter_outputs, **quiet).then(
+                relabel, [token, lang], relabel_outputs, **quiet)
 
         chain(demo.load(lambda: None, None, None, api_visibility="private"))
-        chain(login.click(on_login, [username, password, lang], [token, password, notice], api_name="login",
+        chain(login.click(h.login, [username, password, lang], [token, password, notice], api_name="login",
                           concurrency_limit=4))
-        chain(password.submit(on_login, [username, password, lang], [token, password, notice],
+        chain(password.submit(h.login, [username, password, lang], [token, password, notice],
                               api_visibility="private", concurrency_limit=4))
-        chain(signup.click(on_signup, [username, password, lang], [token, password, notice], api_name="signup",
+        chain(signup.click(h.signup, [username, password, lang], [token, password, notice], api_name="signup",
                            concurrency_limit=4))
-        chain(logout.click(on_logout, [token, lang], [token, notice], api_name="logout"))
+        chain(logout.click(h.logout, [token, lang], [token, notice, chat.message], api_name="logout"))
         chain(account.deleted)
-        lang.input(on_lang, [token, lang], None, api_visibility="private").then(
-            relabel, [token, lang], relabel_outputs, api_visibility="private", show_progress="hidden")
-        memory_tab.select(guarded(lambda token_v: memory.refresh(token_v)), [token], memory.outputs,
-                          api_visibility="private")
+        # an action in a tab whose session ended elsewhere: back to the login box, typed text kept
+        for event in [*chat.events, *memory.events]:
+            event.then(h.session_check, [token, lang], [loading, login_box, main_box, logout, notice, whoami],
+                       **quiet)
+        lang.input(h.set_lang, [token, lang], None, api_visibility="private").then(
+            relabel, [token, lang], relabel_outputs, **quiet).then(
+            h.memory_in_lang, [token, lang], memory.outputs, **quiet)
+        memory_tab.select(guarded(memory.refresh), [token], memory.outputs, api_visibility="private")
 
         @guarded
         def whoami_api(token_v: str) -> str:
@@ -177,13 +213,40 @@ def build_app(service: WebService) -> gr.Blocks:
 
         gr.api(whoami_api, api_name="whoami")
     demo.queue(default_concurrency_limit=2)
+    demo.sf_service = service
     return demo
 
 
-def launch(demo: gr.Blocks, *, host: str, port: int, share: bool = False, **kwargs):
-    """Start serving; ``share`` is the only way to get a public link (never by default)."""
-    return demo.launch(server_name=host, server_port=port, share=share, css=CSS, show_error=True,
-                       footer_links=["api"], **kwargs)
+def serve_exports(app, service: WebService) -> None:
+    """``GET /sf-export/<ticket>``: the export the ticket names, once, while its session lasts."""
+    from fastapi.responses import PlainTextResponse, Response
+
+    def download(ticket: str):
+        found = service.take_export(ticket)
+        if found is None:
+            return PlainTextResponse("This download link has expired or was already used: export again from "
+                                     "the settings tab.", status_code=404)
+        name, body = found
+        return Response(body, media_type="application/json",
+                        headers={"Content-Disposition": f'attachment; filename="{name}"', "Cache-Control": "no-store"})
+
+    app.add_api_route(EXPORT_ROUTE + "/{ticket}", download, methods=["GET"], include_in_schema=False)
+
+
+def launch(demo: gr.Blocks, *, host: str, port: int, share: bool = False, prevent_thread_lock: bool = False,
+           **kwargs):
+    """Start serving; ``share`` is the only way to get a public link (never by default). The
+    server believes no proxy headers itself: the client's address is worked out per request from
+    ``trusted_proxies`` (``web_client.py``)."""
+    os.environ["FORWARDED_ALLOW_IPS"] = ""     # uvicorn would otherwise trust X-Forwarded-For from 127.0.0.1
+    out = demo.launch(server_name=host, server_port=port, share=share, css=CSS, show_error=True,
+                      footer_links=["api"], prevent_thread_lock=True, **kwargs)
+    service = getattr(demo, "sf_service", None)
+    if service is not None:
+        serve_exports(demo.server_app, service)
+    if not prevent_thread_lock:
+        demo.block_thread()
+    return out
 
 
 def _warm_up(service: WebService) -> None:
@@ -208,9 +271,11 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     settings = Settings.load(home=args.home)
+    make_private(settings.home)     # umask 077: the data home and everything in it 0700 / 0600
     host = args.host or os.environ.get("GRADIO_SERVER_NAME") or settings.host
     port = args.port or int(os.environ.get("GRADIO_SERVER_PORT") or settings.port)
     service = make_service(settings)
+    service.clear_exports()         # left by a previous run
     demo = build_app(service)
     threading.Thread(target=_warm_up, args=(service,), daemon=True).start()
     print(f"SiliconFriend: data in {settings.home}; open http://{host}:{port}", file=sys.stderr)

@@ -2,9 +2,16 @@
 
 One SQLite file, ``$SILICONFRIEND_HOME/accounts.db``: ``users`` (the name as typed at sign-up,
 unique regardless of case; an argon2 hash; per-user preferences as JSON), ``sessions`` (only the
-SHA-256 of each token is stored, so a copy of the file does not let anyone in) and ``failures``
-(failed logins, per name and per client, for rate limiting). Every web handler turns the
-client's token into a user name here, on the server; nothing else the client sends is trusted.
+SHA-256 of each token is stored, so a copy of the file does not let anyone in) and
+``rate_events`` (failed and successful logins per account, client and pair, for the rate limiter
+of ``rate_limit.py``). Every web handler turns the client's token into a user name here, on the
+server; nothing else the client sends is trusted.
+
+User names are NFKC-normalised ("ｆｏｏ" is "foo"), must hold a letter or digit (no "..") and may
+not mix look-alike scripts ("аlice" with a Cyrillic а); a name whose look-alike *skeleton*
+matches an existing one is refused as taken. Sign-up says when a name is taken, so it tells
+whether a name exists: accepted (a login says only "wrong user name or password"; rate limits
+bound the guessing).
 """
 from __future__ import annotations
 
@@ -15,6 +22,7 @@ import secrets
 import sqlite3
 import threading
 import time
+import unicodedata
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, ContextManager
@@ -23,6 +31,9 @@ from argon2 import PasswordHasher
 from argon2.exceptions import InvalidHashError, VerificationError, VerifyMismatchError
 
 from memory.sqlite_db import connect, immediate_transaction, run_script
+
+from . import rate_limit
+from .rate_limit import Attempt, Limits, RateLimiter, SQLiteRateLimitStore
 
 USERNAME_RE = re.compile(r"^[\w.@+-]{2,32}$")   # \w is Unicode: 小明 is a fine name
 MIN_PASSWORD = 8
@@ -39,10 +50,35 @@ class SignupClosed(AccountError):
     pass
 
 
-class TooManyAttempts(AccountError):
+class TooManyAttempts(AccountError, rate_limit.TooManyAttempts):
     def __init__(self, retry_after: float):
-        self.retry_after = retry_after
-        super().__init__(f"too many failed logins: try again in {int(retry_after) + 1} seconds")
+        rate_limit.TooManyAttempts.__init__(self, retry_after)
+        self.args = (f"too many failed logins: try again in {int(self.retry_after) + 1} seconds",)
+
+
+# letters of other scripts that look like Latin ones (after casefolding), from Unicode's
+# confusables (TR39) for the scripts a name could be faked with, and the digits 0 and 1
+_LOOKALIKES = str.maketrans({
+    "а": "a", "в": "b", "е": "e", "ё": "e", "к": "k", "м": "m", "н": "h", "о": "o", "р": "p", "с": "c",
+    "т": "t", "у": "y", "х": "x", "ѕ": "s", "і": "i", "ї": "i", "ј": "j", "ԁ": "d", "һ": "h", "ӏ": "l",
+    "ԛ": "q", "ԝ": "w", "ь": "b",
+    "α": "a", "β": "b", "ε": "e", "η": "n", "ι": "i", "κ": "k", "μ": "u", "ν": "v", "ο": "o", "ρ": "p",
+    "τ": "t", "υ": "u", "χ": "x", "ω": "w", "γ": "y",
+    "0": "o", "1": "l",
+})
+_FAKING_SCRIPTS = ("LATIN", "CYRILLIC", "GREEK")
+
+
+def _script(ch: str) -> str | None:
+    if not ch.isalpha():
+        return None
+    name = unicodedata.name(ch, "")
+    return next((s for s in _FAKING_SCRIPTS if name.startswith(s)), "OTHER")
+
+
+def skeleton(name: str) -> str:
+    """What a name looks like: casefolded, look-alike letters mapped to Latin, "rn" as "m"."""
+    return unicodedata.normalize("NFKC", name).casefold().translate(_LOOKALIKES).replace("rn", "m")
 
 
 @dataclass(frozen=True)
@@ -73,6 +109,12 @@ _MIGRATIONS = [
     CREATE TABLE failures (key TEXT NOT NULL, at REAL NOT NULL);
     CREATE INDEX failures_by_key ON failures(key, at);
     """,
+    # the rate limiter's events replace the failures; a look-alike skeleton per name
+    """
+    DROP TABLE failures;
+    ALTER TABLE users ADD COLUMN skeleton TEXT;
+    CREATE INDEX users_by_skeleton ON users(skeleton);
+    """,
 ]
 
 
@@ -80,19 +122,18 @@ class Accounts:
     """The users of one SiliconFriend home. Thread-safe (one connection, one lock)."""
 
     def __init__(self, path: Path | str, *, signup_open: bool = True, hasher: PasswordHasher | None = None,
-                 clock: Callable[[], float] = time.time, max_failures: int = 5,
-                 failure_window_s: float = 300.0, session_days: float = SESSION_DAYS):
+                 clock: Callable[[], float] = time.time, limits: Limits = Limits(),
+                 session_days: float = SESSION_DAYS):
         self.path = Path(path)
         self.signup_open = signup_open
         self.hasher = hasher or PasswordHasher()
         self.clock = clock
-        self.max_failures = max_failures
-        self.failure_window_s = failure_window_s
         self.session_s = session_days * 86400
         self._lock = threading.RLock()
         # secure_delete: deleted accounts leave no bytes behind
         self._db = connect(self.path, "foreign_keys=ON", "secure_delete=ON")
         self._migrate()
+        self.limiter = RateLimiter(SQLiteRateLimitStore(self._db, self._lock), limits, clock)
         # verified against when the name is unknown, so that a wrong name takes as long as a wrong password
         self._dummy_hash = self.hasher.hash(secrets.token_hex(8))
 
@@ -103,6 +144,8 @@ class Accounts:
             for i, script in enumerate(_MIGRATIONS[version:], start=version + 1):
                 run_script(db, script)
                 db.execute(f"PRAGMA user_version = {i}")
+            for (name,) in db.execute("SELECT name FROM users WHERE skeleton IS NULL").fetchall():
+                db.execute("UPDATE users SET skeleton = ? WHERE name = ?", (skeleton(name), name))
 
     def _tx(self) -> ContextManager[sqlite3.Connection]:
         return immediate_transaction(self._db, self._lock)
@@ -113,10 +156,20 @@ class Accounts:
 
     # -- names and passwords ------------------------------------------------------------------
     @staticmethod
-    def check_username(name: str) -> str:
-        name = (name or "").strip()
+    def normalize(name: str) -> str:
+        """The name as stored and looked up: NFKC ("ｆｏｏ" is "foo"), without surrounding space."""
+        return unicodedata.normalize("NFKC", name or "").strip()
+
+    @classmethod
+    def check_username(cls, name: str) -> str:
+        name = cls.normalize(name)
         if not USERNAME_RE.match(name):
             raise AccountError("a user name is 2 to 32 letters, digits or . _ - @ +, without spaces")
+        if not any(ch.isalnum() for ch in name):
+            raise AccountError("a user name needs at least one letter or digit")
+        scripts = {_script(ch) for ch in name} - {None, "OTHER"}
+        if len(scripts) > 1:
+            raise AccountError("a user name cannot mix Latin, Cyrillic and Greek letters (they look alike)")
         return name
 
     @staticmethod
@@ -133,7 +186,7 @@ class Accounts:
     def canonical(self, name: str) -> str | None:
         """The name as it was typed at sign-up (names are unique regardless of case)."""
         with self._lock:
-            row = self._db.execute("SELECT name FROM users WHERE name = ?", ((name or "").strip(),)).fetchone()
+            row = self._db.execute("SELECT name FROM users WHERE name = ?", (self.normalize(name),)).fetchone()
         return row[0] if row else None
 
     def users(self) -> list[str]:
@@ -148,18 +201,30 @@ class Accounts:
         pw_hash = self.hasher.hash(self.check_password(password))
         try:
             with self._tx() as db:
-                db.execute("INSERT INTO users (name, pw_hash, created_at) VALUES (?, ?, ?)",
-                           (name, pw_hash, self.clock()))
+                if db.execute("SELECT 1 FROM users WHERE skeleton = ?", (skeleton(name),)).fetchone():
+                    raise sqlite3.IntegrityError("a look-alike name exists")
+                db.execute("INSERT INTO users (name, pw_hash, created_at, skeleton) VALUES (?, ?, ?, ?)",
+                           (name, pw_hash, self.clock(), skeleton(name)))
         except sqlite3.IntegrityError:
-            raise AccountError("that user name is taken") from None
+            raise AccountError("that user name is taken (or looks like one that is)") from None
         return self._new_session(name)
 
+    @staticmethod
+    def _attempt(name: str, client: str | None) -> Attempt:
+        return Attempt(f"user:{name.casefold()}", client)
+
+    def _check_rate(self, attempt: Attempt) -> None:
+        try:
+            self.limiter.check(attempt)
+        except rate_limit.TooManyAttempts as exc:
+            raise TooManyAttempts(exc.retry_after) from None
+
     def login(self, name: str, password: str, *, client: str | None = None) -> Session:
-        """A new session, or AccountError. After ``max_failures`` failed tries within the window,
-        for that name or from that client, every try is refused until the oldest one expires."""
-        name = (name or "").strip()
-        keys = [f"user:{name.lower()}"] + ([f"client:{client}"] if client else [])
-        self._check_rate(keys)
+        """A new session, or AccountError (TooManyAttempts while the rate limiter says wait:
+        see ``rate_limit.py`` for the limits per account, per client and per both)."""
+        name = self.normalize(name)
+        attempt = self._attempt(name, client)
+        self._check_rate(attempt)
         with self._lock:
             row = self._db.execute("SELECT name, pw_hash FROM users WHERE name = ?", (name,)).fetchone()
         stored = row[1] if row else self._dummy_hash
@@ -168,30 +233,14 @@ class Accounts:
         except (VerifyMismatchError, VerificationError, InvalidHashError):
             ok = False
         if not ok:
-            self._record_failure(keys)
+            self.limiter.failed(attempt)
             raise AccountError("wrong user name or password")
         canonical = row[0]
         if self.hasher.check_needs_rehash(stored):
             with self._tx() as db:
                 db.execute("UPDATE users SET pw_hash = ? WHERE name = ?", (self.hasher.hash(password), canonical))
-        with self._tx() as db:
-            db.execute("DELETE FROM failures WHERE key = ?", (keys[0],))
+        self.limiter.succeeded(attempt)
         return self._new_session(canonical)
-
-    def _check_rate(self, keys: list[str]) -> None:
-        now = self.clock()
-        since = now - self.failure_window_s
-        with self._tx() as db:
-            db.execute("DELETE FROM failures WHERE at < ?", (since,))
-            for key in keys:
-                n, oldest = db.execute("SELECT COUNT(*), MIN(at) FROM failures WHERE key = ?", (key,)).fetchone()
-                if n >= self.max_failures:
-                    raise TooManyAttempts(oldest + self.failure_window_s - now)
-
-    def _record_failure(self, keys: list[str]) -> None:
-        now = self.clock()
-        with self._tx() as db:
-            db.executemany("INSERT INTO failures (key, at) VALUES (?, ?)", [(k, now) for k in keys])
 
     def _new_session(self, name: str) -> Session:
         token = secrets.token_urlsafe(32)
@@ -234,10 +283,10 @@ class Accounts:
             db.execute("UPDATE users SET pw_hash = ? WHERE name = ?", (pw_hash, name))
             db.execute("DELETE FROM sessions WHERE name = ?", (name,))
 
-    def verify_password(self, name: str, password: str) -> None:
+    def verify_password(self, name: str, password: str, *, client: str | None = None) -> None:
         """For sensitive actions of a logged-in user (deleting the account); rate-limited too."""
-        keys = [f"user:{name.lower()}"]
-        self._check_rate(keys)
+        attempt = self._attempt(name, client)
+        self._check_rate(attempt)
         with self._lock:
             row = self._db.execute("SELECT pw_hash FROM users WHERE name = ?", (name,)).fetchone()
         try:
@@ -245,7 +294,7 @@ class Accounts:
                 return
         except (VerifyMismatchError, VerificationError, InvalidHashError):
             pass
-        self._record_failure(keys)
+        self.limiter.failed(attempt)
         raise AccountError("wrong password")
 
     # -- preferences --------------------------------------------------------------------------
@@ -272,7 +321,7 @@ class Accounts:
         with self._tx() as db:
             n = db.execute("DELETE FROM users WHERE name = ?", (name,)).rowcount
             db.execute("DELETE FROM sessions WHERE name = ?", (name,))
-            db.execute("DELETE FROM failures WHERE key = ?", (f"user:{name.lower()}",))
+        self.limiter.forget(self._attempt(name, None).name)
         with self._lock:
             self._db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
         return n > 0

@@ -40,6 +40,9 @@ def main(argv: list[str] | None = None) -> int:
     if not getattr(args, "func", None):
         parser.print_help()
         return 2
+    from .config import home_dir
+    from .private_files import make_private
+    make_private(args.home or home_dir())   # everything written under the home is 0600 / 0700
     try:
         return int(args.func(args) or 0)
     except KeyboardInterrupt:

@@ -28,14 +28,33 @@ log = logging.getLogger("siliconfriend.companion")
 
 QUERY_CHARS = 2000        # what of a (very long) message is used as the retrieval query
 MEMORY_CHARS = 400        # a remembered message or reply is cut to this many characters in the prompt
+# today's conversation in the prompt: each earlier message (and reply) of the day is cut to this
+# many characters, and the day's turns, newest first, fill at most HISTORY_TOKENS; so one long
+# message does not ride along in every later prompt of the day
+HISTORY_CHARS = 1000
+HISTORY_TOKENS = 1200
+TODAY = "today"           # the kind of a "what I remembered" entry that is a line of today's talk
 
 
 def used_entry(hit: Hit) -> dict:
-    """What a stored turn keeps of a memory it used (for the "what I remembered" panel)."""
+    """The one "what I remembered" entry of a memory a reply used: kept with the stored turn and
+    shown in the panel."""
     rec = hit.record
     text = rec.text if len(rec.text) <= MEMORY_CHARS else rec.text[:MEMORY_CHARS] + "…"
     return {"id": rec.id, "kind": rec.kind.value, "day": rec.day.isoformat(), "strength": round(rec.strength, 2),
             "retention": round(hit.retention, 3), "why": "; ".join(hit.reasons), "text": text}
+
+
+def today_entry(turn: MemoryRecord) -> dict:
+    """The "what I remembered" entry of one of today's turns that was in the prompt (today's
+    conversation is in the prompt as it is, not retrieved)."""
+    text = turn.query if len(turn.query) <= MEMORY_CHARS else turn.query[:MEMORY_CHARS] + "…"
+    return {"id": turn.id, "kind": TODAY, "day": turn.day.isoformat(), "strength": round(turn.strength, 2),
+            "retention": 1.0, "why": "today's conversation, in the prompt", "text": text}
+
+
+def _clip(text: str, n: int, marker: str) -> str:
+    return text if len(text) <= n else f"{text[:n].rstrip()} {marker}"
 
 
 @dataclass
@@ -47,17 +66,19 @@ class TurnResult:
     error: str | None = None   # a user-readable message when the LLM failed; nothing was stored
     text: str = ""             # the user's message, kept so that it can be sent again
     stopped: bool = False      # the reply was stopped early (what came so far is the reply)
+    today: list[MemoryRecord] = field(default_factory=list)   # today's turns that were in the prompt
 
 
 class ReplyStream:
     """Iterate to get the reply's text chunks; afterwards ``result`` is the TurnResult.
-    ``messages`` and ``used`` are set as soon as the prompt is built; ``consolidation`` tells
+    ``messages``, ``used`` and ``today`` are set as soon as the prompt is built; ``consolidation`` tells
     what a day rollover before this turn did (None if none ran)."""
 
     def __init__(self, run: Callable[["ReplyStream"], Iterator[str]]):
         self.result: TurnResult | None = None
         self.messages: list[Message] = []
         self.used: list[Hit] = []
+        self.today: list[MemoryRecord] = []    # today's turns in the prompt
         self.consolidation: ConsolidationReport | None = None
         self._stop = threading.Event()
         self._chunks = run(self)
@@ -146,7 +167,7 @@ class Companion:
         if turn.replace is not None:
             today = [t for t in today if t.position < turn.replace.position]
         turn.history = today[-self.history_turns:] if self.history_turns else []
-        stream.messages, stream.used = self._prompt(turn, prompts)
+        stream.messages, stream.used, stream.today = self._prompt(turn, prompts)
         parts: list[str] = []
         error = None
         try:
@@ -174,7 +195,8 @@ class Companion:
 
     def _finish(self, stream: ReplyStream, turn: _Turn, reply: str, error: str | None) -> TurnResult:
         reply = reply.strip()
-        result = TurnResult(reply, list(stream.used), None, list(stream.messages), error, turn.text, stream.stopped)
+        result = TurnResult(reply, list(stream.used), None, list(stream.messages), error, turn.text, stream.stopped,
+                            today=list(stream.today))
         if error is None and not reply and not stream.stopped:
             result.error = "No reply: the model returned nothing. Your message was not lost; send it again to retry."
         if result.error or not turn.store:
@@ -186,25 +208,42 @@ class Companion:
                     result.error = "The new reply was empty: the previous reply was kept."
                     return result
                 try:
-                    result.turn = self.bank.edit_text(turn.user, turn.replace.id, reply,
-                                                      extra={"used": [used_entry(h) for h in result.used]})
+                    result.turn = self.bank.edit_text(turn.user, turn.replace.id, reply, extra=self._extra(result))
                 except UnknownMemory:
                     result.error = "That message was deleted in the meantime: the new reply was not stored."
                     return result
                 self._invalidate_if_summarised(turn.user, turn.replace.day)
             else:
-                result.turn = self.bank.add_turn(turn.user, turn.text, reply, turn.now,
-                                                 extra={"used": [used_entry(h) for h in result.used]})
+                result.turn = self.bank.add_turn(turn.user, turn.text, reply, turn.now, extra=self._extra(result))
             if result.used:
                 self.bank.reinforce(turn.user, [h.record.id for h in result.used], turn.now)
         return result
+
+    @staticmethod
+    def _extra(result: TurnResult) -> dict:
+        """What a stored turn keeps of its prompt: the memories used and today's lines in it."""
+        return {"used": [used_entry(h) for h in result.used], TODAY: [today_entry(t) for t in result.today]}
 
     def _store_lock(self, user: str) -> threading.Lock:
         with self._guard:
             return self._store_locks[user]
 
     # -- the prompt ---------------------------------------------------------------------------
-    def _prompt(self, turn: _Turn, prompts: PromptSet) -> tuple[list[Message], list[Hit]]:
+    def _history(self, turn: _Turn, prompts: PromptSet) -> list[tuple[str, str]]:
+        """Today's turns for the prompt, oldest first: each message cut to HISTORY_CHARS, and
+        only the most recent that fit in HISTORY_TOKENS."""
+        cut = prompts.fragment("cut")
+        pairs: list[tuple[str, str]] = []
+        used = 0
+        for t in reversed(turn.history):
+            pair = (_clip(t.query, HISTORY_CHARS, cut), _clip(t.response, HISTORY_CHARS, cut))
+            used += turn.backend.count_tokens(pair[0]) + turn.backend.count_tokens(pair[1])
+            if pairs and used > HISTORY_TOKENS:
+                break
+            pairs.insert(0, pair)
+        return pairs
+
+    def _prompt(self, turn: _Turn, prompts: PromptSet) -> tuple[list[Message], list[Hit], list[MemoryRecord]]:
         exclude = {t.id for t in turn.history}
         if turn.replace is not None:
             exclude.add(turn.replace.id)
@@ -215,11 +254,12 @@ class Companion:
                 if h.record.id not in exclude][:k]
         fitted = fit_chat(prompts, self.meta_values(turn.user, turn.now, prompts, turn.backend),
                           [self.memory_line(h.record, prompts) for h in hits],
-                          [(t.query, t.response) for t in turn.history], turn.text,
+                          self._history(turn, prompts), turn.text,
                           budget=self._budget(turn.backend), count=turn.backend.count_tokens)
         if fitted.shortened:
             log.info("prompt for %s shortened to fit: %s", turn.user, ", ".join(fitted.shortened))
-        return fitted.messages, hits[:fitted.kept_memories]
+        today = turn.history[len(turn.history) - fitted.kept_history:] if fitted.kept_history else []
+        return fitted.messages, hits[:fitted.kept_memories], today
 
     def _budget(self, backend: ChatBackend) -> int:
         room = backend.context_tokens - self.max_new_tokens - 32

@@ -39,6 +39,11 @@ class Settings:
     signup_open: bool = True
     host: str = "127.0.0.1"
     port: int = 7860
+    trusted_proxies: tuple[str, ...] = ()  # addresses / networks whose X-Forwarded-For is believed
+    # the models users may choose in the web app ("backend:model", e.g. "hf:smollm2",
+    # "openai:gpt-4o-mini"); empty: only the configured default. Loaded on first use, once each.
+    web_models: tuple[str, ...] = ()
+    export_minutes: float = 5.0           # an export not downloaded by then is deleted
 
     @property
     def config_file(self) -> Path:
@@ -68,7 +73,10 @@ class Settings:
         converted = {}
         for name, value in values.items():
             default = getattr(settings, name)
-            if isinstance(value, str) and isinstance(default, bool):
+            if isinstance(default, tuple):
+                value = tuple(v.strip() for v in value.split(",") if v.strip()) if isinstance(value, str) \
+                    else tuple(str(v) for v in value)
+            elif isinstance(value, str) and isinstance(default, bool):
                 value = value.strip().lower() in ("1", "true", "yes", "on")
             elif isinstance(value, str) and isinstance(default, (int, float)) and not isinstance(default, bool):
                 value = type(default)(value)

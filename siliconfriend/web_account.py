@@ -1,5 +1,9 @@
-"""The settings and account tab: the companion's name, persona, backend and model; export all
-my data; delete my account and every trace of it."""
+"""The settings and account tab: the companion's name, persona and model (one of those the
+operator offers, by a friendly name); export all my data (a link for this session only, gone
+after the download or within minutes); delete my account and every trace of it.
+
+``AccountHandlers`` holds the handlers as named methods; ``build_account`` wires them.
+"""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -12,38 +16,82 @@ from .web_common import guard, lang_of
 from .web_i18n import Translator, t
 from .web_service import WebService
 
+EXPORT_ROUTE = "/sf-export"       # + "/<ticket>": served by app.py, once, to the session that asked
+
+
+class AccountHandlers:
+    def __init__(self, service: WebService, cache_dirs: Callable[[], list[Path]] = lambda: []):
+        self.service = service
+        self.cache_dirs = cache_dirs
+
+    def model_options(self) -> list[tuple[str, str]]:
+        """(friendly name, "backend:model") of each model users may choose."""
+        return [(label, key) for key, label in self.service.model_labels.items()]
+
+    def save(self, token_v, name_v, persona_v, model_v) -> str:
+        lang = lang_of(self.service, token_v)
+        backend, _, model = (model_v or "").partition(":")
+        if not model:
+            prefs = self.service.prefs(token_v)
+            backend, model = prefs["backend"], prefs["model"]
+        self.service.save_prefs(token_v, companion_name=name_v, persona=persona_v, backend=backend, model=model)
+        return t("saved", lang)
+
+    def export(self, token_v) -> str:
+        """A one-time download link (relative to the app's root) for this session's export."""
+        lang = lang_of(self.service, token_v)
+        ticket = self.service.export_file(token_v)
+        return t("export_link", lang, url=f"{EXPORT_ROUTE.lstrip('/')}/{ticket}",
+                 minutes=self.service.export_seconds / 60)
+
+    def delete(self, token_v, password_v, request: gr.Request = None) -> list:
+        from .web_client import request_client
+        lang = lang_of(self.service, token_v)
+        client = request_client(request, self.service.trusted_proxies)
+        self.service.delete_account(token_v, password_v or "", extra_dirs=self.cache_dirs(), client=client)
+        return ["", "", t("account_deleted", lang)]
+
+    def fill(self, token_v: str) -> list:
+        p = self.service.prefs(token_v)
+        return [p["companion_name"], p["persona"], f"{p['backend']}:{p['model']}", "", ""]
+
+    @staticmethod
+    def blank() -> list:
+        return ["", "", gr.skip(), "", ""]
+
 
 @dataclass
 class AccountParts:
-    fill: Callable[[str], list]          # token -> values for ``outputs``
-    blank: Callable[[], list]
+    handlers: AccountHandlers
     outputs: list
     deleted: object                      # the delete event, for the app to chain "show the login"
+
+    def fill(self, token: str) -> list:
+        return self.handlers.fill(token)
+
+    def blank(self) -> list:
+        return self.handlers.blank()
 
 
 def build_account(service: WebService, tr: Translator, token: gr.BrowserState, notice: gr.Markdown,
                   cache_dirs: Callable[[], list[Path]]) -> AccountParts:
     """``notice``: the login box's message, where "your account was deleted" is said."""
     guarded = guard(service)
-    backends = list(service.choices)
+    h = AccountHandlers(service, cache_dirs)
+    options = h.model_options()
     tr(gr.Markdown(tr.text("prefs_intro")), value="prefs_intro")
     with gr.Row():
         name = tr(gr.Textbox(label=tr.text("companion_name"), elem_id="companion_name", max_length=80),
                   label="companion_name")
-        backend = tr(gr.Dropdown(backends, value=backends[0], label=tr.text("backend"), elem_id="backend"),
-                     label="backend")
-        model = tr(gr.Dropdown(service.choices[backends[0]], value=(service.choices[backends[0]] or [None])[0],
-                               label=tr.text("model"), allow_custom_value=False, elem_id="model"), label="model")
+        model = tr(gr.Dropdown(options, value=options[0][1] if options else None, label=tr.text("model"),
+                               allow_custom_value=False, elem_id="model"), label="model")
     persona = tr(gr.Textbox(label=tr.text("persona"), lines=3, elem_id="persona", max_length=2000), label="persona")
     save = tr(gr.Button(tr.text("save_prefs"), variant="primary", elem_id="save_prefs"), value="save_prefs")
     prefs_status = gr.Markdown()
 
     tr(gr.Markdown(tr.text("data_intro")), value="data_intro")
-    with gr.Row():
-        export = tr(gr.Button(tr.text("export"), elem_id="export"), value="export")
-        download = tr(gr.DownloadButton(tr.text("download"), visible=False, variant="primary", elem_id="download"),
-                      label="download")
-    export_status = gr.Markdown()
+    export = tr(gr.Button(tr.text("export"), elem_id="export"), value="export")
+    export_status = gr.HTML(elem_id="export_link")
 
     tr(gr.Markdown(tr.text("danger_intro")), value="danger_intro")
     with gr.Row():
@@ -52,44 +100,7 @@ def build_account(service: WebService, tr: Translator, token: gr.BrowserState, n
         delete = tr(gr.Button(tr.text("delete_account"), variant="stop", elem_id="delete_account", scale=2),
                     value="delete_account")
 
-    @guarded
-    def on_backend(token_v, backend_v):
-        service.user(token_v)
-        models = service.choices.get(backend_v, [])
-        return gr.update(choices=models, value=models[0] if models else None)
-
-    @guarded
-    def on_save(token_v, name_v, persona_v, backend_v, model_v):
-        lang = lang_of(service, token_v)
-        service.save_prefs(token_v, companion_name=name_v, persona=persona_v, backend=backend_v, model=model_v)
-        return t("saved", lang)
-
-    @guarded
-    def on_export(token_v):
-        lang = lang_of(service, token_v)
-        path = service.export_file(token_v)
-        return gr.update(value=str(path), visible=True), t("export_ready", lang)
-
-    @guarded
-    def on_delete(token_v, password_v):
-        lang = lang_of(service, token_v)
-        service.delete_account(token_v, password_v or "", extra_dirs=cache_dirs())
-        return "", "", t("account_deleted", lang)
-
-    backend.input(on_backend, [token, backend], model, api_visibility="private")
-    save.click(on_save, [token, name, persona, backend, model], prefs_status, api_name="save_settings")
-    export.click(on_export, [token], [download, export_status], api_name="export")
-    deleted = delete.click(on_delete, [token, confirm], [token, confirm, notice], api_name="delete_account")
-
-    def fill(token_v: str) -> list:
-        p = service.prefs(token_v)
-        models = service.choices.get(p["backend"], [])
-        if p["model"] and p["model"] not in models:
-            models = [p["model"], *models]
-        return [p["companion_name"], p["persona"], p["backend"], gr.update(choices=models, value=p["model"] or None),
-                gr.update(visible=False, value=None), "", ""]
-
-    def blank() -> list:
-        return ["", "", gr.skip(), gr.skip(), gr.update(visible=False, value=None), "", ""]
-
-    return AccountParts(fill, blank, [name, persona, backend, model, download, export_status, confirm], deleted)
+    save.click(guarded(h.save), [token, name, persona, model], prefs_status, api_name="save_settings")
+    export.click(guarded(h.export), [token], export_status, api_name="export")
+    deleted = delete.click(guarded(h.delete), [token, confirm], [token, confirm, notice], api_name="delete_account")
+    return AccountParts(h, [name, persona, model, export_status, confirm], deleted)

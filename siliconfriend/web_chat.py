@@ -1,5 +1,10 @@
 """The chat tab: streamed replies, stop, regenerate / retry, clear the screen, and beside each
-reply what the companion remembered (date, S, R and why for each memory it used)."""
+reply what the companion remembered (date, S, R and why for each memory it used, and the lines of
+today's conversation that were in the prompt).
+
+``ChatHandlers`` holds the handlers as named methods (tests call them without a browser);
+``build_chat`` lays out the components and wires the events to them.
+"""
 from __future__ import annotations
 
 import html
@@ -9,27 +14,14 @@ from typing import Any, Callable, Iterator
 
 import gradio as gr
 
-from .web_common import guard, lang_of
+from .companion import TODAY, today_entry
+from .web_common import guard, lang_of, notify
 from .web_i18n import Translator, t
-from .web_service import WebService
+from .web_service import MAX_MESSAGE_CHARS, WebService
 
 log = logging.getLogger("siliconfriend.web")
 
 THINKING = "…"
-
-
-@dataclass
-class ChatParts:
-    chatbot: gr.Chatbot
-    message: gr.Textbox
-    remembered: gr.Markdown
-    view: gr.State          # the messages on screen (the server's copy)
-    failed: gr.State        # the text of a message whose reply failed, for retry
-    restore: Callable[[str], list]   # token -> values for ``outputs``
-    outputs: list
-
-    def blank(self, lang: str) -> list:
-        return [[], "", t("remembered_empty", lang), {}, {}]
 
 
 def _clip(text: str, n: int = 280) -> str:
@@ -37,81 +29,99 @@ def _clip(text: str, n: int = 280) -> str:
     return text if len(text) <= n else text[: n - 1] + "…"
 
 
+def shown(text: str) -> str:
+    """A person's own words as the chat shows them: literally (``<img src=x>`` is text, not an image)."""
+    return html.escape(text or "", quote=False)
+
+
 def remembered_markdown(items: list[dict], lang: str) -> str:
-    """The "what I remembered" text for one reply: one entry per memory used."""
-    if not items:
-        return t("remembered_none", lang)
+    """The "what I remembered" text for one reply: the memories retrieved, then the lines of
+    today's conversation that were in the prompt."""
+    memories = [it for it in items if it["kind"] != TODAY]
+    today = [it for it in items if it["kind"] == TODAY]
     lines = []
-    for it in items:
+    for it in memories:
         day = it["day"] if not it["day"].startswith("1970") else "—"
         why = it["why"] or "—"
-        lines.append(f"- **{day}** · {it['kind']} · S {it['strength']:g} · R {it['retention']:.2f} · "
-                     f"#{it['id']}  \n  _{html.escape(why)}_  \n  > {html.escape(_clip(it['text']))}")
+        lines.append(f"- **{day}** · {t('kind_' + it['kind'], lang)} · S {it['strength']:g} · "
+                     f"R {it['retention']:.2f} · #{it['id']}  \n  _{html.escape(why)}_  \n"
+                     f"  > {html.escape(_clip(it['text']))}")
+    if not memories:
+        lines.append(t("remembered_none_today" if today else "remembered_none", lang))
+    if today:
+        lines.append(f"\n**{t('today_lines', lang, n=len(today))}**")
+        lines += [f"- #{it['id']} {html.escape(_clip(it['text'], 160))}" for it in today]
     return "\n".join(lines)
 
 
+def remembered_title(items: list[dict], lang: str) -> str:
+    memories = sum(1 for it in items if it["kind"] != TODAY)
+    today = len(items) - memories
+    title = f"🧠 {t('remembered', lang)} ({memories})"
+    return f"{title} · {t('today_short', lang, n=today)}" if today else title
+
+
 def turn_messages(query: str, reply: str, remembered: list[dict] | None, lang: str) -> list[dict]:
-    out = [{"role": "user", "content": query}]
+    out = [{"role": "user", "content": shown(query)}]
     if remembered is not None:
         out.append({"role": "assistant", "content": remembered_markdown(remembered, lang),
-                    "metadata": {"title": f"🧠 {t('remembered', lang)} ({len(remembered)})", "status": "done"}})
+                    "metadata": {"title": remembered_title(remembered, lang), "status": "done"}})
     out.append({"role": "assistant", "content": reply})
     return out
 
 
-def _used_of(turn: Any) -> list[dict] | None:
-    """What a stored turn says it used, when the companion keeps that with the turn."""
+def stored_remembered(turn: Any) -> list[dict] | None:
+    """The "what I remembered" entries a stored turn keeps (``companion.used_entry`` and
+    ``today_entry``), or None for a turn stored before they were kept."""
     extra = getattr(turn, "extra", None) or {}
-    used = extra.get("used") or extra.get("remembered")
-    if isinstance(used, list) and all(isinstance(u, dict) for u in used):
-        keys = {"id", "kind", "day", "strength", "retention", "why", "text"}
-        return [{k: u.get(k, "" if k in ("why", "text", "kind", "day") else 0) for k in keys} for u in used]
-    return None
+    if "used" not in extra:
+        return None
+    return [*(extra.get("used") or []), *(extra.get(TODAY) or [])]
 
 
-def build_chat(service: WebService, tr: Translator, token: gr.BrowserState) -> ChatParts:
-    guarded = guard(service)
-    with gr.Row(equal_height=False):
-        with gr.Column(scale=3):
-            chatbot = tr(gr.Chatbot(label=tr.text("chat"), height=480, elem_id="chatbot",
-                                    buttons=["copy"], feedback_options=None), label="chat")
-            message = tr(gr.Textbox(label=tr.text("message"), placeholder=tr.text("message_ph"), lines=2,
-                                    max_lines=8, elem_id="message", submit_btn=False), label="message",
-                         placeholder="message_ph")
-            with gr.Row():
-                send = tr(gr.Button(tr.text("send"), variant="primary", elem_id="send"), value="send")
-                stop = tr(gr.Button(tr.text("stop"), variant="stop", elem_id="stop"), value="stop")
-                regen = tr(gr.Button(tr.text("regenerate"), elem_id="regenerate"), value="regenerate")
-                clear = tr(gr.Button(tr.text("clear"), elem_id="clear"), value="clear")
-            tr(gr.Markdown(tr.text("clear_note"), elem_classes=["sf-note"]), value="clear_note")
-        with gr.Column(scale=2, min_width=260):
-            tr(gr.Markdown(f"### {tr.text('remembered')}"), value="remembered")
-            remembered = gr.Markdown(tr.text("remembered_empty"), elem_id="remembered",
-                                     elem_classes=["sf-remembered"])
-    # the server's copy of the screen and of a message to retry, each bound to the user it belongs
-    # to: a state that reaches another user's handler (same browser tab, same API client) is empty
-    view = gr.State({})
-    failed = gr.State({})
+def counter_text(text: str | None, lang: str = "en") -> str:
+    n = len(text or "")
+    note = t("counter", lang, n=f"{n:,}", limit=f"{MAX_MESSAGE_CHARS:,}")
+    return f"⚠️ {note}" if n > MAX_MESSAGE_CHARS else note
 
+
+class ChatHandlers:
+    """Every handler takes the session token first and yields / returns values for ``OUTPUTS``
+    (chatbot, message box, remembered panel, failed-message state, screen state)."""
+
+    OUTPUTS = ("chatbot", "message", "remembered", "failed", "view")
+
+    def __init__(self, service: WebService):
+        self.service = service
+
+    # -- the server's copy of the screen, bound to its user -----------------------------------
+    @staticmethod
     def mine(state: Any, user: str, key: str, empty: Any) -> Any:
+        """A state that reaches another user's handler (same tab, same API client) is empty."""
         return state.get(key, empty) if isinstance(state, dict) and state.get("user") == user else empty
 
-    def _run(token_v: str, user: str, start: Callable[[], Any], msgs: list, text: str) -> Iterator[tuple]:
+    def _run(self, token: str, user: str, start: Callable[[], Any], msgs: list, text: str) -> Iterator[tuple]:
         """Stream one reply into the last message of ``msgs``; on failure say why and keep ``text``."""
-        lang = lang_of(service, token_v)
+        service = self.service
+        lang = lang_of(service, token)
         screen = {"user": user, "messages": msgs}
         stream = None
         reply = ""
         error = None
         try:
             stream = start()
-            shown = False
+            ahead = service.ahead(token)
+            if ahead:     # the model answers one reply at a time: say where this one stands
+                msgs[-1] = {"role": "assistant", "content": t("waiting_model", lang, n=ahead)}
+                yield msgs, gr.skip(), gr.skip(), gr.skip(), screen
+            shown_panel = False
             for chunk in stream:
                 reply += chunk
                 msgs[-1] = {"role": "assistant", "content": reply + " ▌"}
                 panel = gr.skip()
-                if not shown and getattr(stream, "messages", None):   # the prompt is built: show what it used
-                    panel, shown = remembered_markdown(service.remembered(stream.used), lang), True
+                if not shown_panel and getattr(stream, "messages", None):   # the prompt is built
+                    panel = remembered_markdown(self._entries(stream), lang)
+                    shown_panel = True
                 yield msgs, gr.skip(), panel, gr.skip(), screen
             result = stream.result
             error = getattr(result, "error", None)
@@ -122,7 +132,7 @@ def build_chat(service: WebService, tr: Translator, token: gr.BrowserState) -> C
             error, result = str(exc) or type(exc).__name__, None
         finally:
             if stream is not None:
-                service.finished(token_v, stream)
+                service.finished(token, stream)
         if error:
             msgs[-1] = {"role": "assistant", "content": t("llm_error", lang, error=error)}
             yield msgs, text, gr.skip(), {"user": user, "text": text}, screen
@@ -130,76 +140,77 @@ def build_chat(service: WebService, tr: Translator, token: gr.BrowserState) -> C
         final = getattr(result, "reply", None) or reply
         if getattr(result, "stopped", False) or getattr(stream, "stopped", False):
             final = f"{final} {t('stopped', lang)}".strip()
-        used = service.remembered(getattr(result, "used", None) or [])
-        query = msgs[-2]["content"] if len(msgs) >= 2 else ""
-        msgs[-2:] = turn_messages(query, final, used, lang)
+        used = self._entries(result)
+        asked = msgs[-2] if len(msgs) >= 2 else {"role": "user", "content": ""}   # already as shown
+        msgs[-2:] = [asked, *turn_messages("", final, used, lang)[1:]]
         yield msgs, gr.skip(), remembered_markdown(used, lang), {}, screen
 
+    def _entries(self, source: Any) -> list[dict]:
+        """The panel's entries of a stream or a result: memories used and today's lines."""
+        return [*self.service.remembered(getattr(source, "used", None) or []),
+                *(today_entry(r) for r in getattr(source, "today", None) or [])]
+
+    @staticmethod
     def _ask(msgs: list, query: str) -> list:
         """``msgs`` up to (not including) the last user message, then ``query`` and a placeholder."""
         last_user = max((i for i, m in enumerate(msgs) if m.get("role") == "user"), default=None)
-        if last_user is not None and msgs[last_user].get("content") == query:
+        if last_user is not None and msgs[last_user].get("content") == shown(query):
             msgs = msgs[:last_user]
-        return msgs + [{"role": "user", "content": query}, {"role": "assistant", "content": THINKING}]
+        return msgs + [{"role": "user", "content": shown(query)}, {"role": "assistant", "content": THINKING}]
 
-    @guarded
-    def on_send(token_v: str, text: str, view_v: dict):
+    # -- the handlers -------------------------------------------------------------------------
+    def send(self, token_v: str, text: str, view_v: dict):
+        """Send the message in the box. An empty or too long one is refused with a note, and
+        stays in the box."""
+        service = self.service
         user = service.user(token_v)
-        text = (text or "").strip()
-        if not text:
+        try:
+            text = service.check_message(text)
+        except ValueError as exc:
+            notify(str(exc))
             yield gr.skip(), gr.skip(), gr.skip(), gr.skip(), gr.skip()
             return
-        msgs = list(mine(view_v, user, "messages", [])) + [{"role": "user", "content": text},
-                                                           {"role": "assistant", "content": THINKING}]
+        msgs = list(self.mine(view_v, user, "messages", [])) + [{"role": "user", "content": shown(text)},
+                                                                {"role": "assistant", "content": THINKING}]
         yield msgs, "", gr.skip(), {}, {"user": user, "messages": msgs}
-        yield from _run(token_v, user, lambda: service.respond(token_v, text), msgs, text)
+        yield from self._run(token_v, user, lambda: service.respond(token_v, text), msgs, text)
 
-    @guarded
-    def on_regenerate(token_v: str, view_v: dict, failed_v: dict):
+    def regenerate(self, token_v: str, view_v: dict, failed_v: dict):
+        service = self.service
         user = service.user(token_v)
         lang = lang_of(service, token_v)
-        msgs = list(mine(view_v, user, "messages", []))
-        retry = mine(failed_v, user, "text", "")
+        msgs = list(self.mine(view_v, user, "messages", []))
+        retry = self.mine(failed_v, user, "text", "")
         if retry:   # the last reply failed: send the kept message again
-            msgs = _ask(msgs, retry)
+            msgs = self._ask(msgs, retry)
             yield msgs, "", gr.skip(), {}, {"user": user, "messages": msgs}
-            yield from _run(token_v, user, lambda: service.respond(token_v, retry), msgs, retry)
+            yield from self._run(token_v, user, lambda: service.respond(token_v, retry), msgs, retry)
             return
         turns = service.today(token_v)
         if not turns:
-            gr.Info(t("nothing_to_regen", lang))
+            notify(t("nothing_to_regen", lang), level="info")
             yield gr.skip(), gr.skip(), gr.skip(), gr.skip(), gr.skip()
             return
-        msgs = _ask(msgs, turns[-1].query)
+        msgs = self._ask(msgs, turns[-1].query)
         yield msgs, gr.skip(), gr.skip(), {}, {"user": user, "messages": msgs}
-        yield from _run(token_v, user, lambda: service.regenerate(token_v), msgs, "")
+        yield from self._run(token_v, user, lambda: service.regenerate(token_v), msgs, "")
 
-    @guarded
-    def on_stop(token_v: str):
-        service.stop(token_v)
+    def stop(self, token_v: str) -> None:
+        self.service.stop(token_v)
 
-    @guarded
-    def on_clear(token_v: str):
-        lang = lang_of(service, token_v)
-        service.user(token_v)
-        return [], t("remembered_empty", lang), {}, {}
+    def clear(self, token_v: str) -> list:
+        lang = lang_of(self.service, token_v)
+        self.service.user(token_v)
+        return [[], t("remembered_empty", lang), {}, {}]
 
-    outputs = [chatbot, message, remembered, failed, view]
-    send.click(on_send, [token, message, view], outputs, api_name="chat", concurrency_limit=4,
-               concurrency_id="chat")
-    message.submit(on_send, [token, message, view], outputs, api_visibility="private", concurrency_limit=4,
-                   concurrency_id="chat")
-    regen.click(on_regenerate, [token, view, failed], outputs, api_name="regenerate",
-                concurrency_limit=4, concurrency_id="chat")
-    chatbot.retry(on_regenerate, [token, view, failed], outputs, api_visibility="private",
-                  concurrency_limit=4, concurrency_id="chat")
-    chatbot.clear(on_clear, [token], [chatbot, remembered, failed, view], api_visibility="private")
-    stop.click(on_stop, [token], None, api_name="stop", concurrency_limit=None)
-    clear.click(on_clear, [token], [chatbot, remembered, failed, view], api_name="clear_screen",
-                concurrency_limit=None)
+    def count(self, token_v: str, text: str) -> str:
+        """The counter under the message box (no session needed: it only counts)."""
+        return counter_text(text, lang_of(self.service, token_v))
 
-    def restore(token_v: str) -> list:
-        """Today's conversation, for a page load or a new login: values for ``outputs``."""
+    def restore(self, token_v: str) -> list:
+        """Today's conversation, for a page load or a new login: values for ``OUTPUTS``. The
+        message box is left as it is (a message typed before a re-login is kept)."""
+        service = self.service
         lang = lang_of(service, token_v)
         user = service.user(token_v)
         msgs: list[dict] = []
@@ -211,7 +222,72 @@ def build_chat(service: WebService, tr: Translator, token: gr.BrowserState) -> C
             log.warning("could not restore today's conversation: %s", exc)
             turns = []
         for turn in turns:
-            msgs += turn_messages(turn.query, turn.response, _used_of(turn), lang)
+            msgs += turn_messages(turn.query, turn.response, stored_remembered(turn), lang)
         return [msgs, gr.skip(), t("remembered_empty", lang), {}, {"user": user, "messages": msgs}]
 
-    return ChatParts(chatbot, message, remembered, view, failed, restore, outputs)
+    @staticmethod
+    def blank(lang: str) -> list:
+        """Logged out: an empty screen; the message box keeps what was typed."""
+        return [[], gr.skip(), t("remembered_empty", lang), {}, {}]
+
+
+@dataclass
+class ChatParts:
+    handlers: ChatHandlers
+    chatbot: gr.Chatbot
+    message: gr.Textbox
+    outputs: list
+    events: list          # the events after which a lost session sends the page to the login
+
+    def restore(self, token: str) -> list:
+        return self.handlers.restore(token)
+
+    def blank(self, lang: str) -> list:
+        return self.handlers.blank(lang)
+
+
+def build_chat(service: WebService, tr: Translator, token: gr.BrowserState) -> ChatParts:
+    guarded = guard(service)
+    handlers = ChatHandlers(service)
+    with gr.Row(equal_height=False):
+        with gr.Column(scale=3):
+            chatbot = gr.Chatbot(show_label=False, height=480, elem_id="chatbot", buttons=["copy"],
+                                 feedback_options=None)
+            # lines=1 grows up to max_lines: Enter sends, Shift+Enter starts a new line
+            message = tr(gr.Textbox(label=tr.text("message"), placeholder=tr.text("message_ph"), lines=1,
+                                    max_lines=8, elem_id="message", submit_btn=False), label="message",
+                         placeholder="message_ph")
+            counter = gr.Markdown(counter_text(""), elem_id="message_counter", elem_classes=["sf-note"])
+            with gr.Row():
+                send = tr(gr.Button(tr.text("send"), variant="primary", elem_id="send"), value="send")
+                stop = tr(gr.Button(tr.text("stop"), variant="stop", elem_id="stop"), value="stop")
+                regen = tr(gr.Button(tr.text("regenerate"), elem_id="regenerate"), value="regenerate")
+                clear = tr(gr.Button(tr.text("clear"), elem_id="clear"), value="clear")
+            tr(gr.Markdown(tr.text("clear_note"), elem_classes=["sf-note"]), value="clear_note")
+        with gr.Column(scale=2, min_width=260):
+            tr(gr.Markdown(f"### {tr.text('remembered')}"), value="remembered_h")
+            remembered = tr(gr.Markdown(tr.text("remembered_empty"), elem_id="remembered",
+                                        elem_classes=["sf-remembered"]), value="remembered_empty")
+    view = gr.State({})
+    failed = gr.State({})
+
+    outputs = [chatbot, message, remembered, failed, view]
+    send_fn, regen_fn = guarded(handlers.send), guarded(handlers.regenerate)
+    events = [
+        send.click(send_fn, [token, message, view], outputs, api_name="chat", concurrency_limit=4,
+                   concurrency_id="chat"),
+        message.submit(send_fn, [token, message, view], outputs, api_visibility="private", concurrency_limit=4,
+                       concurrency_id="chat"),
+        regen.click(regen_fn, [token, view, failed], outputs, api_name="regenerate",
+                    concurrency_limit=4, concurrency_id="chat"),
+        chatbot.retry(regen_fn, [token, view, failed], outputs, api_visibility="private",
+                      concurrency_limit=4, concurrency_id="chat"),
+    ]
+    clear_fn = guarded(handlers.clear)
+    chatbot.clear(clear_fn, [token], [chatbot, remembered, failed, view], api_visibility="private")
+    stop.click(guarded(handlers.stop), [token], None, api_name="stop", concurrency_limit=None)
+    clear.click(clear_fn, [token], [chatbot, remembered, failed, view], api_name="clear_screen",
+                concurrency_limit=None)
+    message.change(handlers.count, [token, message], counter, api_visibility="private", show_progress="hidden",
+                   queue=False)
+    return ChatParts(handlers, chatbot, message, outputs, events)

@@ -24,6 +24,14 @@ def lang_of(service: WebService, token: str | None) -> str:
         return service.settings.lang
 
 
+def notify(message: str, *, level: str = "warning") -> None:
+    """A note that pops up in the page (a log line outside a request, e.g. in tests)."""
+    try:
+        (gr.Info if level == "info" else gr.Warning)(message)
+    except Exception:   # no request context
+        log.info("%s", message)
+
+
 def _refusal(service: WebService, token: Any, exc: Exception) -> gr.Error:
     lang = lang_of(service, token if isinstance(token, str) else None)
     if isinstance(exc, NotLoggedIn):

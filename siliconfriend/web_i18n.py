@@ -29,7 +29,14 @@ TEXT: dict[str, dict[str, str]] = {
     # chat
     "chat": {"en": "Conversation", "zh": "对话"},
     "message": {"en": "Message", "zh": "消息"},
-    "message_ph": {"en": "Say something… (Enter to send)", "zh": "说点什么…（回车发送）"},
+    "message_ph": {"en": "Say something… (Enter to send, Shift+Enter for a new line)",
+                   "zh": "说点什么…（回车发送，Shift+回车换行）"},
+    "counter": {"en": "{n} / {limit} characters", "zh": "{n} / {limit} 字"},
+    "waiting_model": {"en": "⏳ Waiting for the model: {n} reply(ies) ahead of yours…",
+                      "zh": "⏳ 正在等待模型：前面还有 {n} 条回复…"},
+    "session_lost": {"en": "Your session ended (logged out in another tab, or expired). Log in again: what you "
+                           "typed is kept.",
+                     "zh": "你的登录已失效（在别的标签页退出了，或已过期）。请重新登录：你输入的内容还在。"},
     "send": {"en": "Send", "zh": "发送"},
     "stop": {"en": "Stop", "zh": "停止"},
     "regenerate": {"en": "Regenerate / retry", "zh": "重新生成 / 重试"},
@@ -37,6 +44,12 @@ TEXT: dict[str, dict[str, str]] = {
     "clear_note": {"en": "Clearing the screen keeps the memories; manage them on the Memory tab.",
                    "zh": "清屏不会删除记忆；记忆可在「记忆」页管理。"},
     "remembered": {"en": "What I remembered", "zh": "我想起了什么"},
+    "remembered_h": {"en": "### What I remembered", "zh": "### 我想起了什么"},
+    "remembered_none_today": {"en": "_No older memory was retrieved for this reply._",
+                              "zh": "_这次回复没有检索到更早的记忆。_"},
+    "today_lines": {"en": "Today's conversation, in the prompt as it is ({n} turns):",
+                    "zh": "今天的对话，原样放在提示里（{n} 轮）："},
+    "today_short": {"en": "today's conversation: {n}", "zh": "今天的对话：{n}"},
     "remembered_none": {"en": "_Nothing from earlier came to mind for this reply._",
                         "zh": "_这次回复没有用到以前的记忆。_"},
     "remembered_empty": {"en": "_Send a message: the memories each reply uses appear here._",
@@ -46,9 +59,23 @@ TEXT: dict[str, dict[str, str]] = {
                   "zh": "⚠️ 模型没能回答：{error}\n\n你的消息已放回输入框；点「重新生成 / 重试」再发一次。"},
     "stopped": {"en": "_(stopped)_", "zh": "_（已停止）_"},
     "nothing_to_regen": {"en": "There is no reply today to regenerate.", "zh": "今天还没有可以重新生成的回复。"},
+    "col_id": {"en": "id", "zh": "编号"},
     "col_day": {"en": "day", "zh": "日期"},
     "col_kind": {"en": "kind", "zh": "类型"},
+    "col_state": {"en": "state", "zh": "状态"},
+    "col_pinned": {"en": "pinned", "zh": "钉住"},
+    "col_recalls": {"en": "recalls", "zh": "回忆次数"},
+    "col_text": {"en": "text", "zh": "内容"},
     "col_why": {"en": "why", "zh": "原因"},
+    "kind_turn": {"en": "turn", "zh": "对话"},
+    "kind_daily_events": {"en": "daily events", "zh": "每日事件"},
+    "kind_daily_personality": {"en": "daily personality", "zh": "每日性格"},
+    "kind_global_events": {"en": "global events", "zh": "总体事件"},
+    "kind_global_personality": {"en": "global personality", "zh": "总体性格"},
+    "kind_today": {"en": "today", "zh": "今天"},
+    "state_active": {"en": "active", "zh": "活跃"},
+    "state_archived": {"en": "archived", "zh": "已归档"},
+    "yes": {"en": "yes", "zh": "是"},
     # memory page
     "mem_intro": {"en": "Every memory with its strength **S** and retention **R = e^(−t/S)**. Faded "
                         "memories are archived, not erased: restore them, pin what must never fade, "
@@ -63,6 +90,13 @@ TEXT: dict[str, dict[str, str]] = {
     "mem_archived": {"en": "Include archived", "zh": "包含已归档"},
     "mem_table": {"en": "Memories (click a row to select it)", "zh": "记忆（点击一行选中）"},
     "mem_id": {"en": "Selected memory id", "zh": "选中的记忆编号"},
+    "mem_id_ph": {"en": "click a row", "zh": "点击一行"},
+    "no_match": {"en": "No memories match.", "zh": "没有匹配的记忆。"},
+    "confirm_delete": {"en": "Delete memory #{id} (“{text}”) for good? This cannot be undone.",
+                       "zh": "要永久删除记忆 #{id}（“{text}”）吗？此操作无法撤销。"},
+    "delete_yes": {"en": "Yes, delete it for good", "zh": "确定永久删除"},
+    "delete_no": {"en": "Keep it", "zh": "保留"},
+    "delete_cancelled": {"en": "Nothing was deleted.", "zh": "没有删除任何内容。"},
     "pin": {"en": "Pin", "zh": "钉住"},
     "unpin": {"en": "Unpin", "zh": "取消钉住"},
     "restore": {"en": "Restore", "zh": "恢复"},
@@ -84,10 +118,13 @@ TEXT: dict[str, dict[str, str]] = {
     "save_global": {"en": "Save global summary and profile", "zh": "保存总体摘要与画像"},
     "summarise_now": {"en": "Summarise now", "zh": "立即总结"},
     "summarised": {"en": "Summarised: {days}", "zh": "已总结：{days}"},
+    "summarising": {"en": "Summarising {day}…", "zh": "正在总结 {day}…"},
     "nothing_summarised": {"en": "Nothing new to summarise.", "zh": "没有需要总结的新内容。"},
     "saved": {"en": "Saved.", "zh": "已保存。"},
     "nothing_saved": {"en": "Nothing changed.", "zh": "没有改动。"},
     "plot": {"en": "Retention over time", "zh": "记忆保持率随时间变化"},
+    "plot_h": {"en": "### Retention over time", "zh": "### 记忆保持率随时间变化"},
+    "plot_axis": {"en": "retention R = e^(-t/S)", "zh": "保持率 R = e^(-t/S)"},
     "plot_empty": {"en": "No active memories to plot yet.", "zh": "还没有可绘制的记忆。"},
     "plot_now": {"en": "now", "zh": "现在"},
     "plot_threshold": {"en": "forgetting threshold", "zh": "遗忘阈值"},
@@ -97,6 +134,10 @@ TEXT: dict[str, dict[str, str]] = {
     "persona": {"en": "Persona (how your companion should be)", "zh": "人设（你希望伙伴是什么样）"},
     "backend": {"en": "Backend", "zh": "后端"},
     "model": {"en": "Model", "zh": "模型"},
+    "export_link": {"en": "<a href=\"{url}\" download id=\"download\">⬇ Download my data (JSON)</a>: a link "
+                          "for this session only, gone after the download or in {minutes:g} minutes.",
+                    "zh": "<a href=\"{url}\" download id=\"download\">⬇ 下载我的数据（JSON）</a>：仅限本次登录使用，"
+                          "下载后或 {minutes:g} 分钟后失效。"},
     "save_prefs": {"en": "Save settings", "zh": "保存设置"},
     "data_intro": {"en": "### My data", "zh": "### 我的数据"},
     "export": {"en": "Export all my data", "zh": "导出我的全部数据"},
@@ -125,9 +166,10 @@ class Translator:
         self.lang = lang if lang in LANGS else "en"
         self._entries: list[tuple[Any, dict[str, str]]] = []
 
-    def __call__(self, component: Any, **attrs: str) -> Any:
+    def __call__(self, component: Any, **attrs: Any) -> Any:
         """Register ``component``: ``attrs`` maps a property (label, value, placeholder, info)
-        to a TEXT key. Returns the component, so it can wrap the constructor call."""
+        to a TEXT key, or (choices...) to a function of the language. Returns the component, so
+        it can wrap the constructor call."""
         self._entries.append((component, attrs))
         return component
 
@@ -140,4 +182,5 @@ class Translator:
 
     def updates(self, lang: str) -> list[dict]:
         import gradio as gr
-        return [gr.update(**{attr: t(key, lang) for attr, key in attrs.items()}) for _, attrs in self._entries]
+        return [gr.update(**{attr: key(lang) if callable(key) else t(key, lang) for attr, key in attrs.items()})
+                for _, attrs in self._entries]

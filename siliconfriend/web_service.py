@@ -10,11 +10,12 @@ import copy
 import json
 import logging
 import os
-import shutil
+import secrets
 import tempfile
 import threading
+import time
 from collections import OrderedDict
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from datetime import date, datetime, timedelta
 from pathlib import Path
 from typing import Any, Callable
@@ -24,12 +25,23 @@ from memory.memorybank_format import export_user
 from memory.records import Kind, MemoryRecord, State
 
 from .accounts import Accounts, Session
+from .backends.base import BackendError
+from .companion import used_entry
 from .config import Settings
+from .private_files import tighten
+from .web_client import proxy_networks
 
 log = logging.getLogger("siliconfriend.web")
 
-EXPORT_DIR = Path(tempfile.gettempdir()) / "siliconfriend-exports"
+EXPORT_DIR = Path(tempfile.gettempdir()) / "siliconfriend-exports"   # used only without a home
 MAX_MESSAGE_CHARS = 20_000
+MAX_MEMORY_ID = 2 ** 63 - 1            # SQLite's largest integer
+# the memory page's search shows a memory only when it really matches: it shares words with the
+# search, is on a day the search names, or its meaning is this close (cosine of the embedder's
+# vectors; e5 puts unrelated short texts at about 0.70-0.80 and paraphrases above 0.85)
+SEARCH_MIN_SIMILARITY = 0.85
+FRIENDLY_MODEL_NAMES = {"smollm2": "SmolLM2 135M (built in, tiny, English)", "qwen": "Qwen2.5 7B",
+                        "chatglm": "GLM-4 9B", "belle": "BELLE 13B"}
 
 
 class NotLoggedIn(PermissionError):
@@ -50,32 +62,46 @@ class MemoryRow:
     why: str = ""
 
 
+class ModelUnavailable(ValueError):
+    """The chosen model cannot be used now; the details are in the server's log, for its operator."""
+
+
 def model_choices(settings: Settings) -> dict[str, list[str]]:
-    """The backends and models a user may pick: the configured default first, then the local
-    presets, then OpenAI-compatible models when a key or server is configured."""
+    """The backends and models users may pick: the configured default first, then what the
+    operator lists in ``web_models`` ("backend:model" entries, e.g. "hf:qwen", "openai:gpt-4o").
+    Nothing else: which models a server downloads and loads is the operator's decision."""
     from .backends.registry import default_backend_name
-    try:
-        from .backends.hf_local import PRESETS
-        presets = list(PRESETS)
-    except Exception:  # transformers missing: the hf backend is still listed by its default
-        presets = ["smollm2"]
     default_backend = settings.backend or default_backend_name()
-    choices: dict[str, list[str]] = {"hf": list(presets)}
-    if os.environ.get("OPENAI_API_KEY") or os.environ.get("OPENAI_BASE_URL") or default_backend == "openai":
-        choices["openai"] = [os.environ.get("OPENAI_MODEL") or "gpt-4o-mini"]
-    if default_backend not in choices:
-        choices[default_backend] = []
-    default_model = settings.model or (choices[default_backend][0] if choices[default_backend] else "")
-    models = choices[default_backend]
-    if default_model and default_model not in models:
-        models.insert(0, default_model)
-    ordered = {default_backend: choices.pop(default_backend)}
-    ordered.update(choices)
-    return ordered
+    default_model = settings.model or ("smollm2" if default_backend == "hf" else
+                                       os.environ.get("OPENAI_MODEL") or "gpt-4o-mini" if default_backend == "openai"
+                                       else "")
+    choices: dict[str, list[str]] = {default_backend: [default_model] if default_model else []}
+    for entry in settings.web_models:
+        backend, _, model = entry.partition("=")[0].strip().partition(":")
+        if not model:
+            raise ValueError(f"web_models: {entry!r} is not backend:model (e.g. hf:qwen)")
+        models = choices.setdefault(backend.strip(), [])
+        if model.strip() not in models:
+            models.append(model.strip())
+    return choices
+
+
+def model_labels(settings: Settings) -> dict[str, str]:
+    """"backend:model" -> the name users see (``web_models`` may give one after "=")."""
+    labels = {}
+    for backend, models in model_choices(settings).items():
+        for model in models:
+            labels[f"{backend}:{model}"] = FRIENDLY_MODEL_NAMES.get(model, model)
+    for entry in settings.web_models:
+        key, _, label = entry.partition("=")
+        if label.strip():
+            labels[key.strip()] = label.strip()
+    return labels
 
 
 class BackendPool:
-    """Chat backends other than the companion's own, built on first use and kept (a few)."""
+    """Chat backends other than the companion's own, built on first use and kept (a few). Each
+    one is built at most once at a time: two users choosing the same model wait for one load."""
 
     def __init__(self, factory: Callable[..., Any] | None = None, keep: int = 2):
         if factory is None:
@@ -84,6 +110,7 @@ class BackendPool:
         self.keep = keep
         self._cache: OrderedDict[tuple[str, str], Any] = OrderedDict()
         self._lock = threading.Lock()
+        self._loading: dict[tuple[str, str], threading.Lock] = {}
 
     def get(self, name: str, model: str, **options) -> Any:
         key = (name, model)
@@ -91,12 +118,44 @@ class BackendPool:
             if key in self._cache:
                 self._cache.move_to_end(key)
                 return self._cache[key]
-        backend = self.factory(name, model=model or None, **options)
-        with self._lock:
-            self._cache[key] = backend
-            while len(self._cache) > self.keep:
-                self._cache.popitem(last=False)
+            loading = self._loading.setdefault(key, threading.Lock())
+        with loading:
+            with self._lock:
+                if key in self._cache:          # built by whoever held the lock before us
+                    return self._cache[key]
+            try:
+                backend = self.factory(name, model=model or None, **options)
+            except (BackendError, OSError, ValueError) as exc:
+                log.error("model %s:%s could not be loaded: %s", name, model, exc)
+                raise ModelUnavailable("that model is not available on this server right now; pick another "
+                                       "one or ask the server's operator") from exc
+            with self._lock:
+                self._cache[key] = backend
+                while len(self._cache) > self.keep:
+                    self._cache.popitem(last=False)
         return backend
+
+
+@dataclass
+class _Export:
+    user: str
+    token: str
+    path: Path
+    expires: float
+    timer: threading.Timer | None = field(default=None, repr=False)
+
+
+def memory_id(value: Any) -> int:
+    """A memory id from the client: a positive integer SQLite can hold, else UnknownMemory."""
+    try:
+        number = int(value)
+        if float(value) != number:
+            raise ValueError
+    except (TypeError, ValueError, OverflowError):
+        raise UnknownMemory(f"no memory {str(value)[:40]}") from None
+    if not 1 <= number <= MAX_MEMORY_ID:
+        raise UnknownMemory(f"no memory {str(number)[:40]}")
+    return number
 
 
 class WebService:
@@ -112,10 +171,15 @@ class WebService:
         self.clock = clock or getattr(companion, "clock", None) or datetime.now
         self.backends = backends or BackendPool()
         self.choices = model_choices(settings)
+        self.model_labels = model_labels(settings)
+        self.trusted_proxies = proxy_networks(settings.trusted_proxies)
         self._streams: dict[str, Any] = {}     # user -> the reply being generated
+        self._waiting: list[str] = []          # users whose reply waits for / uses the model, in order
         self._variants: OrderedDict[tuple[str, str], Any] = OrderedDict()
-        self._exports: dict[str, list[Path]] = {}
-        self.export_dir = EXPORT_DIR
+        self._exports: dict[str, _Export] = {}  # ticket -> the export it names
+        self._exports_lock = threading.Lock()
+        self.export_dir = settings.home / "exports" if settings.home else EXPORT_DIR
+        self.export_seconds = settings.export_minutes * 60
 
     # -- sessions -----------------------------------------------------------------------------
     def signup(self, name: str, password: str) -> Session:
@@ -148,14 +212,21 @@ class WebService:
         defaults = {"lang": self.settings.lang, "backend": backend,
                     "model": self.settings.model or (self.choices[backend] or [""])[0],
                     "companion_name": self.settings.companion_name, "persona": self.settings.persona}
-        return {**defaults, **{k: v for k, v in saved.items() if v not in (None, "")}}
+        out = {**defaults, **{k: v for k, v in saved.items() if v not in (None, "")}}
+        if out["model"] not in self.choices.get(out["backend"], []):   # no longer offered: the default
+            out["backend"], out["model"] = defaults["backend"], defaults["model"]
+        return out
 
     def save_prefs(self, token: str, **prefs) -> dict:
         user = self.user(token)
         if "lang" in prefs and prefs["lang"] not in ("en", "zh"):
             raise ValueError("language must be en or zh")
         if "backend" in prefs and prefs["backend"] not in self.choices:
-            raise ValueError(f"backend must be one of {', '.join(self.choices)}")
+            raise ValueError("that model is not offered on this server; pick one from the list")
+        if prefs.get("model") is not None:
+            backend = prefs.get("backend") or self.prefs(token)["backend"]
+            if str(prefs["model"]).strip() not in self.choices.get(backend, []):
+                raise ValueError("that model is not offered on this server; pick one from the list")
         for key in ("companion_name", "persona", "model"):
             if key in prefs and prefs[key] is not None:
                 prefs[key] = str(prefs[key]).strip()[:2000]
@@ -207,24 +278,42 @@ class WebService:
         backend = self._backend_for(prefs)
         stream = getattr(self._companion_for(prefs), method)(user, *args, lang=prefs["lang"], backend=backend)
         self._streams[user] = stream
+        with self._companion_lock:
+            self._waiting.append(user)
         return stream
+
+    def ahead(self, token: str) -> int:
+        """How many replies (of other users) started before this user's and are not finished."""
+        user = self.user(token)
+        with self._companion_lock:
+            return self._waiting.index(user) if user in self._waiting else 0
+
+    @staticmethod
+    def check_message(text: str | None) -> str:
+        """The message to send, or ValueError saying what is wrong with it (nothing is lost)."""
+        text = (text or "").strip()
+        if not text:
+            raise ValueError("the message is empty: type something to say")
+        if len(text) > MAX_MESSAGE_CHARS:
+            raise ValueError(f"the message has {len(text):,} characters, more than the {MAX_MESSAGE_CHARS:,} "
+                             f"one message can hold: split it into parts (it is still in the box)")
+        return text
 
     def respond(self, token: str, text: str) -> Any:
         self.user(token)
-        text = (text or "").strip()
-        if not text:
-            raise ValueError("an empty message")
-        if len(text) > MAX_MESSAGE_CHARS:
-            raise ValueError(f"a message can have at most {MAX_MESSAGE_CHARS} characters")
-        return self._start(token, "respond", text)
+        return self._start(token, "respond", self.check_message(text))
 
     def regenerate(self, token: str) -> Any:
         return self._start(token, "regenerate")
 
     def finished(self, token: str, stream: Any) -> None:
-        user = self.accounts.user_for(token)
-        if user and self._streams.get(user) is stream:
-            del self._streams[user]
+        user = self.accounts.user_for(token)     # None after a logout: then found by the stream
+        for name in ([user] if user else list(self._streams)):
+            if self._streams.get(name) is stream:
+                del self._streams[name]
+                with self._companion_lock:
+                    if name in self._waiting:
+                        self._waiting.remove(name)
 
     def stop(self, token: str) -> bool:
         user = self.user(token)
@@ -239,8 +328,8 @@ class WebService:
 
     def delete_turn(self, token: str, turn_id: int) -> None:
         user = self.user(token)
-        self.bank.get(user, int(turn_id))         # UnknownMemory unless it is this user's
-        self.companion.delete_turn(user, int(turn_id))
+        self.bank.get(user, memory_id(turn_id))   # UnknownMemory unless it is this user's
+        self.companion.delete_turn(user, memory_id(turn_id))
 
     # -- memory page --------------------------------------------------------------------------
     def _row(self, rec: MemoryRecord, now: datetime, why: str = "") -> MemoryRow:
@@ -259,7 +348,10 @@ class WebService:
         state_v = State(state) if state else None
         if query and query.strip():
             hits = self.bank.search_text(user, query.strip(), now, k=50, include_archived=include_archived)
-            rows = [self._row(h.record, now, "; ".join(h.reasons)) for h in hits]
+            hits = [h for h in hits if h.lexical > 0 or h.on_named_day or h.dense >= SEARCH_MIN_SIMILARITY
+                    or "archived; matches your words" in h.reasons]
+            rows = [self._row(h.record, now, "; ".join(r for r in h.reasons if r != "closest of what is remembered"))
+                    for h in hits]
             return [r for r in rows if (not day or r.day == day.isoformat()) and (not kind_v or r.kind == kind_v.value)
                     and (not state_v or r.state == state_v.value)]
         recs = self.bank.records(user, kind=kind_v, state=state_v, day=day)
@@ -274,17 +366,24 @@ class WebService:
             return []
         return [d.isoformat() for d in sorted(self.bank.days(user), reverse=True) if d.year > 1970]
 
-    def pin(self, token: str, memory_id: int, pinned: bool = True) -> MemoryRecord:
-        return self.bank.pin(self.user(token), int(memory_id), pinned)
+    def pin(self, token: str, memory: int, pinned: bool = True) -> MemoryRecord:
+        user = self.user(token)
+        return self.bank.pin(user, self.bank.get(user, memory_id(memory)).id, pinned)
 
-    def restore(self, token: str, memory_id: int) -> MemoryRecord:
-        return self.bank.restore(self.user(token), int(memory_id), self.now())
+    def restore(self, token: str, memory: int) -> MemoryRecord:
+        """Bring back an archived memory (as if just recalled). An active one is refused: restoring
+        it again and again would raise its strength each time."""
+        user = self.user(token)
+        rec = self.bank.get(user, memory_id(memory))
+        if rec.state != State.ARCHIVED:
+            raise ValueError(f"memory #{rec.id} is not archived: only archived memories can be restored")
+        return self.bank.restore(user, rec.id, self.now())
 
     def delete_memories(self, token: str, memory_ids: list[int]) -> int:
         """Delete for good. A dialogue turn goes through the companion, so that the summaries of
         its day are written again without it."""
         user = self.user(token)
-        records = [self.bank.get(user, int(i)) for i in memory_ids]   # UnknownMemory unless all are hers
+        records = [self.bank.get(user, memory_id(i)) for i in memory_ids]   # UnknownMemory unless all are hers
         for rec in records:
             if rec.kind == Kind.TURN and hasattr(self.companion, "delete_turn"):
                 self.companion.delete_turn(user, rec.id)
@@ -332,9 +431,25 @@ class WebService:
             saved.append(key)
         return saved
 
-    def summarise_now(self, token: str) -> list[date]:
+    def summarise_now(self, token: str, *, progress: Callable[[int, int, date], None] | None = None) -> list[date]:
+        """Summarise every day not summarised yet, today included, one day at a time
+        (``progress(done, total, day)`` before each), then the global summaries."""
         user = self.user(token)
-        return list(self.companion.consolidate(user, until=self.now().date()))
+        today = self.now().date()
+        if not self.bank.has_user(user):
+            return []
+        summarised = {r.day for r in self.bank.summaries(user, Kind.DAILY_EVENTS)}
+        pending = sorted(d for d in self.bank.days(user) if d.year > 1970 and d <= today and d not in summarised)
+        done: list[date] = []
+        for i, day in enumerate(pending or [today]):
+            if progress is not None:
+                progress(i, len(pending or [today]), day)
+            done += [d for d in self.companion.consolidate(user, until=day) if d not in done]
+        return done
+
+    def memory(self, token: str, memory: Any) -> MemoryRecord:
+        """One of this user's memories (UnknownMemory for anyone else's, or a bad id)."""
+        return self.bank.get(self.user(token), memory_id(memory))
 
     def retention_curves(self, token: str, *, limit: int = 12, horizon_days: int = 14) -> dict:
         """R over time for the user's most recent memories: from each one's last recall to
@@ -350,6 +465,7 @@ class WebService:
                 steps = 40
                 times = [start + (end - start) * i / steps for i in range(steps + 1)]
                 curves.append({"id": rec.id, "label": f"#{rec.id} {rec.kind.value} {rec.day.isoformat()}",
+                               "kind": rec.kind.value, "day": rec.day.isoformat(),
                                "times": times, "values": [self.bank.retention(rec, t) for t in times],
                                "now": self.bank.retention(rec, now)})
         return {"now": now, "threshold": self.settings.forgetting_threshold, "curves": curves,
@@ -380,23 +496,74 @@ class WebService:
                                  "memories": memories}
         return {user: body}
 
-    def export_file(self, token: str) -> Path:
+    def export_file(self, token: str) -> str:
+        """Write this user's export (0600, in a 0700 folder of the data home) and return the
+        ticket that downloads it once (``take_export``): only while this session lasts, and at
+        most ``export_minutes`` after; then the file is deleted."""
         user = self.user(token)
         data = self.export_data(token)
-        folder = Path(tempfile.mkdtemp(prefix="u-", dir=self._export_root()))
-        path = folder / f"siliconfriend-{user_key(user)}.json"
-        path.write_text(json.dumps(data, ensure_ascii=False, indent=2), encoding="utf-8")
-        self._exports.setdefault(user, []).append(folder)
-        return path
+        self.sweep_exports()
+        root = self._export_root()
+        ticket = secrets.token_urlsafe(24)
+        path = root / f"{ticket}.json"
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            json.dump(data, fh, ensure_ascii=False, indent=2)
+        export = _Export(user, token, path, time.monotonic() + self.export_seconds)
+        export.timer = threading.Timer(self.export_seconds + 1, self.sweep_exports)
+        export.timer.daemon = True
+        export.timer.start()
+        with self._exports_lock:
+            self._exports[ticket] = export
+        return ticket
+
+    def take_export(self, ticket: str) -> tuple[str, bytes] | None:
+        """(file name, content) of the export ``ticket`` names, once; None when the ticket is
+        unknown, used, expired, or its session has ended. The file is deleted either way."""
+        with self._exports_lock:
+            export = self._exports.pop(ticket, None) if isinstance(ticket, str) else None
+        if export is None:
+            return None
+        try:
+            if time.monotonic() > export.expires or self.accounts.user_for(export.token) != export.user:
+                return None
+            return f"siliconfriend-{user_key(export.user)}.json", export.path.read_bytes()
+        except OSError:
+            return None
+        finally:
+            self._drop_export(export)
+
+    def sweep_exports(self) -> None:
+        """Delete the exports that expired or whose session ended."""
+        with self._exports_lock:
+            stale = [t for t, e in self._exports.items()
+                     if time.monotonic() > e.expires or self.accounts.user_for(e.token) != e.user]
+            dropped = [self._exports.pop(t) for t in stale]
+        for export in dropped:
+            self._drop_export(export)
+
+    @staticmethod
+    def _drop_export(export: _Export) -> None:
+        if export.timer is not None:
+            export.timer.cancel()
+        export.path.unlink(missing_ok=True)
 
     def _export_root(self) -> Path:
-        self.export_dir.mkdir(parents=True, exist_ok=True)
+        self.export_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+        tighten(self.export_dir)
         return self.export_dir
 
-    def delete_account(self, token: str, password: str, *, extra_dirs: list[Path] = ()) -> None:
+    def clear_exports(self) -> None:
+        """At start: exports left by a previous run (a crash) are deleted."""
+        if self.export_dir.is_dir():
+            for path in self.export_dir.glob("*.json"):
+                path.unlink(missing_ok=True)
+
+    def delete_account(self, token: str, password: str, *, extra_dirs: list[Path] = (),
+                       client: str | None = None) -> None:
         """The account, its sessions, every memory and file: gone. Needs the password again."""
         user = self.user(token)
-        self.accounts.verify_password(user, password)
+        self.accounts.verify_password(user, password, client=client)
         stream = self._streams.pop(user, None)
         if stream is not None:
             stream.stop()
@@ -409,25 +576,21 @@ class WebService:
                 rolled.pop(user, None)
         self.bank.delete_user(user)
         name = f"siliconfriend-{user_key(user)}.json"
-        for folder in self._exports.pop(user, []):
-            shutil.rmtree(folder, ignore_errors=True)
-        for root in [self.export_dir, *extra_dirs]:   # e.g. Gradio's copies of the export files
+        with self._exports_lock:
+            mine = [t for t, e in self._exports.items() if e.user == user]
+            dropped = [self._exports.pop(t) for t in mine]
+        for export in dropped:
+            self._drop_export(export)
+        for root in [self.export_dir, *extra_dirs]:   # e.g. copies an older version left
             if Path(root).is_dir():
                 for copy in Path(root).rglob(name):
                     copy.unlink(missing_ok=True)
         self.accounts.delete(user)
 
     def remembered(self, hits: list) -> list[dict]:
-        """The memories a reply used, for the "what I remembered" panel."""
-        now = self.now()
-        out = []
-        for h in hits or []:
-            rec = getattr(h, "record", h)
-            out.append({"id": rec.id, "kind": rec.kind.value, "day": rec.day.isoformat(),
-                        "strength": round(rec.strength, 2),
-                        "retention": round(getattr(h, "retention", None) or self.bank.retention(rec, now), 3),
-                        "why": "; ".join(getattr(h, "reasons", []) or []), "text": rec.text})
-        return out
+        """The memories a reply used, for the "what I remembered" panel (``companion.used_entry``)."""
+        return [used_entry(h) for h in hits or []]
 
 
-__all__ = ["WebService", "NotLoggedIn", "MemoryRow", "BackendPool", "model_choices", "UnknownMemory"]
+__all__ = ["WebService", "NotLoggedIn", "MemoryRow", "BackendPool", "ModelUnavailable", "model_choices",
+           "model_labels", "memory_id", "UnknownMemory"]

@@ -47,7 +47,10 @@ CHATGLM_LEGACY_TEMPLATE = (
 PRESETS: dict[str, dict[str, Any]] = {
     "smollm2": {"model": None,  # the packaged GGUF, found at resolve time
                 "description": "SmolLM2-135M-Instruct (Q4_1 GGUF, packaged; tiny, English only)",
-                "generation": {"temperature": 0.3, "top_p": 0.9, "repetition_penalty": 1.1}},
+                # without a stronger penalty and a ban on repeated 4-grams the tiny model loops
+                # ("She's a big girl, 7 feet tall, ..." over and over); replies of a few sentences
+                "generation": {"temperature": 0.3, "top_p": 0.9, "repetition_penalty": 1.3,
+                               "no_repeat_ngram_size": 4, "max_new_tokens": 160}},
     "chatglm": {"model": "THUDM/glm-4-9b-chat-hf",
                 "description": "GLM-4 chat (native transformers classes); THUDM/chatglm*-6b via remote code",
                 "legacy_template": CHATGLM_LEGACY_TEMPLATE, "stop": ["[Round "],
@@ -338,7 +341,7 @@ class HFLocalChat:
         if room < 1:
             raise BackendError(f"the prompt takes {prompt_len} tokens, more than the {self.context_tokens} "
                                f"{self.model!r} can take; shorten the history or lower the memory budget")
-        limit = min(max_tokens or self.max_new_tokens, room)
+        limit = min(max_tokens or self.max_new_tokens, self.generation.get("max_new_tokens") or room, room)
         streamer = transformers.TextIteratorStreamer(self.tokenizer, skip_prompt=True, skip_special_tokens=True)
         cancel = threading.Event()
         kwargs = dict(self._sampling(), **{k: v.to(self._model.device) for k, v in encoded.items()},
@@ -389,6 +392,8 @@ class HFLocalChat:
                     out[key] = gen[key]
         if gen.get("repetition_penalty"):
             out["repetition_penalty"] = gen["repetition_penalty"]
+        if gen.get("no_repeat_ngram_size"):
+            out["no_repeat_ngram_size"] = gen["no_repeat_ngram_size"]
         return out
 
     def _eos_ids(self) -> list[int]:

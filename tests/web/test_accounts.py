@@ -7,6 +7,8 @@ import pytest
 from argon2 import PasswordHasher
 
 from siliconfriend.accounts import AccountError, Accounts, SignupClosed, TooManyAttempts
+from siliconfriend.rate_limit import Attempt, Limits
+from siliconfriend.rate_limit import TooManyAttempts as RateLimited
 
 FAST = PasswordHasher(time_cost=1, memory_cost=1024, parallelism=1)
 
@@ -52,7 +54,8 @@ def test_passwords_are_hashed_and_tokens_not_stored(accounts, tmp_path):
     assert pw_hash.startswith("$argon2")
 
 
-@pytest.mark.parametrize("name", ["", " ", "a", "has space", "x" * 33, "semi;colon", "../etc"])
+@pytest.mark.parametrize("name", ["", " ", "a", "has space", "x" * 33, "semi;colon", "../etc", "..", "._.",
+                                  "\u0430lice"])
 def test_bad_names_refused(accounts, name):
     with pytest.raises(AccountError):
         accounts.signup(name, "long enough pw")
@@ -65,6 +68,19 @@ def test_unicode_name_and_duplicates(accounts):
     accounts.signup("Carol", "long enough pw")
     with pytest.raises(AccountError, match="taken"):
         accounts.signup("CAROL", "long enough pw")
+
+
+def test_lookalike_names_are_one_account(accounts):
+    accounts.signup("foo", "long enough pw")
+    with pytest.raises(AccountError, match="taken"):
+        accounts.signup("\uff46\uff4f\uff4f", "long enough pw")   # full-width "foo" is "foo"
+    assert accounts.login("\uff46\uff4f\uff4f", "long enough pw").user == "foo"
+    accounts.signup("alice", "long enough pw")
+    with pytest.raises(AccountError, match="taken"):                 # all-Cyrillic look-alike
+        accounts.signup("\u0430\u04cf\u0456\u0441\u0435", "long enough pw")
+    with pytest.raises(AccountError, match="taken"):
+        accounts.signup("a1ice", "long enough pw")                       # a digit for a letter
+    accounts.signup("\u0431\u043e\u0440\u0438\u0441", "long enough pw")   # a real Cyrillic name is fine
 
 
 def test_short_password_refused(accounts):
@@ -81,17 +97,69 @@ def test_wrong_password_and_unknown_user_look_the_same(accounts):
     assert str(a.value) == str(b.value)
 
 
-def test_failed_logins_are_rate_limited(accounts, clock):
+def test_one_account_locked_from_one_client_leaves_others_alone(accounts, clock):
+    """Five wrong passwords for frank from one address: that pair waits, nobody else does."""
     accounts.signup("frank", "long enough pw")
+    accounts.signup("grace", "long enough pw")
     for _ in range(5):
-        with pytest.raises(AccountError):
+        with pytest.raises(AccountError, match="wrong"):
             accounts.login("frank", "nope nope", client="1.2.3.4")
-    with pytest.raises(TooManyAttempts):          # even the right password, for now
-        accounts.login("frank", "long enough pw")
-    with pytest.raises(TooManyAttempts):          # and from that client for any name
-        accounts.login("someone", "whatever", client="1.2.3.4")
-    clock.t += 301
-    assert accounts.login("frank", "long enough pw").user == "frank"
+    with pytest.raises(TooManyAttempts):          # frank from there: even the right password, for now
+        accounts.login("frank", "long enough pw", client="1.2.3.4")
+    # another account behind the same address (a NAT, an office) logs in
+    assert accounts.login("grace", "long enough pw", client="1.2.3.4").user == "grace"
+    # frank from his phone logs in: the lock was on the pair
+    assert accounts.login("frank", "long enough pw", client="5.6.7.8").user == "frank"
+    clock.t += Limits().window_s + 1
+    assert accounts.login("frank", "long enough pw", client="1.2.3.4").user == "frank"
+
+
+def test_spraying_from_one_client_is_stopped(accounts, clock):
+    accounts.signup("heidi", "long enough pw")
+    limit = Limits().per_client
+    for i in range(limit):
+        with pytest.raises(AccountError):
+            accounts.login(f"user{i}", "Password1!", client="6.6.6.6")
+    with pytest.raises(TooManyAttempts):
+        accounts.login("heidi", "Password1!", client="6.6.6.6")
+    assert accounts.login("heidi", "long enough pw", client="7.7.7.7").user == "heidi"
+
+
+def test_many_clients_against_one_account_back_off_but_never_lock_the_owner_out(accounts, clock):
+    """An attacker rotating addresses meets a growing, capped back-off on the account; the owner's
+    own (known) client is not held at all, and a new client waits at most the cap."""
+    lim = Limits()
+    accounts.signup("ivan", "long enough pw")
+    accounts.login("ivan", "long enough pw", client="10.0.0.1")   # ivan's usual address: known
+    refused = 0
+    for i in range(60):                                          # 60 addresses, one guess each
+        try:
+            accounts.login("ivan", f"guess {i}", client=f"203.0.113.{i}")
+        except TooManyAttempts as exc:
+            refused += 1
+            assert exc.retry_after <= lim.max_backoff_s
+        except AccountError:
+            pass
+        clock.t += 1
+    assert refused > 30                                          # most guesses never reached the password
+    assert accounts.login("ivan", "long enough pw", client="10.0.0.1").user == "ivan"
+    with pytest.raises(TooManyAttempts) as exc:                  # a new place: waits, but not long
+        accounts.login("ivan", "long enough pw", client="198.51.100.1")
+    clock.t += exc.value.retry_after + 0.1
+    assert accounts.login("ivan", "long enough pw", client="198.51.100.1").user == "ivan"
+
+
+def test_limiter_is_reusable_for_other_secrets(tmp_path, clock):
+    """The API's keys are limited like logins: the same limiter, another name prefix."""
+    acc = Accounts(tmp_path / "a.db", hasher=FAST, clock=clock)
+    key = Attempt("apikey:sk-abc1", "9.9.9.9")
+    for _ in range(Limits().per_pair):
+        acc.limiter.check(key)
+        acc.limiter.failed(key)
+    with pytest.raises(RateLimited):
+        acc.limiter.check(key)
+    acc.limiter.check(Attempt("apikey:sk-abc1", "8.8.8.8"))
+    acc.close()
 
 
 def test_signup_can_be_closed(tmp_path):

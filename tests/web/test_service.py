@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import inspect
 import json
+import stat
+from dataclasses import replace
 from datetime import date, timedelta
 
 import pytest
@@ -11,7 +13,7 @@ import pytest
 from memory.bank import UnknownMemory, user_key
 from memory.memorybank_format import parse_bank
 from memory.records import Kind, State
-from siliconfriend.web_service import BackendPool, NotLoggedIn, WebService
+from siliconfriend.web_service import BackendPool, NotLoggedIn, WebService, model_choices
 
 
 def say(service, token, text):
@@ -30,7 +32,8 @@ def two(web_service):
 
 
 def test_every_method_needs_a_session(web_service):
-    skip = {"signup", "login", "logout", "user", "now", "finished", "remembered", "companion"}
+    skip = {"signup", "login", "logout", "user", "now", "finished", "remembered", "companion",
+            "take_export", "sweep_exports", "clear_exports"}   # a ticket carries its session
     for name, fn in inspect.getmembers(web_service, inspect.ismethod):
         if name.startswith("_") or name in skip:
             continue
@@ -130,7 +133,14 @@ def test_export_is_memorybank_json_plus_our_fields(two, tmp_path):
     service, alice, bob = two
     service.save_prefs(alice, persona="gentle")
     say(service, alice, "My favourite tea is oolong.")
-    path = service.export_file(alice)
+    ticket = service.export_file(alice)
+    stored = service.export_dir / f"{ticket}.json"
+    assert stat.S_IMODE(stored.stat().st_mode) == 0o600 and stat.S_IMODE(service.export_dir.stat().st_mode) == 0o700
+    name, content = service.take_export(ticket)
+    assert name.endswith(".json") and not stored.exists()          # removed right after the download
+    assert service.take_export(ticket) is None                       # once only
+    path = tmp_path / name
+    path.write_bytes(content)
     data = json.loads(path.read_text())
     assert list(data) == ["alice"]
     body = data["alice"]
@@ -148,8 +158,8 @@ def test_delete_account_leaves_nothing(two, tmp_path):
     service, alice, bob = two
     say(service, alice, "A secret: I sing in the shower.")
     say(service, bob, "Hello there.")
-    export = service.export_file(alice)
-    gradio_copy = tmp_path / "gradio-cache" / "abc" / export.name
+    export = service.export_dir / f"{service.export_file(alice)}.json"
+    gradio_copy = tmp_path / "gradio-cache" / "abc" / f"siliconfriend-{user_key('alice')}.json"
     gradio_copy.parent.mkdir(parents=True)
     gradio_copy.write_text("{}")
     user_dir = service.bank.user_dir("alice")
@@ -193,6 +203,10 @@ def test_language_persona_and_backend_reach_the_companion(two):
     service.backends = BackendPool(factory)
     with pytest.raises(ValueError):
         service.save_prefs(bob, backend="no-such-backend")
+    with pytest.raises(ValueError, match="not offered"):            # the operator has not listed it
+        service.save_prefs(bob, backend="hf", model="qwen")
+    service.settings = replace(service.settings, web_models=("hf:qwen",))
+    service.choices = model_choices(service.settings)
     service.save_prefs(bob, backend="hf", model="qwen")
     calls_before = len(backend.calls)
     r = say(service, bob, "Which model are you?")

@@ -1,0 +1,174 @@
+"""Rate limits for guessing secrets (passwords now; API keys can use the same limiter).
+
+Three kinds of key, each with its own limit, so that no one key can be used against the others:
+
+* ``pair`` -- one secret's name from one client (``user:amy|client:10.0.0.7``): a few tries, then
+  that pair waits. The person who mistypes her own password waits here, nobody else does.
+* ``client`` -- one client, over all names: many tries (a NAT or an office shares one address),
+  then the client waits. Password spraying from one address ends here.
+* ``account`` -- one name, from all clients: past its limit every new try must wait an
+  exponentially growing back-off, capped at ``max_backoff_s`` (a minute by default), so that an
+  attacker with many addresses gets a few guesses an hour instead of thousands, while the owner
+  is never held out longer than the cap. A client from which the name logged in successfully
+  lately (a *known client*, OWASP's "device cookie" idea keyed by address) skips the account
+  back-off: an attack from elsewhere does not lock the owner out at all.
+
+State lives behind ``RateLimitStore`` (a table of timestamped events per key; SQLite's is
+``SQLiteRateLimitStore``, in the accounts database), so that another database can hold it.
+"""
+from __future__ import annotations
+
+import sqlite3
+import threading
+import time
+from dataclasses import dataclass
+from typing import Callable, Iterable, Protocol
+
+from memory.sqlite_db import immediate_transaction
+
+RATE_LIMIT_TABLE = """
+CREATE TABLE IF NOT EXISTS rate_events (key TEXT NOT NULL, kind TEXT NOT NULL, at REAL NOT NULL);
+CREATE INDEX IF NOT EXISTS rate_events_by_key ON rate_events(key, kind, at);
+"""
+
+
+class RateLimitStore(Protocol):
+    """Timestamped events per key: ``kind`` is "fail" (a failed try) or "ok" (a success)."""
+
+    def add(self, keys: Iterable[str], kind: str, at: float) -> None: ...
+
+    def events(self, key: str, kind: str, since: float) -> list[float]:
+        """The times of ``key``'s ``kind`` events at or after ``since``, oldest first."""
+        ...
+
+    def clear(self, keys: Iterable[str], kind: str) -> None: ...
+
+    def prune(self, before: float) -> None:
+        """Forget every event older than ``before``."""
+        ...
+
+    def forget_prefix(self, prefix: str) -> None:
+        """Forget every event of the keys that start with ``prefix`` (a deleted account)."""
+        ...
+
+
+class SQLiteRateLimitStore:
+    """``RateLimitStore`` in a table of an existing SQLite connection (the accounts database)."""
+
+    def __init__(self, db: sqlite3.Connection, lock: threading.RLock):
+        self._db, self._lock = db, lock
+        with immediate_transaction(self._db, self._lock) as tx:
+            for statement in filter(str.strip, RATE_LIMIT_TABLE.split(";")):
+                tx.execute(statement)
+
+    def add(self, keys: Iterable[str], kind: str, at: float) -> None:
+        with immediate_transaction(self._db, self._lock) as tx:
+            tx.executemany("INSERT INTO rate_events (key, kind, at) VALUES (?, ?, ?)",
+                           [(k, kind, at) for k in keys])
+
+    def events(self, key: str, kind: str, since: float) -> list[float]:
+        with self._lock:
+            rows = self._db.execute("SELECT at FROM rate_events WHERE key = ? AND kind = ? AND at >= ? ORDER BY at",
+                                    (key, kind, since)).fetchall()
+        return [r[0] for r in rows]
+
+    def clear(self, keys: Iterable[str], kind: str) -> None:
+        with immediate_transaction(self._db, self._lock) as tx:
+            tx.executemany("DELETE FROM rate_events WHERE key = ? AND kind = ?", [(k, kind) for k in keys])
+
+    def prune(self, before: float) -> None:
+        with immediate_transaction(self._db, self._lock) as tx:
+            tx.execute("DELETE FROM rate_events WHERE at < ?", (before,))
+
+    def forget_prefix(self, prefix: str) -> None:
+        escaped = prefix.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
+        with immediate_transaction(self._db, self._lock) as tx:
+            tx.execute("DELETE FROM rate_events WHERE key LIKE ? ESCAPE '\\'", (escaped + "%",))
+
+
+class TooManyAttempts(ValueError):
+    """Refused before the secret was checked; ``retry_after`` seconds until the next try."""
+
+    def __init__(self, retry_after: float):
+        self.retry_after = max(0.0, retry_after)
+        super().__init__(f"too many failed tries: try again in {int(self.retry_after) + 1} seconds")
+
+
+@dataclass(frozen=True)
+class Limits:
+    window_s: float = 900.0         # failures older than this are forgotten
+    per_pair: int = 5               # one name from one client
+    per_client: int = 30            # one client, all names
+    per_account: int = 10           # one name, all clients, before the back-off starts
+    base_backoff_s: float = 2.0     # the first back-off; doubled for every further failure
+    max_backoff_s: float = 60.0     # the longest the owner can be held out
+    known_client_days: float = 30.0
+
+
+@dataclass(frozen=True)
+class Attempt:
+    """The keys of one try: ``name`` is the secret's holder ("user:amy", "apikey:sk-ab12")."""
+    name: str
+    client: str | None
+
+    @property
+    def pair(self) -> str:
+        return f"{self.name}|client:{self.client or '-'}"
+
+    @property
+    def client_key(self) -> str | None:
+        return f"client:{self.client}" if self.client else None
+
+
+class RateLimiter:
+    """``check`` before verifying a secret (TooManyAttempts when the try must wait), then
+    ``failed`` or ``succeeded`` after."""
+
+    def __init__(self, store: RateLimitStore, limits: Limits = Limits(), clock: Callable[[], float] = time.time):
+        self.store, self.limits, self.clock = store, limits, clock
+
+    def check(self, attempt: Attempt) -> None:
+        lim, now = self.limits, self.clock()
+        since = now - lim.window_s
+        self.store.prune(now - max(lim.window_s, lim.known_client_days * 86400))
+        pair = self.store.events(attempt.pair, "fail", since)
+        if len(pair) >= lim.per_pair:
+            raise TooManyAttempts(pair[-lim.per_pair] + lim.window_s - now)
+        if attempt.client_key:
+            client = self.store.events(attempt.client_key, "fail", since)
+            if len(client) >= lim.per_client:
+                raise TooManyAttempts(client[-lim.per_client] + lim.window_s - now)
+        if self.known(attempt):
+            return
+        account = self.store.events(attempt.name, "fail", since)
+        over = len(account) - lim.per_account
+        if over >= 0:
+            wait = min(lim.max_backoff_s, lim.base_backoff_s * 2 ** over)
+            if now < account[-1] + wait:
+                raise TooManyAttempts(account[-1] + wait - now)
+
+    def known(self, attempt: Attempt) -> bool:
+        """Did this name succeed from this client lately?"""
+        if not attempt.client:
+            return False
+        since = self.clock() - self.limits.known_client_days * 86400
+        return bool(self.store.events(attempt.pair, "ok", since))
+
+    def failed(self, attempt: Attempt) -> None:
+        keys = [attempt.pair, attempt.name] + ([attempt.client_key] if attempt.client_key else [])
+        self.store.add(keys, "fail", self.clock())
+
+    def succeeded(self, attempt: Attempt) -> None:
+        """The pair's failures are forgotten and the client becomes known for the name; the
+        account's and the client's failures stay (an attacker's are not wiped by the owner)."""
+        self.store.clear([attempt.pair], "fail")
+        self.store.clear([attempt.pair], "ok")
+        if attempt.client:
+            self.store.add([attempt.pair], "ok", self.clock())
+
+    def forget(self, name: str) -> None:
+        self.store.forget_prefix(name + "|")
+        self.store.clear([name], "fail")
+
+
+__all__ = ["Attempt", "Limits", "RateLimitStore", "RateLimiter", "SQLiteRateLimitStore", "TooManyAttempts"]
