@@ -37,9 +37,13 @@ EXPORT_DIR = Path(tempfile.gettempdir()) / "siliconfriend-exports"   # used only
 MAX_MESSAGE_CHARS = 20_000
 MAX_MEMORY_ID = 2 ** 63 - 1            # SQLite's largest integer
 # the memory page's search shows a memory only when it really matches: it shares words with the
-# search, is on a day the search names, or its meaning is this close (cosine of the embedder's
-# vectors; e5 puts unrelated short texts at about 0.70-0.80 and paraphrases above 0.85)
-SEARCH_MIN_SIMILARITY = 0.85
+# search, is on a day the search names, or its meaning is close both absolutely and against the
+# rest: e5-small puts any two short texts at 0.70-0.83 (even "zzqxj" and "Hello there.": 0.81), so
+# a match by meaning needs a cosine of at least SEARCH_MIN_SIMILARITY and SEARCH_MARGIN above the
+# median of the memories found ("kitten" -> "My cat is called Pixel": 0.85, median 0.78). With
+# another embedder (MiniLM's cosines are far lower) the search is by words and days only.
+SEARCH_MIN_SIMILARITY = 0.82
+SEARCH_MARGIN = 0.04
 FRIENDLY_MODEL_NAMES = {"smollm2": "SmolLM2 135M (built in, tiny, English)", "qwen": "Qwen2.5 7B",
                         "chatglm": "GLM-4 9B", "belle": "BELLE 13B"}
 
@@ -156,6 +160,14 @@ def memory_id(value: Any) -> int:
     if not 1 <= number <= MAX_MEMORY_ID:
         raise UnknownMemory(f"no memory {str(number)[:40]}")
     return number
+
+
+def real_matches(hits: list) -> list:
+    """The hits of a memory-page search that match it (see SEARCH_MIN_SIMILARITY), best first."""
+    dense = sorted(h.dense for h in hits if h.dense)
+    median = dense[len(dense) // 2] if dense else 0.0
+    return [h for h in hits if h.lexical > 0 or h.on_named_day or "archived; matches your words" in h.reasons
+            or (h.dense >= SEARCH_MIN_SIMILARITY and h.dense >= median + SEARCH_MARGIN)]
 
 
 class WebService:
@@ -348,8 +360,7 @@ class WebService:
         state_v = State(state) if state else None
         if query and query.strip():
             hits = self.bank.search_text(user, query.strip(), now, k=50, include_archived=include_archived)
-            hits = [h for h in hits if h.lexical > 0 or h.on_named_day or h.dense >= SEARCH_MIN_SIMILARITY
-                    or "archived; matches your words" in h.reasons]
+            hits = real_matches(hits)
             rows = [self._row(h.record, now, "; ".join(r for r in h.reasons if r != "closest of what is remembered"))
                     for h in hits]
             return [r for r in rows if (not day or r.day == day.isoformat()) and (not kind_v or r.kind == kind_v.value)
