@@ -96,11 +96,14 @@ class AppHandlers:
         user = self.service.accounts.user_for(token_v)
         return [*tr.updates(lang_v), t("welcome", lang_v, user=user) if user else ""]
 
-    def session_check(self, token_v: str, lang_v: str) -> list:
-        """After an action: a session that ended (logged out in another tab, expired) sends the
-        page to the login box, with a note; what was typed stays in its box."""
-        if self.service.accounts.user_for(token_v) is not None:
-            return [gr.skip()] * 6
+    def require_session(self, token_v: str) -> None:
+        """Before an action: refused (and nothing else runs) when the tab's session ended, in
+        another tab or by expiry. It has no outputs, so nothing on the page turns into an error."""
+        if self.service.accounts.user_for(token_v) is None:
+            raise gr.Error(t("login_first", self.service.settings.lang), title="🔒", print_exception=False)
+
+    def session_lost(self, token_v: str, lang_v: str) -> list:
+        """After a refused action: the login box, with a note; what was typed stays in its box."""
         hide = gr.update(visible=False)
         return [hide, gr.update(visible=True), hide, hide, t("session_lost", self._lang(lang_v)), ""]
 
@@ -164,13 +167,27 @@ def build_app(service: WebService) -> gr.Blocks:
                             value="signup")
             notice = gr.Markdown(elem_id="login_message")
 
+        quiet = {"api_visibility": "private", "show_progress": "hidden"}
+        gate_handlers = AppHandlers(service, None, None, None)
+        lost_outputs = [loading, login_box, None, logout, notice, whoami]   # main_box: below
+
+        def gate(trigger):
+            """An action behind the session check: when the session ended elsewhere, the page goes
+            to the login box (typed text kept) instead of turning its outputs into errors."""
+            def on(fn, inputs, outputs, **kwargs):
+                check = trigger(gate_handlers.require_session, [token], None, concurrency_limit=None, **quiet)
+                check.failure(gate_handlers.session_lost, [token, lang], lost_outputs, **quiet)
+                return check.success(fn, inputs, outputs, **kwargs)
+            return on
+
         with gr.Column(visible=False) as main_box:
+            lost_outputs[2] = main_box
             with gr.Tabs(selected="chat") as tabs:
                 with tr(gr.Tab(tr.text("tab_chat"), id="chat", elem_id="tab_chat"), label="tab_chat"):
-                    chat = build_chat(service, tr, token)
+                    chat = build_chat(service, tr, token, gate)
                 with tr(gr.Tab(tr.text("tab_memory"), id="memory", elem_id="tab_memory"),
                         label="tab_memory") as memory_tab:
-                    memory = build_memory(service, tr, token)
+                    memory = build_memory(service, tr, token, gate)
                 with tr(gr.Tab(tr.text("tab_account"), id="account", elem_id="tab_account"), label="tab_account"):
                     account = build_account(service, tr, token, notice,
                                             cache_dirs=lambda: [Path(demo.GRADIO_CACHE)])
@@ -179,7 +196,6 @@ def build_app(service: WebService) -> gr.Blocks:
         enter_outputs = [loading, login_box, main_box, logout, lang, tabs, *chat.outputs, *memory.outputs,
                          *account.outputs]
         relabel_outputs = [*tr.components, whoami]
-        quiet = {"api_visibility": "private", "show_progress": "hidden"}
 
         def relabel(token_v: str, lang_v: str) -> list:
             return h.relabel(tr, token_v, lang_v)
@@ -197,14 +213,10 @@ def build_app(service: WebService) -> gr.Blocks:
                            concurrency_limit=4))
         chain(logout.click(h.logout, [token, lang], [token, notice, chat.message], api_name="logout"))
         chain(account.deleted)
-        # an action in a tab whose session ended elsewhere: back to the login box, typed text kept
-        for event in [*chat.events, *memory.events]:
-            event.then(h.session_check, [token, lang], [loading, login_box, main_box, logout, notice, whoami],
-                       **quiet)
         lang.input(h.set_lang, [token, lang], None, api_visibility="private").then(
             relabel, [token, lang], relabel_outputs, **quiet).then(
             h.memory_in_lang, [token, lang], memory.outputs, **quiet)
-        memory_tab.select(guarded(memory.refresh), [token], memory.outputs, api_visibility="private")
+        gate(memory_tab.select)(guarded(memory.refresh), [token], memory.outputs, api_visibility="private")
 
         @guarded
         def whoami_api(token_v: str) -> str:

@@ -237,7 +237,6 @@ class ChatParts:
     chatbot: gr.Chatbot
     message: gr.Textbox
     outputs: list
-    events: list          # the events after which a lost session sends the page to the login
 
     def restore(self, token: str) -> list:
         return self.handlers.restore(token)
@@ -246,7 +245,14 @@ class ChatParts:
         return self.handlers.blank(lang)
 
 
-def build_chat(service: WebService, tr: Translator, token: gr.BrowserState) -> ChatParts:
+def ungated(trigger: Callable) -> Callable:
+    return trigger
+
+
+def build_chat(service: WebService, tr: Translator, token: gr.BrowserState,
+               gate: Callable[[Callable], Callable] = ungated) -> ChatParts:
+    """``gate(trigger)``: the trigger, behind a check that the tab's session still holds (see
+    app.py: a lost one sends the page to the login box, the typed text kept)."""
     guarded = guard(service)
     handlers = ChatHandlers(service)
     with gr.Row(equal_height=False):
@@ -273,16 +279,14 @@ def build_chat(service: WebService, tr: Translator, token: gr.BrowserState) -> C
 
     outputs = [chatbot, message, remembered, failed, view]
     send_fn, regen_fn = guarded(handlers.send), guarded(handlers.regenerate)
-    events = [
-        send.click(send_fn, [token, message, view], outputs, api_name="chat", concurrency_limit=4,
-                   concurrency_id="chat"),
-        message.submit(send_fn, [token, message, view], outputs, api_visibility="private", concurrency_limit=4,
-                       concurrency_id="chat"),
-        regen.click(regen_fn, [token, view, failed], outputs, api_name="regenerate",
-                    concurrency_limit=4, concurrency_id="chat"),
-        chatbot.retry(regen_fn, [token, view, failed], outputs, api_visibility="private",
-                      concurrency_limit=4, concurrency_id="chat"),
-    ]
+    gate(send.click)(send_fn, [token, message, view], outputs, api_name="chat", concurrency_limit=4,
+                     concurrency_id="chat")
+    gate(message.submit)(send_fn, [token, message, view], outputs, api_visibility="private", concurrency_limit=4,
+                         concurrency_id="chat")
+    gate(regen.click)(regen_fn, [token, view, failed], outputs, api_name="regenerate",
+                      concurrency_limit=4, concurrency_id="chat")
+    gate(chatbot.retry)(regen_fn, [token, view, failed], outputs, api_visibility="private",
+                        concurrency_limit=4, concurrency_id="chat")
     clear_fn = guarded(handlers.clear)
     chatbot.clear(clear_fn, [token], [chatbot, remembered, failed, view], api_visibility="private")
     stop.click(guarded(handlers.stop), [token], None, api_name="stop", concurrency_limit=None)
@@ -290,4 +294,4 @@ def build_chat(service: WebService, tr: Translator, token: gr.BrowserState) -> C
                 concurrency_limit=None)
     message.change(handlers.count, [token, message], counter, api_visibility="private", show_progress="hidden",
                    queue=False)
-    return ChatParts(handlers, chatbot, message, outputs, events)
+    return ChatParts(handlers, chatbot, message, outputs)

@@ -8,6 +8,7 @@ leaves the rest of the page as it was. ``build_memory`` lays out the components 
 """
 from __future__ import annotations
 
+import html
 from dataclasses import astuple, dataclass
 from typing import Any, Callable
 
@@ -139,7 +140,7 @@ class MemoryHandlers:
         except self.REFUSALS as exc:
             notify(str(exc.args[0]) if exc.args else "")
             return [f"⚠️ {exc.args[0] if exc.args else exc}", gr.update(visible=False), {}]
-        preview = rec.text if len(rec.text) <= 80 else rec.text[:79] + "…"
+        preview = html.escape(" ".join(rec.text.split())[:80], quote=False)
         return [t("confirm_delete", lang, id=rec.id, text=preview), gr.update(visible=True),
                 {"user": user, "id": rec.id}]
 
@@ -203,7 +204,6 @@ class MemoryHandlers:
 class MemoryParts:
     handlers: MemoryHandlers
     outputs: list
-    events: list
 
     def refresh(self, token: str) -> list:
         return self.handlers.refresh(token)
@@ -212,7 +212,9 @@ class MemoryParts:
         return self.handlers.blank(lang)
 
 
-def build_memory(service: WebService, tr: Translator, token: gr.BrowserState) -> MemoryParts:
+def build_memory(service: WebService, tr: Translator, token: gr.BrowserState,
+                 gate: Callable[[Callable], Callable] = lambda trigger: trigger) -> MemoryParts:
+    """``gate``: as for ``build_chat``."""
     guarded = guard(service)
     h = MemoryHandlers(service)
     tr(gr.Markdown(tr.text("mem_intro")), value="mem_intro")
@@ -267,19 +269,18 @@ def build_memory(service: WebService, tr: Translator, token: gr.BrowserState) ->
 
     filters = [day, kind, state, query, archived]
     page = [day, table, plot, sum_day, daily_events, daily_pers, global_events, global_pers]
-    events = []
     for trigger, api in ((search.click, "memories"), (query.submit, None), (day.input, None), (kind.input, None),
                          (state.input, None)):
         kwargs = {"api_name": api} if api else {"api_visibility": "private"}
-        events.append(trigger(guarded(h.search), [token, *filters], page + [search_note], **kwargs))
+        gate(trigger)(guarded(h.search), [token, *filters], page + [search_note], **kwargs)
     table.select(guarded(h.select), [token], selected, api_visibility="private")
     for name, button in (("pin", pin), ("unpin", unpin), ("restore", restore)):
-        events.append(button.click(guarded(getattr(h, name)), [token, selected, *filters], page + [status, selected],
-                                   api_name=f"memory_{name}"))
-    events.append(delete.click(guarded(h.ask_delete), [token, selected], [status, confirm_row, pending],
-                               api_name="memory_delete"))
-    events.append(confirm.click(guarded(h.confirm_delete), [token, pending, *filters],
-                                page + [status, selected, confirm_row, pending], api_name="memory_delete_confirm"))
+        gate(button.click)(guarded(getattr(h, name)), [token, selected, *filters], page + [status, selected],
+                           api_name=f"memory_{name}")
+    gate(delete.click)(guarded(h.ask_delete), [token, selected], [status, confirm_row, pending],
+                       api_name="memory_delete")
+    gate(confirm.click)(guarded(h.confirm_delete), [token, pending, *filters],
+                        page + [status, selected, confirm_row, pending], api_name="memory_delete_confirm")
     cancel.click(guarded(h.cancel_delete), [token], [status, confirm_row, pending], api_visibility="private")
 
     sum_day.input(guarded(h.summary_of_day), [token, sum_day], [daily_events, daily_pers], api_name="summary_of_day")
@@ -291,6 +292,5 @@ def build_memory(service: WebService, tr: Translator, token: gr.BrowserState) ->
     def on_summarise(token_v, day_v, kind_v, state_v, query_v, archived_v, progress=gr.Progress()):
         return h.summarise(token_v, day_v, kind_v, state_v, query_v, archived_v, progress=progress)
 
-    events.append(summarise.click(guarded(on_summarise), [token, *filters], page + [sum_status],
-                                  api_name="summarise_now"))
-    return MemoryParts(h, page, events)
+    gate(summarise.click)(guarded(on_summarise), [token, *filters], page + [sum_status], api_name="summarise_now")
+    return MemoryParts(h, page)

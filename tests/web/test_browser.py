@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
-from datetime import timedelta
+from datetime import datetime, timedelta
 from pathlib import Path
 
 import pytest
@@ -31,28 +31,38 @@ def browser():
         b.close()
 
 
-@pytest.fixture
-def live_app(tmp_path, e5_embedder, smollm2_backend, web_clock):
-    """The app on a free port with the real SmolLM2 (short replies and summaries)."""
+@pytest.fixture(scope="module")
+def live_app(tmp_path_factory, e5_embedder, smollm2_backend):
+    """The app on a free port with the real SmolLM2 (short replies and summaries), shared by the
+    tests of this module (one server, one browser); its clock is the module's own."""
     import app as web_app
-    from conftest import FAST_HASHER, free_port
+    from conftest import FAST_HASHER, Clock, free_port
     from memory.bank import MemoryBank
     from siliconfriend.accounts import Accounts
     from siliconfriend.config import Settings
     from siliconfriend.factory import build_companion
     from siliconfriend.web_service import WebService
+    tmp_path = tmp_path_factory.mktemp("browser")
+    clock = Clock(datetime(2024, 5, 4, 10, 0))
     settings = Settings(home=tmp_path / "home", backend="hf", model="smollm2", max_new_tokens=20)
     bank = MemoryBank(settings.home, e5_embedder)
-    companion = build_companion(settings, clock=web_clock, backend=smollm2_backend, bank=bank, summary_tokens=16)
+    companion = build_companion(settings, clock=clock, backend=smollm2_backend, bank=bank, summary_tokens=16)
     service = WebService(settings, Accounts(settings.home / "accounts.db", hasher=FAST_HASHER), bank,
-                         companion=companion, clock=web_clock)
-    service.export_dir = tmp_path / "exports"
+                         companion=companion, clock=clock)
     demo = web_app.build_app(service)
     port = free_port()
     web_app.launch(demo, host="127.0.0.1", port=port, prevent_thread_lock=True, quiet=True)
-    yield f"http://127.0.0.1:{port}/", service
+    yield f"http://127.0.0.1:{port}/", service, clock
     demo.close()
     bank.close()
+
+
+def shots_dir(name: str) -> Path:
+    """Screenshots for people to look at: out/<name>/ at the repository root (or $SF_SCREENSHOTS)."""
+    from conftest import ROOT
+    folder = Path(os.environ.get("SF_SCREENSHOTS") or ROOT / "out") / name
+    folder.mkdir(parents=True, exist_ok=True)
+    return folder
 
 
 class UI:
@@ -80,12 +90,24 @@ class UI:
         self.wait_text("#whoami", name)
         self.page.locator("#message textarea").wait_for(state="visible")
 
-    def say(self, text: str, replies_before: int) -> None:
-        self.page.locator("#message textarea").fill(text)
-        self.page.locator("#send").click()
+    def say(self, text: str, replies_before: int, *, key: str | None = None) -> None:
+        """Type ``text`` and send it (with the Send button, or by pressing ``key``), then wait
+        for the reply to be complete."""
+        box = self.page.locator("#message textarea")
+        box.fill(text)
+        if key:
+            box.press(key)
+        else:
+            self.page.locator("#send").click()
+        self.wait_replies(replies_before + 1)
+
+    def wait_replies(self, n: int) -> None:
         self.page.wait_for_function(
-            "([n, done]) => (document.querySelector('#chatbot').innerText.split(done).length - 1) > n",
-            arg=[replies_before, DONE], timeout=LONG)
+            "([n, done]) => (document.querySelector('#chatbot').innerText.split(done).length - 1) >= n",
+            arg=[n, DONE], timeout=LONG)
+
+    def replies(self) -> int:
+        return self.text("#chatbot").count(DONE)
 
     def tab(self, name: str) -> None:
         self.page.get_by_role("tab", name=name).click()
@@ -95,11 +117,128 @@ class UI:
         self.page.locator("#username textarea").wait_for(state="visible")
 
 
-def test_two_users_in_a_browser(browser, live_app, web_clock, tmp_path):
-    url, service = live_app
-    shots = Path(os.environ["SF_SCREENSHOTS"]) if os.environ.get("SF_SCREENSHOTS") else None
-    if shots:
-        shots.mkdir(parents=True, exist_ok=True)
+def download_export(page) -> str:
+    """Export from the settings tab and download it by its one-time link: the file's text."""
+    page.locator("#export").click()
+    link = page.locator("#export_link a#download")
+    link.wait_for(state="visible")
+    with page.expect_download() as download:
+        link.click()
+    return Path(download.value.path()).read_text()
+
+
+def test_a_new_users_first_five_minutes(browser, live_app):
+    """Sign up, chat with Enter, ask about something said earlier that day, the memory page,
+    search, pin, delete with confirmation, export, 中文; then a stale tab. Screenshots in
+    out/first-five-minutes/."""
+    url, service, _ = live_app
+    ui_shots = shots_dir("first-five-minutes")
+    context = browser.new_context(viewport={"width": 1280, "height": 900}, accept_downloads=True)
+    page = context.new_page()
+    errors: list[str] = []
+    page.on("pageerror", lambda exc: errors.append(str(exc)))
+    ui = UI(page, ui_shots)
+    page.goto(url)
+    page.locator("#username textarea").wait_for(state="visible", timeout=60_000)
+    ui.enter("signup", "nina", "nina-password")
+    ui.logged_in("nina")
+    ui.shot("01-signed-up")
+
+    # Enter sends; Shift+Enter is a new line in the box
+    box = page.locator("#message textarea")
+    box.fill("My dog is called Rex.")
+    box.press("Shift+Enter")
+    box.type("He is a beagle.")
+    assert box.input_value() == "My dog is called Rex.\nHe is a beagle." and ui.replies() == 0
+    box.press("Enter")
+    ui.wait_replies(1)
+    assert box.input_value() == ""
+    ui.say("I like tea <b>very</b> much.", 1, key="Enter")          # shown as typed, not as HTML
+    assert "<b>very</b>" in ui.text("#chatbot")
+    ui.say("What is my dog's name?", 2, key="Enter")
+    panel = ui.text("#remembered")
+    assert "Today's conversation" in panel and "My dog is called Rex" in panel
+    assert "today's conversation: 2" in ui.text("#chatbot")
+    ui.shot("02-chat-same-day")
+
+    # the memory page: a search that matches nothing says so; a real one finds the turn
+    ui.tab("Memory")
+    ui.wait_text("#mem_table", "beagle")
+    page.locator("#mem_query textarea").fill("zzqxj")
+    page.locator("#mem_search").click()
+    ui.wait_text("#mem_search_note", "No memories match")
+    page.locator("#mem_query textarea").fill("beagle")
+    page.locator("#mem_search").click()
+    page.wait_for_function("() => !document.querySelector('#mem_search_note').innerText.includes('No memories')")
+    ui.wait_text("#mem_table", "beagle")
+    assert "tea" not in ui.text("#mem_table")
+    page.locator("#mem_table [data-testid=cell-0-8]").click()
+    page.wait_for_function("() => Number(document.querySelector('#mem_id textarea').value) > 0")
+    page.locator("#mem_pin").click()
+    ui.wait_text("#mem_status", "pinned")
+    # a failed action: the status line says why, the rest of the page stays
+    page.locator("#mem_id textarea").fill("999")
+    page.locator("#mem_pin").click()
+    ui.wait_text("#mem_status", "no memory 999")
+    assert "beagle" in ui.text("#mem_table") and "Error" not in ui.text("#mem_table")
+    ui.shot("03-memory-search-pin")
+    # delete asks first
+    page.locator("#mem_query textarea").fill("")
+    page.locator("#mem_search").click()
+    ui.wait_text("#mem_table", "tea")
+    page.locator("#mem_table [data-testid=cell-1-8]").click()       # the tea turn (newest first)
+    page.wait_for_function("() => Number(document.querySelector('#mem_id textarea').value) > 0")
+    page.locator("#mem_delete").click()
+    ui.wait_text("#mem_status", "for good?")
+    assert len(service.memories(service.accounts.login("nina", "nina-password").token)) == 3
+    ui.shot("04-delete-confirm")
+    page.locator("#mem_delete_yes").click()
+    ui.wait_text("#mem_status", "deleted")
+    page.wait_for_function("() => !document.querySelector('#mem_table').innerText.includes('very')")
+
+    # export
+    ui.tab("Settings & account")
+    exported = json.loads(download_export(page))
+    assert list(exported) == ["nina"] and "beagle" in json.dumps(exported)
+    assert not list(service.export_dir.glob("*.json"))                # removed after the download
+
+    # 中文: the labels, the placeholder, the table, its values and the plot
+    page.locator("#lang").get_by_text("中文").click()
+    ui.wait_text("body", "聊天")
+    ui.tab("记忆")
+    ui.wait_text("#mem_table", "编号")
+    ui.wait_text("#mem_table", "对话")
+    assert "活跃" in ui.text("#mem_table")
+    page.locator("#retention_plot img").first.wait_for()
+    ui.shot("05-memory-zh")
+    ui.tab("聊天")
+    assert "回车发送" in page.locator("#message textarea").get_attribute("placeholder")
+    ui.shot("06-chat-zh")
+    page.locator("#lang").get_by_text("English").click()
+    ui.wait_text("body", "Chat")
+
+    # a stale tab: logged out in another tab, the typed text survives a new login
+    other = context.new_page()
+    other.goto(url)
+    UI(other, None).logged_in("nina")
+    other.locator("#logout").click()
+    other.locator("#username textarea").wait_for(state="visible")
+    page.locator("#message textarea").fill("Words I do not want to lose.")
+    page.locator("#message textarea").press("Enter")
+    page.locator("#username textarea").wait_for(state="visible")
+    ui.wait_text("#login_message", "session ended")
+    ui.shot("07-stale-tab-login")
+    ui.enter("login", "nina", "nina-password")
+    ui.logged_in("nina")
+    assert page.locator("#message textarea").input_value() == "Words I do not want to lose."
+    ui.shot("08-text-kept")
+    assert not errors, errors
+    context.close()
+
+
+def test_two_users_in_a_browser(browser, live_app):
+    url, service, web_clock = live_app
+    shots = shots_dir("two-users")
     context = browser.new_context(viewport={"width": 1280, "height": 900}, accept_downloads=True)
     page = context.new_page()
     errors: list[str] = []
@@ -133,19 +272,15 @@ def test_two_users_in_a_browser(browser, live_app, web_clock, tmp_path):
     assert "2024-05-04" in ui.text("#mem_table")
     assert page.locator("#global_events textarea").input_value().strip()   # yesterday was summarised
     page.locator("#mem_table [data-testid=cell-0-2]").click()                # select a row...
-    page.wait_for_function("() => Number(document.querySelector('#mem_id input').value) > 0")
-    page.get_by_role("button", name="Pin", exact=True).click()               # ...and pin it
+    page.wait_for_function("() => Number(document.querySelector('#mem_id textarea').value) > 0")
+    page.locator("#mem_pin").click()                                         # ...and pin it
     ui.wait_text("#mem_status", "pinned")
     assert "yes" in ui.text("#mem_table")
     ui.shot("03-memory-page")
 
     # export all my data
     ui.tab("Settings & account")
-    page.locator("#export").click()
-    page.locator("#download").wait_for(state="visible")
-    with page.expect_download() as download:
-        page.locator("#download").click()
-    exported = json.loads(Path(download.value.path()).read_text())
+    exported = json.loads(download_export(page))
     assert list(exported) == ["alice"]
     assert any("Pixel" in t["query"] for t in exported["alice"]["history"]["2024-05-04"])
     assert exported["alice"]["siliconfriend"]["memories"]
@@ -165,11 +300,7 @@ def test_two_users_in_a_browser(browser, live_app, web_clock, tmp_path):
     page.wait_for_timeout(1000)
     assert "2024-05-04" not in ui.text("#mem_table")
     ui.tab("Settings & account")
-    page.locator("#export").click()
-    page.locator("#download").wait_for(state="visible")
-    with page.expect_download() as download:
-        page.locator("#download").click()
-    bob_export = Path(download.value.path()).read_text()
+    bob_export = download_export(page)
     assert "Pixel" not in bob_export and list(json.loads(bob_export)) == ["bob"]
     # the language switch relabels the page
     page.locator("#lang").get_by_text("中文").click()
