@@ -186,7 +186,7 @@ class WebService:
         self.model_labels = model_labels(settings)
         self.trusted_proxies = proxy_networks(settings.trusted_proxies)
         self._streams: dict[str, Any] = {}     # user -> the reply being generated
-        self._waiting: list[str] = []          # users whose reply waits for / uses the model, in order
+        self._waiting: list[tuple[str, Any]] = []   # (user, stream) of each reply not finished, in order
         self._variants: OrderedDict[tuple[str, str], Any] = OrderedDict()
         self._exports: dict[str, _Export] = {}  # ticket -> the export it names
         self._exports_lock = threading.Lock()
@@ -291,14 +291,16 @@ class WebService:
         stream = getattr(self._companion_for(prefs), method)(user, *args, lang=prefs["lang"], backend=backend)
         self._streams[user] = stream
         with self._companion_lock:
-            self._waiting.append(user)
+            self._waiting.append((user, stream))
         return stream
 
     def ahead(self, token: str) -> int:
-        """How many replies (of other users) started before this user's and are not finished."""
+        """How many replies started before this user's latest one and are not finished yet (the
+        model answers one at a time)."""
         user = self.user(token)
         with self._companion_lock:
-            return self._waiting.index(user) if user in self._waiting else 0
+            mine = [i for i, (name, _) in enumerate(self._waiting) if name == user]
+            return mine[-1] if mine else 0
 
     @staticmethod
     def check_message(text: str | None) -> str:
@@ -319,13 +321,12 @@ class WebService:
         return self._start(token, "regenerate")
 
     def finished(self, token: str, stream: Any) -> None:
-        user = self.accounts.user_for(token)     # None after a logout: then found by the stream
-        for name in ([user] if user else list(self._streams)):
-            if self._streams.get(name) is stream:
+        """The reply ``stream`` is over (also after a logout: found by the stream itself)."""
+        with self._companion_lock:
+            self._waiting = [(name, s) for name, s in self._waiting if s is not stream]
+        for name, current in list(self._streams.items()):
+            if current is stream:
                 del self._streams[name]
-                with self._companion_lock:
-                    if name in self._waiting:
-                        self._waiting.remove(name)
 
     def stop(self, token: str) -> bool:
         user = self.user(token)
@@ -578,6 +579,8 @@ class WebService:
         stream = self._streams.pop(user, None)
         if stream is not None:
             stream.stop()
+        with self._companion_lock:
+            self._waiting = [(name, s) for name, s in self._waiting if name != user]
         forget = getattr(self._companion, "forget_user", None)
         if callable(forget):
             forget(user)

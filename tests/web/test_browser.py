@@ -164,6 +164,7 @@ def test_a_new_users_first_five_minutes(browser, live_app):
     # the memory page: a search that matches nothing says so; a real one finds the turn
     ui.tab("Memory")
     ui.wait_text("#mem_table", "beagle")
+    assert page.locator("#mem_id textarea").input_value() == ""        # no id selected, not "0"
     page.locator("#mem_query textarea").fill("zzqxj")
     page.locator("#mem_search").click()
     ui.wait_text("#mem_search_note", "No memories match")

@@ -146,3 +146,15 @@ def test_the_embedded_model_does_not_loop(smollm2_backend):
     ids = smollm2_backend.tokenizer(reply, add_special_tokens=False)["input_ids"]
     grams = [tuple(ids[i:i + 4]) for i in range(len(ids) - 3)]
     assert reply.strip() and len(grams) == len(set(grams)), reply
+
+
+def test_summarise_now_reports_each_day(amy, web_clock):
+    """Days not summarised yet (an imported history, and today) are summarised one by one."""
+    service, token = amy
+    service.bank.add_turn("amy", "I baked bread.", "Lovely!", web_clock.now - timedelta(days=2))
+    service.bank.add_turn("amy", "I painted the fence.", "Nice work.", web_clock.now - timedelta(days=1))
+    steps = []
+    out = MemoryHandlers(service).summarise(token, *FILTERS, progress=lambda done, desc: steps.append((done, desc)))
+    assert [s[0] for s in steps] == [(0, 2), (1, 2)]
+    assert "2024-05-02" in steps[0][1] and "2024-05-03" in steps[1][1]
+    assert "Summarised: 2024-05-02, 2024-05-03" in out[-1]
