@@ -51,8 +51,9 @@ def test_same_day_recall_shows_todays_lines_and_a_long_message_stops_weighing(am
     service, token = amy
     chat = ChatHandlers(service)
     backend = service.companion.backend
-    long = "My dog is called Rex. " + "And then we walked on and on. " * 700      # ~21k characters
-    run(chat.send(token, long[:19_000], {}))
+    long = ("My dog is called Rex. " + "And then we walked on and on. " * 700)[:19_000]
+    # the long turn as an earlier reply stored it (its own reply is not what is tested here)
+    service.bank.add_turn("amy", long, "What a walk!", service.now(), extra={"used": [], "today": []})
     outs = run(chat.send(token, "What is my dog's name? <img src=x>", {}))
     msgs, _, panel, _, view = outs[-1]
     assert "Today's conversation" in panel and "My dog is called Rex" in panel

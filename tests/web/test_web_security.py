@@ -174,23 +174,29 @@ def test_users_choose_only_the_models_the_operator_lists(servers, tmp_path):
     assert "hf download" not in str(exc.value) and "operator" in str(exc.value)
 
 
-def test_the_data_home_is_private(tmp_path):
-    """app.py's start: umask 077, and what an older version left readable is tightened."""
-    import subprocess
-    import sys
+def test_the_data_home_is_private(tmp_path, e5_embedder):
+    """The start of app.py and the CLI: umask 077, and what an older version left readable is
+    tightened; the databases and the index made afterwards are private."""
+    import os
+    from datetime import datetime
 
-    from conftest import ROOT
+    from memory.bank import MemoryBank
+    from siliconfriend.accounts import Accounts
+    from siliconfriend.private_files import make_private
     home = tmp_path / "home"
     (home / "users" / "old").mkdir(parents=True)
     (home / "users" / "old" / "memory.db").write_text("x")
     (home / "users" / "old" / "memory.db").chmod(0o644)
     (home / "users").chmod(0o755)
-    code = (f"import sys; sys.path.insert(0, {str(ROOT)!r}); from siliconfriend.private_files import make_private; "
-            f"from siliconfriend.accounts import Accounts; from memory.bank import MemoryBank; "
-            f"from memory.embedders import create_embedder; h = make_private({str(home)!r}); "
-            f"Accounts(h / 'accounts.db'); b = MemoryBank(h, create_embedder('minilm')); "
-            f"b.add_turn('zoe', 'hello', 'hi', __import__('datetime').datetime(2024, 5, 4)); b.close()")
-    subprocess.run([sys.executable, "-c", code], check=True, cwd=ROOT, timeout=120)
+    before = os.umask(0o022)
+    try:
+        make_private(home)
+        Accounts(home / "accounts.db", hasher=FAST_HASHER).close()
+        bank = MemoryBank(home, e5_embedder)
+        bank.add_turn("zoe", "hello", "hi", datetime(2024, 5, 4))
+        bank.close()
+    finally:
+        os.umask(before)
     found = list(home.rglob("*"))
     assert any(p.name == "accounts.db" for p in found) and any(p.name == "memory.db" for p in found)
     assert any(p.suffix == ".faiss" for p in found)
