@@ -20,6 +20,9 @@ from typing import Callable
 import gradio as gr
 
 from siliconfriend.accounts import AccountError, Accounts
+from siliconfriend.api.keys import ApiKeys
+from siliconfriend.api.routes import mount
+from siliconfriend.api.service import ApiService
 from siliconfriend.config import Settings
 from siliconfriend.web_account import build_account
 from siliconfriend.web_chat import build_chat
@@ -61,7 +64,18 @@ def make_service(settings: Settings, *, clock: Callable[[], datetime] | None = N
 
     accounts = Accounts(settings.home / "accounts.db", signup_open=settings.signup_open)
     return WebService(settings, accounts, bank, companion=companion,
-                      companion_factory=None if companion is not None else companion_factory, clock=clock)
+                      companion_factory=None if companion is not None else companion_factory, clock=clock,
+                      api_keys=ApiKeys(accounts))
+
+
+def api_routes(service: WebService) -> list:
+    """The OpenAI-compatible API and the memory API under /v1, served by the web app's own server
+    with the same companion, bank and accounts."""
+    if service.api_keys is None:
+        service.api_keys = ApiKeys(service.accounts)
+    api = ApiService(service.settings, service.accounts, service.bank, companion=lambda: service.companion,
+                     keys=service.api_keys, clock=service.clock)
+    return [mount(api)]
 
 
 def build_app(service: WebService) -> gr.Blocks:
@@ -180,10 +194,12 @@ def build_app(service: WebService) -> gr.Blocks:
     return demo
 
 
-def launch(demo: gr.Blocks, *, host: str, port: int, share: bool = False, **kwargs):
-    """Start serving; ``share`` is the only way to get a public link (never by default)."""
+def launch(demo: gr.Blocks, *, host: str, port: int, share: bool = False, routes: list | None = None, **kwargs):
+    """Start serving; ``share`` is the only way to get a public link (never by default).
+    ``routes`` (e.g. ``api_routes(service)``) are added to Gradio's FastAPI app before its own."""
+    app_kwargs = {"routes": list(routes)} if routes else None
     return demo.launch(server_name=host, server_port=port, share=share, css=CSS, show_error=True,
-                       footer_links=["api"], **kwargs)
+                       footer_links=["api"], app_kwargs=app_kwargs, **kwargs)
 
 
 def _warm_up(service: WebService) -> None:
@@ -213,8 +229,9 @@ def main(argv: list[str] | None = None) -> int:
     service = make_service(settings)
     demo = build_app(service)
     threading.Thread(target=_warm_up, args=(service,), daemon=True).start()
-    print(f"SiliconFriend: data in {settings.home}; open http://{host}:{port}", file=sys.stderr)
-    launch(demo, host=host, port=port, share=args.share)
+    print(f"SiliconFriend: data in {settings.home}; open http://{host}:{port} "
+          f"(OpenAI-compatible API: http://{host}:{port}/v1)", file=sys.stderr)
+    launch(demo, host=host, port=port, share=args.share, routes=api_routes(service))
     return 0
 
 

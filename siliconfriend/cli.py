@@ -11,6 +11,7 @@ COMMAND_MODULES = [
     "siliconfriend.cli_chat",       # chat, replay, probe, consolidate
     "siliconfriend.cli_finetune",   # finetune
     "siliconfriend.cli_bench",      # bench
+    "siliconfriend.cli_api",        # keys, serve-api
 ]
 
 

@@ -74,6 +74,28 @@ def model_choices(settings: Settings) -> dict[str, list[str]]:
     return ordered
 
 
+def user_export(bank: MemoryBank, accounts: Accounts, user: str, now: datetime) -> dict:
+    """Everything of ``user``: the original MemoryBank JSON (keyed by the user's name, so
+    ``siliconfriend import-memorybank`` reads it back) plus our fields under "siliconfriend"."""
+    body = export_user(bank, user) if bank.has_user(user) else \
+        {"name": user, "history": {}, "summary": {}, "personality": {}, "overall_history": "",
+         "overall_personality": ""}
+    memories = []
+    if bank.has_user(user):
+        for r in bank.records(user):
+            memories.append({"id": r.id, "kind": r.kind.value, "day": r.day.isoformat(), "text": r.text,
+                             "query": r.query, "response": r.response, "created_at": r.created_at.isoformat(),
+                             "strength": r.strength, "retention": round(bank.retention(r, now), 4),
+                             "last_recall": r.last_recall.isoformat() if r.last_recall else None,
+                             "recall_count": r.recall_count, "importance": r.importance,
+                             "pinned": r.pinned, "state": r.state.value, "position": r.position,
+                             "extra": r.extra})
+    body["siliconfriend"] = {"format": 1, "exported_at": now.isoformat(),
+                             "account": {"name": user, "preferences": accounts.prefs(user)},
+                             "memories": memories}
+    return {user: body}
+
+
 class BackendPool:
     """Chat backends other than the companion's own, built on first use and kept (a few)."""
 
@@ -102,7 +124,8 @@ class BackendPool:
 class WebService:
     def __init__(self, settings: Settings, accounts: Accounts, bank: MemoryBank, *,
                  companion: Any = None, companion_factory: Callable[[], Any] | None = None,
-                 clock: Callable[[], datetime] | None = None, backends: BackendPool | None = None):
+                 clock: Callable[[], datetime] | None = None, backends: BackendPool | None = None,
+                 api_keys: Any = None):
         self.settings = settings
         self.accounts = accounts
         self.bank = bank
@@ -116,6 +139,7 @@ class WebService:
         self._variants: OrderedDict[tuple[str, str], Any] = OrderedDict()
         self._exports: dict[str, list[Path]] = {}
         self.export_dir = EXPORT_DIR
+        self.api_keys = api_keys               # siliconfriend.api.keys.ApiKeys, when the app serves /v1
 
     # -- sessions -----------------------------------------------------------------------------
     def signup(self, name: str, password: str) -> Session:
@@ -242,6 +266,22 @@ class WebService:
         self.bank.get(user, int(turn_id))         # UnknownMemory unless it is this user's
         self.companion.delete_turn(user, int(turn_id))
 
+    # -- API keys (account page) --------------------------------------------------------------
+    def _keys(self) -> Any:
+        if self.api_keys is None:
+            raise ValueError("this server does not serve the API")
+        return self.api_keys
+
+    def list_api_keys(self, token: str) -> list:
+        return self._keys().list(self.user(token))
+
+    def create_api_key(self, token: str, label: str = ""):
+        """A new key for this user: its text is in the result once and never again."""
+        return self._keys().create(self.user(token), label)
+
+    def revoke_api_key(self, token: str, key_id: int):
+        return self._keys().revoke(self.user(token), int(key_id))
+
     # -- memory page --------------------------------------------------------------------------
     def _row(self, rec: MemoryRecord, now: datetime, why: str = "") -> MemoryRow:
         return MemoryRow(rec.id, rec.day.isoformat() if not rec.kind.is_global else "", rec.kind.value,
@@ -358,27 +398,8 @@ class WebService:
 
     # -- export and deletion ------------------------------------------------------------------
     def export_data(self, token: str) -> dict:
-        """Everything of this user: the original MemoryBank JSON (keyed by the user's name, so
-        ``siliconfriend import-memorybank`` reads it back) plus our fields under "siliconfriend"."""
-        user = self.user(token)
-        now = self.now()
-        body = export_user(self.bank, user) if self.bank.has_user(user) else \
-            {"name": user, "history": {}, "summary": {}, "personality": {}, "overall_history": "",
-             "overall_personality": ""}
-        memories = []
-        if self.bank.has_user(user):
-            for r in self.bank.records(user):
-                memories.append({"id": r.id, "kind": r.kind.value, "day": r.day.isoformat(), "text": r.text,
-                                 "query": r.query, "response": r.response, "created_at": r.created_at.isoformat(),
-                                 "strength": r.strength, "retention": round(self.bank.retention(r, now), 4),
-                                 "last_recall": r.last_recall.isoformat() if r.last_recall else None,
-                                 "recall_count": r.recall_count, "importance": r.importance,
-                                 "pinned": r.pinned, "state": r.state.value, "position": r.position,
-                                 "extra": r.extra})
-        body["siliconfriend"] = {"format": 1, "exported_at": now.isoformat(),
-                                 "account": {"name": user, "preferences": self.accounts.prefs(user)},
-                                 "memories": memories}
-        return {user: body}
+        """Everything of this user (see ``user_export``)."""
+        return user_export(self.bank, self.accounts, self.user(token), self.now())
 
     def export_file(self, token: str) -> Path:
         user = self.user(token)
@@ -430,4 +451,4 @@ class WebService:
         return out
 
 
-__all__ = ["WebService", "NotLoggedIn", "MemoryRow", "BackendPool", "model_choices", "UnknownMemory"]
+__all__ = ["WebService", "NotLoggedIn", "MemoryRow", "BackendPool", "model_choices", "UnknownMemory", "user_export"]
