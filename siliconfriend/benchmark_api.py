@@ -1,0 +1,111 @@
+"""The API's overhead: a turn through ``POST /v1/chat/completions`` against the same turn made
+directly with the companion.
+
+One companion (a backend that streams its prepared reply at once, a day rollover with nothing to
+do, as in ``benchmark_turns``) over one user with a history; the API (``siliconfriend serve-api``'s
+app) on a free port of 127.0.0.1 in this process, reached by an HTTP client with a per-user key.
+Turns rotate between the direct path, the API without streaming and the API streaming (SSE), so
+the three see the same history growth and the same machine load; each is timed from the message
+sent to the turn stored (for the API: to the response's last byte). The overhead is the API's
+p50 (p95) minus the direct path's p50 (p95).
+"""
+from __future__ import annotations
+
+import threading
+import time
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+
+from memory.bank import MemoryBank
+
+from .benchmark_data import DialogueGenerator
+from .benchmark_turns import TurnRunner
+
+PATHS = ("direct", "api", "api_stream")
+
+
+def _pct(values: Sequence[float]) -> dict:
+    return {"p50": round(float(np.percentile(values, 50)), 2), "p95": round(float(np.percentile(values, 95)), 2),
+            "n": len(values)}
+
+
+def _serve(app) -> tuple[object, threading.Thread, int]:
+    import socket
+
+    import uvicorn
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", lifespan="off"))
+    thread = threading.Thread(target=server.run, name="bench-api", daemon=True)
+    thread.start()
+    deadline = time.time() + 30
+    while not server.started:
+        if time.time() > deadline or not thread.is_alive():
+            raise RuntimeError("the API server did not start")
+        time.sleep(0.01)
+    return server, thread, port
+
+
+def measure_api_overhead(bank: MemoryBank, home: Path, user: str, gen: DialogueGenerator, *, turns: int,
+                         warmup: int, start) -> dict:
+    """``turns`` timed turns per path (after ``warmup`` each) for ``user`` of ``bank``."""
+    import httpx
+
+    from .accounts import Accounts
+    from .api.keys import ApiKeys
+    from .api.routes import standalone_app
+    from .api.service import ApiService
+    from .config import Settings
+
+    runner = TurnRunner(bank)
+    runner.now = start
+    if runner.companion is None:
+        return {"note": "the companion is not installed: API overhead not measured"}
+    from argon2 import PasswordHasher
+    accounts = Accounts(home / "accounts.db", hasher=PasswordHasher(time_cost=1, memory_cost=1024, parallelism=1))
+    accounts.signup(user, "bench-password")
+    settings = Settings(home=home, api_requests_per_minute=0)
+    api = ApiService(settings, accounts, bank, companion=runner.companion, keys=ApiKeys(accounts))
+    key = api.keys.create(user, "bench").key
+    server, thread, port = _serve(standalone_app(api))
+    url = f"http://127.0.0.1:{port}/v1/chat/completions"
+    times: dict[str, list[float]] = {p: [] for p in PATHS}
+    try:
+        with httpx.Client(headers={"Authorization": f"Bearer {key}"}, timeout=60) as http:
+            for i in range(3 * (warmup + turns)):
+                path = PATHS[i % 3]
+                lang = gen.lang()
+                message, reply = gen.message(lang), gen.reply(lang)
+                runner.backend.reply = reply
+                body = {"model": "siliconfriend", "messages": [{"role": "user", "content": message}]}
+                began = time.perf_counter()
+                if path == "direct":
+                    result = runner.companion.respond(user, message).collect()
+                    ok = result.error is None and result.turn is not None
+                elif path == "api":
+                    r = http.post(url, json=body)
+                    ok = r.status_code == 200 and r.json()["choices"][0]["message"]["content"] == reply.strip()
+                else:
+                    with http.stream("POST", url, json={**body, "stream": True}) as r:
+                        data = b"".join(r.iter_bytes())
+                    ok = r.status_code == 200 and data.rstrip().endswith(b"data: [DONE]")
+                spent = (time.perf_counter() - began) * 1000
+                if not ok:
+                    raise RuntimeError(f"the benchmark's {path} turn failed")
+                if i >= 3 * warmup:
+                    times[path].append(spent)
+                runner.advance(20, i)
+    finally:
+        server.should_exit = True
+        thread.join(10)
+        accounts.close()
+    out = {p: _pct(v) for p, v in times.items()}
+    for p in ("api", "api_stream"):
+        out[f"{p}_overhead"] = {q: round(out[p][q] - out["direct"][q], 2) for q in ("p50", "p95")}
+    return out
+
+
+__all__ = ["measure_api_overhead", "PATHS"]
