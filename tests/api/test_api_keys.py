@@ -137,3 +137,33 @@ def test_the_web_app_serves_the_api_under_v1(tmp_path, e5_embedder):
         demo.close()
         companion.bank.close()
         service.accounts.close()
+
+
+def test_serve_api_serves_the_api_alone(tmp_path):
+    """``siliconfriend serve-api`` in its own process: the key works, a wrong one gets 401."""
+    home = tmp_path / "home"
+    acc = Accounts(home / "accounts.db", hasher=FAST_HASHER)
+    acc.signup("amy", "amy-password")
+    key = ApiKeys(acc).create("amy").key
+    acc.close()
+    port = free_port()
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "SILICONFRIEND_HOME": str(home)}
+    proc = subprocess.Popen([sys.executable, "-m", "siliconfriend.cli", "serve-api", "--port", str(port)],
+                            env=env, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        base = f"http://127.0.0.1:{port}"
+        for _ in range(600):
+            try:
+                if httpx.get(base + "/", timeout=1).status_code == 200:
+                    break
+            except httpx.TransportError:
+                assert proc.poll() is None, proc.stdout.read()
+                import time
+                time.sleep(0.1)
+        assert httpx.get(base + "/").json()["base_url"] == "/v1"
+        models = httpx.get(base + "/v1/models", headers={"Authorization": f"Bearer {key}"})
+        assert models.status_code == 200 and models.json()["data"][0]["id"] == "siliconfriend"
+        assert httpx.get(base + "/v1/models", headers={"Authorization": "Bearer sf-nope"}).status_code == 401
+    finally:
+        proc.terminate()
+        proc.wait(20)
