@@ -21,7 +21,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import Mount
 
 from .keys import KeyOwner
-from .service import ApiError, ApiService, Completion, MODEL_ID
+from .service import MODEL_ID, ApiError, ApiService, Completion
 
 log = logging.getLogger("siliconfriend.api")
 

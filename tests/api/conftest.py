@@ -4,7 +4,6 @@ instant local chat backend (``api_helpers.LocalBackend``: the model's words do n
 from __future__ import annotations
 
 import pytest
-
 from api_helpers import serve_api
 
 

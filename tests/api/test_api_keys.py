@@ -13,7 +13,6 @@ from pathlib import Path
 
 import httpx
 import pytest
-
 from api_helpers import FAST_HASHER, Clock, LocalBackend, free_port
 
 from siliconfriend.accounts import Accounts

@@ -80,9 +80,10 @@ def test_one_users_key_never_reaches_anothers_memories(served, two_users):
     assert [m["text"] for m in jons] == ["My bike is a red Peugeot from 1978.\nA classic!"] or \
         all("Peugeot" in m["text"] for m in jons)
     bike = jons[0]["id"]
-    ivys = {m["id"] for m in httpx.get(f"{served.url}/memories", params={"limit": 200}, headers=_auth(ivy)).json()["data"]}
-    assert all("Peugeot" not in m["text"] for m in
-               httpx.get(f"{served.url}/memories/search", params={"q": "red Peugeot bike"}, headers=_auth(ivy)).json()["data"])
+    listed = httpx.get(f"{served.url}/memories", params={"limit": 200}, headers=_auth(ivy)).json()["data"]
+    ivys = {m["id"] for m in listed}
+    searched = httpx.get(f"{served.url}/memories/search", params={"q": "red Peugeot bike"}, headers=_auth(ivy))
+    assert all("Peugeot" not in m["text"] for m in listed + searched.json()["data"])
     # jon tries ivy's ids (each user's ids are their own numbering: ivy's 31 is not one of jon's)
     probed = 0
     for key, mid in ((jon, max(ivys)),):

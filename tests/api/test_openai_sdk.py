@@ -9,7 +9,6 @@ from datetime import timedelta
 import httpx
 import openai
 import pytest
-
 from api_helpers import client, serve_api
 
 
