@@ -296,11 +296,15 @@ class ApiService:
         except ValueError:
             raise bad_request("day is a date like 2024-05-01", "day") from None
         now = self.now()
-        recs = self.bank.records(user, kind=kind_v, state=state_v, day=day_v) if self.bank.has_user(user) else []
-        recs.sort(key=lambda r: (r.day, r.kind != Kind.TURN, r.position, r.id or 0), reverse=True)
-        page = recs[offset:offset + limit]
-        more = offset + limit < len(recs)
-        return {"object": "list", "data": [self.memory_json(r, now) for r in page], "total": len(recs),
+        page: list[MemoryRecord] = []
+        total = 0
+        if self.bank.has_user(user):     # the page is read in SQL: a 100k-memory user costs one page
+            filters = {"kind": kind_v, "state": state_v}
+            page = self.bank.records(user, **filters, day=day_v, limit=limit, offset=offset, newest_first=True)
+            total = self.bank.count(user, **filters) if day_v is None else \
+                len(self.bank.records(user, **filters, day=day_v))
+        more = offset + limit < total
+        return {"object": "list", "data": [self.memory_json(r, now) for r in page], "total": total,
                 "limit": limit, "offset": offset, "has_more": more, "next_offset": offset + limit if more else None}
 
     def search(self, user: str, query: str, *, limit: int = 10, include_archived: bool = False) -> dict:
