@@ -92,7 +92,7 @@ def build_account(service: WebService, tr: Translator, token: gr.BrowserState, n
     def on_key_create(token_v, label_v):
         lang = lang_of(service, token_v)
         made = service.create_api_key(token_v, label_v or "")
-        return keys_markdown(service, token_v, lang), t("key_created", lang, key=made.key), ""
+        return keys_markdown(service, token_v, lang), t("key_created", lang, secret=made.key), ""
 
     @guarded
     def on_key_revoke(token_v, key_id_v):

@@ -118,10 +118,20 @@ def test_the_web_app_serves_the_api_under_v1(tmp_path, e5_embedder):
     web_app.launch(demo, host="127.0.0.1", port=port, prevent_thread_lock=True, quiet=True,
                    routes=web_app.api_routes(service))
     try:
-        session = service.signup("amy", "amy-password")
-        made = service.create_api_key(session.token, "phone")
-        assert [k.label for k in service.list_api_keys(session.token)] == ["phone"]
+        from gradio_client import Client
+        from gradio_client.exceptions import AppError
+
         base = f"http://127.0.0.1:{port}"
+        session = service.signup("amy", "amy-password")
+        page = Client(base + "/", verbose=False)      # the account page's own handlers
+        table, shown, label = page.predict(session.token, "phone", api_name="/api_key_create")
+        made_key = shown.split("```")[1].strip()
+        assert made_key.startswith("sf-") and "phone" in table and made_key[:10] in table and made_key not in table
+        with pytest.raises(AppError, match="log in"):
+            page.predict("", "stolen", api_name="/api_key_create")
+        made = service.create_api_key(session.token, "laptop")
+        assert [k.label for k in service.list_api_keys(session.token)] == ["phone", "laptop"]
+        assert service.api_keys.owner(made_key).user == "amy"
         assert "<html" in httpx.get(base + "/").text.lower()
         assert httpx.get(base + "/v1/openapi.json").json()["info"]["title"] == "SiliconFriend API"
         sdk = OpenAI(base_url=base + "/v1", api_key=made.key, max_retries=0, timeout=30)
@@ -132,6 +142,8 @@ def test_the_web_app_serves_the_api_under_v1(tmp_path, e5_embedder):
         assert [t.query for t in service.today(session.token)] == ["I bake bread on Sundays."]
         service.revoke_api_key(session.token, made.info.id)
         assert httpx.get(base + "/v1/models", headers={"Authorization": f"Bearer {made.key}"}).status_code == 401
+        table, message = page.predict(session.token, 1, api_name="/api_key_revoke")
+        assert "revoked" in message and service.api_keys.owner(made_key) is None
     finally:
         demo.close()
         companion.bank.close()
