@@ -225,11 +225,13 @@ def format_table(r: dict) -> str:
     if api.get("direct"):
         lines += [""]
         for path, label in (("api", "API (JSON)"), ("api_stream", "API (streaming)")):
-            over = api[f"{path}_overhead"]
+            over, diff = api[f"{path}_overhead"], api[f"{path}_minus_direct"]
             lines.append(f"{label + ' overhead':<26}{over['p50']:>7.2f}{over['p95']:>7.2f} ms (p50 / p95)"
                          f"{_ok(over['p50'], TARGETS['api_overhead'])}{_ok(over['p95'], TARGETS['api_overhead'])}"
                          f"   turn {api[path]['p50']:.1f} / {api[path]['p95']:.1f} ms vs direct "
-                         f"{api['direct']['p50']:.1f} / {api['direct']['p95']:.1f} ms   {r['sizes'].get('api', '')}")
+                         f"{api['direct']['p50']:.1f} / {api['direct']['p95']:.1f} ms "
+                         f"({diff['p50']:+.1f} / {diff['p95']:+.1f})")
+        lines.append(f"{'':<26}{r['sizes'].get('api', '')}")
     ing = r.get("ingest", {})
     rec = r.get("recall_at_5", {})
     lines += ["",
