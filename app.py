@@ -19,17 +19,17 @@ from typing import Callable
 
 import gradio as gr
 
-from siliconfriend.accounts import AccountError, Accounts
 from siliconfriend.api.keys import ApiKeys
 from siliconfriend.api.routes import mount
 from siliconfriend.api.service import ApiService
 from siliconfriend.config import Settings
-from siliconfriend.web_account import build_account
-from siliconfriend.web_chat import build_chat
-from siliconfriend.web_common import guard
-from siliconfriend.web_i18n import LANGS, Translator, t
-from siliconfriend.web_memory import build_memory
-from siliconfriend.web_service import WebService
+from siliconfriend.web.account_page import build_account
+from siliconfriend.web.accounts import AccountError, Accounts
+from siliconfriend.web.chat import build_chat
+from siliconfriend.web.common import guard
+from siliconfriend.web.i18n import LANGS, Translator, t
+from siliconfriend.web.memory_page import build_memory
+from siliconfriend.web.service import WebService
 
 log = logging.getLogger("siliconfriend.web")
 

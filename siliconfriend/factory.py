@@ -34,6 +34,6 @@ def build_companion(settings: Settings, *, clock=None, backend=None, bank: Memor
     time), ``backend`` and ``bank`` may be given (tests, scripted sessions, one model for many)."""
     from datetime import datetime
 
-    from .companion import Companion
+    from .core.companion import Companion
     return Companion(bank or build_bank(settings, progress=progress), backend or build_backend(settings),
                      settings=settings, clock=clock or datetime.now, **options)

@@ -20,7 +20,7 @@ from collections import defaultdict, deque
 from dataclasses import dataclass
 from typing import Callable, Protocol
 
-from ..accounts import AccountError, Accounts, TooManyAttempts
+from ..web.accounts import AccountError, Accounts, TooManyAttempts
 
 KEY_PREFIX = "sf-"
 SHOWN_CHARS = 10            # the part of a key shown in lists ("sf-AbCdEfG")

@@ -7,8 +7,8 @@ import threading
 from datetime import datetime
 from typing import Any, Callable
 
-from ..accounts import Accounts
 from ..config import Settings
+from ..web.accounts import Accounts
 from .keys import ApiKeys
 from .routes import standalone_app
 from .service import ApiService

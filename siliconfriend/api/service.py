@@ -15,10 +15,10 @@ from typing import Any, Callable, Sequence
 from memory.bank import MemoryBank, UnknownMemory
 from memory.records import Kind, MemoryRecord, State
 
-from ..accounts import Accounts
-from ..companion import ReplyStream, used_entry
 from ..config import Settings
-from ..web_service import MAX_MESSAGE_CHARS, user_export
+from ..core.companion import ReplyStream, used_entry
+from ..web.accounts import Accounts
+from ..web.service import MAX_MESSAGE_CHARS, user_export
 from .keys import ApiKeys, KeyLimiter, KeyOwner, LoginStyleLimiter, RateLimited
 
 MODEL_ID = "siliconfriend"          # the one model /v1/models lists: the companion with its memory

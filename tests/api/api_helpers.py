@@ -90,12 +90,12 @@ def client(served: Served, key: str, **options):
 def serve_api(home: Path, embedder, *, clock: Clock | None = None, **settings_options):
     """``siliconfriend serve-api``'s app in this process over ``home``: (Served, stop)."""
     from memory.bank import MemoryBank
-    from siliconfriend.accounts import Accounts
     from siliconfriend.api.keys import ApiKeys
     from siliconfriend.api.routes import standalone_app
     from siliconfriend.api.service import ApiService
     from siliconfriend.config import Settings
     from siliconfriend.factory import build_companion
+    from siliconfriend.web.accounts import Accounts
 
     clock = clock or Clock(datetime(2024, 5, 1, 19, 0))
     backend = LocalBackend()

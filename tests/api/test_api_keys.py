@@ -15,8 +15,8 @@ import httpx
 import pytest
 from api_helpers import FAST_HASHER, Clock, LocalBackend, free_port
 
-from siliconfriend.accounts import Accounts
 from siliconfriend.api.keys import ApiKeyError, ApiKeys, digest
+from siliconfriend.web.accounts import Accounts
 
 ROOT = Path(__file__).resolve().parents[2]
 

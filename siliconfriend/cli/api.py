@@ -8,13 +8,13 @@ from datetime import datetime
 
 
 def _settings(args: argparse.Namespace):
-    from .config import Settings
+    from ..config import Settings
     return Settings.load(home=getattr(args, "home", None))
 
 
 def _keys(args: argparse.Namespace):
-    from .accounts import Accounts
-    from .api.keys import ApiKeys
+    from ..api.keys import ApiKeys
+    from ..web.accounts import Accounts
     settings = _settings(args)
     accounts = Accounts(settings.home / "accounts.db", signup_open=settings.signup_open)
     if accounts.canonical(args.user) is None:
@@ -68,7 +68,7 @@ def cmd_keys_revoke(args) -> int:
 def cmd_serve_api(args) -> int:
     import logging
 
-    from .api.serve import serve
+    from ..api.serve import serve
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     return serve(_settings(args), host=args.host, port=args.port)
 

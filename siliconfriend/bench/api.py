@@ -2,7 +2,7 @@
 directly with the companion.
 
 One companion (a backend that streams its prepared reply at once, a day rollover with nothing to
-do, as in ``benchmark_turns``) over one user with a history; the API (``siliconfriend serve-api``'s
+do, as in ``bench/turns.py``) over one user with a history; the API (``siliconfriend serve-api``'s
 app) on a free port of 127.0.0.1 in this process, reached by an HTTP client with a per-user key.
 Turns rotate between the direct path, the API without streaming and the API streaming (SSE), so
 the three see the same history growth and the same machine load; each is timed from the message
@@ -25,8 +25,8 @@ import numpy as np
 
 from memory.bank import MemoryBank
 
-from .benchmark_data import DialogueGenerator
-from .benchmark_turns import TurnRunner
+from .data import DialogueGenerator
+from .turns import TurnRunner
 
 PATHS = ("direct", "api", "api_stream")
 
@@ -96,11 +96,11 @@ def measure_api_overhead(bank: MemoryBank, home: Path, user: str, gen: DialogueG
     """``turns`` timed turns per path (after ``warmup`` each) for ``user`` of ``bank``."""
     import httpx
 
-    from .accounts import Accounts
-    from .api.keys import ApiKeys
-    from .api.routes import standalone_app
-    from .api.service import ApiService
-    from .config import Settings
+    from ..api.keys import ApiKeys
+    from ..api.routes import standalone_app
+    from ..api.service import ApiService
+    from ..config import Settings
+    from ..web.accounts import Accounts
 
     runner = TurnRunner(bank)
     runner.now = start
