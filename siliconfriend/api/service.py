@@ -87,7 +87,6 @@ class ChatTurn:
     text: str                                   # the last user message: the turn
     history: list[tuple[str, str]]              # the client's earlier exchanges (never stored again)
     persona: str | None                         # the client's system prompt, if any
-    max_tokens: int | None = None
 
 
 def read_messages(messages: Sequence[dict]) -> ChatTurn:
@@ -124,7 +123,7 @@ def read_messages(messages: Sequence[dict]) -> ChatTurn:
         if r == "user":
             if t:
                 pending.append(t)
-        elif r == "assistant" and (pending or t):
+        elif r == "assistant" and pending:     # (a greeting before the user's first words is left out)
             history.append(("\n".join(pending), t))
             pending = []
     if pending:                       # the user spoke twice in a row: one turn of the conversation
