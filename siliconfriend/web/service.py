@@ -273,14 +273,17 @@ class WebService:
         return self.api_keys
 
     def list_api_keys(self, token: str) -> list:
-        return self._keys().list(self.user(token))
+        user = self.user(token)
+        return self._keys().list(user)
 
     def create_api_key(self, token: str, label: str = ""):
         """A new key for this user: its text is in the result once and never again."""
-        return self._keys().create(self.user(token), label)
+        user = self.user(token)
+        return self._keys().create(user, label)
 
     def revoke_api_key(self, token: str, key_id: int):
-        return self._keys().revoke(self.user(token), int(key_id))
+        user = self.user(token)
+        return self._keys().revoke(user, int(key_id))
 
     # -- memory page --------------------------------------------------------------------------
     def _row(self, rec: MemoryRecord, now: datetime, why: str = "") -> MemoryRow:
