@@ -31,6 +31,7 @@ from .embedders import (TURN_VECTORS, Embedder, QueryHandover, embed_documents, 
 from .forgetting import EbbinghausPolicy, ForgettingPolicy
 from .importance import rate_importance
 from .index import UserIndex
+from .lexical import tokenize
 from .records import Kind, MemoryRecord, State, turn_text
 from .retrieval import Hit, RetrievalConfig, retrieve
 from .store import UserStore
@@ -394,6 +395,30 @@ class MemoryBank:
             u.index.sync()
             updated = [r.with_(state=State.ACTIVE, archived_at=None) if r.id in back else r for r in updated]
         return updated
+
+    def rehearse(self, user: str, day: date, now: datetime) -> list[MemoryRecord]:
+        """Consolidation as rehearsal: the day's event summary reinforces the turns it draws on.
+
+        Each sentence of the summary is matched, by the words they share (the lexical tokens),
+        with the day's turn it most resembles; a turn that gives a sentence at least two of its
+        words is reinforced once, as a recall would (S grows, t resets). Needs no LLM: whoever
+        wrote the summary (the day rollover's LLM, an imported file), the turns it kept are the
+        ones rehearsed. Returns the reinforced turns."""
+        summary = self.get_summary(user, Kind.DAILY_EVENTS, day)
+        turns = [t for t in self.turns_on(user, day) if t.state == State.ACTIVE]
+        if summary is None or not turns:
+            return []
+        words = [set(tokenize(t.text)) for t in turns]
+        drawn: set[int] = set()
+        for sentence in re.split(r"(?<=[.!?。！？；;])\s*", summary.text):
+            tokens = set(tokenize(sentence))
+            if len(tokens) < 2:
+                continue
+            shared = [len(tokens & w) for w in words]
+            best = max(range(len(turns)), key=lambda i: shared[i])
+            if shared[best] >= 2:
+                drawn.add(turns[best].id)
+        return self.reinforce(user, sorted(drawn), now) if drawn else []
 
     def forget_pass(self, user: str, now: datetime, *, rng: random.Random | None = None,
                     dry_run: bool = False) -> list[ForgetDecision]:

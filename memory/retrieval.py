@@ -13,7 +13,8 @@ the reasons, for the UI. Retrieval never reinforces.
 A turn's dense similarity is the better of its two vectors: the user's message and the companion's
 reply (both sides of an exchange). Archived memories are the second tier: they take part, less a
 penalty, so that only a strong cue brings one back (recognition rather than recall); the turn that
-uses it reinforces it, which makes it active again.
+uses it reinforces it, which makes it active again. A turn that refers to another day ("yesterday", "last
+Friday") carries that day in the lexical table, so a question naming the day finds it too.
 """
 from __future__ import annotations
 
@@ -21,6 +22,7 @@ import threading
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import date, datetime
+from typing import Sequence
 
 import numpy as np
 
@@ -45,6 +47,8 @@ class RetrievalConfig:
     retention_weight: float = 0.05
     use_dates: bool = True
     use_replies: bool = True       # a turn's dense similarity also looks at its reply's vector
+    reply_mode: str = "max"        # how the two sides combine: "max" of the cosines, "scaled" (max
+                                   # of each side scaled over the pool), "mean"
     archive_penalty: float | None = 0.3   # taken off an archived memory's score; None: never retrieved
     kinds: tuple[Kind, ...] = (Kind.TURN, Kind.DAILY_EVENTS)
 
@@ -93,13 +97,14 @@ def _workers() -> ThreadPoolExecutor:
         return _pool
 
 
-def _lexical_side(store: UserStore, query: str, config: RetrievalConfig) -> tuple[str | None, list[tuple[int, float]]]:
+def _lexical_side(store: UserStore, query: str, config: RetrievalConfig,
+                  named_days: Sequence[date] = ()) -> tuple[str | None, list[tuple[int, float]]]:
     """The FTS5 query and its ranked matches. One query gives both the candidates (its best
     ``candidates``) and the lexical scores of the neighbours that join the pool (its best
     ``lexical_depth``): asking FTS5 for given rows' scores costs a full pass over each query
     word's matches per row. Exact while fewer than ``lexical_depth`` memories match; past that,
     a neighbour beyond them scores 0."""
-    match = fts_query(query)
+    match = fts_query(query, named_days)
     return match, store.lexical(match, max(config.candidates, config.lexical_depth)) if match else []
 
 
@@ -115,32 +120,33 @@ class _Pool:
 
 
 def _search_sides(store: UserStore, index: UserIndex, embedder: Embedder, query: str, config: RetrievalConfig,
-                  query_vector: np.ndarray | None) -> tuple[np.ndarray, dict[int, float], list[tuple[int, float]]]:
-    """Phase 1: the query vector, the dense side's candidates (memory id -> the best cosine of its
-    vectors) and the lexical side's ranked matches.
+                  query_vector: np.ndarray | None, named_days: Sequence[date]
+                  ) -> tuple[np.ndarray, list[int], list[tuple[int, float]]]:
+    """Phase 1: the query vector, the dense side's candidates (memory ids whose message or reply
+    vector is among the nearest) and the lexical side's ranked matches.
 
     The lexical side does not need the query vector: it runs on another thread while the query is
     embedded (both leave Python's lock: SQLite while it searches, the embedder in its C / PyTorch
     engine), so that on two cores a turn waits for the slower of the two, not for both."""
-    pending = _workers().submit(_lexical_side, store, query, config) if query_vector is None else None
+    pending = _workers().submit(_lexical_side, store, query, config, named_days) if query_vector is None else None
     qvec = embed_query(embedder, query) if query_vector is None else query_vector
-    _, ranked = pending.result() if pending is not None else _lexical_side(store, query, config)
-    dense: dict[int, float] = {}
+    _, ranked = pending.result() if pending is not None else _lexical_side(store, query, config, named_days)
+    found: list[int] = []
     # a turn can be in the index twice (its message and its reply): ask for twice the candidates
-    for vid, sim in index.search(qvec, config.candidates * (2 if config.use_replies else 1)):
-        rid = vid - REPLY_ID_OFFSET if vid >= REPLY_ID_OFFSET else vid
+    for vid, _ in index.search(qvec, config.candidates * (2 if config.use_replies else 1)):
         if vid >= REPLY_ID_OFFSET and not config.use_replies:
             continue
-        dense[rid] = max(sim, dense.get(rid, -1.0))
-    best = sorted(dense.items(), key=lambda kv: -kv[1])[:config.candidates]
-    return qvec, dict(best), ranked
+        rid = vid - REPLY_ID_OFFSET if vid >= REPLY_ID_OFFSET else vid
+        if rid not in found:
+            found.append(rid)
+    return qvec, found[:config.candidates], ranked
 
 
 def _allowed(rec: MemoryRecord, config: RetrievalConfig) -> bool:
     return rec.kind in config.kinds and (rec.state == State.ACTIVE or config.archive_penalty is not None)
 
 
-def _gather(store: UserStore, dense: dict[int, float], ranked: list[tuple[int, float]], named_days: list[date],
+def _gather(store: UserStore, dense: list[int], ranked: list[tuple[int, float]], named_days: list[date],
             config: RetrievalConfig) -> tuple[dict[int, MemoryRecord], dict[int, MemoryRecord]]:
     """Phase 2: the candidates' records (dense, lexical and the days the query names) and the pool:
     the candidates plus the neighbouring turns of candidate turns, whose scores they share."""
@@ -155,29 +161,42 @@ def _gather(store: UserStore, dense: dict[int, float], ranked: list[tuple[int, f
     return records, pool
 
 
-def _complete_dense(store: UserStore, index: UserIndex, qvec: np.ndarray, pool: dict[int, MemoryRecord],
-                    dense: dict[int, float], config: RetrievalConfig) -> dict[int, float]:
-    """Phase 3: the cosine of every pool member, from the stored vectors where the index did not
-    return it (a turn: the better of its message's and its reply's)."""
-    dense = dict(dense)
-    unscored = [i for i in pool if i not in dense]
-    if unscored:
-        sims = store.vectors(unscored, index.dim) @ qvec
-        if config.use_replies:
-            turns = [i for i in unscored if pool[i].kind == Kind.TURN]
-            reply = dict(zip(turns, (store.vectors(turns, index.dim, column="reply_vector") @ qvec).tolist()))
-            sims = [max(s, reply.get(i, -1.0)) for i, s in zip(unscored, sims.tolist())]
-        dense.update(zip(unscored, (float(s) for s in sims)))
-    return dense
-
-
-def _base_scores(pool: dict[int, MemoryRecord], dense: dict[int, float], lexical: dict[int, float],
+def _dense_sides(store: UserStore, index: UserIndex, qvec: np.ndarray, pool: dict[int, MemoryRecord],
                  config: RetrievalConfig) -> tuple[dict[int, float], dict[int, float]]:
-    """Phase 4: each pool member's base score, dense and lexical each scaled to [0, 1] over the
-    pool and mixed; and the scaled dense scores (for the reasons)."""
-    dense_s = _scale({i: dense[i] for i in pool})
+    """Phase 3: the cosine of every pool member's message (or text) and, for turns, of its reply,
+    from the exact stored vectors (the index may be approximate; -1 where a turn has no reply
+    vector yet)."""
+    ids = list(pool)
+    own = dict(zip(ids, (store.vectors(ids, index.dim) @ qvec).tolist())) if ids else {}
+    reply: dict[int, float] = {}
+    if config.use_replies:
+        turns = [i for i in ids if pool[i].kind == Kind.TURN and pool[i].response.strip()]
+        if turns:
+            vecs = store.vectors(turns, index.dim, column="reply_vector")
+            sims = (vecs @ qvec).tolist()
+            reply = {i: s for i, s, v in zip(turns, sims, vecs) if v.any()}
+    return own, reply
+
+
+def _combine_dense(own: dict[int, float], reply: dict[int, float], config: RetrievalConfig
+                   ) -> tuple[dict[int, float], dict[int, float]]:
+    """A pool member's dense similarity (raw, for the reasons) and its dense score in [0, 1]."""
+    raw = {i: max(s, reply.get(i, -1.0)) for i, s in own.items()}
+    if config.reply_mode == "scaled" and reply:
+        own_s, reply_s = _scale(own), _scale(reply)
+        return raw, {i: max(own_s[i], reply_s.get(i, 0.0)) for i in own}
+    if config.reply_mode == "mean":
+        mixed = {i: (s + reply[i]) / 2 if i in reply else s for i, s in own.items()}
+        return raw, _scale(mixed)
+    return raw, _scale(raw)
+
+
+def _base_scores(pool: dict[int, MemoryRecord], dense_s: dict[int, float], lexical: dict[int, float],
+                 config: RetrievalConfig) -> dict[int, float]:
+    """Phase 4: each pool member's base score: its dense score and its lexical score (scaled to
+    [0, 1] over the pool), mixed."""
     lex_s = _scale({i: lexical.get(i, 0.0) for i in pool})
-    return {i: config.dense_weight * dense_s[i] + config.lexical_weight * lex_s[i] for i in pool}, dense_s
+    return {i: config.dense_weight * dense_s.get(i, 0.0) + config.lexical_weight * lex_s[i] for i in pool}
 
 
 def _reasons(rec: MemoryRecord, dense_s: float, dense: float, lexical: float, context: bool, on_day: bool) -> list[str]:
@@ -231,12 +250,12 @@ def retrieve(store: UserStore, index: UserIndex, embedder: Embedder, policy: For
     k = config.k if k is None else k
     if not query.strip() or k <= 0:
         return []
-    qvec, dense, ranked = _search_sides(store, index, embedder, query, config, query_vector)
     named_days: list[date] = days_in_query(query, now.date()) if config.use_dates else []
-    records, members = _gather(store, dense, ranked, named_days, config)
+    qvec, dense_ids, ranked = _search_sides(store, index, embedder, query, config, query_vector, named_days)
+    records, members = _gather(store, dense_ids, ranked, named_days, config)
     deeper = dict(ranked)
     lexical = {i: deeper[i] for i in members if i in deeper}
-    p = _Pool(qvec, named_days, records, members, _complete_dense(store, index, qvec, members, dense, config),
-              lexical)
-    base, dense_s = _base_scores(members, p.dense, lexical, config)
+    raw, dense_s = _combine_dense(*_dense_sides(store, index, qvec, members, config), config)
+    p = _Pool(qvec, named_days, records, members, raw, lexical)
+    base = _base_scores(members, dense_s, lexical, config)
     return _rank(p, base, dense_s, policy, now, config)[:k]

@@ -24,6 +24,7 @@ from typing import ContextManager, Iterable, Iterator, Sequence
 
 import numpy as np
 
+from .dates import days_in_query
 from .lexical import fts_document
 from .records import Kind, MemoryRecord, State
 from .sqlite_db import connect, immediate_transaction, run_script
@@ -97,6 +98,12 @@ def _m3(db: sqlite3.Connection) -> None:
 
 
 MIGRATIONS = [_m1, _m2, _m3]
+
+
+def _days_meant(kind: Kind, text: str, day: date) -> list[date]:
+    """The days a turn's words refer to, relative to the day they were said ("yesterday", "last
+    Friday", "on May 4th"): indexed so that a question naming such a day finds the turn."""
+    return [d for d in days_in_query(text, day) if d != day] if kind == Kind.TURN else []
 
 
 def _dt(value: str | None) -> datetime | None:
@@ -186,7 +193,7 @@ class UserStore:
                      json.dumps(rec.extra, ensure_ascii=False)))
                 rid = cur.lastrowid
                 db.execute("INSERT INTO memories_fts (rowid, tokens) VALUES (?, ?)",
-                           (rid, fts_document(rec.text)))
+                           (rid, fts_document(rec.text, _days_meant(rec.kind, rec.text, rec.day))))
                 out.append(rec.with_(id=rid))
         return out
 
@@ -199,8 +206,10 @@ class UserStore:
             db.execute(f"UPDATE memories SET text = ?, vector = ?, vseq = ?{', ' + sets if sets else ''}"
                        " WHERE id = ?", (text, blob, seq, *fields.values(), rid))
             db.execute("DELETE FROM memories_fts WHERE rowid = ?", (rid,))
-            if db.execute("SELECT 1 FROM memories WHERE id = ?", (rid,)).fetchone():
-                db.execute("INSERT INTO memories_fts (rowid, tokens) VALUES (?, ?)", (rid, fts_document(text)))
+            row = db.execute("SELECT kind, day FROM memories WHERE id = ?", (rid,)).fetchone()
+            if row:
+                days = _days_meant(Kind(row[0]), text, date.fromisoformat(row[1]))
+                db.execute("INSERT INTO memories_fts (rowid, tokens) VALUES (?, ?)", (rid, fts_document(text, days)))
 
     def update_forgetting(self, records: Iterable[MemoryRecord]) -> None:
         """Strength / recall fields after reinforcement (the index is not affected)."""

@@ -14,7 +14,7 @@ from .web_common import guard, lang_of
 from .web_i18n import Translator, t
 from .web_service import MemoryRow, WebService
 
-HEADERS = ["id", "day", "kind", "state", "pinned", "S", "R", "recalls", "text", "why"]
+HEADERS = ["id", "day", "kind", "state", "pinned", "S", "R", "recalls", "text", "why", "importance", "status"]
 ALL = "all"
 
 

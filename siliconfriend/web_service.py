@@ -48,6 +48,8 @@ class MemoryRow:
     recalls: int
     text: str
     why: str = ""
+    importance: float = 0.0        # 0 small talk .. 1 a personal fact, rated when written
+    status: str = ""               # the forgetting state in words: when it fades, or since when archived
 
 
 def model_choices(settings: Settings) -> dict[str, list[str]]:
@@ -246,7 +248,23 @@ class WebService:
     def _row(self, rec: MemoryRecord, now: datetime, why: str = "") -> MemoryRow:
         return MemoryRow(rec.id, rec.day.isoformat() if not rec.kind.is_global else "", rec.kind.value,
                          rec.state.value, rec.pinned, round(rec.strength, 2),
-                         round(self.bank.retention(rec, now), 3), rec.recall_count, rec.text, why)
+                         round(self.bank.retention(rec, now), 3), rec.recall_count, rec.text, why,
+                         round(rec.importance, 2), self._status(rec, now))
+
+    def _status(self, rec: MemoryRecord, now: datetime) -> str:
+        """The memory's forgetting state, in words, for the memory page."""
+        if rec.pinned:
+            return "pinned: never fades"
+        if rec.kind.is_global:
+            return "global summary: never fades"
+        if rec.state == State.ARCHIVED:
+            since = f" since {rec.archived_at.date().isoformat()}" if rec.archived_at else ""
+            return f"faded{since}: back only on a strong cue, or restore it"
+        fades = getattr(self.bank.policy, "fades_at", lambda r: None)(rec)
+        if fades is None:
+            return "active"
+        days = (fades - now).total_seconds() / 86400
+        return f"active: fades in {days:.0f} days unless recalled" if days > 0 else "active: fades at the next rollover"
 
     def memories(self, token: str, *, day: str | date | None = None, kind: str | None = None,
                  state: str | None = None, query: str = "", include_archived: bool = True) -> list[MemoryRow]:
