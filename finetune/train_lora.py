@@ -17,7 +17,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Callable, Sequence
 
-from finetune.adapter_meta import AdapterMismatch, META_FILE, base_identity, write_adapter_meta
+from siliconfriend.backends.hf.adapter_meta import AdapterMismatch, META_FILE, base_identity, write_adapter_meta
 from finetune.datasets import NoUsableData, load_dialogues, split_eval
 from finetune.lora import (SetupError, apply_lora, load_base_model, load_tokenizer, resolve_base,
                            resolve_device, resolve_precision, target_modules_for,

@@ -55,7 +55,7 @@ def model_choices(settings: Settings) -> dict[str, list[str]]:
     presets, then OpenAI-compatible models when a key or server is configured."""
     from ..backends.registry import default_backend_name
     try:
-        from ..backends.hf.chat import PRESETS
+        from ..backends.hf.loader import PRESETS
         presets = list(PRESETS)
     except Exception:  # transformers missing: the hf backend is still listed by its default
         presets = ["smollm2"]
