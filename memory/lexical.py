@@ -12,8 +12,9 @@ import threading
 from datetime import date
 from typing import Iterable
 
-_WORD = re.compile(r"[a-z0-9]+(?:'[a-z]+)?|[\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff]+", re.I)
-_CJK = re.compile(r"[\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff]")
+from .cjk import IDEOGRAPH, IDEOGRAPHS
+
+_WORD = re.compile(f"[a-z0-9]+(?:'[a-z]+)?|[{IDEOGRAPHS}]+", re.I)
 
 EN_STOP = frozenset("""
 a about above after again against all am an and any are aren't as at be because been before being
@@ -64,15 +65,11 @@ def _stem(word: str) -> str:
     return word
 
 
-def has_cjk(text: str) -> bool:
-    return bool(_CJK.search(text))
-
-
 def tokenize(text: str, *, drop_stopwords: bool = True) -> list[str]:
     out: list[str] = []
     for m in _WORD.finditer(text.lower()):
         piece = m.group(0)
-        if _CJK.match(piece):
+        if IDEOGRAPH.match(piece):
             for w in _cut(piece):
                 w = w.strip()
                 if w and not (drop_stopwords and w in ZH_STOP):

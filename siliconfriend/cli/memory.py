@@ -11,8 +11,8 @@ from pathlib import Path
 
 
 def _bank(args):
-    from .config import Settings
-    from .factory import build_bank
+    from ..config import Settings
+    from ..factory import build_bank
     settings = Settings.load(home=args.home)
     return build_bank(settings)
 
@@ -142,9 +142,9 @@ ABLATIONS = _ablations()
 def cmd_eval(args) -> int:
     from dataclasses import replace
     from memory.embedders import create_embedder
-    from .config import Settings
-    from .eval_retrieval import evaluate_retrieval
-    from .factory import build_policy
+    from ..config import Settings
+    from ..bench.retrieval_eval import evaluate_retrieval
+    from ..factory import build_policy
     from memory.retrieval import RetrievalConfig
     settings = Settings.load(home=args.home)
     ks = tuple(sorted({1, 2, 3, 5, 10, args.k}))
@@ -152,7 +152,7 @@ def cmd_eval(args) -> int:
     config = ABLATIONS[args.ablation](RetrievalConfig(k=settings.retrieval_k))
     backend = None
     if args.backend:
-        from .factory import build_backend
+        from ..factory import build_backend
         backend = build_backend(replace(settings, backend=args.backend, model=args.model or settings.model))
     from tqdm import tqdm
     result = evaluate_retrieval(args.bank, args.labels, create_embedder(args.embedder or settings.embedder),

@@ -1,7 +1,7 @@
 """What the web app does, without Gradio: every method takes the client's session token, turns
 it into a user name on the server (``user``), and only ever touches that user's data.
 
-The Gradio layer (``app.py``, ``web_chat.py``, ``web_memory.py``) only adapts these results to
+The Gradio layer (``app.py``, ``web/chat.py``, ``web/memory_page.py``) only adapts these results to
 components; tests can drive this class directly.
 """
 from __future__ import annotations
@@ -9,7 +9,6 @@ from __future__ import annotations
 import copy
 import json
 import logging
-import os
 import shutil
 import tempfile
 import threading
@@ -24,7 +23,8 @@ from memory.memorybank_format import export_user
 from memory.records import Kind, MemoryRecord, State
 
 from .accounts import Accounts, Session
-from .config import Settings
+from ..backends.base import BackendError
+from ..config import Settings
 
 log = logging.getLogger("siliconfriend.web")
 
@@ -52,36 +52,10 @@ class MemoryRow:
     status: str = ""               # the forgetting state in words: when it fades, or since when archived
 
 
-def model_choices(settings: Settings) -> dict[str, list[str]]:
-    """The backends and models a user may pick: the configured default first, then the local
-    presets, then OpenAI-compatible models when a key or server is configured."""
-    from .backends.registry import default_backend_name
-    try:
-        from .backends.hf_local import PRESETS
-        presets = list(PRESETS)
-    except Exception:  # transformers missing: the hf backend is still listed by its default
-        presets = ["smollm2"]
-    default_backend = settings.backend or default_backend_name()
-    choices: dict[str, list[str]] = {"hf": list(presets)}
-    if os.environ.get("OPENAI_API_KEY") or os.environ.get("OPENAI_BASE_URL") or default_backend == "openai":
-        choices["openai"] = [os.environ.get("OPENAI_MODEL") or "gpt-4o-mini"]
-    if default_backend not in choices:
-        choices[default_backend] = []
-    default_model = settings.model or (choices[default_backend][0] if choices[default_backend] else "")
-    models = choices[default_backend]
-    if default_model and default_model not in models:
-        models.insert(0, default_model)
-    ordered = {default_backend: choices.pop(default_backend)}
-    ordered.update(choices)
-    return ordered
-
-
 class BackendPool:
     """Chat backends other than the companion's own, built on first use and kept (a few)."""
 
-    def __init__(self, factory: Callable[..., Any] | None = None, keep: int = 2):
-        if factory is None:
-            from .backends.registry import create_backend as factory
+    def __init__(self, factory: Callable[..., Any], keep: int = 2):
         self.factory = factory
         self.keep = keep
         self._cache: OrderedDict[tuple[str, str], Any] = OrderedDict()
@@ -101,10 +75,17 @@ class BackendPool:
         return backend
 
 
+def _no_other_backends(name: str, **options: Any) -> Any:
+    raise BackendError(f"no backend other than the companion's own is configured here (asked for {name!r})")
+
+
 class WebService:
     def __init__(self, settings: Settings, accounts: Accounts, bank: MemoryBank, *,
                  companion: Any = None, companion_factory: Callable[[], Any] | None = None,
-                 clock: Callable[[], datetime] | None = None, backends: BackendPool | None = None):
+                 clock: Callable[[], datetime] | None = None, backends: BackendPool | None = None,
+                 choices: dict[str, list[str]] | None = None):
+        """``backends`` and ``choices`` (the other models a user may pick) come from
+        ``factory.build_web_service``; without them only the companion's own model is offered."""
         self.settings = settings
         self.accounts = accounts
         self.bank = bank
@@ -112,8 +93,8 @@ class WebService:
         self._companion_factory = companion_factory
         self._companion_lock = threading.Lock()
         self.clock = clock or getattr(companion, "clock", None) or datetime.now
-        self.backends = backends or BackendPool()
-        self.choices = model_choices(settings)
+        self.backends = backends or BackendPool(_no_other_backends)
+        self.choices = choices or {settings.default_backend: [settings.model] if settings.model else []}
         self._streams: dict[str, Any] = {}     # user -> the reply being generated
         self._variants: OrderedDict[tuple[str, str], Any] = OrderedDict()
         self._exports: dict[str, list[Path]] = {}
@@ -448,4 +429,4 @@ class WebService:
         return out
 
 
-__all__ = ["WebService", "NotLoggedIn", "MemoryRow", "BackendPool", "model_choices", "UnknownMemory"]
+__all__ = ["WebService", "NotLoggedIn", "MemoryRow", "BackendPool", "UnknownMemory"]

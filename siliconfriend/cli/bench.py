@@ -8,7 +8,7 @@ from pathlib import Path
 
 
 def cmd_bench(args) -> int:
-    from .benchmark_run import FULL, QUICK, format_table, run_bench, with_overrides
+    from ..bench.run import FULL, QUICK, format_table, run_bench, with_overrides
     config = with_overrides(QUICK if args.quick else FULL, turns=args.turns, embedder=args.embedder,
                             eval_dir=Path(args.eval_dir) if args.eval_dir else None)
     if args.no_recall:

@@ -11,8 +11,8 @@ import gradio as gr
 from memory.bank import UnknownMemory
 
 from .accounts import AccountError
-from .web_i18n import t
-from .web_service import NotLoggedIn, WebService
+from .i18n import t
+from .service import NotLoggedIn, WebService
 
 log = logging.getLogger("siliconfriend.web")
 

@@ -125,7 +125,7 @@ def _live_and_ask(bank: MemoryBank, parsed: list[ParsedUser], label_sets: list[l
             asked[label["bank_user"].strip()].append((label.get("asked_at") or default_now, s, i))
     consolidator = None
     if backend is not None:
-        from .consolidate import Consolidator
+        from ..core.consolidate import Consolidator
         consolidator = Consolidator(bank, backend)
     bar = progress(total=sum(len(p.turns) for p in parsed), desc="living the days", unit="turn") if progress else None
     for p in parsed:
