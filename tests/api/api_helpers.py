@@ -12,16 +12,9 @@ from datetime import datetime
 from pathlib import Path
 
 from argon2 import PasswordHasher
+from fakes import Clock
 
 FAST_HASHER = PasswordHasher(time_cost=1, memory_cost=1024, parallelism=1)
-
-
-class Clock:
-    def __init__(self, now: datetime):
-        self.now = now
-
-    def __call__(self) -> datetime:
-        return self.now
 
 
 class LocalBackend:
