@@ -17,11 +17,9 @@ from pathlib import Path
 
 import gradio as gr
 
-from siliconfriend.api.keys import ApiKeys
 from siliconfriend.api.routes import mount
-from siliconfriend.api.service import ApiService
 from siliconfriend.config import Settings
-from siliconfriend.factory import build_web_service
+from siliconfriend.factory import build_api_service, build_web_service
 from siliconfriend.web.account_page import build_account
 from siliconfriend.web.accounts import AccountError
 from siliconfriend.web.chat import build_chat
@@ -54,11 +52,7 @@ def browser_secret(home: Path) -> str:
 def api_routes(service: WebService) -> list:
     """The OpenAI-compatible API and the memory API under /v1, served by the web app's own server
     with the same companion, bank and accounts."""
-    if service.api_keys is None:
-        service.api_keys = ApiKeys(service.accounts)
-    api = ApiService(service.settings, service.accounts, service.bank, companion=lambda: service.companion,
-                     keys=service.api_keys, clock=service.clock)
-    return [mount(api)]
+    return [mount(build_api_service(service.settings, web=service))]
 
 
 def build_app(service: WebService) -> gr.Blocks:
