@@ -19,7 +19,7 @@ from typing import Callable
 
 import gradio as gr
 
-from siliconfriend.accounts import AccountError, Accounts
+from siliconfriend.accounts import AccountError
 from siliconfriend.config import Settings
 from siliconfriend.web_account import build_account
 from siliconfriend.web_chat import build_chat
@@ -59,7 +59,8 @@ def make_service(settings: Settings, *, clock: Callable[[], datetime] | None = N
         from siliconfriend.factory import build_companion
         return build_companion(settings, clock=clock, bank=bank)
 
-    accounts = Accounts(settings.home / "accounts.db", signup_open=settings.signup_open)
+    from siliconfriend.factory import build_accounts
+    accounts = build_accounts(settings)
     return WebService(settings, accounts, bank, companion=companion,
                       companion_factory=None if companion is not None else companion_factory, clock=clock)
 

@@ -149,7 +149,7 @@ def cmd_eval(args) -> int:
     config = ABLATIONS[args.ablation](RetrievalConfig(k=settings.retrieval_k))
     result = evaluate_retrieval(args.bank, args.labels, create_embedder(args.embedder or settings.embedder),
                                 policy=build_policy(settings), config=config,
-                                ks=ks, details=details)
+                                ks=ks, details=details, database_url=args.database_url)
     if args.json:
         print(json.dumps(result))
     else:
@@ -206,4 +206,6 @@ def register(sub: argparse._SubParsersAction) -> None:
     e.add_argument("--details", action="store_true", help="per-question rankings on stderr")
     e.add_argument("--ablation", choices=sorted(ABLATIONS), default="hybrid",
                    help="switch parts of retrieval off, to see what each one brings")
+    e.add_argument("--database-url", help="evaluate the PostgreSQL store: the bank goes into a scratch "
+                   "database on this server (dropped afterwards)")
     e.set_defaults(func=cmd_eval)

@@ -11,7 +11,8 @@ import json
 import tempfile
 from datetime import datetime, time, timedelta
 from pathlib import Path
-from typing import Callable
+from contextlib import contextmanager
+from typing import Callable, Iterator
 
 from memory.bank import MemoryBank
 from memory.embedders import Embedder
@@ -45,8 +46,9 @@ def evaluate_retrieval(bank_file: Path | str, labels_file: Path | str, embedder:
 def evaluate_label_sets(bank_file: Path | str, labels_files: list[Path | str], embedder: Embedder, *,
                         policy: ForgettingPolicy | None = None, config: RetrievalConfig | None = None,
                         ks: tuple[int, ...] = KS, progress: Callable | None = None,
-                        details: list | None = None) -> list[dict]:
-    """Import the bank once, then score each label file on it."""
+                        details: list | None = None, database_url: str | None = None) -> list[dict]:
+    """Import the bank once, then score each label file on it. With ``database_url`` the bank
+    goes into a scratch database on that PostgreSQL server (dropped afterwards), not a home."""
     label_sets = [[l for l in load_labels(f) if l.get("evidence")] for f in labels_files]
     parsed = parse_bank(bank_file)
     last = max((t[2] for p in parsed for t in p.turns), default=datetime(1970, 1, 1))
@@ -54,8 +56,12 @@ def evaluate_label_sets(bank_file: Path | str, labels_files: list[Path | str], e
     config = config or RetrievalConfig()
     depth = max(ks)
     results = []
-    with tempfile.TemporaryDirectory(prefix="sf-eval-") as home:
-        bank = MemoryBank(home, embedder, policy=policy, retrieval=config)
+    with _scratch_store(database_url) as where:
+        if database_url:
+            from memory.pg_store import PgMemoryBank
+            bank = PgMemoryBank(where, embedder, policy=policy, retrieval=config)
+        else:
+            bank = MemoryBank(where, embedder, policy=policy, retrieval=config)
         try:
             import_bank(bank, bank_file, progress=progress)
             for labels in label_sets:
@@ -63,6 +69,18 @@ def evaluate_label_sets(bank_file: Path | str, labels_files: list[Path | str], e
         finally:
             bank.close()
     return results
+
+
+@contextmanager
+def _scratch_store(database_url: str | None) -> Iterator[str]:
+    """A temporary home folder, or a scratch database on the server of ``database_url``."""
+    if not database_url:
+        with tempfile.TemporaryDirectory(prefix="sf-eval-") as home:
+            yield home
+        return
+    from memory.pg_db import scratch_database
+    with scratch_database(database_url, prefix="sf_eval") as url:
+        yield url
 
 
 def _score(bank: MemoryBank, labels: list[dict], now: datetime, ks: tuple[int, ...], depth: int,

@@ -16,10 +16,24 @@ def build_policy(settings: Settings) -> EbbinghausPolicy:
 
 
 def build_bank(settings: Settings, *, progress=None) -> MemoryBank:
+    """The memory store the settings name: files under the home, or the PostgreSQL database of
+    ``database_url``."""
     if progress is None:
         from tqdm import tqdm as progress
-    return MemoryBank(settings.home, create_embedder(settings.embedder), policy=build_policy(settings),
-                      retrieval=RetrievalConfig(k=settings.retrieval_k), progress=progress)
+    parts = dict(policy=build_policy(settings), retrieval=RetrievalConfig(k=settings.retrieval_k), progress=progress)
+    if settings.database_url:
+        from memory.pg_store import PgMemoryBank
+        return PgMemoryBank(settings.database_url, create_embedder(settings.embedder), **parts)
+    return MemoryBank(settings.home, create_embedder(settings.embedder), **parts)
+
+
+def build_accounts(settings: Settings):
+    """The web accounts (users, sessions, login rate limits) beside the memories."""
+    from .accounts import Accounts
+    if settings.database_url:
+        from .accounts_pg import PgAccounts
+        return PgAccounts(settings.database_url, signup_open=settings.signup_open)
+    return Accounts(settings.home / "accounts.db", signup_open=settings.signup_open)
 
 
 def build_backend(settings: Settings, **options):

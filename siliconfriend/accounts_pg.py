@@ -1,0 +1,121 @@
+"""The web accounts over PostgreSQL: the same ``Accounts`` (sign-up, log-in, sessions, login rate
+limits, preferences), its tables in the ``accounts`` schema of the shared database, so that a
+session opened on one worker is valid on every other and failed logins are counted across all.
+
+The account logic is written once, in ``accounts.py``, against sqlite3's DB-API; ``_Dialect``
+presents a pooled PostgreSQL connection through that API: ``?`` placeholders become ``%s``, the
+case-insensitive name comparisons of SQLite's ``COLLATE NOCASE`` become ``lower(name) =
+lower(...)`` (a unique index on ``lower(name)`` keeps names unique regardless of case),
+SQLite-only ``PRAGMA`` statements are skipped, and a unique violation is raised as
+``sqlite3.IntegrityError``, which the account logic catches.
+"""
+from __future__ import annotations
+
+import re
+import sqlite3
+import threading
+from contextlib import contextmanager
+from typing import Iterator, Sequence
+
+import psycopg
+
+from memory.pg_db import Database, run_statements
+
+from .accounts import Accounts
+
+
+def _m1(cur: psycopg.Cursor) -> None:
+    run_statements(cur, """
+    CREATE TABLE users (
+        name TEXT PRIMARY KEY,
+        pw_hash TEXT NOT NULL,
+        created_at DOUBLE PRECISION NOT NULL,
+        prefs TEXT NOT NULL DEFAULT '{}'
+    );
+    CREATE UNIQUE INDEX users_name_nocase ON users (lower(name));
+    CREATE TABLE sessions (
+        token_hash TEXT PRIMARY KEY,
+        name TEXT NOT NULL REFERENCES users(name) ON DELETE CASCADE,
+        created_at DOUBLE PRECISION NOT NULL,
+        expires_at DOUBLE PRECISION NOT NULL
+    );
+    CREATE INDEX sessions_by_name ON sessions (lower(name));
+    CREATE TABLE failures (key TEXT NOT NULL, at DOUBLE PRECISION NOT NULL);
+    CREATE INDEX failures_by_key ON failures (key, at)
+    """)
+
+
+# one PostgreSQL step for each SQLite step of accounts.py (a test checks that they stay in step)
+MIGRATIONS = [_m1]
+
+_NAME_EQ = re.compile(r"\bname = \?")
+
+
+def translate(statement: str) -> str:
+    return _NAME_EQ.sub("lower(name) = lower(%s)", statement).replace("?", "%s")
+
+
+class _Result:
+    def __init__(self, cur: psycopg.Cursor | None = None):
+        self.rowcount = cur.rowcount if cur is not None else 0
+        self._rows = cur.fetchall() if cur is not None and cur.description is not None else []
+
+    def fetchone(self):
+        return self._rows[0] if self._rows else None
+
+    def fetchall(self):
+        return list(self._rows)
+
+    def __iter__(self):
+        return iter(self._rows)
+
+
+class _Dialect:
+    """sqlite3-style ``execute`` / ``executemany`` on a cursor (in a transaction) or the pool."""
+
+    def __init__(self, db: Database, cur: psycopg.Cursor | None = None):
+        self.db, self.cur = db, cur
+
+    def _run(self, fn):
+        try:
+            if self.cur is not None:
+                return fn(self.cur)
+            with self.db.connection() as con:
+                with con.cursor() as cur:
+                    return fn(cur)
+        except psycopg.errors.IntegrityError as exc:
+            raise sqlite3.IntegrityError(str(exc)) from None
+
+    def execute(self, statement: str, params: Sequence = ()) -> _Result:
+        if statement.lstrip().upper().startswith("PRAGMA"):
+            return _Result()
+        return self._run(lambda cur: (cur.execute(translate(statement), tuple(params)), _Result(cur))[1])
+
+    def executemany(self, statement: str, rows) -> None:
+        self._run(lambda cur: cur.executemany(translate(statement), [tuple(r) for r in rows]))
+
+    def close(self) -> None:
+        self.db.close()
+
+
+class PgAccounts(Accounts):
+    """``Accounts`` in the database of ``url`` (schema ``accounts``)."""
+
+    def __init__(self, url: str, **kw):
+        self.url = url
+        super().__init__(url, **kw)
+
+    def _connect(self) -> _Dialect:
+        return _Dialect(Database(self.url, vectors=False, schema="accounts", max_size=4))
+
+    def _migrate(self) -> None:
+        self._db.db.migrate("accounts", MIGRATIONS)
+
+    @contextmanager
+    def _tx(self) -> Iterator[_Dialect]:
+        with self._db.db.transaction() as cur:
+            yield _Dialect(self._db.db, cur)
+
+    def close(self) -> None:
+        self._db.close()
+
