@@ -169,6 +169,13 @@ class MemoryBank:
                 opened.store.close()
             shutil.rmtree(self.user_dir(user), ignore_errors=True)
 
+    def user_meta(self, user: str, key: str) -> str | None:
+        """A small value the app keeps with a user's memories (shared by every process)."""
+        return self._user(user).store.get_meta(key)
+
+    def set_user_meta(self, user: str, key: str, value: str) -> None:
+        self._user(user).store.set_meta(key, value)
+
     def exclusive(self, user: str, purpose: str) -> ContextManager:
         """A lock on ``user`` for ``purpose`` (the day rollover) held across processes: a lock file
         in the user's folder here, an advisory lock in the PostgreSQL store."""

@@ -41,7 +41,8 @@ def _m1(cur: psycopg.Cursor) -> None:
     );
     CREATE INDEX sessions_by_name ON sessions (lower(name));
     CREATE TABLE failures (key TEXT NOT NULL, at DOUBLE PRECISION NOT NULL);
-    CREATE INDEX failures_by_key ON failures (key, at)
+    CREATE INDEX failures_by_key ON failures (key, at);
+    CREATE TABLE web_secrets (name TEXT PRIMARY KEY, value TEXT NOT NULL)
     """)
 
 
@@ -118,4 +119,13 @@ class PgAccounts(Accounts):
 
     def close(self) -> None:
         self._db.close()
+
+    def browser_secret(self) -> str:
+        """The key that encrypts the session token in the browser, the same for every worker (a
+        browser whose requests reach another worker stays logged in)."""
+        import secrets
+        with self._db.db.transaction() as cur:
+            cur.execute("INSERT INTO web_secrets (name, value) VALUES ('browser', %s) ON CONFLICT (name) DO NOTHING",
+                        (secrets.token_urlsafe(32),))
+            return cur.execute("SELECT value FROM web_secrets WHERE name = 'browser'").fetchone()[0]
 
