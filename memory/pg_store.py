@@ -52,6 +52,7 @@ def _m1(cur: psycopg.Cursor) -> None:
     run_statements(cur, """
     CREATE TABLE mem_users (
         name TEXT PRIMARY KEY,
+        last_id BIGINT NOT NULL DEFAULT 0,
         lex_docs BIGINT NOT NULL DEFAULT 0,
         lex_tokens BIGINT NOT NULL DEFAULT 0,
         created_at TIMESTAMPTZ NOT NULL DEFAULT now()
@@ -63,8 +64,8 @@ def _m1(cur: psycopg.Cursor) -> None:
         PRIMARY KEY (owner, key)
     );
     CREATE TABLE memories (
-        id BIGSERIAL PRIMARY KEY,
         owner TEXT NOT NULL REFERENCES mem_users(name) ON DELETE CASCADE,
+        id BIGINT NOT NULL,
         kind TEXT NOT NULL,
         text TEXT NOT NULL,
         query TEXT NOT NULL DEFAULT '',
@@ -80,7 +81,8 @@ def _m1(cur: psycopg.Cursor) -> None:
         state TEXT NOT NULL DEFAULT 'active',
         embedding vector,
         lex_len INTEGER NOT NULL DEFAULT 0,
-        extra JSONB NOT NULL DEFAULT '{}'
+        extra JSONB NOT NULL DEFAULT '{}',
+        PRIMARY KEY (owner, id)
     );
     CREATE INDEX memories_owner_day ON memories (owner, day, kind);
     CREATE INDEX memories_owner_place ON memories (owner, day, position);
@@ -88,12 +90,13 @@ def _m1(cur: psycopg.Cursor) -> None:
     CREATE TABLE lex_postings (
         owner TEXT NOT NULL,
         term TEXT NOT NULL,
-        memory_id BIGINT NOT NULL REFERENCES memories(id) ON DELETE CASCADE,
+        memory_id BIGINT NOT NULL,
         tf INTEGER NOT NULL,
         dl INTEGER NOT NULL,
-        PRIMARY KEY (owner, term, memory_id)
+        PRIMARY KEY (owner, term, memory_id),
+        FOREIGN KEY (owner, memory_id) REFERENCES memories (owner, id) ON DELETE CASCADE
     );
-    CREATE INDEX lex_postings_memory ON lex_postings (memory_id)
+    CREATE INDEX lex_postings_memory ON lex_postings (owner, memory_id)
     """)
 
 
@@ -153,6 +156,9 @@ class PgUserStore:
         row = self.db.fetchone("SELECT value FROM mem_meta WHERE owner = %s AND key = %s", (self.user, key))
         return row[0] if row else None
 
+    def all_meta(self) -> dict[str, str]:
+        return dict(self.db.fetchall("SELECT key, value FROM mem_meta WHERE owner = %s", (self.user,)))
+
     def set_meta(self, key: str, value: str) -> None:
         with self.db.transaction() as cur:
             self._lock_user(cur)
@@ -165,7 +171,7 @@ class PgUserStore:
         if tf:
             cur.executemany("INSERT INTO lex_postings (owner, term, memory_id, tf, dl) VALUES (%s, %s, %s, %s, %s)",
                             [(self.user, term, rid, n, dl) for term, n in tf.items()])
-        cur.execute("UPDATE memories SET lex_len = %s WHERE id = %s", (dl, rid))
+        cur.execute("UPDATE memories SET lex_len = %s WHERE owner = %s AND id = %s", (dl, self.user, rid))
         return 1, dl
 
     def _unindex(self, cur: psycopg.Cursor, ids: Sequence[int]) -> tuple[int, int]:
@@ -181,15 +187,28 @@ class PgUserStore:
                         (docs, tokens, self.user))
 
     # -- writes -------------------------------------------------------------------------------
-    def insert(self, records: Sequence[MemoryRecord], vectors: np.ndarray | None) -> list[MemoryRecord]:
+    def insert(self, records: Sequence[MemoryRecord], vectors: np.ndarray | None, *,
+               keep_ids: bool = False) -> list[MemoryRecord]:
+        """Store new memories; ids are the user's own (1, 2, ...; never reused, like SQLite's
+        AUTOINCREMENT). ``keep_ids``: the records' ids and places are kept (copying a store)."""
         out: list[MemoryRecord] = []
         docs = tokens = 0
+        if not records:
+            return out
         with self.db.transaction() as cur:
-            self._lock_user(cur)   # positions are settled under the user's lock: no two turns share one
+            self._lock_user(cur)   # ids and positions are settled under the user's lock
+            if keep_ids:
+                ids = [int(r.id) for r in records]
+                cur.execute("UPDATE mem_users SET last_id = GREATEST(last_id, %s) WHERE name = %s",
+                            (max(ids), self.user))
+            else:
+                last = cur.execute("UPDATE mem_users SET last_id = last_id + %s WHERE name = %s RETURNING last_id",
+                                   (len(records), self.user)).fetchone()[0]
+                ids = list(range(last - len(records) + 1, last + 1))
             free: dict[date, int] = {}
             for i, rec in enumerate(records):
                 vec = None if vectors is None else np.asarray(vectors[i], dtype=np.float32)
-                if rec.kind == Kind.TURN:
+                if rec.kind == Kind.TURN and not keep_ids:
                     if rec.day not in free:
                         free[rec.day] = int(cur.execute(
                             "SELECT COALESCE(MAX(position) + 1, 0) FROM memories WHERE owner = %s AND kind = 'turn'"
@@ -197,15 +216,15 @@ class PgUserStore:
                     rec = rec.with_(position=max(rec.position, free[rec.day]))
                     free[rec.day] = rec.position + 1
                 tf, dl = _postings(rec.text) if rec.state == State.ACTIVE else (Counter(), 0)
-                rid = cur.execute(
-                    "INSERT INTO memories (owner, kind, text, query, response, day, position, created_at, strength,"
+                rid = ids[i]
+                cur.execute(
+                    "INSERT INTO memories (owner, id, kind, text, query, response, day, position, created_at, strength,"
                     " last_recall, recall_count, importance, pinned, state, embedding, lex_len, extra)"
-                    " VALUES (%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s) RETURNING id",
-                    (self.user, rec.kind.value, rec.text, rec.query, rec.response, rec.day, rec.position,
+                    " VALUES (%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s)",
+                    (self.user, rid, rec.kind.value, rec.text, rec.query, rec.response, rec.day, rec.position,
                      rec.created_at.isoformat(), rec.strength,
                      rec.last_recall.isoformat() if rec.last_recall else None, rec.recall_count, rec.importance,
-                     bool(rec.pinned), rec.state.value, vec, dl, json.dumps(rec.extra, ensure_ascii=False))
-                ).fetchone()[0]
+                     bool(rec.pinned), rec.state.value, vec, dl, json.dumps(rec.extra, ensure_ascii=False)))
                 if rec.state == State.ACTIVE:
                     if tf:
                         cur.executemany("INSERT INTO lex_postings (owner, term, memory_id, tf, dl)"

@@ -133,23 +133,25 @@ class UserStore:
             db.execute("INSERT OR REPLACE INTO meta VALUES (?, ?)", (key, value))
 
     # -- writes -------------------------------------------------------------------------------
-    def insert(self, records: Sequence[MemoryRecord], vectors: np.ndarray | None) -> list[MemoryRecord]:
+    def insert(self, records: Sequence[MemoryRecord], vectors: np.ndarray | None, *,
+               keep_ids: bool = False) -> list[MemoryRecord]:
+        """``keep_ids``: the records' ids and places are kept (copying a store)."""
         out: list[MemoryRecord] = []
         with self.transaction() as db:
             seq = self._bump(db)
             for i, rec in enumerate(records):
                 blob = None if vectors is None else np.asarray(vectors[i], dtype=np.float32).tobytes()
-                if rec.kind == Kind.TURN:
+                if rec.kind == Kind.TURN and not keep_ids:
                     # the position is settled inside the write transaction, so that two processes
                     # adding turns to the same day never give two of them one place
                     free = db.execute("SELECT COALESCE(MAX(position) + 1, 0) FROM memories"
                                       " WHERE kind = 'turn' AND day = ?", (rec.day.isoformat(),)).fetchone()[0]
                     rec = rec.with_(position=max(rec.position, int(free)))
                 cur = db.execute(
-                    "INSERT INTO memories (kind, text, query, response, day, position, created_at,"
+                    "INSERT INTO memories (id, kind, text, query, response, day, position, created_at,"
                     " strength, last_recall, recall_count, importance, pinned, state, vector, vseq, extra)"
-                    " VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
-                    (rec.kind.value, rec.text, rec.query, rec.response, rec.day.isoformat(),
+                    " VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+                    (rec.id if keep_ids else None, rec.kind.value, rec.text, rec.query, rec.response, rec.day.isoformat(),
                      rec.position, rec.created_at.isoformat(), rec.strength,
                      rec.last_recall.isoformat() if rec.last_recall else None, rec.recall_count,
                      rec.importance, int(rec.pinned), rec.state.value, blob, seq,
@@ -307,6 +309,23 @@ class UserStore:
         drop = gone + [r[0] for r in changed]
         add = [(r[0], r[2]) for r in changed if r[1] == State.ACTIVE.value and r[2] is not None]
         return drop, [a[0] for a in add], [a[1] for a in add], now
+
+    def all_meta(self) -> dict[str, str]:
+        with self._lock:
+            return dict(self._db.execute("SELECT key, value FROM meta WHERE key NOT IN ('user', 'vseq')").fetchall())
+
+    def iter_rows(self, batch: int = 1000) -> Iterator[list[tuple[MemoryRecord, np.ndarray | None]]]:
+        """Every memory with its stored vector, in id order (copying a store)."""
+        last = 0
+        while True:
+            with self._lock:
+                rows = self._db.execute(f"SELECT {_COLUMNS}, vector FROM memories WHERE id > ? ORDER BY id LIMIT ?",
+                                        (last, batch)).fetchall()
+            if not rows:
+                return
+            last = rows[-1]["id"]
+            yield [(_row_to_record(self.user, r),
+                    None if r["vector"] is None else np.frombuffer(r["vector"], dtype=np.float32)) for r in rows]
 
     def iter_texts(self, batch: int = 256) -> Iterator[list[tuple[int, Kind, str, str | None]]]:
         """Every memory's (id, kind, text, the user's message of a turn), in batches."""
