@@ -120,6 +120,7 @@ def test_two_app_workers_over_one_database(tmp_path, pg_url):
         for t in threads:
             t.join(120)
         assert not errors
+        _through_nginx([url for _, url in workers], tmp_path, token)
     finally:
         for proc, _ in workers:
             proc.terminate()
@@ -132,10 +133,49 @@ def test_two_app_workers_over_one_database(tmp_path, pg_url):
     with psycopg.connect(pg_url) as con:
         rows = con.execute("SELECT query, day, position FROM memories WHERE owner = 'dora' AND kind = 'turn'"
                            " ORDER BY position").fetchall()
-    assert len(rows) == 10                                             # concurrent turns: none lost
-    assert len({(d, p) for _, d, p in rows}) == 10                     # each in a place of its own
+    assert len(rows) == 14                                             # concurrent turns: none lost
+    assert len({(d, p) for _, d, p in rows}) == 14                     # each in a place of its own
     assert {q for q, _, _ in rows} >= {f"message {i} through worker {w}" for i in range(4) for w in "AB"}
     assert not any(p.exists() for p in (tmp_path / "a" / "users", tmp_path / "a" / "accounts.db"))
+
+
+def _through_nginx(worker_urls: list[str], tmp_path: Path, token: str) -> None:
+    """docs/deploy/nginx.conf in front of the workers: each browser (its route cookie) sticks to
+    one worker, replies stream through, and a login holds on every worker."""
+    import shutil
+    from gradio_client import Client
+    nginx = shutil.which("nginx") or ("/usr/sbin/nginx" if Path("/usr/sbin/nginx").exists() else None)
+    if nginx is None:
+        pytest.skip("nginx is not installed (apt install nginx-light): the proxy config is not tested here")
+    port = _free_port()
+    conf = (ROOT / "docs" / "deploy" / "nginx.conf").read_text()
+    conf = conf.replace("server 127.0.0.1:7861;", f"server {worker_urls[0][7:-1]};")
+    conf = conf.replace("server 127.0.0.1:7862;", f"server {worker_urls[1][7:-1]};")
+    conf = conf.replace("listen 127.0.0.1:8080;", f"listen 127.0.0.1:{port};")
+    conf = conf.replace("/tmp/siliconfriend-nginx", str(tmp_path / "nginx"))
+    (tmp_path / "nginx.conf").write_text(conf)
+    proc = subprocess.Popen([nginx, "-c", str(tmp_path / "nginx.conf"), "-g", "daemon off;"],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    url = f"http://127.0.0.1:{port}/"
+    try:
+        _wait(url, proc, timeout=20)
+        seen = set()
+        for route in ("route-one", "route-two", "route-three", "route-four"):
+            headers = {"Cookie": f"sf_route={route}"}
+            req = urllib.request.Request(url, headers=headers)
+            with urllib.request.urlopen(req, timeout=10) as r:
+                worker = r.headers["X-SiliconFriend-Worker"]
+            with urllib.request.urlopen(req, timeout=10) as r:
+                assert r.headers["X-SiliconFriend-Worker"] == worker          # sticky
+            seen.add(worker)
+            client = Client(url, verbose=False, headers=headers)
+            assert client.predict(token, api_name="/whoami") == "dora"
+            chat, _, _ = client.predict(token, f"hello through the proxy ({route})", api_name="/chat")
+            assert "Noted, friend." in str(chat[-1]["content"])
+        assert len(seen) == 2                                                 # both workers serve
+    finally:
+        proc.terminate()
+        proc.wait(10)
 
 
 class CountingBackend:
