@@ -19,14 +19,14 @@ from typing import Callable
 
 import gradio as gr
 
-from siliconfriend.accounts import AccountError
 from siliconfriend.config import Settings
-from siliconfriend.web_account import build_account
-from siliconfriend.web_chat import build_chat
-from siliconfriend.web_common import guard
-from siliconfriend.web_i18n import LANGS, Translator, t
-from siliconfriend.web_memory import build_memory
-from siliconfriend.web_service import WebService
+from siliconfriend.web.account_page import build_account
+from siliconfriend.web.accounts import AccountError
+from siliconfriend.web.chat import build_chat
+from siliconfriend.web.common import guard
+from siliconfriend.web.i18n import LANGS, Translator, t
+from siliconfriend.web.memory_page import build_memory
+from siliconfriend.web.service import WebService
 
 log = logging.getLogger("siliconfriend.web")
 
@@ -66,8 +66,8 @@ def make_service(settings: Settings, *, clock: Callable[[], datetime] | None = N
         from siliconfriend.factory import build_companion
         return build_companion(settings, clock=clock, bank=bank)
 
-    from siliconfriend.factory import build_accounts
-    accounts = build_accounts(settings)
+    from siliconfriend.web.accounts_pg import open_accounts
+    accounts = open_accounts(settings)
     return WebService(settings, accounts, bank, companion=companion,
                       companion_factory=None if companion is not None else companion_factory, clock=clock)
 

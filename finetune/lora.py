@@ -51,14 +51,14 @@ class BaseSpec:
 def app_presets() -> dict:
     """The chat backends' model presets (smollm2, chatglm, belle, qwen), if that module is there."""
     try:
-        from siliconfriend.backends.hf_local import PRESETS
+        from siliconfriend.backends.hf.chat import PRESETS
     except ImportError:
         return {}
     return PRESETS
 
 
 def _preset_spec(name: str) -> dict:
-    from siliconfriend.backends.hf_local import resolve_preset
+    from siliconfriend.backends.hf.chat import resolve_preset
 
     try:
         return resolve_preset(name)
@@ -78,7 +78,7 @@ def resolve_base(base: str | None, preset: str | None = None) -> BaseSpec:
             spec = _preset_spec(key)
             return BaseSpec(spec["model"], spec.get("gguf_file"), key, spec.get("template"),
                             spec.get("legacy_template"))
-        from siliconfriend.model_files import smollm2_gguf_path
+        from siliconfriend.backends.hf.model_files import smollm2_gguf_path
 
         path = smollm2_gguf_path()
         return BaseSpec(str(path.parent), path.name, "smollm2")

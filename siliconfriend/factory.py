@@ -27,15 +27,6 @@ def build_bank(settings: Settings, *, progress=None) -> MemoryBank:
     return MemoryBank(settings.home, create_embedder(settings.embedder), **parts)
 
 
-def build_accounts(settings: Settings):
-    """The web accounts (users, sessions, login rate limits) beside the memories."""
-    from .accounts import Accounts
-    if settings.database_url:
-        from .accounts_pg import PgAccounts
-        return PgAccounts(settings.database_url, signup_open=settings.signup_open)
-    return Accounts(settings.home / "accounts.db", signup_open=settings.signup_open)
-
-
 def build_backend(settings: Settings, **options):
     """The chat backend the settings name (openai when OPENAI_API_KEY is set, else the embedded model)."""
     from .backends.registry import create_backend
@@ -48,6 +39,6 @@ def build_companion(settings: Settings, *, clock=None, backend=None, bank: Memor
     time), ``backend`` and ``bank`` may be given (tests, scripted sessions, one model for many)."""
     from datetime import datetime
 
-    from .companion import Companion
+    from .core.companion import Companion
     return Companion(bank or build_bank(settings, progress=progress), backend or build_backend(settings),
                      settings=settings, clock=clock or datetime.now, **options)

@@ -28,5 +28,5 @@ def smollm2_backend():
     (about 17 tokens a second on two cores) -- the default is 32."""
     pytest.importorskip("torch")
     pytest.importorskip("transformers")
-    from siliconfriend.backends.hf_local import HFLocalChat
+    from siliconfriend.backends.hf.chat import HFLocalChat
     return HFLocalChat("smollm2", temperature=0, max_new_tokens=32, device="cpu")

@@ -14,9 +14,9 @@ transformers = pytest.importorskip("transformers")
 
 from siliconfriend.backends.base import (BackendError, BackendModelNotFound, ChatBackend, Message,
                                          join_stream)
-from siliconfriend.backends.hf_local import (PRESETS, HFLocalChat, _until_stop, load_causal_lm,
+from siliconfriend.backends.hf.chat import (PRESETS, HFLocalChat, _until_stop, load_causal_lm,
                                              needs_remote_code, pick_dtype, resolve_preset)
-from siliconfriend.model_files import smollm2_gguf_path
+from siliconfriend.backends.hf.model_files import smollm2_gguf_path
 
 MESSAGES = [Message("system", "You are a warm companion."), Message("user", "Hi, I am Ann.")]
 
@@ -131,7 +131,7 @@ def test_the_companion_opens_with_the_system_prompt_the_adapter_was_trained_with
     from finetune.persona import COUNSELLOR_SYSTEM_PROMPT_EN, COUNSELLOR_SYSTEM_PROMPT_ZH
     from memory.bank import MemoryBank
     from memory.embedders import create_embedder
-    from siliconfriend.companion import Companion
+    from siliconfriend.core.companion import Companion
     from siliconfriend.config import Settings
 
     base = transformers.AutoModelForCausalLM.from_pretrained(tiny["llama"])

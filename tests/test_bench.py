@@ -9,9 +9,9 @@ import pytest
 from memory.bank import MemoryBank
 from memory.embedders import create_embedder
 from memory.records import Kind, State
-from siliconfriend.benchmark_data import DialogueGenerator
-from siliconfriend.benchmark_fixtures import fill_user, synthetic_vectors, vector_pool
-from siliconfriend.benchmark_run import QUICK, TURN_KEYS, format_table, run_bench, with_overrides
+from siliconfriend.bench.data import DialogueGenerator
+from siliconfriend.bench.fixtures import fill_user, synthetic_vectors, vector_pool
+from siliconfriend.bench.run import QUICK, TURN_KEYS, format_table, run_bench, with_overrides
 
 
 def test_the_dialogue_is_fixed_by_its_seed_and_mixes_english_and_chinese():
@@ -100,6 +100,6 @@ def test_the_numbers_make_sense(tiny_result):
 
 
 def test_the_cli_registers_bench():
-    from siliconfriend.cli import build_parser
+    from siliconfriend.cli.main import build_parser
     args = build_parser().parse_args(["bench", "--quick", "--json"])
     assert args.quick and args.json and args.func.__name__ == "cmd_bench"

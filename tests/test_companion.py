@@ -10,7 +10,7 @@ import pytest
 
 from memory.bank import UnknownMemory
 from memory.records import Kind
-from siliconfriend.companion import Companion, ReplyStream, TurnResult
+from siliconfriend.core.companion import Companion, ReplyStream, TurnResult
 from siliconfriend.config import Settings
 
 DAY1 = datetime(2024, 5, 1, 19, 30)

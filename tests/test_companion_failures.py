@@ -11,7 +11,7 @@ import pytest
 
 from memory.records import Kind
 from siliconfriend.backends.base import BackendUnavailable
-from siliconfriend.companion import Companion
+from siliconfriend.core.companion import Companion
 from siliconfriend.config import Settings
 
 DAY1 = datetime(2024, 5, 1, 19, 30)

@@ -8,7 +8,7 @@ import pytest
 
 from memory.records import Kind, State
 from siliconfriend.backends.base import BackendUnavailable
-from siliconfriend.consolidate import Consolidator, tidy
+from siliconfriend.core.consolidate import Consolidator, tidy
 
 D1, D2, D3 = date(2024, 5, 1), date(2024, 5, 2), date(2024, 5, 3)
 

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from memory.embedders import create_embedder
-from siliconfriend.eval_retrieval import evaluate_label_sets
+from siliconfriend.bench.retrieval_eval import evaluate_label_sets
 
 ROOT = Path(__file__).resolve().parents[2]
 SHARED = ROOT.parent / "shared" / "data" / "memorybank_eval"

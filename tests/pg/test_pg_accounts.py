@@ -6,8 +6,8 @@ import psycopg
 import pytest
 from argon2 import PasswordHasher
 
-from siliconfriend.accounts import _MIGRATIONS as SQLITE_MIGRATIONS, AccountError, TooManyAttempts
-from siliconfriend.accounts_pg import MIGRATIONS, PgAccounts
+from siliconfriend.web.accounts import _MIGRATIONS as SQLITE_MIGRATIONS, AccountError, TooManyAttempts
+from siliconfriend.web.accounts_pg import MIGRATIONS, PgAccounts
 
 FAST = PasswordHasher(time_cost=1, memory_cost=1024, parallelism=1)
 

@@ -11,11 +11,11 @@ from memory.bank import MemoryBank
 from memory.memorybank_format import export_bank
 from memory.pg_store import PgMemoryBank
 from memory.records import Kind
-from siliconfriend.accounts import Accounts
-from siliconfriend.accounts_pg import PgAccounts
-from siliconfriend.cli import main
+from siliconfriend.web.accounts import Accounts
+from siliconfriend.web.accounts_pg import PgAccounts
+from siliconfriend.cli.main import main
 from siliconfriend.config import Settings
-from siliconfriend.migrate_store import migrate_store
+from siliconfriend.cli.migrate_store import migrate_store
 
 T0 = datetime(2024, 5, 1, 9, 0)
 

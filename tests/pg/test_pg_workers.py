@@ -133,8 +133,8 @@ def test_two_app_workers_over_one_database(tmp_path, pg_url):
     with psycopg.connect(pg_url) as con:
         rows = con.execute("SELECT query, day, position FROM memories WHERE owner = 'dora' AND kind = 'turn'"
                            " ORDER BY position").fetchall()
-    assert len(rows) == 14                                             # concurrent turns: none lost
-    assert len({(d, p) for _, d, p in rows}) == 14                     # each in a place of its own
+    assert len(rows) == 12                                             # concurrent turns: none lost
+    assert len({(d, p) for _, d, p in rows}) == 12                     # each in a place of its own
     assert {q for q, _, _ in rows} >= {f"message {i} through worker {w}" for i in range(4) for w in "AB"}
     assert not any(p.exists() for p in (tmp_path / "a" / "users", tmp_path / "a" / "accounts.db"))
 
@@ -159,16 +159,17 @@ def _through_nginx(worker_urls: list[str], tmp_path: Path, token: str) -> None:
     url = f"http://127.0.0.1:{port}/"
     try:
         _wait(url, proc, timeout=20)
-        seen = set()
-        for route in ("route-one", "route-two", "route-three", "route-four"):
-            headers = {"Cookie": f"sf_route={route}"}
+        seen: dict[str, str] = {}                                             # worker -> a route to it
+        for n in range(16):
+            headers = {"Cookie": f"sf_route=route-{n}"}
             req = urllib.request.Request(url, headers=headers)
             with urllib.request.urlopen(req, timeout=10) as r:
                 worker = r.headers["X-SiliconFriend-Worker"]
             with urllib.request.urlopen(req, timeout=10) as r:
                 assert r.headers["X-SiliconFriend-Worker"] == worker          # sticky
-            seen.add(worker)
-            client = Client(url, verbose=False, headers=headers)
+            seen.setdefault(worker, f"route-{n}")
+        for worker, route in seen.items():                                   # through each worker
+            client = Client(url, verbose=False, headers={"Cookie": f"sf_route={route}"})
             assert client.predict(token, api_name="/whoami") == "dora"
             chat, _, _ = client.predict(token, f"hello through the proxy ({route})", api_name="/chat")
             assert "Noted, friend." in str(chat[-1]["content"])
@@ -201,8 +202,8 @@ class CountingBackend:
 
 
 def test_day_rollover_runs_once_across_workers(pg_url, e5_embedder):
-    from siliconfriend.companion import Companion
-    from siliconfriend.consolidate import Consolidator
+    from siliconfriend.core.companion import Companion
+    from siliconfriend.core.consolidate import Consolidator
     day1 = datetime(2024, 5, 1, 10, 0)
     settings = Settings(home=Path(tempfile.gettempdir()) / "unused-home")
     seed = PgMemoryBank(pg_url, e5_embedder)
@@ -238,7 +239,7 @@ def test_day_rollover_runs_once_across_workers(pg_url, e5_embedder):
 
 def test_database_stopped_mid_turn_loses_no_committed_turn(e5_embedder):
     from conftest import start_server
-    from siliconfriend.companion import Companion
+    from siliconfriend.core.companion import Companion
     folder = tempfile.mkdtemp(prefix="sf-pgstop-")
     server = start_server(folder)
     url = server.get_uri()

@@ -110,10 +110,10 @@ def web_clock():
 
 def make_service(home: Path, embedder, model, clock, **settings_options):
     """A WebService with the real companion over ``model`` (a FailSwitch); returns (service, bank, accounts)."""
-    from siliconfriend.accounts import Accounts
+    from siliconfriend.web.accounts import Accounts
     from siliconfriend.config import Settings
     from siliconfriend.factory import build_companion
-    from siliconfriend.web_service import WebService
+    from siliconfriend.web.service import WebService
     settings = Settings(home=home, backend="hf", model="smollm2", max_new_tokens=REPLY_TOKENS, **settings_options)
     bank = MemoryBank(settings.home, embedder)
     companion = build_companion(settings, clock=clock, backend=model, bank=bank)

@@ -6,7 +6,7 @@ import sqlite3
 import pytest
 from argon2 import PasswordHasher
 
-from siliconfriend.accounts import AccountError, Accounts, SignupClosed, TooManyAttempts
+from siliconfriend.web.accounts import AccountError, Accounts, SignupClosed, TooManyAttempts
 
 FAST = PasswordHasher(time_cost=1, memory_cost=1024, parallelism=1)
 

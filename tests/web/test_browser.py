@@ -37,10 +37,10 @@ def live_app(tmp_path, e5_embedder, smollm2_backend, web_clock):
     import app as web_app
     from conftest import FAST_HASHER, free_port
     from memory.bank import MemoryBank
-    from siliconfriend.accounts import Accounts
+    from siliconfriend.web.accounts import Accounts
     from siliconfriend.config import Settings
     from siliconfriend.factory import build_companion
-    from siliconfriend.web_service import WebService
+    from siliconfriend.web.service import WebService
     settings = Settings(home=tmp_path / "home", backend="hf", model="smollm2", max_new_tokens=20)
     bank = MemoryBank(settings.home, e5_embedder)
     companion = build_companion(settings, clock=web_clock, backend=smollm2_backend, bank=bank, summary_tokens=16)

@@ -1,7 +1,7 @@
 """Fresh-process measurements: cold start, restart (login to first retrieval), resident memory,
 and the original's approach of re-embedding a user's history at login.
 
-``measure_process`` starts ``python -m siliconfriend.benchmark_process`` and reads one JSON line
+``measure_process`` starts ``python -m siliconfriend.bench.process`` and reads one JSON line
 from it. The child imports the app's memory stack, builds the bank as the app does (which loads
 the embedder), warms the lexical tokenizer (the models are now loaded), then logs the user in
 (opens their store, attaches their saved index) and answers one retrieval. Cold start is the
@@ -89,7 +89,7 @@ def _reembed(bank, opened, sample: int) -> dict:
 def measure_process(home, user: str, query: str, now: str, *, embedder: str = "e5",
                     reembed_sample: int = 0, timeout: float = 600) -> dict:
     """Runs the child once; adds ``cold_start_s`` (spawn to first retrieval, parent's clock)."""
-    cmd = [sys.executable, "-m", "siliconfriend.benchmark_process", "--home", str(home), "--user", user,
+    cmd = [sys.executable, "-m", "siliconfriend.bench.process", "--home", str(home), "--user", user,
            "--query", query, "--now", now, "--embedder", embedder, "--reembed-sample", str(reembed_sample)]
     env = dict(os.environ, PYTHONDONTWRITEBYTECODE="1")
     spawned = time.time()
@@ -102,7 +102,7 @@ def measure_process(home, user: str, query: str, now: str, *, embedder: str = "e
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m siliconfriend.benchmark_process")
+    parser = argparse.ArgumentParser(prog="python -m siliconfriend.bench.process")
     parser.add_argument("--home", required=True)
     parser.add_argument("--user", required=True)
     parser.add_argument("--query", required=True)

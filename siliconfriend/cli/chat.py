@@ -47,7 +47,7 @@ class LazyBackend:
     def _get(self) -> Any:
         with self._lock:
             if self._backend is None:
-                from . import factory
+                from .. import factory
                 self._backend = factory.build_backend(self._settings)
             return self._backend
 
@@ -72,7 +72,7 @@ def _add_common(p: argparse.ArgumentParser, *, model_options: bool = True) -> No
 
 
 def _settings(args: argparse.Namespace):
-    from .config import Settings
+    from ..config import Settings
     return Settings.load(home=getattr(args, "home", None), backend=getattr(args, "backend", None),
                          model=getattr(args, "model", None), adapter=getattr(args, "adapter", None),
                          lang=getattr(args, "lang", None), max_new_tokens=getattr(args, "max_new_tokens", None))
@@ -80,7 +80,7 @@ def _settings(args: argparse.Namespace):
 
 def _companion(args: argparse.Namespace, clock: Clock, *, lazy: bool = False):
     """The companion for a command; ``lazy``: load the model only if something is generated."""
-    from . import factory
+    from .. import factory
     logging.basicConfig(level=logging.WARNING, format="%(message)s")
     settings = _settings(args)
     backend = LazyBackend(settings) if lazy else factory.build_backend(settings)

@@ -12,8 +12,8 @@ from memory.bank import UnknownMemory
 from memory.pg_db import StoreUnavailable
 
 from .accounts import AccountError
-from .web_i18n import t
-from .web_service import NotLoggedIn, WebService
+from .i18n import t
+from .service import NotLoggedIn, WebService
 
 log = logging.getLogger("siliconfriend.web")
 

@@ -20,7 +20,7 @@ from typing import Callable, Sequence
 
 import prompts as _prompts_package
 
-from .backends.base import Message
+from ..backends.base import Message
 
 PROMPTS_DIR = Path(_prompts_package.__file__).resolve().parent
 TEMPLATE_NAMES = ("meta", "daily_events", "daily_personality", "global_events", "global_personality")

@@ -5,7 +5,7 @@ from __future__ import annotations
 def cmd_migrate(args) -> int:
     from tqdm import tqdm
 
-    from .config import Settings
+    from ..config import Settings
     from .migrate_store import migrate_store
     settings = Settings.load(home=args.home)
     source = args.source or settings.database_url or str(settings.home)

@@ -20,10 +20,10 @@ from typing import Callable, Sequence
 from memory.bank import MemoryBank
 from memory.records import Kind, MemoryRecord
 
-from .backends.base import BackendError, ChatBackend, Message
+from ..backends.base import BackendError, ChatBackend, Message
 from .prompting import PromptSet, fit_block, load_prompts
 
-log = logging.getLogger("siliconfriend.consolidate")
+log = logging.getLogger("siliconfriend.core.consolidate")
 
 DAILY = {Kind.DAILY_EVENTS: "daily_events", Kind.DAILY_PERSONALITY: "daily_personality"}
 GLOBAL = {Kind.GLOBAL_EVENTS: ("global_events", Kind.DAILY_EVENTS),

@@ -9,9 +9,9 @@ from typing import Any, Callable, Iterator
 
 import gradio as gr
 
-from .web_common import guard, lang_of
-from .web_i18n import Translator, t
-from .web_service import WebService
+from .common import guard, lang_of
+from .i18n import Translator, t
+from .service import WebService
 
 log = logging.getLogger("siliconfriend.web")
 

@@ -11,8 +11,8 @@ from pathlib import Path
 
 
 def _bank(args):
-    from .config import Settings
-    from .factory import build_bank
+    from ..config import Settings
+    from ..factory import build_bank
     settings = Settings.load(home=args.home)
     return build_bank(settings)
 
@@ -139,9 +139,9 @@ ABLATIONS = _ablations()
 
 def cmd_eval(args) -> int:
     from memory.embedders import create_embedder
-    from .config import Settings
-    from .eval_retrieval import evaluate_retrieval
-    from .factory import build_policy
+    from ..config import Settings
+    from ..bench.retrieval_eval import evaluate_retrieval
+    from ..factory import build_policy
     from memory.retrieval import RetrievalConfig
     settings = Settings.load(home=args.home)
     ks = tuple(sorted({1, 2, 3, 5, 10, args.k}))

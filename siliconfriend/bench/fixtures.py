@@ -22,7 +22,7 @@ from memory.bank import MemoryBank
 from memory.embedders import embed_turns
 from memory.records import Kind, MemoryRecord, State, turn_text
 
-from .benchmark_data import DialogueGenerator, turn_times
+from .data import DialogueGenerator, turn_times
 
 CHUNK = 4000          # memories written per transaction
 

@@ -18,8 +18,8 @@ import threading
 from pathlib import Path
 from typing import Any, Iterator, Sequence
 
-from .base import BackendError, BackendModelNotFound, Message
-from .registry import require
+from ..base import BackendError, BackendModelNotFound, Message
+from ..registry import require
 
 log = logging.getLogger("siliconfriend.backends.hf")
 
@@ -71,7 +71,7 @@ def resolve_preset(name: str) -> dict[str, Any]:
     spec["name"] = key
     spec.setdefault("gguf_file", None)
     if key == "smollm2":
-        from siliconfriend.model_files import smollm2_gguf_path
+        from siliconfriend.backends.hf.model_files import smollm2_gguf_path
         try:
             path = smollm2_gguf_path()
         except FileNotFoundError as exc:

@@ -1,7 +1,7 @@
 """What the web app does, without Gradio: every method takes the client's session token, turns
 it into a user name on the server (``user``), and only ever touches that user's data.
 
-The Gradio layer (``app.py``, ``web_chat.py``, ``web_memory.py``) only adapts these results to
+The Gradio layer (``app.py``, ``web/chat.py``, ``web/memory_page.py``) only adapts these results to
 components; tests can drive this class directly.
 """
 from __future__ import annotations
@@ -24,7 +24,7 @@ from memory.memorybank_format import export_user
 from memory.records import Kind, MemoryRecord, State
 
 from .accounts import Accounts, Session
-from .config import Settings
+from ..config import Settings
 
 log = logging.getLogger("siliconfriend.web")
 
@@ -53,9 +53,9 @@ class MemoryRow:
 def model_choices(settings: Settings) -> dict[str, list[str]]:
     """The backends and models a user may pick: the configured default first, then the local
     presets, then OpenAI-compatible models when a key or server is configured."""
-    from .backends.registry import default_backend_name
+    from ..backends.registry import default_backend_name
     try:
-        from .backends.hf_local import PRESETS
+        from ..backends.hf.chat import PRESETS
         presets = list(PRESETS)
     except Exception:  # transformers missing: the hf backend is still listed by its default
         presets = ["smollm2"]
@@ -79,7 +79,7 @@ class BackendPool:
 
     def __init__(self, factory: Callable[..., Any] | None = None, keep: int = 2):
         if factory is None:
-            from .backends.registry import create_backend as factory
+            from ..backends.registry import create_backend as factory
         self.factory = factory
         self.keep = keep
         self._cache: OrderedDict[tuple[str, str], Any] = OrderedDict()

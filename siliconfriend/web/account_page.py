@@ -8,9 +8,9 @@ from typing import Callable
 
 import gradio as gr
 
-from .web_common import guard, lang_of
-from .web_i18n import Translator, t
-from .web_service import WebService
+from .common import guard, lang_of
+from .i18n import Translator, t
+from .service import WebService
 
 
 @dataclass

@@ -22,8 +22,8 @@ import numpy as np
 
 from memory.bank import MemoryBank
 
-from .backends.openai_chat import estimate_tokens
-from .benchmark_data import DialogueGenerator
+from ..backends.openai_chat import estimate_tokens
+from .data import DialogueGenerator
 
 
 class TimedEmbedder:
@@ -100,9 +100,9 @@ class TurnRunner:
         self.now = datetime(2030, 1, 1, 19, 0)
         self.path = "companion"
         try:
-            from .companion import Companion
-            from .config import Settings
-            from .consolidate import ConsolidationReport
+            from ..core.companion import Companion
+            from ..config import Settings
+            from ..core.consolidate import ConsolidationReport
         except ImportError:
             self.companion = None
             self.path = "bank"

@@ -21,12 +21,12 @@ from memory.pg_db import StoreUnavailable
 from memory.records import Kind, MemoryRecord
 from memory.retrieval import Hit
 
-from .backends.base import BackendError, ChatBackend, Message
-from .config import Settings
+from ..backends.base import BackendError, ChatBackend, Message
+from ..config import Settings
 from .consolidate import ConsolidationReport, Consolidator
 from .prompting import PromptSet, fit_chat, load_prompts
 
-log = logging.getLogger("siliconfriend.companion")
+log = logging.getLogger("siliconfriend.core.companion")
 
 QUERY_CHARS = 2000        # what of a (very long) message is used as the retrieval query
 MEMORY_CHARS = 400        # a remembered message or reply is cut to this many characters in the prompt

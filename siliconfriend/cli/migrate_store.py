@@ -11,7 +11,7 @@ from typing import Callable
 from memory.store_copy import copy_user
 from memory.pg_db import is_postgres_url
 
-from .config import Settings
+from ..config import Settings
 
 
 def _settings_for(settings: Settings, where: str) -> Settings:
@@ -42,7 +42,8 @@ def migrate_store(settings: Settings, source: str, target: str, *,
                   log: Callable[[str], None] = print, progress=None) -> dict:
     """Copy accounts and memories from ``source`` to ``target`` (each a home folder or a
     postgresql:// URL). Returns what was done, per user."""
-    from .factory import build_accounts, build_bank
+    from ..factory import build_bank
+    from ..web.accounts_pg import open_accounts as build_accounts
     if (is_postgres_url(source) and source == target) or \
             (not is_postgres_url(source) and not is_postgres_url(target) and Path(source).resolve() == Path(target).resolve()):
         raise ValueError("the source and the target are the same store")

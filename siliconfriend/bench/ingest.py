@@ -14,9 +14,9 @@ from pathlib import Path
 from memory.bank import MemoryBank
 from memory.memorybank_format import import_bank
 
-from .benchmark_data import DialogueGenerator
-from .benchmark_fixtures import write_memorybank_file
-from .benchmark_turns import TimedEmbedder
+from .data import DialogueGenerator
+from .fixtures import write_memorybank_file
+from .turns import TimedEmbedder
 
 
 def measure_ingest(embedder, turns: int, *, users: int = 2, seed: int = 7) -> dict:

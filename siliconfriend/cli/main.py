@@ -7,11 +7,11 @@ import importlib
 import sys
 
 COMMAND_MODULES = [
-    "siliconfriend.cli_memory",     # import-memorybank, export-memorybank, memories, forget, eval
-    "siliconfriend.cli_chat",       # chat, replay, probe, consolidate
-    "siliconfriend.cli_finetune",   # finetune
-    "siliconfriend.cli_bench",      # bench
-    "siliconfriend.cli_store",      # migrate-store
+    "siliconfriend.cli.memory",     # import-memorybank, export-memorybank, memories, forget, eval
+    "siliconfriend.cli.chat",       # chat, replay, probe, consolidate
+    "siliconfriend.cli.finetune",   # finetune
+    "siliconfriend.cli.bench",      # bench
+    "siliconfriend.cli.store",      # migrate-store
 ]
 
 

@@ -99,6 +99,14 @@ class _Dialect:
         self.db.close()
 
 
+def open_accounts(settings) -> Accounts:
+    """The web accounts the settings name: ``accounts.db`` in the home, or the database of
+    ``database_url``."""
+    if settings.database_url:
+        return PgAccounts(settings.database_url, signup_open=settings.signup_open)
+    return Accounts(settings.home / "accounts.db", signup_open=settings.signup_open)
+
+
 class PgAccounts(Accounts):
     """``Accounts`` in the database of ``url`` (schema ``accounts``)."""
 

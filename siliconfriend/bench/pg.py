@@ -4,7 +4,7 @@ In a scratch database on that server (dropped afterwards): turn overhead (everyt
 through the companion with an instantly streaming backend) for one user with 10k and 100k
 memories and over many users; the build time of the 100k user's HNSW index; and throughput:
 simulated users talking at once through two worker processes, each with its own connection pool
-and companion, as two ``app.py`` workers would. Histories are written as ``benchmark_fixtures``
+and companion, as two ``app.py`` workers would. Histories are written as ``bench.fixtures``
 writes them (real generated text, vectors mixed from real e5 vectors).
 """
 from __future__ import annotations
@@ -23,10 +23,10 @@ from memory.bank import MemoryBank
 from memory.embedders import create_embedder
 from memory.pg_db import scratch_database
 
-from .benchmark_data import DialogueGenerator
-from .benchmark_fixtures import fill_user, vector_pool
-from .benchmark_run import END, SEED, machine
-from .benchmark_turns import TimedEmbedder, TurnRunner, run_turns
+from .data import DialogueGenerator
+from .fixtures import fill_user, vector_pool
+from .run import END, SEED, machine
+from .turns import TimedEmbedder, TurnRunner, run_turns
 
 TARGETS = {"p50": 40.0, "p95": 100.0}
 

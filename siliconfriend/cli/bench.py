@@ -10,7 +10,7 @@ from pathlib import Path
 def cmd_bench(args) -> int:
     if args.database_url:
         return _bench_pg(args)
-    from .benchmark_run import FULL, QUICK, format_table, run_bench, with_overrides
+    from ..bench.run import FULL, QUICK, format_table, run_bench, with_overrides
     config = with_overrides(QUICK if args.quick else FULL, turns=args.turns, embedder=args.embedder,
                             eval_dir=Path(args.eval_dir) if args.eval_dir else None)
     if args.no_recall:
@@ -33,7 +33,7 @@ def cmd_bench(args) -> int:
 def _bench_pg(args) -> int:
     from dataclasses import replace
 
-    from .benchmark_pg import PG_FULL, PG_QUICK, format_pg_table, run_pg_bench
+    from ..bench.pg import PG_FULL, PG_QUICK, format_pg_table, run_pg_bench
     config = PG_QUICK if args.quick else PG_FULL
     config = replace(config, **{k: v for k, v in (("turns", args.turns), ("embedder", args.embedder)) if v})
 

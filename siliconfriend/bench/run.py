@@ -20,11 +20,11 @@ from typing import Callable
 from memory.bank import MemoryBank
 from memory.embedders import create_embedder
 
-from .benchmark_data import DialogueGenerator
-from .benchmark_fixtures import fill_user, many_users, vector_pool
-from .benchmark_ingest import measure_ingest
-from .benchmark_process import measure_process
-from .benchmark_turns import TimedEmbedder, run_turns
+from .data import DialogueGenerator
+from .fixtures import fill_user, many_users, vector_pool
+from .ingest import measure_ingest
+from .process import measure_process
+from .turns import TimedEmbedder, run_turns
 
 END = date(2030, 1, 1)     # the synthetic histories end the day before; benchmark turns start here
 SEED = 20240501
@@ -58,7 +58,7 @@ TURN_KEYS = ("1k", "10k", "100k", "1000x1k")
 
 def default_eval_dir() -> Path | None:
     """``../shared/data/memorybank_eval`` beside the project (where the evaluation sets live)."""
-    here = Path(__file__).resolve().parent.parent
+    here = Path(__file__).resolve().parents[2]
     for base in (Path.cwd(), here):
         candidate = base.parent / "shared" / "data" / "memorybank_eval"
         if candidate.is_dir():
@@ -78,7 +78,7 @@ def _recall(config: BenchConfig, embedder) -> tuple[dict, str | None]:
     folder = config.eval_dir or default_eval_dir()
     if folder is None or not folder.is_dir():
         return {"en": None, "cn": None}, "recall skipped: no ../shared/data/memorybank_eval folder here"
-    from .eval_retrieval import evaluate_retrieval
+    from .retrieval_eval import evaluate_retrieval
     out, missing = {}, []
     for lang in ("en", "cn"):
         bank_file, labels = folder / lang / f"memory_bank_{lang}.json", folder / lang / config.labels.format(lang=lang)

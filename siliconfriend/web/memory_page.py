@@ -10,9 +10,9 @@ import gradio as gr
 
 from memory.records import Kind, State
 
-from .web_common import guard, lang_of
-from .web_i18n import Translator, t
-from .web_service import MemoryRow, WebService
+from .common import guard, lang_of
+from .i18n import Translator, t
+from .service import MemoryRow, WebService
 
 HEADERS = ["id", "day", "kind", "state", "pinned", "S", "R", "recalls", "text", "why"]
 ALL = "all"
