@@ -156,3 +156,22 @@ def test_clear_errors(pg_server, pg_url, e5_embedder):
         con.execute("UPDATE sf_schema SET version = 99 WHERE component = 'memory'")
     with pytest.raises(SchemaTooNew, match="version 99, newer than this SiliconFriend knows"):
         PgMemoryBank(pg_url, e5_embedder)
+
+
+def test_a_database_without_pgvector_says_how_to_add_it(pg_server, e5_embedder):
+    from psycopg import sql
+    from conftest import database_url
+    name = "sf_novector"
+    with psycopg.connect(pg_server.get_uri(), autocommit=True) as con:
+        con.execute("DROP DATABASE IF EXISTS sf_novector WITH (FORCE)")
+        con.execute("DROP ROLE IF EXISTS sf_plain")
+        con.execute("CREATE ROLE sf_plain LOGIN")        # not a superuser: may not enable pgvector
+        con.execute(sql.SQL("CREATE DATABASE {} OWNER sf_plain").format(sql.Identifier(name)))
+    url = database_url(pg_server, name).replace("postgres:@", "sf_plain:@", 1)
+    try:
+        with pytest.raises(StoreUnavailable, match="CREATE EXTENSION vector"):
+            PgMemoryBank(url, e5_embedder)
+    finally:
+        with psycopg.connect(pg_server.get_uri(), autocommit=True) as con:
+            con.execute("DROP DATABASE IF EXISTS sf_novector WITH (FORCE)")
+            con.execute("DROP ROLE IF EXISTS sf_plain")
