@@ -10,10 +10,7 @@ import psycopg
 import pytest
 from psycopg import sql
 
-
-def start_server(folder: str):
-    import pgserver
-    return pgserver.get_server(folder, cleanup_mode="stop")
+from pg_helpers import database_url, start_server
 
 
 @pytest.fixture(scope="session")
@@ -23,11 +20,6 @@ def pg_server():
     yield server
     server.cleanup()
     shutil.rmtree(folder, ignore_errors=True)
-
-
-def database_url(server, name: str) -> str:
-    from memory.pg_db import _with_dbname
-    return _with_dbname(server.get_uri(), name)
 
 
 @pytest.fixture

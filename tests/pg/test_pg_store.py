@@ -160,7 +160,7 @@ def test_clear_errors(pg_server, pg_url, e5_embedder):
 
 def test_a_database_without_pgvector_says_how_to_add_it(pg_server, e5_embedder):
     from psycopg import sql
-    from conftest import database_url
+    from pg_helpers import database_url
     name = "sf_novector"
     with psycopg.connect(pg_server.get_uri(), autocommit=True) as con:
         con.execute("DROP DATABASE IF EXISTS sf_novector WITH (FORCE)")

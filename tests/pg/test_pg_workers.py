@@ -238,7 +238,7 @@ def test_day_rollover_runs_once_across_workers(pg_url, e5_embedder):
 
 
 def test_database_stopped_mid_turn_loses_no_committed_turn(e5_embedder):
-    from conftest import start_server
+    from pg_helpers import start_server
     from siliconfriend.core.companion import Companion
     folder = tempfile.mkdtemp(prefix="sf-pgstop-")
     server = start_server(folder)
