@@ -47,7 +47,7 @@ class PgBenchConfig:
 
 PG_FULL = PgBenchConfig("full", single=(("10k", 10_000), ("100k", 100_000)), many=(1_000, 100), turns=200,
                         warmup=10, pool=384, concurrent_users=20, workers=2, turns_per_user=10)
-PG_QUICK = PgBenchConfig("quick", single=(("10k", 2_000),), many=(100, 50), turns=30, warmup=5, pool=32,
+PG_QUICK = PgBenchConfig("quick", single=(("2k", 2_000),), many=(100, 50), turns=30, warmup=5, pool=32,
                          concurrent_users=4, workers=2, turns_per_user=3)
 
 
