@@ -73,8 +73,7 @@ class Database:
             self._ensure_pgvector()
         self.pool = ConnectionPool(url, min_size=min_size, max_size=max_size, timeout=timeout_s,
                                    kwargs={"autocommit": True, "connect_timeout": CONNECT_TIMEOUT_S},
-                                   configure=self._configure, check=ConnectionPool.check_connection,
-                                   open=True, name="siliconfriend")
+                                   configure=self._configure, open=True, name="siliconfriend")
         self._closed = False
         self._lock = threading.Lock()
 
@@ -120,6 +119,13 @@ class Database:
             with self.pool.connection() as con:
                 yield con
         except (psycopg.OperationalError, psycopg.InterfaceError, PoolTimeout) as exc:
+            # connections are not tested at every checkout (a round trip each, a tenth of a turn);
+            # after a failure the pool drops every broken one, so that a restarted server is used
+            # again at once
+            try:
+                self.pool.check()
+            except Exception:  # noqa: BLE001 - the error below is what the caller needs
+                pass
             raise _unavailable(self.url, exc) from None
 
     @contextmanager
