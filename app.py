@@ -13,13 +13,12 @@ import os
 import secrets
 import sys
 import threading
-from datetime import datetime
 from pathlib import Path
-from typing import Callable
 
 import gradio as gr
 
 from siliconfriend.config import Settings
+from siliconfriend.factory import build_web_service
 from siliconfriend.web.account_page import build_account
 from siliconfriend.web.accounts import AccountError
 from siliconfriend.web.chat import build_chat
@@ -54,22 +53,6 @@ def shared_secret(service: WebService) -> str:
     are there, else in the home folder."""
     from_db = getattr(service.accounts, "browser_secret", None)
     return from_db() if callable(from_db) else browser_secret(service.settings.home)
-
-
-def make_service(settings: Settings, *, clock: Callable[[], datetime] | None = None,
-                 companion=None) -> WebService:
-    """Accounts, the memory bank and (lazily, on the first chat) the companion, from settings."""
-    from siliconfriend.factory import build_bank
-    bank = build_bank(settings, progress=None) if companion is None else companion.bank
-
-    def companion_factory():   # the same bank: one index cache, one writer per user
-        from siliconfriend.factory import build_companion
-        return build_companion(settings, clock=clock, bank=bank)
-
-    from siliconfriend.web.accounts_pg import open_accounts
-    accounts = open_accounts(settings)
-    return WebService(settings, accounts, bank, companion=companion,
-                      companion_factory=None if companion is not None else companion_factory, clock=clock)
 
 
 def build_app(service: WebService) -> gr.Blocks:
@@ -197,7 +180,7 @@ def launch(demo: gr.Blocks, *, host: str, port: int, share: bool = False, **kwar
 def _warm_up(service: WebService) -> None:
     """Build the companion (and load the model) in the background, so the first reply is quick."""
     try:
-        service.companion
+        service.companion  # noqa: B018 - the property builds it
     except Exception as exc:   # shown again, clearly, in the chat when someone writes
         log.warning("the companion could not be built yet: %s", exc)
 
@@ -218,7 +201,7 @@ def main(argv: list[str] | None = None) -> int:
     settings = Settings.load(home=args.home)
     host = args.host or os.environ.get("GRADIO_SERVER_NAME") or settings.host
     port = args.port or int(os.environ.get("GRADIO_SERVER_PORT") or settings.port)
-    service = make_service(settings)
+    service = build_web_service(settings)
     demo = build_app(service)
     threading.Thread(target=_warm_up, args=(service,), daemon=True).start()
     print(f"SiliconFriend: data in {settings.home}; open http://{host}:{port}", file=sys.stderr)

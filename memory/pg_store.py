@@ -34,7 +34,8 @@ import numpy as np
 import psycopg
 from psycopg import sql
 
-from .lexical import fts_terms, tokenize
+from .lexical import fts_document, fts_terms
+from .store import REPLY_ID_OFFSET, _days_meant
 from .pg_db import Database, run_statements
 from .records import Kind, MemoryRecord, State
 
@@ -45,7 +46,8 @@ HNSW_EF_SEARCH = 100       # candidates the graph search keeps (>= the 40 retrie
 BM25_K1, BM25_B = 1.2, 0.75
 
 _COLUMNS = ("id, kind, text, query, response, day, position, created_at, strength, last_recall, "
-            "recall_count, importance, pinned, state, extra")
+            "recall_count, importance, pinned, state, extra, archived_at")
+VECTOR_COLUMNS = {"vector": "embedding", "reply_vector": "reply_embedding"}
 
 
 def _m1(cur: psycopg.Cursor) -> None:
@@ -100,21 +102,44 @@ def _m1(cur: psycopg.Cursor) -> None:
     """)
 
 
-MIGRATIONS = [_m1]
+def _m2(cur: psycopg.Cursor) -> None:
+    # the memory model of issue 10: a turn's second vector (its reply, written after the reply has
+    # streamed), when a memory was archived, and the archive as a second tier that stays in the
+    # lexical postings (so archived memories get postings and count in the BM25 statistics)
+    run_statements(cur, """
+    ALTER TABLE memories ADD COLUMN reply_embedding vector;
+    ALTER TABLE memories ADD COLUMN archived_at TEXT;
+    CREATE INDEX memories_reply_pending ON memories (owner, id)
+        WHERE kind = 'turn' AND response != '' AND reply_embedding IS NULL
+    """)
+    rows = cur.execute("SELECT owner, id, kind, text, day FROM memories WHERE state != 'active'").fetchall()
+    for owner, rid, kind, text, day in rows:
+        tf, dl = _postings(Kind(kind), text, day)
+        cur.executemany("INSERT INTO lex_postings (owner, term, memory_id, tf, dl) VALUES (%s, %s, %s, %s, %s)",
+                        [(owner, term, rid, n, dl) for term, n in tf.items()])
+        cur.execute("UPDATE memories SET lex_len = %s WHERE owner = %s AND id = %s", (dl, owner, rid))
+        cur.execute("UPDATE mem_users SET lex_docs = lex_docs + 1, lex_tokens = lex_tokens + %s WHERE name = %s",
+                    (dl, owner))
+
+
+MIGRATIONS = [_m1, _m2]
 
 
 def _record(user: str, row: tuple) -> MemoryRecord:
     (rid, kind, text, query, response, day, position, created_at, strength, last_recall, recall_count,
-     importance, pinned, state, extra) = row
+     importance, pinned, state, extra, archived_at) = row
     return MemoryRecord(
         id=rid, user=user, kind=Kind(kind), text=text, query=query, response=response, day=day,
         position=position, created_at=datetime.fromisoformat(created_at), strength=strength,
         last_recall=datetime.fromisoformat(last_recall) if last_recall else None, recall_count=recall_count,
-        importance=importance, pinned=bool(pinned), state=State(state), extra=extra or {})
+        importance=importance, pinned=bool(pinned), state=State(state), extra=extra or {},
+        archived_at=datetime.fromisoformat(archived_at) if archived_at else None)
 
 
-def _postings(text: str) -> tuple[Counter, int]:
-    tokens = tokenize(text)
+def _postings(kind: Kind, text: str, day: date) -> tuple[Counter, int]:
+    """Term frequencies and length of a memory's lexical document: the tokens the SQLite store's
+    FTS5 table holds for it (its words and the days it refers to)."""
+    tokens = fts_document(text, _days_meant(kind, text, day)).split()
     return Counter(tokens), len(tokens)
 
 
@@ -124,6 +149,15 @@ def as_array(value) -> np.ndarray | None:
         return None
     if hasattr(value, "to_numpy"):
         value = value.to_numpy()
+    return np.asarray(value, dtype=np.float32)
+
+
+def as_vector_value(value) -> np.ndarray | None:
+    """A vector to store, from an array or the SQLite store's float32 bytes."""
+    if value is None:
+        return None
+    if isinstance(value, (bytes, bytearray, memoryview)):
+        return np.frombuffer(bytes(value), dtype=np.float32)
     return np.asarray(value, dtype=np.float32)
 
 
@@ -165,9 +199,9 @@ class PgUserStore:
             cur.execute("INSERT INTO mem_meta (owner, key, value) VALUES (%s, %s, %s) ON CONFLICT (owner, key)"
                         " DO UPDATE SET value = EXCLUDED.value", (self.user, key, value))
 
-    def _index_text(self, cur: psycopg.Cursor, rid: int, text: str) -> tuple[int, int]:
-        """Postings of an active memory; returns (1 document, its token count) for the counters."""
-        tf, dl = _postings(text)
+    def _index_text(self, cur: psycopg.Cursor, rid: int, kind: Kind, text: str, day: date) -> tuple[int, int]:
+        """Postings of a memory; returns (1 document, its token count) for the counters."""
+        tf, dl = _postings(kind, text, day)
         if tf:
             cur.executemany("INSERT INTO lex_postings (owner, term, memory_id, tf, dl) VALUES (%s, %s, %s, %s, %s)",
                             [(self.user, term, rid, n, dl) for term, n in tf.items()])
@@ -175,9 +209,9 @@ class PgUserStore:
         return 1, dl
 
     def _unindex(self, cur: psycopg.Cursor, ids: Sequence[int]) -> tuple[int, int]:
-        """Postings of memories leaving the active set removed; (-documents, -tokens)."""
+        """Postings of memories removed (deleted, or their text replaced); (-documents, -tokens)."""
         row = cur.execute("SELECT count(*), COALESCE(sum(lex_len), 0) FROM memories WHERE owner = %s"
-                          " AND id = ANY(%s) AND state = 'active'", (self.user, list(ids))).fetchone()
+                          " AND id = ANY(%s)", (self.user, list(ids))).fetchone()
         cur.execute("DELETE FROM lex_postings WHERE owner = %s AND memory_id = ANY(%s)", (self.user, list(ids)))
         return -int(row[0]), -int(row[1])
 
@@ -215,44 +249,43 @@ class PgUserStore:
                             " AND day = %s", (self.user, rec.day)).fetchone()[0])
                     rec = rec.with_(position=max(rec.position, free[rec.day]))
                     free[rec.day] = rec.position + 1
-                tf, dl = _postings(rec.text) if rec.state == State.ACTIVE else (Counter(), 0)
+                tf, dl = _postings(rec.kind, rec.text, rec.day)
                 rid = ids[i]
                 cur.execute(
                     "INSERT INTO memories (owner, id, kind, text, query, response, day, position, created_at, strength,"
-                    " last_recall, recall_count, importance, pinned, state, embedding, lex_len, extra)"
-                    " VALUES (%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s)",
+                    " last_recall, recall_count, importance, pinned, state, embedding, lex_len, extra, archived_at)"
+                    " VALUES (%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s)",
                     (self.user, rid, rec.kind.value, rec.text, rec.query, rec.response, rec.day, rec.position,
                      rec.created_at.isoformat(), rec.strength,
                      rec.last_recall.isoformat() if rec.last_recall else None, rec.recall_count, rec.importance,
-                     bool(rec.pinned), rec.state.value, vec, dl, json.dumps(rec.extra, ensure_ascii=False)))
-                if rec.state == State.ACTIVE:
-                    if tf:
-                        cur.executemany("INSERT INTO lex_postings (owner, term, memory_id, tf, dl)"
-                                        " VALUES (%s, %s, %s, %s, %s)",
-                                        [(self.user, term, rid, n, dl) for term, n in tf.items()])
-                    docs, tokens = docs + 1, tokens + dl
+                     bool(rec.pinned), rec.state.value, vec, dl, json.dumps(rec.extra, ensure_ascii=False),
+                     rec.archived_at.isoformat() if rec.archived_at else None))
+                if tf:
+                    cur.executemany("INSERT INTO lex_postings (owner, term, memory_id, tf, dl)"
+                                    " VALUES (%s, %s, %s, %s, %s)",
+                                    [(self.user, term, rid, n, dl) for term, n in tf.items()])
+                docs, tokens = docs + 1, tokens + dl
                 out.append(rec.with_(id=rid))
             self._count(cur, docs, tokens)
         return out
 
     def replace_text(self, rid: int, text: str, vector: np.ndarray | None, **fields) -> None:
         """New text (and vector) for a memory: an edited summary, a regenerated reply."""
-        sets = sql.SQL("").join(sql.SQL(", {} = %s").format(sql.Identifier(k)) for k in fields)
-        values = list(fields.values())   # extra comes as JSON text, which a jsonb column takes
+        sets = sql.SQL("").join(sql.SQL(", {} = %s").format(sql.Identifier(VECTOR_COLUMNS.get(k, k)))
+                                for k in fields)
+        # extra comes as JSON text, which a jsonb column takes; a vector field as bytes or an array
+        values = [as_vector_value(v) if k in VECTOR_COLUMNS else v for k, v in fields.items()]
         with self.db.transaction() as cur:
             self._lock_user(cur)
-            row = cur.execute("SELECT state FROM memories WHERE owner = %s AND id = %s", (self.user, rid)).fetchone()
+            row = cur.execute("SELECT kind, day FROM memories WHERE owner = %s AND id = %s", (self.user, rid)).fetchone()
             if row is None:
                 return
-            active = row[0] == State.ACTIVE.value
-            docs, tokens = self._unindex(cur, [rid]) if active else (0, 0)
+            docs, tokens = self._unindex(cur, [rid])
             vec = None if vector is None else np.asarray(vector, dtype=np.float32)
             cur.execute(sql.SQL("UPDATE memories SET text = %s, embedding = %s{} WHERE owner = %s AND id = %s")
                         .format(sets), (text, vec, *values, self.user, rid))
-            if active:
-                d, t = self._index_text(cur, rid, text)
-                docs, tokens = docs + d, tokens + t
-            self._count(cur, docs, tokens)
+            d, t = self._index_text(cur, rid, Kind(row[0]), text, row[1])
+            self._count(cur, docs + d, tokens + t)
 
     def update_forgetting(self, records: Iterable[MemoryRecord]) -> None:
         """Strength / recall fields after reinforcement."""
@@ -264,29 +297,17 @@ class PgUserStore:
                 cur.executemany("UPDATE memories SET strength = %s, last_recall = %s, recall_count = %s"
                                 " WHERE owner = %s AND id = %s", rows)
 
-    def set_state(self, ids: Sequence[int], state: State) -> int:
+    def set_state(self, ids: Sequence[int], state: State, when: datetime | None = None) -> int:
+        """Archive (``when``: the time of the forgetting pass) or restore memories. Both tiers
+        keep their postings and vectors; only retrieval tells them apart."""
         ids = [int(i) for i in ids]
         if not ids:
             return 0
+        archived_at = when.isoformat() if (when and state == State.ARCHIVED) else None
         with self.db.transaction() as cur:
             self._lock_user(cur)
-            changed = [r[0] for r in cur.execute(
-                "SELECT id FROM memories WHERE owner = %s AND id = ANY(%s) AND state != %s",
-                (self.user, ids, state.value)).fetchall()]
-            if not changed:
-                return 0
-            docs = tokens = 0
-            if state != State.ACTIVE:
-                docs, tokens = self._unindex(cur, changed)
-            cur.execute("UPDATE memories SET state = %s WHERE owner = %s AND id = ANY(%s)",
-                        (state.value, self.user, changed))
-            if state == State.ACTIVE:   # postings exist for active memories only
-                for rid, text in cur.execute("SELECT id, text FROM memories WHERE owner = %s AND id = ANY(%s)",
-                                             (self.user, changed)).fetchall():
-                    d, t = self._index_text(cur, rid, text)
-                    docs, tokens = docs + d, tokens + t
-            self._count(cur, docs, tokens)
-            return len(changed)
+            return cur.execute("UPDATE memories SET state = %s, archived_at = %s WHERE owner = %s AND id = ANY(%s)"
+                               " AND state != %s", (state.value, archived_at, self.user, ids, state.value)).rowcount
 
     def set_pinned(self, rid: int, pinned: bool) -> bool:
         with self.db.transaction() as cur:
@@ -305,11 +326,28 @@ class PgUserStore:
             self._count(cur, docs, tokens)
             return n
 
-    def set_vectors(self, ids: Sequence[int], vectors: np.ndarray) -> None:
+    def set_vectors(self, ids: Sequence[int], vectors: np.ndarray, *, column: str = "vector") -> None:
+        """Stored vectors: ``column`` "vector" (the memory's own) or "reply_vector" (a turn's reply)."""
+        if column not in VECTOR_COLUMNS:
+            raise ValueError(f"no vector column {column!r}")
         with self.db.transaction() as cur:
             self._lock_user(cur)
-            cur.executemany("UPDATE memories SET embedding = %s WHERE owner = %s AND id = %s",
+            cur.executemany(sql.SQL("UPDATE memories SET {} = %s WHERE owner = %s AND id = %s")
+                            .format(sql.Identifier(VECTOR_COLUMNS[column])),
                             [(np.asarray(v, dtype=np.float32), self.user, int(rid)) for rid, v in zip(ids, vectors)])
+
+    def clear_reply_vectors(self, ids: Sequence[int]) -> None:
+        """Reply vectors to be made again (by another embedder)."""
+        with self.db.transaction() as cur:
+            self._lock_user(cur)
+            cur.execute("UPDATE memories SET reply_embedding = NULL WHERE owner = %s AND id = ANY(%s)",
+                        (self.user, [int(i) for i in ids]))
+
+    def replies_pending(self, limit: int = 10_000) -> list[tuple[int, str]]:
+        """(id, reply) of turns whose reply has no vector yet, oldest first."""
+        return [(r[0], r[1]) for r in self.db.fetchall(
+            "SELECT id, response FROM memories WHERE owner = %s AND kind = 'turn' AND response != ''"
+            " AND reply_embedding IS NULL ORDER BY id LIMIT %s", (self.user, int(limit)))]
 
     # -- reads --------------------------------------------------------------------------------
     def _select(self, where: str = "true", params: Sequence = (), order: str = "day, kind, position, id",
@@ -362,13 +400,14 @@ class PgUserStore:
         return int(self.db.fetchone("SELECT COALESCE(MAX(position) + 1, 0) FROM memories WHERE owner = %s"
                                     " AND kind = 'turn' AND day = %s", (self.user, day))[0])
 
-    def vectors(self, ids: Sequence[int], dim: int) -> np.ndarray:
+    def vectors(self, ids: Sequence[int], dim: int, *, column: str = "vector") -> np.ndarray:
         """Stored vectors in the order of ``ids`` (zeros where a row has none)."""
         out = np.zeros((len(ids), dim), dtype=np.float32)
         pos = {int(rid): i for i, rid in enumerate(ids)}
         if pos:
-            for rid, vec in self.db.fetchall("SELECT id, embedding FROM memories WHERE owner = %s AND id = ANY(%s)",
-                                             (self.user, list(pos))):
+            for rid, vec in self.db.fetchall(
+                    sql.SQL("SELECT id, {} FROM memories WHERE owner = %s AND id = ANY(%s)")
+                    .format(sql.Identifier(VECTOR_COLUMNS[column])), (self.user, list(pos))):
                 vec = as_array(vec)
                 if vec is not None and len(vec) == dim:
                     out[pos[rid]] = vec
@@ -385,28 +424,28 @@ class PgUserStore:
             last = rows[-1][0]
             yield [(r[0], Kind(r[1]), r[2], r[3]) for r in rows]
 
-    def iter_rows(self, batch: int = 1000) -> Iterator[list[tuple[MemoryRecord, np.ndarray | None]]]:
-        """Every memory with its stored vector, in id order (copying a store)."""
+    def iter_rows(self, batch: int = 1000) -> Iterator[list[tuple[MemoryRecord, np.ndarray | None, np.ndarray | None]]]:
+        """Every memory with its stored vectors (its own, its reply's), in id order (copying a store)."""
         last = 0
         while True:
-            rows = self.db.fetchall(f"SELECT {_COLUMNS}, embedding FROM memories WHERE owner = %s AND id > %s"
-                                    " ORDER BY id LIMIT %s", (self.user, last, batch))
+            rows = self.db.fetchall(f"SELECT {_COLUMNS}, embedding, reply_embedding FROM memories WHERE owner = %s"
+                                    " AND id > %s ORDER BY id LIMIT %s", (self.user, last, batch))
             if not rows:
                 return
             last = rows[-1][0]
-            yield [(_record(self.user, r[:-1]), as_array(r[-1])) for r in rows]
+            yield [(_record(self.user, r[:-2]), as_array(r[-2]), as_array(r[-1])) for r in rows]
 
     def turns_at(self, places: Sequence[tuple[date, int]]) -> list[MemoryRecord]:
-        """Active turns at the given (day, position) places: the neighbours of retrieved turns."""
+        """Turns (of either tier) at the given (day, position) places: the neighbours of retrieved turns."""
         places = list(dict.fromkeys(places))
         if not places:
             return []
-        return self._select("kind = 'turn' AND state = 'active' AND (day, position) IN"
+        return self._select("kind = 'turn' AND (day, position) IN"
                             " (SELECT * FROM unnest(%s::date[], %s::int[]))",
                             ([d for d, _ in places], [p for _, p in places]))
 
     def lexical(self, match: str, limit: int) -> list[tuple[int, float]]:
-        """(id, BM25 score, higher is better) of active memories sharing a term with an FTS5-style
+        """(id, BM25 score, higher is better) of memories (both tiers) sharing a term with an FTS5-style
         OR expression (``memory.lexical.fts_query``): the score SQLite's ``bm25()`` gives."""
         terms = fts_terms(match)
         if not terms:
@@ -425,25 +464,31 @@ class PgUserStore:
 
     # -- dense --------------------------------------------------------------------------------
     def dense(self, query: np.ndarray, k: int, dim: int, *, graph: bool = False) -> list[tuple[int, float]]:
-        """(id, inner product) of the ``k`` active memories closest to ``query``: exact, or through
-        the user's partial HNSW index (``graph``; the user's name is a literal in the SQL so that
-        the index's predicate matches, and sorting is ruled out so that the planner takes it)."""
+        """(index id, inner product) of the ``k`` vectors closest to ``query``, over every memory of
+        the user (both tiers): their own vectors, and turns' reply vectors under ``id +
+        REPLY_ID_OFFSET`` (as the FAISS index holds them). Exact, or through the user's partial HNSW
+        indexes (``graph``; the user's name is a literal in the SQL so that the indexes' predicate
+        matches, and sorting is ruled out so that the planner takes them)."""
         owner = sql.Literal(self.user)
         q = np.asarray(query, dtype=np.float32).reshape(-1)
-        statement = sql.SQL(
-            "SELECT id, -(embedding::vector({dim}) <#> %s) FROM memories WHERE owner = {owner} AND state = 'active'"
-            " AND embedding IS NOT NULL ORDER BY embedding::vector({dim}) <#> %s LIMIT %s"
-        ).format(dim=sql.Literal(int(dim)), owner=owner)
+        out: list[tuple[int, float]] = []
         with self.db.connection() as con:
             with con.transaction():
                 if graph:
                     con.execute(f"SET LOCAL hnsw.ef_search = {max(HNSW_EF_SEARCH, int(k))}")
                     con.execute("SET LOCAL enable_sort = off")
-                rows = con.execute(statement, (q, q, int(k))).fetchall()
-        return [(int(r[0]), float(r[1])) for r in rows]
+                for column, offset in (("embedding", 0), ("reply_embedding", REPLY_ID_OFFSET)):
+                    statement = sql.SQL(
+                        "SELECT id, -({col}::vector({dim}) <#> %s) FROM memories WHERE owner = {owner}"
+                        " AND {col} IS NOT NULL ORDER BY {col}::vector({dim}) <#> %s LIMIT %s"
+                    ).format(col=sql.Identifier(column), dim=sql.Literal(int(dim)), owner=owner)
+                    out += [(int(r[0]) + offset, float(r[1])) for r in con.execute(statement, (q, q, int(k))).fetchall()]
+        out.sort(key=lambda t: -t[1])
+        return out[:k]
 
     def active_vector_count(self) -> int:
-        return self.count(state=State.ACTIVE)
+        """Memories in the dense search (both tiers)."""
+        return self.count()
 
 
 class PgUserIndex:
@@ -539,7 +584,8 @@ class PgMemoryBank(_bank_base()):
             self._open.pop(user, None)
             self._hnsw_checked.pop(user, None)
             self._hnsw_users.discard(user)
-        self.db.execute(sql.SQL("DROP INDEX IF EXISTS {}").format(sql.Identifier(hnsw_index_name(user))))
+        for name in (hnsw_index_name(user), hnsw_index_name(user) + "_r"):
+            self.db.execute(sql.SQL("DROP INDEX IF EXISTS {}").format(sql.Identifier(name)))
         with self.db.transaction() as cur:
             cur.execute("DELETE FROM mem_users WHERE name = %s", (user,))
 
@@ -597,14 +643,15 @@ class PgMemoryBank(_bank_base()):
             with self.db.advisory_lock(f"siliconfriend:hnsw:{user}"):   # one worker builds it
                 if self.has_hnsw(user):
                     return
-                statement = sql.SQL(
-                    "CREATE INDEX CONCURRENTLY IF NOT EXISTS {name} ON memories USING hnsw"
-                    " ((embedding::vector({dim})) vector_ip_ops) WHERE owner = {owner} AND state = 'active'"
-                ).format(name=sql.Identifier(name), dim=sql.Literal(int(self.embedder.dim)), owner=sql.Literal(user))
-                log.info("building the HNSW index of %s", user)
+                log.info("building the HNSW indexes of %s", user)
                 with self.db.connection() as con:
                     con.execute("SET maintenance_work_mem = '256MB'")
-                    con.execute(statement)
+                    for index_name, column in ((name + "_r", "reply_embedding"), (name, "embedding")):
+                        con.execute(sql.SQL(
+                            "CREATE INDEX CONCURRENTLY IF NOT EXISTS {name} ON memories USING hnsw"
+                            " (({col}::vector({dim})) vector_ip_ops) WHERE owner = {owner}"
+                        ).format(name=sql.Identifier(index_name), col=sql.Identifier(column),
+                                 dim=sql.Literal(int(self.embedder.dim)), owner=sql.Literal(user)))
                     con.execute("RESET maintenance_work_mem")
                     con.execute("ANALYZE memories")
                 self.has_hnsw(user)

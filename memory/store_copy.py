@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from collections import Counter
 
+import numpy as np
+
 from .bank import MemoryBank
 
 
@@ -28,11 +30,13 @@ def copy_user(source: MemoryBank, target: MemoryBank, user: str) -> str:
     for key, value in src.all_meta().items():
         dst.set_meta(key, value)
     for batch in src.iter_rows():
-        records = [rec for rec, _ in batch]
-        dim = next((len(v) for _, v in batch if v is not None), target.embedder.dim)
-        import numpy as np
-        vectors = np.stack([v if v is not None and len(v) == dim else np.zeros(dim, np.float32) for _, v in batch])
+        records = [rec for rec, _, _ in batch]
+        dim = next((len(v) for _, v, _ in batch if v is not None), target.embedder.dim)
+        vectors = np.stack([v if v is not None and len(v) == dim else np.zeros(dim, np.float32) for _, v, _ in batch])
         dst.insert(records, vectors, keep_ids=True)
+        replies = [(rec.id, r) for rec, _, r in batch if r is not None]
+        if replies:
+            dst.set_vectors([i for i, _ in replies], np.stack([r for _, r in replies]), column="reply_vector")
     target._user(user).index.sync()
     got = census(target, user)
     if got != want:

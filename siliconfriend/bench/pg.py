@@ -59,8 +59,8 @@ def _copy_user(bank, source: str, target: str) -> None:
         cur.execute("INSERT INTO mem_meta (owner, key, value) SELECT %s, key, value FROM mem_meta WHERE owner = %s",
                     (target, source))
         cur.execute("INSERT INTO memories SELECT %s, id, kind, text, query, response, day, position, created_at,"
-                    " strength, last_recall, recall_count, importance, pinned, state, embedding, lex_len, extra"
-                    " FROM memories WHERE owner = %s", (target, source))
+                    " strength, last_recall, recall_count, importance, pinned, state, embedding, lex_len, extra,"
+                    " reply_embedding, archived_at FROM memories WHERE owner = %s", (target, source))
         cur.execute("INSERT INTO lex_postings SELECT %s, term, memory_id, tf, dl FROM lex_postings WHERE owner = %s",
                     (target, source))
 

@@ -21,7 +21,7 @@ from memory.bank import MemoryBank
 from memory.embedders import create_embedder
 
 from .data import DialogueGenerator
-from .fixtures import fill_user, many_users, vector_pool
+from .fixtures import fill_user, many_users, reply_vector_pool, vector_pool
 from .ingest import measure_ingest
 from .process import measure_process
 from .turns import TimedEmbedder, run_turns
@@ -104,6 +104,7 @@ def run_bench(config: BenchConfig = FULL, *, log: Callable[[str], None] = lambda
         log(f"embedding {config.pool} generated turns for the vector pool")
         scratch = MemoryBank(root / "scratch", embedder)
         pool = vector_pool(scratch, gen, config.pool)
+        replies = reply_vector_pool(scratch, gen, config.pool)
         scratch.close()
         result["phases_s"]["pool"] = round(time.perf_counter() - tick, 1)
         start_turns = datetime.combine(END, dtime(19, 0))
@@ -114,7 +115,7 @@ def run_bench(config: BenchConfig = FULL, *, log: Callable[[str], None] = lambda
             home = root / f"single-{key}"
             bank = MemoryBank(home, TimedEmbedder(embedder), max_open_users=config.max_open_users)
             log(f"writing one user with {size:,} memories")
-            fill_user(bank, "big", size, gen, pool, end=END, seed=size)
+            fill_user(bank, "big", size, gen, pool, end=END, seed=size, reply_pool=replies)
             log(f"{config.turns} turns at {key}")
             times, path = run_turns(bank, lambda i: "big", config.turns, config.warmup, gen, start=start_turns)
             bank.close()
@@ -129,7 +130,7 @@ def run_bench(config: BenchConfig = FULL, *, log: Callable[[str], None] = lambda
         home = root / "many"
         bank = MemoryBank(home, TimedEmbedder(embedder), max_open_users=config.max_open_users)
         log(f"writing {users:,} users x {per_user:,} memories")
-        names = many_users(bank, users, per_user, gen, pool, end=END)
+        names = many_users(bank, users, per_user, gen, pool, end=END, reply_pool=replies)
         rng = random.Random(SEED)
         log(f"{config.turns} turns over {users:,} users")
         times, _ = run_turns(bank, lambda i: rng.choice(names), config.turns, config.warmup, gen, start=start_turns)

@@ -11,7 +11,6 @@ import argparse
 import json
 import logging
 import sys
-import threading
 from datetime import date, datetime, time, timedelta
 from pathlib import Path
 from typing import Any
@@ -34,30 +33,6 @@ class Clock:
 
     def __call__(self) -> datetime:
         return self.now or datetime.now()
-
-
-class LazyBackend:
-    """Builds the backend on first use, so that commands with nothing to generate start fast."""
-
-    def __init__(self, settings: Any):
-        self._settings = settings
-        self._backend = None
-        self._lock = threading.Lock()
-
-    def _get(self) -> Any:
-        with self._lock:
-            if self._backend is None:
-                from .. import factory
-                self._backend = factory.build_backend(self._settings)
-            return self._backend
-
-    def __getattr__(self, name: str) -> Any:
-        if name.startswith("_"):
-            raise AttributeError(name)
-        return getattr(self._get(), name)
-
-    def stream(self, messages, *, max_tokens=None):
-        return self._get().stream(messages, max_tokens=max_tokens)
 
 
 def _add_common(p: argparse.ArgumentParser, *, model_options: bool = True) -> None:
@@ -83,7 +58,7 @@ def _companion(args: argparse.Namespace, clock: Clock, *, lazy: bool = False):
     from .. import factory
     logging.basicConfig(level=logging.WARNING, format="%(message)s")
     settings = _settings(args)
-    backend = LazyBackend(settings) if lazy else factory.build_backend(settings)
+    backend = factory.build_backend(settings, lazy=lazy)
     return factory.build_companion(settings, clock=clock, backend=backend)
 
 

@@ -15,11 +15,28 @@ COMMAND_MODULES = [
 ]
 
 
+class OptionsAnywhere(argparse.ArgumentParser):
+    """A command's parser that takes options anywhere, as users type them:
+    ``memories search --user U "words"`` as well as ``memories search "words" --user U``."""
+
+    _intermixing = False
+
+    def parse_known_args(self, args=None, namespace=None):
+        passes_on = any(a.nargs in (argparse.REMAINDER, argparse.PARSER) for a in self._actions)
+        if self._intermixing or passes_on:
+            return super().parse_known_args(args, namespace)
+        self._intermixing = True   # parse_known_intermixed_args calls back into this method
+        try:
+            return self.parse_known_intermixed_args(args, namespace)
+        finally:
+            self._intermixing = False
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="siliconfriend",
                                      description="A companion with long-term memory (MemoryBank).")
     parser.add_argument("--home", help="data folder (default: $SILICONFRIEND_HOME or ~/.siliconfriend)")
-    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=OptionsAnywhere)
     for name in COMMAND_MODULES:
         try:
             module = importlib.import_module(name)

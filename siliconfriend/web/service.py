@@ -9,7 +9,6 @@ from __future__ import annotations
 import copy
 import json
 import logging
-import os
 import shutil
 import tempfile
 import threading
@@ -24,6 +23,7 @@ from memory.memorybank_format import export_user
 from memory.records import Kind, MemoryRecord, State
 
 from .accounts import Accounts, Session
+from ..backends.base import BackendError
 from ..config import Settings
 
 log = logging.getLogger("siliconfriend.web")
@@ -48,38 +48,14 @@ class MemoryRow:
     recalls: int
     text: str
     why: str = ""
-
-
-def model_choices(settings: Settings) -> dict[str, list[str]]:
-    """The backends and models a user may pick: the configured default first, then the local
-    presets, then OpenAI-compatible models when a key or server is configured."""
-    from ..backends.registry import default_backend_name
-    try:
-        from ..backends.hf.chat import PRESETS
-        presets = list(PRESETS)
-    except Exception:  # transformers missing: the hf backend is still listed by its default
-        presets = ["smollm2"]
-    default_backend = settings.backend or default_backend_name()
-    choices: dict[str, list[str]] = {"hf": list(presets)}
-    if os.environ.get("OPENAI_API_KEY") or os.environ.get("OPENAI_BASE_URL") or default_backend == "openai":
-        choices["openai"] = [os.environ.get("OPENAI_MODEL") or "gpt-4o-mini"]
-    if default_backend not in choices:
-        choices[default_backend] = []
-    default_model = settings.model or (choices[default_backend][0] if choices[default_backend] else "")
-    models = choices[default_backend]
-    if default_model and default_model not in models:
-        models.insert(0, default_model)
-    ordered = {default_backend: choices.pop(default_backend)}
-    ordered.update(choices)
-    return ordered
+    importance: float = 0.0        # 0 small talk .. 1 a personal fact, rated when written
+    status: str = ""               # the forgetting state in words: when it fades, or since when archived
 
 
 class BackendPool:
     """Chat backends other than the companion's own, built on first use and kept (a few)."""
 
-    def __init__(self, factory: Callable[..., Any] | None = None, keep: int = 2):
-        if factory is None:
-            from ..backends.registry import create_backend as factory
+    def __init__(self, factory: Callable[..., Any], keep: int = 2):
         self.factory = factory
         self.keep = keep
         self._cache: OrderedDict[tuple[str, str], Any] = OrderedDict()
@@ -99,10 +75,17 @@ class BackendPool:
         return backend
 
 
+def _no_other_backends(name: str, **options: Any) -> Any:
+    raise BackendError(f"no backend other than the companion's own is configured here (asked for {name!r})")
+
+
 class WebService:
     def __init__(self, settings: Settings, accounts: Accounts, bank: MemoryBank, *,
                  companion: Any = None, companion_factory: Callable[[], Any] | None = None,
-                 clock: Callable[[], datetime] | None = None, backends: BackendPool | None = None):
+                 clock: Callable[[], datetime] | None = None, backends: BackendPool | None = None,
+                 choices: dict[str, list[str]] | None = None):
+        """``backends`` and ``choices`` (the other models a user may pick) come from
+        ``factory.build_web_service``; without them only the companion's own model is offered."""
         self.settings = settings
         self.accounts = accounts
         self.bank = bank
@@ -110,8 +93,8 @@ class WebService:
         self._companion_factory = companion_factory
         self._companion_lock = threading.Lock()
         self.clock = clock or getattr(companion, "clock", None) or datetime.now
-        self.backends = backends or BackendPool()
-        self.choices = model_choices(settings)
+        self.backends = backends or BackendPool(_no_other_backends)
+        self.choices = choices or {settings.default_backend: [settings.model] if settings.model else []}
         self._streams: dict[str, Any] = {}     # user -> the reply being generated
         self._variants: OrderedDict[tuple[str, str], Any] = OrderedDict()
         self._exports: dict[str, list[Path]] = {}
@@ -246,7 +229,23 @@ class WebService:
     def _row(self, rec: MemoryRecord, now: datetime, why: str = "") -> MemoryRow:
         return MemoryRow(rec.id, rec.day.isoformat() if not rec.kind.is_global else "", rec.kind.value,
                          rec.state.value, rec.pinned, round(rec.strength, 2),
-                         round(self.bank.retention(rec, now), 3), rec.recall_count, rec.text, why)
+                         round(self.bank.retention(rec, now), 3), rec.recall_count, rec.text, why,
+                         round(rec.importance, 2), self._status(rec, now))
+
+    def _status(self, rec: MemoryRecord, now: datetime) -> str:
+        """The memory's forgetting state, in words, for the memory page."""
+        if rec.pinned:
+            return "pinned: never fades"
+        if rec.kind.is_global:
+            return "global summary: never fades"
+        if rec.state == State.ARCHIVED:
+            since = f" since {rec.archived_at.date().isoformat()}" if rec.archived_at else ""
+            return f"faded{since}: back only on a strong cue, or restore it"
+        fades = getattr(self.bank.policy, "fades_at", lambda r: None)(rec)
+        if fades is None:
+            return "active"
+        days = (fades - now).total_seconds() / 86400
+        return f"active: fades in {days:.0f} days unless recalled" if days > 0 else "active: fades at the next rollover"
 
     def memories(self, token: str, *, day: str | date | None = None, kind: str | None = None,
                  state: str | None = None, query: str = "", include_archived: bool = True) -> list[MemoryRow]:
@@ -430,4 +429,4 @@ class WebService:
         return out
 
 
-__all__ = ["WebService", "NotLoggedIn", "MemoryRow", "BackendPool", "model_choices", "UnknownMemory"]
+__all__ = ["WebService", "NotLoggedIn", "MemoryRow", "BackendPool", "UnknownMemory"]

@@ -8,20 +8,14 @@ from argon2 import PasswordHasher
 
 from siliconfriend.web.accounts import AccountError, Accounts, SignupClosed, TooManyAttempts
 
+from fakes import Clock
+
 FAST = PasswordHasher(time_cost=1, memory_cost=1024, parallelism=1)
-
-
-class Clock:
-    def __init__(self, t: float = 1_700_000_000.0):
-        self.t = t
-
-    def __call__(self) -> float:
-        return self.t
 
 
 @pytest.fixture
 def clock():
-    return Clock()
+    return Clock(1_700_000_000.0)
 
 
 @pytest.fixture
@@ -90,7 +84,7 @@ def test_failed_logins_are_rate_limited(accounts, clock):
         accounts.login("frank", "long enough pw")
     with pytest.raises(TooManyAttempts):          # and from that client for any name
         accounts.login("someone", "whatever", client="1.2.3.4")
-    clock.t += 301
+    clock.now += 301
     assert accounts.login("frank", "long enough pw").user == "frank"
 
 
@@ -102,11 +96,11 @@ def test_signup_can_be_closed(tmp_path):
 
 def test_sessions_expire_and_slide(accounts, clock):
     s = accounts.signup("hank", "long enough pw")
-    clock.t += 20 * 86400                        # used after 20 days: extended
+    clock.now += 20 * 86400                      # used after 20 days: extended
     assert accounts.user_for(s.token) == "hank"
-    clock.t += 20 * 86400
+    clock.now += 20 * 86400
     assert accounts.user_for(s.token) == "hank"
-    clock.t += 31 * 86400                        # idle past 30 days: gone
+    clock.now += 31 * 86400                      # idle past 30 days: gone
     assert accounts.user_for(s.token) is None
 
 

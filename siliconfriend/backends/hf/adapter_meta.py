@@ -1,5 +1,8 @@
 """What a trained adapter folder says about itself, and whether it fits a loaded base model.
 
+The declared interface between the app and ``finetune/``: the trainer writes this format
+(``write_adapter_meta``), the chat backend reads it; the app never imports ``finetune``.
+
 A folder written by ``python -m finetune.train_lora`` holds the PEFT adapter
 (``adapter_config.json`` + ``adapter_model.safetensors``) and ``siliconfriend_adapter.json``:
 
@@ -16,9 +19,12 @@ This module only reads JSON (and, for foreign adapters, safetensors headers): no
 from __future__ import annotations
 
 import json
+import re
 import struct
 from pathlib import Path
 from typing import Any
+
+from memory.cjk import language_of
 
 META_FILE = "siliconfriend_adapter.json"
 PEFT_CONFIG_FILE = "adapter_config.json"
@@ -103,7 +109,6 @@ def trained_system_prompts(path: str | Path) -> dict[str, str]:
     """The system prompt an adapter was trained with, per language (``{"en": ..., "zh": ...}``):
     the most used of each language in its training data, else its one ``system_prompt``. Empty
     for an adapter without that metadata (trained elsewhere, or with ``--system-prompt none``)."""
-    from finetune.persona import detect_language
     meta = read_adapter_meta(path)
     used = meta["training"].get("system_prompts_used") or {}
     if not used and meta.get("system_prompt"):
@@ -112,7 +117,7 @@ def trained_system_prompts(path: str | Path) -> dict[str, str]:
     for prompt, count in used.items():
         if not isinstance(prompt, str) or not prompt.strip():
             continue
-        lang = detect_language(prompt)
+        lang = language_of(prompt)
         if lang not in best or int(count) > best[lang][0]:
             best[lang] = (int(count), prompt.strip())
     return {lang: prompt for lang, (_, prompt) in best.items()}
@@ -180,7 +185,6 @@ def _check_weight_shapes(folder: Path, have: dict) -> None:
     weights = folder / PEFT_WEIGHTS_FILE
     if not weights.is_file():
         return  # nothing to compare (e.g. a .bin adapter); PEFT will complain if it does not fit
-    import re
     layers = have.get("num_hidden_layers")
     hidden = have.get("hidden_size")
     for name, shape in _safetensors_shapes(weights).items():
