@@ -5,20 +5,21 @@ exports run unchanged.
 
 * Scoping: every statement names its user (``owner = %s``) in the SQL itself; a store object
   holds nothing but its user's name, so nothing cached can go stale when another worker writes,
-  deletes or re-creates that user.
+  deletes or re-creates that user. Memory ids are each user's own (1, 2, ...), as in SQLite.
 * Writes: one transaction each, which first locks the user's row (``mem_users``), so that two
-  workers writing one user's turns at once give them distinct places and consistent counts.
-* Dense search: ``embedding <#> q`` (inner product on normalised vectors, like FAISS). A user
-  with fewer than ``HNSW_MIN`` active vectors is searched exactly through the btree on
-  (owner, state); from ``HNSW_MIN`` on, that user gets a partial HNSW index of their own
-  (``WHERE owner = '...' AND state = 'active'``), built concurrently in the background, so that
+  workers writing one user's turns at once give them distinct ids and places and keep the
+  counts consistent.
+* Dense search: ``embedding <#> q`` (inner product on normalised vectors, like FAISS) over the
+  user's memories of both tiers, and over turns' reply vectors (``reply_embedding``, ids offset
+  by ``REPLY_ID_OFFSET`` as in the FAISS index). A user with fewer than ``HNSW_MIN`` memories is
+  searched exactly through the btree on owner; from ``HNSW_MIN`` on, that user gets partial HNSW
+  indexes of their own (``WHERE owner = '...'``), built concurrently in the background, so that
   one user's search never walks another user's graph and never loses hits to a filter.
 * Lexical search: BM25 computed in SQL over a postings table (``lex_postings``: owner, term,
   memory, term frequency, document length) with the per-user document count and token total kept
-  on the user's row. Terms come from ``memory.lexical.tokenize`` (jieba words for Chinese,
-  stemmed English words), so the scores equal SQLite FTS5's ``bm25()`` (k1 = 1.2, b = 0.75) on
-  the same text: the two stores rank alike. Like the FTS5 table, postings exist for active
-  memories only.
+  on the user's row. Terms are the tokens of ``memory.lexical.fts_document`` (jieba words for
+  Chinese, stemmed English words, the days a turn refers to), so the scores equal SQLite FTS5's
+  ``bm25()`` (k1 = 1.2, b = 0.75) on the same text: the two stores rank alike.
 """
 from __future__ import annotations
 

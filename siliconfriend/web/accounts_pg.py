@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import re
 import sqlite3
-import threading
 from contextlib import contextmanager
 from typing import Iterator, Sequence
 
