@@ -472,6 +472,17 @@ class MemoryBank:
             u.index.sync()
         return self.get(user, memory_id)
 
+    def archive(self, user: str, memory_id: int) -> MemoryRecord:
+        """Archive one memory by hand, as forgetting would: not retrieved, kept, restorable.
+        A pinned memory is unpinned (pinning would bring it straight back)."""
+        u = self._user(user)
+        rec = self.get(user, memory_id)
+        if rec.pinned:
+            u.store.set_pinned(rec.id, False)
+        u.store.set_state([rec.id], State.ARCHIVED)
+        u.index.sync()
+        return self.get(user, memory_id)
+
     def restore(self, user: str, memory_id: int, now: datetime) -> MemoryRecord:
         """Bring an archived memory back, as if just recalled."""
         u = self._user(user)

@@ -49,6 +49,9 @@ class Settings:
     signup_open: bool = True
     host: str = "127.0.0.1"
     port: int = 7860
+    # API (/v1): requests a minute per key (0: no limit); serve-api's port
+    api_requests_per_minute: int = 60
+    api_port: int = 7861
 
     @property
     def config_file(self) -> Path:

@@ -133,3 +133,18 @@ def build_web_service(settings: Settings, *, clock: Callable[[], datetime] | Non
     return WebService(settings, accounts, bank, companion=companion,
                       companion_factory=None if companion is not None else companion_factory, clock=clock,
                       backends=build_backend_pool(settings), choices=model_choices(settings))
+
+
+def build_api_service(settings: Settings, *, web: WebService | None = None,
+                      clock: Callable[[], datetime] | None = None):
+    """The API's service (``siliconfriend.api``): beside the web app, sharing its accounts, bank
+    and companion (``web``), or alone (``serve-api``), with the companion built on the first chat."""
+    from .api.keys import ApiKeys
+    from .api.service import ApiService
+    if web is None:
+        web = build_web_service(settings, clock=clock)
+    if web.api_keys is None:
+        web.api_keys = ApiKeys(web.accounts)
+    return ApiService(settings, web.accounts, web.bank, companion=lambda: web.companion, keys=web.api_keys,
+                      clock=web.clock if clock is None else clock)
+

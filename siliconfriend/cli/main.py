@@ -12,6 +12,7 @@ COMMAND_MODULES = [
     "siliconfriend.cli.finetune",   # finetune
     "siliconfriend.cli.bench",      # bench
     "siliconfriend.cli.store",      # migrate-store
+    "siliconfriend.cli.api",        # keys, serve-api
 ]
 
 

@@ -73,6 +73,21 @@ _MIGRATIONS = [
     CREATE TABLE failures (key TEXT NOT NULL, at REAL NOT NULL);
     CREATE INDEX failures_by_key ON failures(key, at);
     """,
+    # API keys (siliconfriend/api/keys.py): only the SHA-256 of a key is stored, and its first
+    # characters to tell the keys apart in lists
+    """
+    CREATE TABLE api_keys (
+        id INTEGER PRIMARY KEY,
+        key_hash TEXT NOT NULL UNIQUE,
+        prefix TEXT NOT NULL,
+        name TEXT NOT NULL COLLATE NOCASE REFERENCES users(name) ON DELETE CASCADE,
+        label TEXT NOT NULL DEFAULT '',
+        created_at REAL NOT NULL,
+        last_used_at REAL,
+        revoked_at REAL
+    );
+    CREATE INDEX api_keys_by_name ON api_keys(name);
+    """,
 ]
 
 
@@ -275,6 +290,7 @@ class Accounts:
         with self._tx() as db:
             n = db.execute("DELETE FROM users WHERE name = ?", (name,)).rowcount
             db.execute("DELETE FROM sessions WHERE name = ?", (name,))
+            db.execute("DELETE FROM api_keys WHERE name = ?", (name,))
             db.execute("DELETE FROM failures WHERE key = ?", (f"user:{name.lower()}",))
         with self._lock:
             self._db.execute("PRAGMA wal_checkpoint(TRUNCATE)")

@@ -45,20 +45,49 @@ def _m1(cur: psycopg.Cursor) -> None:
     """)
 
 
+def _m2(cur: psycopg.Cursor) -> None:
+    # API keys (siliconfriend/api/keys.py): only the SHA-256 of a key is stored, and its first
+    # characters to tell the keys apart in lists
+    run_statements(cur, """
+    CREATE TABLE api_keys (
+        id BIGSERIAL PRIMARY KEY,
+        key_hash TEXT NOT NULL UNIQUE,
+        prefix TEXT NOT NULL,
+        name TEXT NOT NULL REFERENCES users(name) ON DELETE CASCADE,
+        label TEXT NOT NULL DEFAULT '',
+        created_at DOUBLE PRECISION NOT NULL,
+        last_used_at DOUBLE PRECISION,
+        revoked_at DOUBLE PRECISION
+    );
+    CREATE INDEX api_keys_by_name ON api_keys (lower(name))
+    """)
+
+
 # one PostgreSQL step for each SQLite step of accounts.py (a test checks that they stay in step)
-MIGRATIONS = [_m1]
+MIGRATIONS = [_m1, _m2]
+_SERIAL_TABLES = ("api_keys",)     # tables whose new rows' ids the callers read (``lastrowid``)
 
 _NAME_EQ = re.compile(r"\bname = \?")
 
 
 def translate(statement: str) -> str:
-    return _NAME_EQ.sub("lower(name) = lower(%s)", statement).replace("?", "%s")
+    out = _NAME_EQ.sub("lower(name) = lower(%s)", statement).replace("?", "%s")
+    if _returns_id(out):
+        out += " RETURNING id"
+    return out
+
+
+def _returns_id(statement: str) -> bool:
+    head = statement.lstrip().upper()
+    return (head.startswith("INSERT INTO") and "RETURNING" not in head
+            and any(head.startswith(f"INSERT INTO {t.upper()} ") for t in _SERIAL_TABLES))
 
 
 class _Result:
-    def __init__(self, cur: psycopg.Cursor | None = None):
+    def __init__(self, cur: psycopg.Cursor | None = None, *, returns_id: bool = False):
         self.rowcount = cur.rowcount if cur is not None else 0
         self._rows = cur.fetchall() if cur is not None and cur.description is not None else []
+        self.lastrowid = self._rows[0][0] if returns_id and self._rows else None
 
     def fetchone(self):
         return self._rows[0] if self._rows else None
@@ -89,7 +118,8 @@ class _Dialect:
     def execute(self, statement: str, params: Sequence = ()) -> _Result:
         if statement.lstrip().upper().startswith("PRAGMA"):
             return _Result()
-        return self._run(lambda cur: (cur.execute(translate(statement), tuple(params)), _Result(cur))[1])
+        pg = translate(statement)
+        return self._run(lambda cur: (cur.execute(pg, tuple(params)), _Result(cur, returns_id=pg.endswith("RETURNING id")))[1])
 
     def executemany(self, statement: str, rows) -> None:
         self._run(lambda cur: cur.executemany(translate(statement), [tuple(r) for r in rows]))

@@ -70,3 +70,15 @@ def test_delete_and_change_password(workers):
     b.change_password("carol", "first password", "second password")
     assert a.user_for(s.token) is None
     assert a.delete("carol") and not b.exists("carol") and b.users() == []
+
+
+def test_api_keys_made_on_one_worker_work_on_the_other(workers):
+    from siliconfriend.api.keys import ApiKeys
+    a, b, _ = workers
+    a.signup("dora", "dora-password")
+    made = ApiKeys(a).create("dora", "my app")
+    owner = ApiKeys(b).owner(made.key)
+    assert owner is not None and owner.user == "dora"
+    assert [k.id for k in ApiKeys(b).list("dora")] == [made.info.id]
+    ApiKeys(b).revoke("dora", made.info.id)
+    assert ApiKeys(a).owner(made.key) is None
