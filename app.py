@@ -49,6 +49,13 @@ def browser_secret(home: Path) -> str:
     return path.read_text().strip()
 
 
+def shared_secret(service: WebService) -> str:
+    """The browser key every worker of this store uses: kept in the database when the accounts
+    are there, else in the home folder."""
+    from_db = getattr(service.accounts, "browser_secret", None)
+    return from_db() if callable(from_db) else browser_secret(service.settings.home)
+
+
 def api_routes(service: WebService) -> list:
     """The OpenAI-compatible API and the memory API under /v1, served by the web app's own server
     with the same companion, bank and accounts."""
@@ -60,7 +67,7 @@ def build_app(service: WebService) -> gr.Blocks:
     tr = Translator(settings.lang)
     guarded = guard(service)
     with gr.Blocks(title="SiliconFriend", delete_cache=(900, 1800)) as demo:
-        token = gr.BrowserState("", storage_key="siliconfriend_session", secret=browser_secret(settings.home))
+        token = gr.BrowserState("", storage_key="siliconfriend_session", secret=shared_secret(service))
         with gr.Row(elem_id="sf-header"):
             with gr.Column(scale=4):
                 tr(gr.Markdown(tr.text("title")), value="title")

@@ -30,6 +30,9 @@ class Settings:
     strength_step: float = 1.0
     strength_growth: str = "linear"       # linear | sublinear
     retrieval_k: int = 5                  # memories put into the prompt
+    # store: "" keeps everything in files under the home (SQLite + FAISS); postgresql://... puts
+    # accounts, sessions, rate limits and every memory in that database (several workers at once)
+    database_url: str = ""
     # companion
     backend: str | None = None            # openai | hf | langchain; None: openai if OPENAI_API_KEY else hf
     model: str | None = None              # model id / path / preset

@@ -27,8 +27,14 @@ def build_policy(settings: Settings) -> EbbinghausPolicy:
 
 
 def build_bank(settings: Settings, *, progress=None) -> MemoryBank:
-    return MemoryBank(settings.home, create_embedder(settings.embedder), policy=build_policy(settings),
-                      retrieval=RetrievalConfig(k=settings.retrieval_k), progress=progress or tqdm)
+    """The memory store the settings name: files under the home, or the PostgreSQL database of
+    ``database_url``."""
+    parts = dict(policy=build_policy(settings), retrieval=RetrievalConfig(k=settings.retrieval_k),
+                 progress=progress or tqdm)
+    if settings.database_url:
+        from memory.pg_store import PgMemoryBank
+        return PgMemoryBank(settings.database_url, create_embedder(settings.embedder), **parts)
+    return MemoryBank(settings.home, create_embedder(settings.embedder), **parts)
 
 
 def backend_options(settings: Settings, name: str) -> dict[str, Any]:
@@ -122,7 +128,8 @@ def build_web_service(settings: Settings, *, clock: Callable[[], datetime] | Non
         return build_companion(settings, clock=clock, bank=bank)
 
     if accounts is None:
-        accounts = Accounts(settings.home / "accounts.db", signup_open=settings.signup_open)
+        from .web.accounts_pg import open_accounts
+        accounts = open_accounts(settings)
     return WebService(settings, accounts, bank, companion=companion,
                       companion_factory=None if companion is not None else companion_factory, clock=clock,
                       backends=build_backend_pool(settings), choices=model_choices(settings))

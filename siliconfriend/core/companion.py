@@ -9,6 +9,7 @@ the prompt. An LLM failure stores nothing and says what went wrong in ``result.e
 from __future__ import annotations
 
 import logging
+import secrets
 import threading
 from collections import defaultdict
 from dataclasses import dataclass, field
@@ -16,6 +17,7 @@ from datetime import date, datetime
 from typing import Callable, Iterator, Sequence
 
 from memory.bank import MemoryBank, UnknownMemory, user_key
+from memory.pg_db import StoreUnavailable
 from memory.records import Kind, MemoryRecord
 from memory.retrieval import Hit
 
@@ -95,6 +97,9 @@ class _Turn:
     persona: str | None = None                           # replaces the settings' persona for this turn
 
 
+ROLLOVER_MARK = "rollover_mark"   # changed whenever a summarised day becomes pending again
+
+
 class Companion:
     def __init__(self, bank: MemoryBank, backend: ChatBackend, *, settings: Settings,
                  clock: Callable[[], datetime] = datetime.now, consolidator: Consolidator | None = None,
@@ -113,7 +118,10 @@ class Companion:
         self._guard = threading.Lock()
         self._store_locks: dict[str, threading.Lock] = defaultdict(threading.Lock)
         self._rollover_locks: dict[str, threading.Lock] = defaultdict(threading.Lock)
-        self._rolled: dict[str, date] = {}     # user -> the day a complete rollover was last checked
+        # user -> (the day a complete rollover was last checked, the store's rollover mark then):
+        # the mark changes when any process invalidates a summarised day, so that this note
+        # never hides a day another worker made pending again
+        self._rolled: dict[str, tuple[date, str | None]] = {}
 
     # -- the turn -----------------------------------------------------------------------------
     def respond(self, user: str, text: str, *, lang: str | None = None, backend: ChatBackend | None = None,
@@ -192,6 +200,15 @@ class Companion:
             result.error = "No reply: the model returned nothing. Your message was not lost; send it again to retry."
         if result.error or not turn.store:
             return result
+        try:
+            return self._store(turn, result, reply)
+        except StoreUnavailable as exc:   # the database went away mid-turn
+            log.warning("turn of %s not (completely) stored: %s", turn.user, exc)
+            if result.turn is None:       # nothing of this turn was committed: the user may resend
+                result.error = f"Your message and this reply could not be saved: {exc}"
+            return result                 # else the turn is stored; only its recall counts were not
+
+    def _store(self, turn: _Turn, result: TurnResult, reply: str) -> TurnResult:
         with self._store_lock(turn.user):
             if turn.replace is not None:
                 if not reply:
@@ -285,16 +302,19 @@ class Companion:
     def _rollover(self, user: str, now: datetime, lang: str, backend: ChatBackend) -> ConsolidationReport | None:
         """Summarise the finished days, once per user and day (again while a summary keeps failing)."""
         today = now.date()
-        if self._rolled.get(user) == today:
+        mark = self.bank.user_meta(user, ROLLOVER_MARK)
+        if self._rolled.get(user) == (today, mark):
             return None
         with self._guard:
             lock = self._rollover_locks[user]
-        with lock:
-            if self._rolled.get(user) == today:   # another tab did it while this one waited
+        with lock, self.bank.exclusive(user, "rollover"):
+            # another tab, or another worker over the same store, may have done it meanwhile:
+            # then nothing is pending and no summary is written twice
+            if self._rolled.get(user) == (today, mark):
                 return None
             report = self.consolidator.run(user, now, lang=lang, backend=backend)
             if report.ok:
-                self._rolled[user] = today
+                self._rolled[user] = (today, mark)
         return report
 
     def consolidation(self, user: str, *, until: date | None = None, lang: str | None = None,
@@ -305,11 +325,11 @@ class Companion:
         now = self.clock()
         with self._guard:
             lock = self._rollover_locks[user]
-        with lock:
+        with lock, self.bank.exclusive(user, "rollover"):
             report = self.consolidator.run(user, now, until=until, lang=self._lang(lang),
                                            backend=backend or self.backend, forget=forget)
             if report.ok and (until is None or until >= now.date()):
-                self._rolled[user] = now.date()
+                self._rolled[user] = (now.date(), self.bank.user_meta(user, ROLLOVER_MARK))
         return report
 
     def consolidate(self, user: str, *, until: date | None = None) -> list[date]:
@@ -319,6 +339,7 @@ class Companion:
     def _invalidate_if_summarised(self, user: str, day: date) -> None:
         if any(self.bank.get_summary(user, kind, day) for kind in (Kind.DAILY_EVENTS, Kind.DAILY_PERSONALITY)):
             self.consolidator.invalidate_day(user, day)
+            self.bank.set_user_meta(user, ROLLOVER_MARK, secrets.token_hex(8))   # for every worker
             self._rolled.pop(user, None)
 
     def forget_user(self, user: str) -> None:

@@ -105,13 +105,16 @@ class Accounts:
         self.failure_window_s = failure_window_s
         self.session_s = session_days * 86400
         self._lock = threading.RLock()
-        # secure_delete: deleted accounts leave no bytes behind
-        self._db = connect(self.path, "foreign_keys=ON", "secure_delete=ON")
+        self._db = self._connect()
         self._migrate()
         # verified against when the name is unknown, so that a wrong name takes as long as a wrong password
         self._dummy_hash = self.hasher.hash(secrets.token_hex(8))
 
     # -- plumbing -----------------------------------------------------------------------------
+    def _connect(self):
+        # secure_delete: deleted accounts leave no bytes behind
+        return connect(self.path, "foreign_keys=ON", "secure_delete=ON")
+
     def _migrate(self) -> None:
         with self._tx() as db:
             version = db.execute("PRAGMA user_version").fetchone()[0]
