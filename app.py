@@ -13,22 +13,22 @@ import os
 import secrets
 import sys
 import threading
-from datetime import datetime
 from pathlib import Path
-from typing import Callable
 
 import gradio as gr
 
-from siliconfriend.accounts import AccountError, Accounts
+from siliconfriend.api.routes import mount
 from siliconfriend.config import Settings
-from siliconfriend.private_files import make_private
-from siliconfriend.web_account import EXPORT_ROUTE, build_account
-from siliconfriend.web_chat import build_chat
-from siliconfriend.web_client import request_client
-from siliconfriend.web_common import guard
-from siliconfriend.web_i18n import LANGS, Translator, t
-from siliconfriend.web_memory import build_memory
-from siliconfriend.web_service import WebService
+from siliconfriend.core.private_files import make_private
+from siliconfriend.factory import build_api_service, build_web_service
+from siliconfriend.web.account_page import EXPORT_ROUTE, build_account
+from siliconfriend.web.accounts import AccountError
+from siliconfriend.web.chat import build_chat
+from siliconfriend.web.client import request_client
+from siliconfriend.web.common import guard
+from siliconfriend.web.i18n import LANGS, Translator, t
+from siliconfriend.web.memory_page import build_memory
+from siliconfriend.web.service import WebService
 
 log = logging.getLogger("siliconfriend.web")
 
@@ -52,19 +52,17 @@ def browser_secret(home: Path) -> str:
     return path.read_text().strip()
 
 
-def make_service(settings: Settings, *, clock: Callable[[], datetime] | None = None,
-                 companion=None) -> WebService:
-    """Accounts, the memory bank and (lazily, on the first chat) the companion, from settings."""
-    from siliconfriend.factory import build_bank
-    bank = build_bank(settings, progress=None) if companion is None else companion.bank
+def shared_secret(service: WebService) -> str:
+    """The browser key every worker of this store uses: kept in the database when the accounts
+    are there, else in the home folder."""
+    from_db = getattr(service.accounts, "browser_secret", None)
+    return from_db() if callable(from_db) else browser_secret(service.settings.home)
 
-    def companion_factory():   # the same bank: one index cache, one writer per user
-        from siliconfriend.factory import build_companion
-        return build_companion(settings, clock=clock, bank=bank)
 
-    accounts = Accounts(settings.home / "accounts.db", signup_open=settings.signup_open)
-    return WebService(settings, accounts, bank, companion=companion,
-                      companion_factory=None if companion is not None else companion_factory, clock=clock)
+def api_routes(service: WebService) -> list:
+    """The OpenAI-compatible API and the memory API under /v1, served by the web app's own server
+    with the same companion, bank and accounts."""
+    return [mount(build_api_service(service.settings, web=service))]
 
 
 class AppHandlers:
@@ -145,7 +143,7 @@ def build_app(service: WebService) -> gr.Blocks:
     tr = Translator(settings.lang)
     guarded = guard(service)
     with gr.Blocks(title="SiliconFriend", delete_cache=(900, 1800)) as demo:
-        token = gr.BrowserState("", storage_key="siliconfriend_session", secret=browser_secret(settings.home))
+        token = gr.BrowserState("", storage_key="siliconfriend_session", secret=shared_secret(service))
         with gr.Row(elem_id="sf-header"):
             with gr.Column(scale=4):
                 tr(gr.Markdown(tr.text("title")), value="title")
@@ -245,14 +243,16 @@ def serve_exports(app, service: WebService) -> None:
     app.add_api_route(EXPORT_ROUTE + "/{ticket}", download, methods=["GET"], include_in_schema=False)
 
 
-def launch(demo: gr.Blocks, *, host: str, port: int, share: bool = False, prevent_thread_lock: bool = False,
-           **kwargs):
-    """Start serving; ``share`` is the only way to get a public link (never by default). The
-    server believes no proxy headers itself: the client's address is worked out per request from
-    ``trusted_proxies`` (``web_client.py``)."""
+def launch(demo: gr.Blocks, *, host: str, port: int, share: bool = False, routes: list | None = None,
+           prevent_thread_lock: bool = False, **kwargs):
+    """Start serving; ``share`` is the only way to get a public link (never by default).
+    ``routes`` (e.g. ``api_routes(service)``) are added to Gradio's FastAPI app before its own.
+    The server believes no proxy headers itself: the client's address is worked out per request
+    from ``trusted_proxies`` (``web/client.py``)."""
     os.environ["FORWARDED_ALLOW_IPS"] = ""     # uvicorn would otherwise trust X-Forwarded-For from 127.0.0.1
+    app_kwargs = {"routes": list(routes)} if routes else None
     out = demo.launch(server_name=host, server_port=port, share=share, css=CSS, show_error=True,
-                      footer_links=["api"], prevent_thread_lock=True, **kwargs)
+                      footer_links=["api"], app_kwargs=app_kwargs, prevent_thread_lock=True, **kwargs)
     service = getattr(demo, "sf_service", None)
     if service is not None:
         serve_exports(demo.server_app, service)
@@ -264,7 +264,7 @@ def launch(demo: gr.Blocks, *, host: str, port: int, share: bool = False, preven
 def _warm_up(service: WebService) -> None:
     """Build the companion (and load the model) in the background, so the first reply is quick."""
     try:
-        service.companion
+        service.companion  # noqa: B018 - the property builds it
     except Exception as exc:   # shown again, clearly, in the chat when someone writes
         log.warning("the companion could not be built yet: %s", exc)
 
@@ -286,12 +286,13 @@ def main(argv: list[str] | None = None) -> int:
     make_private(settings.home)     # umask 077: the data home and everything in it 0700 / 0600
     host = args.host or os.environ.get("GRADIO_SERVER_NAME") or settings.host
     port = args.port or int(os.environ.get("GRADIO_SERVER_PORT") or settings.port)
-    service = make_service(settings)
+    service = build_web_service(settings)
     service.clear_exports()         # left by a previous run
     demo = build_app(service)
     threading.Thread(target=_warm_up, args=(service,), daemon=True).start()
-    print(f"SiliconFriend: data in {settings.home}; open http://{host}:{port}", file=sys.stderr)
-    launch(demo, host=host, port=port, share=args.share)
+    print(f"SiliconFriend: data in {settings.home}; open http://{host}:{port} "
+          f"(OpenAI-compatible API: http://{host}:{port}/v1)", file=sys.stderr)
+    launch(demo, host=host, port=port, share=args.share, routes=api_routes(service))
     return 0
 
 

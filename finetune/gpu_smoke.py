@@ -20,7 +20,7 @@ import time
 from pathlib import Path
 from typing import Sequence
 
-from finetune.adapter_meta import base_identity, check_adapter_base
+from siliconfriend.backends.hf.adapter_meta import base_identity, check_adapter_base
 from finetune.datasets import load_dialogues
 from finetune.lora import (apply_lora, load_base_model, load_tokenizer, resolve_base,
                            resolve_precision, target_modules_for, trainable_parameters)

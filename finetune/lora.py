@@ -1,12 +1,17 @@
-"""Base model loading (HF id, folder or GGUF file; optional 4-bit) and the LoRA wrapping.
+"""The base model for training, loaded by the app's one loader (``siliconfriend/backends/hf/loader.py``),
+optionally in 4 bits, and the LoRA wrapping.
 
 Heavy libraries (torch, transformers, peft) are imported inside the functions.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+import importlib.util
 from pathlib import Path
 from typing import Any
+
+from siliconfriend.backends.base import BackendError
+from siliconfriend.backends.hf import loader
+from siliconfriend.backends.hf.loader import PRESETS, ModelSpec, model_spec, pick_device, pick_dtype
 
 LLAMA_TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
 GLM_TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_up_proj", "down_proj"]
@@ -32,69 +37,23 @@ class SetupError(RuntimeError):
     """The requested setup cannot run here (no CUDA for 4-bit, missing library, no model...)."""
 
 
-@dataclass
-class BaseSpec:
-    """Where the base model comes from: ``source`` (id or folder) and, for GGUF, the file name;
-    ``template``/``legacy_template``: the chat template the app's preset forces on the tokenizer
-    (always / only when the tokenizer has none), so that training renders like the app."""
-    source: str
-    gguf_file: str | None = None
-    preset: str | None = None
-    template: str | None = None
-    legacy_template: str | None = None
-
-    @property
-    def display(self) -> str:
-        return f"{self.source}/{self.gguf_file}" if self.gguf_file else self.source
-
-
-def app_presets() -> dict:
-    """The chat backends' model presets (smollm2, chatglm, belle, qwen), if that module is there."""
-    try:
-        from siliconfriend.backends.hf_local import PRESETS
-    except ImportError:
-        return {}
-    return PRESETS
-
-
-def _preset_spec(name: str) -> dict:
-    from siliconfriend.backends.hf_local import resolve_preset
-
-    try:
-        return resolve_preset(name)
-    except Exception as exc:  # BackendModelNotFound for a missing packaged model
-        raise SetupError(str(exc)) from exc
-
-
-def resolve_base(base: str | None, preset: str | None = None) -> BaseSpec:
+def resolve_base(base: str | None, preset: str | None = None) -> ModelSpec:
     """``None``/'smollm2' -> the packaged SmolLM2 GGUF; an app preset name (chatglm, belle, qwen)
     -> its model and chat template; a ``.gguf`` path -> its folder and file; anything else is a
-    Hugging Face id or a model folder. ``preset`` applies a preset's template to another base."""
+    Hugging Face id or a model folder. ``preset`` applies a preset's template to another base.
+    The app's loader decides, so that training loads what the app loads."""
     name = (base or "").strip()
-    presets = app_presets()
-    if name.lower() in presets or name.lower() in PACKAGED_BASE_NAMES:
-        key = name.lower() if name.lower() in presets else "smollm2"
-        if key in presets:
-            spec = _preset_spec(key)
-            return BaseSpec(spec["model"], spec.get("gguf_file"), key, spec.get("template"),
-                            spec.get("legacy_template"))
-        from siliconfriend.model_files import smollm2_gguf_path
-
-        path = smollm2_gguf_path()
-        return BaseSpec(str(path.parent), path.name, "smollm2")
-    extra: dict = {}
-    if preset:
-        if preset.lower() not in presets:
-            raise SetupError(f"unknown preset {preset!r}; presets: {', '.join(sorted(presets)) or 'none'}")
-        p = presets[preset.lower()]
-        extra = {"preset": preset.lower(), "template": p.get("template"),
-                 "legacy_template": p.get("legacy_template")}
+    if name.lower() in PACKAGED_BASE_NAMES:
+        name = "smollm2"
+    if preset and preset.strip().lower() not in PRESETS:
+        raise SetupError(f"unknown preset {preset!r}; presets: {', '.join(sorted(PRESETS))}")
     path = Path(name).expanduser()
-    if path.suffix == ".gguf":
-        if not path.is_file():
-            raise SetupError(f"GGUF file {path} does not exist")
-        return BaseSpec(str(path.parent), path.name, **extra)
-    return BaseSpec(str(path) if path.exists() else name, **extra)
+    if path.suffix == ".gguf" and not path.is_file():
+        raise SetupError(f"GGUF file {path} does not exist")
+    try:
+        return model_spec(name, preset)
+    except BackendError as exc:  # BackendModelNotFound for a missing packaged model or folder
+        raise SetupError(str(exc)) from exc
 
 
 def target_modules_for(model_type: str | None, override: list[str] | None = None) -> list[str] | str:
@@ -105,28 +64,22 @@ def target_modules_for(model_type: str | None, override: list[str] | None = None
 
 
 def resolve_device(device: str = "auto") -> str:
-    import torch
-
-    if device == "auto":
-        if torch.cuda.is_available():
-            return "cuda"
-        if getattr(torch.backends, "mps", None) and torch.backends.mps.is_available():
-            return "mps"
-        return "cpu"
-    if device.startswith("cuda") and not torch.cuda.is_available():
-        raise SetupError(f"--device {device} asked for, but torch sees no CUDA GPU")
-    return device
+    try:
+        return pick_device(device)
+    except BackendError as exc:
+        raise SetupError(f"--{exc}") from exc
 
 
 def resolve_precision(precision: str, device: str) -> str:
-    """'bf16', 'fp16' or 'fp32'. 'auto': bf16 on GPUs that have it, else fp16 on CUDA, else fp32."""
+    """'bf16', 'fp16' or 'fp32'. 'auto': the app's choice for the device (bf16 on GPUs that have
+    it, else fp16 on CUDA, else fp32)."""
     import torch
 
     cuda = device.startswith("cuda")
     if precision == "auto":
-        if cuda:
-            return "bf16" if torch.cuda.is_bf16_supported() else "fp16"
-        return "fp32"
+        if device.startswith("mps"):
+            return "fp32"   # fp16 training on MPS is not supported by the loop's scaler
+        return {torch.bfloat16: "bf16", torch.float16: "fp16"}.get(pick_dtype(device), "fp32")
     if precision == "bf16" and cuda and not torch.cuda.is_bf16_supported():
         raise SetupError("this GPU has no bf16; use --precision fp16")
     if precision == "fp16" and not cuda:
@@ -142,52 +95,32 @@ def torch_dtype(precision: str):
     return {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}[precision]
 
 
-def load_tokenizer(spec: BaseSpec, *, trust_remote_code: bool = False):
-    from transformers import AutoTokenizer
-
-    kwargs: dict[str, Any] = {"trust_remote_code": trust_remote_code}
-    if spec.gguf_file:
-        kwargs["gguf_file"] = spec.gguf_file
+def load_tokenizer(spec: ModelSpec, *, trust_remote_code: bool = False):
+    """The tokenizer as the app loads it, with the app's chat-template policy."""
     try:
-        tok = AutoTokenizer.from_pretrained(spec.source, **kwargs)
-    except OSError as exc:
-        raise SetupError(f"cannot load the tokenizer of {spec.display}: {exc}. Give a local model "
-                         "folder or a .gguf file when there is no internet.") from exc
-    if spec.template:
-        tok.chat_template = spec.template
-    elif not getattr(tok, "chat_template", None) and spec.legacy_template and trust_remote_code:
-        tok.chat_template = spec.legacy_template
-    if tok.pad_token_id is None:
-        tok.pad_token = tok.eos_token
-    return tok
+        return loader.load_tokenizer(spec, trust_remote_code=trust_remote_code)
+    except BackendError as exc:  # not found (says what to give instead), or no chat template
+        raise SetupError(str(exc)) from exc
 
 
-def load_base_model(spec: BaseSpec, *, precision: str, device: str, load_in_4bit: bool = False,
+def load_base_model(spec: ModelSpec, *, precision: str, device: str, load_in_4bit: bool = False,
                     trust_remote_code: bool = False):
-    """The base causal LM on ``device``: weights in the training precision, or 4-bit (QLoRA)."""
-    from transformers import AutoModelForCausalLM
-
-    kwargs: dict[str, Any] = {"trust_remote_code": trust_remote_code,
-                              "dtype": torch_dtype(precision)}
-    if spec.gguf_file:
-        kwargs["gguf_file"] = spec.gguf_file
+    """The base causal LM on ``device`` (the app's loader): weights in the training precision,
+    or 4-bit (QLoRA)."""
+    options: dict[str, Any] = {}
     if load_in_4bit:
-        kwargs.update(quantization_config=_bnb_4bit_config(precision, device, spec),
-                      device_map={"": device if ":" in device else f"{device}:0"})
+        options.update(quantization_config=_bnb_4bit_config(precision, device, spec),
+                       device_map={"": device if ":" in device else f"{device}:0"})
     try:
-        model = AutoModelForCausalLM.from_pretrained(spec.source, **kwargs)
-    except OSError as exc:
-        raise SetupError(f"cannot load the base model {spec.display}: {exc}. Give a local model "
-                         "folder or a .gguf file when there is no internet.") from exc
-    if not load_in_4bit:
-        model.to(device)
+        model = loader.load_model(spec, device=device, dtype=torch_dtype(precision),
+                                  trust_remote_code=trust_remote_code, **options)
+    except BackendError as exc:
+        raise SetupError(str(exc)) from exc
     model.config.use_cache = False
     return model
 
 
-def _bnb_4bit_config(precision: str, device: str, spec: BaseSpec):
-    import importlib.util
-
+def _bnb_4bit_config(precision: str, device: str, spec: ModelSpec):
     if not device.startswith("cuda"):
         raise SetupError("--load-in-4bit (QLoRA) needs a CUDA GPU; on this machine train the "
                          "full-precision base instead (drop --load-in-4bit)")

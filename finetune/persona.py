@@ -6,7 +6,7 @@ adapter is also saved in its ``siliconfriend_adapter.json`` (``"system_prompt"``
 """
 from __future__ import annotations
 
-import re
+from memory.cjk import language_of
 
 COUNSELLOR_SYSTEM_PROMPT_EN = (
     "You are SiliconFriend, a warm and patient AI companion. Reply like a good listener and "
@@ -19,18 +19,9 @@ COUNSELLOR_SYSTEM_PROMPT_ZH = (
 
 COUNSELLOR_SYSTEM_PROMPTS = {"en": COUNSELLOR_SYSTEM_PROMPT_EN, "zh": COUNSELLOR_SYSTEM_PROMPT_ZH}
 
-_CJK = re.compile(r"[\u3400-\u9fff]")
-
-
-def detect_language(text: str) -> str:
-    """'zh' when at least a fifth of the letters are CJK ideographs, else 'en'."""
-    letters = sum(ch.isalpha() for ch in text) or 1
-    return "zh" if len(_CJK.findall(text)) * 5 >= letters else "en"
-
-
 def counsellor_system_prompt(text: str, language: str = "auto") -> str:
     """The persona prompt for a dialogue whose text is ``text`` (language detected if 'auto')."""
-    lang = detect_language(text) if language == "auto" else language
+    lang = language_of(text) if language == "auto" else language
     if lang not in COUNSELLOR_SYSTEM_PROMPTS:
         raise ValueError(f"no counsellor prompt for language {lang!r}; "
                          f"choose one of {sorted(COUNSELLOR_SYSTEM_PROMPTS)} or 'auto'")

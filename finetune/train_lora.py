@@ -17,7 +17,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Callable, Sequence
 
-from finetune.adapter_meta import AdapterMismatch, META_FILE, base_identity, write_adapter_meta
+from siliconfriend.backends.hf.adapter_meta import AdapterMismatch, META_FILE, base_identity, write_adapter_meta
 from finetune.datasets import NoUsableData, load_dialogues, split_eval
 from finetune.lora import (SetupError, apply_lora, load_base_model, load_tokenizer, resolve_base,
                            resolve_device, resolve_precision, target_modules_for,
@@ -27,6 +27,10 @@ from finetune.persona import COUNSELLOR_SYSTEM_PROMPTS, counsellor_system_prompt
 from finetune.trainer import CheckpointMismatch, LoopConfig, Trainer, latest_checkpoint
 
 SAMPLE_DATA = Path(__file__).resolve().parents[1] / "data" / "psych_sample.jsonl"
+# (batch size, gradient accumulation, max length) when not given: a GPU step sees 16 windows of
+# up to 1024 tokens; on a CPU that is minutes per step, so a CPU step sees 4 windows of 512
+GPU_SHAPE = (4, 4, 1024)
+CPU_SHAPE = (2, 2, 512)
 MAX_BAD_SHOWN = 20
 
 
@@ -58,10 +62,13 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--lr", type=float, default=2e-4, help="peak learning rate (cosine schedule)")
     g.add_argument("--warmup-ratio", type=float, default=0.03)
     g.add_argument("--weight-decay", type=float, default=0.0)
-    g.add_argument("--batch-size", type=int, default=4, help="dialogue windows per micro-batch")
-    g.add_argument("--grad-accum", type=int, default=4, help="micro-batches per optimizer step")
-    g.add_argument("--max-length", type=int, default=1024,
-                   help="tokens per example; longer dialogues are split at turn boundaries")
+    g.add_argument("--batch-size", type=int, default=None,
+                   help="dialogue windows per micro-batch (default 4 on a GPU, 2 on CPU)")
+    g.add_argument("--grad-accum", type=int, default=None,
+                   help="micro-batches per optimizer step (default 4 on a GPU, 2 on CPU)")
+    g.add_argument("--max-length", type=int, default=None,
+                   help="tokens per example; longer dialogues are split at turn boundaries "
+                        "(default 1024 on a GPU, 512 on CPU)")
     g.add_argument("--eval-split", type=float, default=0.05,
                    help="held-out dialogues: a fraction (<1) or a count (>=1); 0 for none")
     g.add_argument("--eval-every", type=int, default=0, help="evaluate every N steps (0: start/end)")
@@ -86,6 +93,20 @@ def build_parser() -> argparse.ArgumentParser:
                    help="allow the model's own code (original ChatGLM-6B/ChatGLM3)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     return p
+
+
+def apply_shape_defaults(args: argparse.Namespace, device: str, log: Callable[[str], None]) -> None:
+    """Fill in --batch-size, --grad-accum and --max-length left unset, by device; say so on CPU."""
+    shape = GPU_SHAPE if device.startswith("cuda") else CPU_SHAPE
+    unset = [name for name in ("batch_size", "grad_accum", "max_length") if getattr(args, name) is None]
+    for name, value in zip(("batch_size", "grad_accum", "max_length"), shape):
+        if getattr(args, name) is None:
+            setattr(args, name, value)
+    if unset and not device.startswith("cuda"):
+        log(f"on {device}: {args.batch_size} x {args.grad_accum} windows of up to {args.max_length} tokens per "
+            f"step (a GPU's default is {GPU_SHAPE[0]} x {GPU_SHAPE[1]} x {GPU_SHAPE[2]}, 8 times the tokens); "
+            "each step takes about as long as the model needs for that many tokens forward and backward, "
+            "so set --batch-size/--grad-accum/--max-length to trade speed for larger steps")
 
 
 def system_prompt_choice(choice: str) -> Callable | str | None:
@@ -130,6 +151,7 @@ def run(args: argparse.Namespace, log: Callable[[str], None] | None = None) -> d
 
     device = resolve_device(args.device)
     precision = resolve_precision(args.precision, device)
+    apply_shape_defaults(args, device, log)
     spec = resolve_base(args.base, args.preset)
     log(f"base {spec.display} on {device} ({precision}{', 4-bit' if args.load_in_4bit else ''})")
     tokenizer = load_tokenizer(spec, trust_remote_code=args.trust_remote_code)

@@ -13,9 +13,12 @@ import shutil
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Callable, Iterator, Sequence
+from typing import TYPE_CHECKING, Callable, Iterator, Sequence
 
 from finetune.masking import IGNORE_INDEX, Example, collate
+
+if TYPE_CHECKING:
+    import torch
 
 CHECKPOINT_DIR = "checkpoints"
 STATE_FILE = "trainer_state.pt"
@@ -43,37 +46,67 @@ class LoopConfig:
     device: str = "cpu"
 
 
-def masked_loss_sum(model, batch: dict) -> tuple["torch.Tensor", int]:
+LOSS_CHUNK_TOKENS = 1024   # label positions whose logits exist at one time
+
+
+def masked_loss_sum(model, batch: dict, *, chunk_tokens: int = LOSS_CHUNK_TOKENS) -> tuple[torch.Tensor, int]:
     """(sum of next-token cross-entropy over label tokens, number of label tokens).
 
-    Where the model accepts ``logits_to_keep`` (transformers LLaMA, Qwen, GLM ...), logits are
-    computed only at positions that predict a label token: the vocabulary projection is the
-    costliest layer of small models, and full logits of a 150k vocabulary take gigabytes."""
+    Logits are computed only at the positions that predict a label token (the counsellor's),
+    ``chunk_tokens`` positions at a time, each chunk's float32 logits recomputed in the backward
+    pass instead of kept: the vocabulary projection is the costliest layer of small models, and
+    full-vocabulary logits for every position take gigabytes. Models whose logits are more than
+    the output projection of the last hidden state (soft-capped, scaled) get the plain path."""
+    import torch
     import torch.nn.functional as F
+    from torch.utils.checkpoint import checkpoint
 
-    labels = batch["labels"]
-    target = labels[:, 1:]
-    if _accepts_logits_to_keep(model):
-        keep = (target != IGNORE_INDEX).any(dim=0).nonzero().squeeze(1)
-        out = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"],
-                    logits_to_keep=keep)
-        logits, target = out.logits.float(), target[:, keep]
-    else:
+    target = batch["labels"][:, 1:]
+    wanted = target != IGNORE_INDEX
+    count = int(wanted.sum())
+    parts = _decoder_and_head(model)
+    if parts is None:
         out = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"])
         logits = out.logits[:, :-1, :].float()
-    loss = F.cross_entropy(logits.reshape(-1, logits.size(-1)), target.reshape(-1),
-                           ignore_index=IGNORE_INDEX, reduction="sum")
-    return loss, int((target != IGNORE_INDEX).sum())
+        loss = F.cross_entropy(logits.reshape(-1, logits.size(-1)), target.reshape(-1),
+                               ignore_index=IGNORE_INDEX, reduction="sum")
+        return loss, count
+    decoder, head = parts
+    hidden = decoder(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).last_hidden_state
+    states, labels = hidden[:, :-1][wanted], target[wanted]
+    loss = states[:0].float().sum()   # 0, on the graph even when there is no label
+    for start in range(0, len(labels), chunk_tokens):
+        piece = slice(start, start + chunk_tokens)
+        if torch.is_grad_enabled():
+            loss = loss + checkpoint(_chunk_loss, head, states[piece], labels[piece], use_reentrant=False)
+        else:
+            loss = loss + _chunk_loss(head, states[piece], labels[piece])
+    return loss, count
 
 
-def _accepts_logits_to_keep(model) -> bool:
-    import inspect
+def _chunk_loss(head, states, labels):
+    import torch.nn.functional as F
 
+    return F.cross_entropy(head(states).float(), labels, reduction="sum")
+
+
+def _decoder_and_head(model):
+    """(the model without its output layer, the output layer), or None where the logits are not
+    simply ``head(last hidden state)``."""
     inner = model.get_base_model() if hasattr(model, "get_base_model") else model
+    config = getattr(inner, "config", None)
+    if config is None or getattr(config, "final_logit_softcapping", None) or getattr(config, "logit_scale", None):
+        return None
+    get_decoder, get_head = getattr(inner, "get_decoder", None), getattr(inner, "get_output_embeddings", None)
+    if get_decoder is None or get_head is None:
+        return None
     try:
-        return "logits_to_keep" in inspect.signature(inner.forward).parameters
-    except (TypeError, ValueError):
-        return False
+        decoder, head = get_decoder(), get_head()
+    except (AttributeError, NotImplementedError):
+        return None
+    if decoder is None or head is None or decoder is inner:
+        return None
+    return decoder, head
 
 
 def latest_checkpoint(out_dir: str | Path) -> Path | None:

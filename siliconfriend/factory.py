@@ -1,39 +1,166 @@
 """The one place that builds things from settings; everything else receives its parts."""
 from __future__ import annotations
 
+import threading
+from datetime import datetime
+from typing import Any, Callable
+
+from tqdm import tqdm
+
 from memory.bank import MemoryBank
 from memory.embedders import create_embedder
 from memory.forgetting import EbbinghausPolicy
 from memory.retrieval import RetrievalConfig
 
+from .backends.openai_chat import DEFAULT_MODEL as OPENAI_DEFAULT_MODEL
+from .backends.registry import create_backend
 from .config import Settings
+from .core.companion import Companion
+from .web.accounts import Accounts
+from .web.service import BackendPool, WebService
 
 
 def build_policy(settings: Settings) -> EbbinghausPolicy:
     return EbbinghausPolicy(threshold=settings.forgetting_threshold, mode=settings.forgetting_mode,
                             unit_days=settings.forgetting_unit_days, step=settings.strength_step,
-                            growth=settings.strength_growth)
+                            growth=settings.strength_growth, importance_weight=settings.importance_weight)
 
 
 def build_bank(settings: Settings, *, progress=None) -> MemoryBank:
-    if progress is None:
-        from tqdm import tqdm as progress
-    return MemoryBank(settings.home, create_embedder(settings.embedder), policy=build_policy(settings),
-                      retrieval=RetrievalConfig(k=settings.retrieval_k), progress=progress)
+    """The memory store the settings name: files under the home, or the PostgreSQL database of
+    ``database_url``."""
+    parts = dict(policy=build_policy(settings), retrieval=RetrievalConfig(k=settings.retrieval_k),
+                 progress=progress or tqdm)
+    if settings.database_url:
+        from memory.pg_store import PgMemoryBank
+        return PgMemoryBank(settings.database_url, create_embedder(settings.embedder), **parts)
+    return MemoryBank(settings.home, create_embedder(settings.embedder), **parts)
 
 
-def build_backend(settings: Settings, **options):
-    """The chat backend the settings name (openai when OPENAI_API_KEY is set, else the embedded model)."""
-    from .backends.registry import create_backend
-    return create_backend(settings.backend, model=settings.model, adapter=settings.adapter, **options)
+def backend_options(settings: Settings, name: str) -> dict[str, Any]:
+    """What a backend named ``name`` takes from the settings (the OpenAI server and key)."""
+    if name != "openai":
+        return {}
+    options = {"api_key": settings.openai_api_key, "base_url": settings.openai_base_url}
+    return {key: value for key, value in options.items() if value}
+
+
+def build_backend(settings: Settings, *, lazy: bool = False, **options):
+    """The chat backend the settings name (openai when an API key is set, else the embedded model).
+    ``lazy``: built on first use, so that commands with nothing to generate start fast."""
+    if lazy:
+        return LazyBackend(lambda: build_backend(settings, **options))
+    name = settings.default_backend
+    model = settings.model or (settings.openai_model if name == "openai" else None)
+    return create_backend(name, model=model, adapter=settings.adapter, **backend_options(settings, name), **options)
+
+
+class LazyBackend:
+    """A backend built by ``build`` on first use."""
+
+    def __init__(self, build: Callable[[], Any]):
+        self._build = build
+        self._backend = None
+        self._lock = threading.Lock()
+
+    def _get(self) -> Any:
+        with self._lock:
+            if self._backend is None:
+                self._backend = self._build()
+            return self._backend
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("_"):
+            raise AttributeError(name)
+        return getattr(self._get(), name)
+
+    def stream(self, messages, *, max_tokens=None):
+        return self._get().stream(messages, max_tokens=max_tokens)
 
 
 def build_companion(settings: Settings, *, clock=None, backend=None, bank: MemoryBank | None = None,
-                    progress=None, **options):
+                    progress=None, **options) -> Companion:
     """A Companion with everything it needs, built from ``settings``. ``clock`` (default: the real
     time), ``backend`` and ``bank`` may be given (tests, scripted sessions, one model for many)."""
-    from datetime import datetime
-
-    from .companion import Companion
     return Companion(bank or build_bank(settings, progress=progress), backend or build_backend(settings),
                      settings=settings, clock=clock or datetime.now, **options)
+
+
+# the names users see for the local presets (an operator may give any model its own in web_models)
+FRIENDLY_MODEL_NAMES = {"smollm2": "SmolLM2 135M (built in, tiny, English)", "qwen": "Qwen2.5 7B",
+                        "chatglm": "GLM-4 9B", "belle": "BELLE 13B"}
+
+
+def model_choices(settings: Settings) -> dict[str, list[str]]:
+    """The backends and models users may pick: the configured default first, then what the
+    operator lists in ``web_models`` ("backend:model" entries, e.g. "hf:qwen", "openai:gpt-4o").
+    Nothing else: which models a server downloads and loads is the operator's decision."""
+    default_backend = settings.default_backend
+    default_model = settings.model or ("smollm2" if default_backend == "hf" else
+                                       settings.openai_model or OPENAI_DEFAULT_MODEL if default_backend == "openai"
+                                       else "")
+    choices: dict[str, list[str]] = {default_backend: [default_model] if default_model else []}
+    for entry in settings.web_models:
+        backend, _, model = entry.partition("=")[0].strip().partition(":")
+        if not model.strip():
+            raise ValueError(f"web_models: {entry!r} is not backend:model (e.g. hf:qwen)")
+        models = choices.setdefault(backend.strip(), [])
+        if model.strip() not in models:
+            models.append(model.strip())
+    return choices
+
+
+def model_labels(settings: Settings) -> dict[str, str]:
+    """"backend:model" -> the name users see (``web_models`` may give one after "=")."""
+    labels = {}
+    for backend, models in model_choices(settings).items():
+        for model in models:
+            labels[f"{backend}:{model}"] = FRIENDLY_MODEL_NAMES.get(model, model)
+    for entry in settings.web_models:
+        key, _, label = entry.partition("=")
+        if label.strip():
+            labels[key.strip()] = label.strip()
+    return labels
+
+
+def build_backend_pool(settings: Settings) -> BackendPool:
+    """The backends a user may pick besides the companion's own (built on first use, each
+    loaded once under a lock: see ``BackendPool``)."""
+    def build(name: str, *, model: str | None = None, **options):
+        return create_backend(name, model=model, **backend_options(settings, name), **options)
+    return BackendPool(build)
+
+
+def build_web_service(settings: Settings, *, clock: Callable[[], datetime] | None = None,
+                      companion: Companion | None = None, bank: MemoryBank | None = None,
+                      accounts: Accounts | None = None) -> WebService:
+    """Accounts, the memory bank and (lazily, on the first chat) the companion, from settings.
+    ``companion``/``bank``/``accounts`` may be given (tests, one model for many)."""
+    if bank is None:
+        bank = companion.bank if companion is not None else build_bank(settings)
+
+    def companion_factory():   # the same bank: one index cache, one writer per user
+        return build_companion(settings, clock=clock, bank=bank)
+
+    if accounts is None:
+        from .web.accounts_pg import open_accounts
+        accounts = open_accounts(settings)
+    return WebService(settings, accounts, bank, companion=companion,
+                      companion_factory=None if companion is not None else companion_factory, clock=clock,
+                      backends=build_backend_pool(settings), choices=model_choices(settings),
+                      labels=model_labels(settings))
+
+
+def build_api_service(settings: Settings, *, web: WebService | None = None,
+                      clock: Callable[[], datetime] | None = None):
+    """The API's service (``siliconfriend.api``): beside the web app, sharing its accounts, bank
+    and companion (``web``), or alone (``serve-api``), with the companion built on the first chat."""
+    from .api.keys import ApiKeys
+    from .api.service import ApiService
+    if web is None:
+        web = build_web_service(settings, clock=clock)
+    if web.api_keys is None:
+        web.api_keys = ApiKeys(web.accounts)
+    return ApiService(settings, web.accounts, web.bank, companion=lambda: web.companion, keys=web.api_keys,
+                      clock=web.clock if clock is None else clock)
+

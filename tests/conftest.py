@@ -28,5 +28,18 @@ def smollm2_backend():
     (about 17 tokens a second on two cores) -- the default is 32."""
     pytest.importorskip("torch")
     pytest.importorskip("transformers")
-    from siliconfriend.backends.hf_local import HFLocalChat
+    from siliconfriend.backends.hf.chat import HFLocalChat
     return HFLocalChat("smollm2", temperature=0, max_new_tokens=32, device="cpu")
+
+
+# fixtures that load the real SmolLM2 (directly or through another fixture)
+SMOLLM2_FIXTURES = {"smollm2_backend", "smol"}
+
+
+def pytest_collection_modifyitems(config, items):
+    """Every test that loads SmolLM2 through a fixture is ``slow``, so that ``-m "not slow"``
+    (``make test-fast``) runs only the tests that load no LLM; tests that load it themselves are
+    marked where they are written."""
+    for item in items:
+        if SMOLLM2_FIXTURES & set(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.slow)

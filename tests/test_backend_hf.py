@@ -14,9 +14,8 @@ transformers = pytest.importorskip("transformers")
 
 from siliconfriend.backends.base import (BackendError, BackendModelNotFound, ChatBackend, Message,
                                          join_stream)
-from siliconfriend.backends.hf_local import (PRESETS, HFLocalChat, _until_stop, load_causal_lm,
-                                             needs_remote_code, pick_dtype, resolve_preset)
-from siliconfriend.model_files import smollm2_gguf_path
+from siliconfriend.backends.hf.chat import HFLocalChat, _until_stop, load_causal_lm
+from siliconfriend.backends.hf.loader import PRESETS, needs_remote_code, pick_dtype, resolve_preset, smollm2_gguf_path
 
 MESSAGES = [Message("system", "You are a warm companion."), Message("user", "Hi, I am Ann.")]
 
@@ -127,11 +126,11 @@ def test_lora_adapter_is_loaded_and_checked(tiny, tmp_path):
 
 def test_the_companion_opens_with_the_system_prompt_the_adapter_was_trained_with(tiny, tmp_path):
     peft = pytest.importorskip("peft")
-    from finetune.adapter_meta import base_identity, write_adapter_meta
+    from siliconfriend.backends.hf.adapter_meta import base_identity, write_adapter_meta
     from finetune.persona import COUNSELLOR_SYSTEM_PROMPT_EN, COUNSELLOR_SYSTEM_PROMPT_ZH
     from memory.bank import MemoryBank
     from memory.embedders import create_embedder
-    from siliconfriend.companion import Companion
+    from siliconfriend.core.companion import Companion
     from siliconfriend.config import Settings
 
     base = transformers.AutoModelForCausalLM.from_pretrained(tiny["llama"])
@@ -183,12 +182,12 @@ def test_prompt_longer_than_context_is_refused(tiny):
 
 
 def test_resolve_preset():
-    assert resolve_preset("qwen")["model"].startswith("Qwen/")
-    assert resolve_preset("chatglm")["model"] == "THUDM/glm-4-9b-chat-hf"
+    assert resolve_preset("qwen").source.startswith("Qwen/")
+    assert resolve_preset("chatglm").source == "THUDM/glm-4-9b-chat-hf"
     assert not needs_remote_code("THUDM/glm-4-9b-chat-hf")
     assert needs_remote_code("THUDM/chatglm3-6b")
     smol = resolve_preset("SmolLM2")
-    assert smol["gguf_file"] == smollm2_gguf_path().name
+    assert smol.gguf_file == smollm2_gguf_path().name
     with pytest.raises(KeyError, match="presets: belle, chatglm, qwen, smollm2"):
         resolve_preset("gpt5")
 
@@ -264,6 +263,7 @@ def test_registry_default_is_smollm2_with_a_notice(smol, monkeypatch, caplog):
 
 
 @pytest.mark.gpu
+@pytest.mark.slow
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 def test_smollm2_on_cuda_uses_half_precision():
     backend = HFLocalChat("smollm2", temperature=0, max_new_tokens=8)

@@ -9,9 +9,9 @@ import pytest
 from memory.bank import MemoryBank
 from memory.embedders import create_embedder
 from memory.records import Kind, State
-from siliconfriend.benchmark_data import DialogueGenerator
-from siliconfriend.benchmark_fixtures import fill_user, synthetic_vectors, vector_pool
-from siliconfriend.benchmark_run import QUICK, TURN_KEYS, format_table, run_bench, with_overrides
+from siliconfriend.bench.data import DialogueGenerator
+from siliconfriend.bench.fixtures import fill_user, synthetic_vectors, vector_pool
+from siliconfriend.bench.run import QUICK, TURN_KEYS, format_table, run_bench, with_overrides
 
 
 def test_the_dialogue_is_fixed_by_its_seed_and_mixes_english_and_chinese():
@@ -62,7 +62,7 @@ def tiny_result(tmp_path_factory):
     _tiny_eval_set(folder)
     config = with_overrides(QUICK, name="tiny", single=(("1k", 400),), many=(12, 150), turns=12, warmup=2,
                             pool=8, ingest_turns=16, reembed_sample=5, recall=True, eval_dir=folder,
-                            max_open_users=4)
+                            max_open_users=4, api_memories=150)
     return run_bench(config, workdir=tmp_path_factory.mktemp("work"))
 
 
@@ -99,7 +99,17 @@ def test_the_numbers_make_sense(tiny_result):
     assert "1000x1k" in table and "restart_s" in table and "recall_at_5" in table
 
 
+def test_the_api_overhead_is_measured_on_all_three_paths(tiny_result):
+    api = tiny_result["api_ms"]
+    for path in ("direct", "api", "api_stream"):
+        assert api[path]["n"] == 12 and 0 < api[path]["p50"] <= api[path]["p95"]
+    for path in ("api", "api_stream"):
+        assert api[f"{path}_overhead"]["n"] == 12 and api[f"{path}_overhead"]["p50"] > 0
+        assert api[f"{path}_minus_direct"]["p50"] == round(api[path]["p50"] - api["direct"]["p50"], 2)
+    assert "API (JSON) overhead" in format_table(tiny_result) and "api" in tiny_result["sizes"]
+
+
 def test_the_cli_registers_bench():
-    from siliconfriend.cli import build_parser
+    from siliconfriend.cli.main import build_parser
     args = build_parser().parse_args(["bench", "--quick", "--json"])
     assert args.quick and args.json and args.func.__name__ == "cmd_bench"

@@ -10,8 +10,8 @@ import pytest
 
 from memory.bank import MemoryBank
 from memory.records import Kind
-from siliconfriend import cli
-from siliconfriend.cli_chat import read_questions, read_script
+from siliconfriend.cli import main as cli
+from siliconfriend.cli.chat import read_questions, read_script
 
 DATA = Path(__file__).resolve().parent.parent / "data"
 

@@ -10,19 +10,13 @@ import pytest
 
 from memory.bank import UnknownMemory
 from memory.records import Kind
-from siliconfriend.companion import Companion, ReplyStream, TurnResult
+from siliconfriend.core.companion import Companion, ReplyStream, TurnResult
 from siliconfriend.config import Settings
+
+from fakes import Clock
 
 DAY1 = datetime(2024, 5, 1, 19, 30)
 DAY2 = datetime(2024, 5, 2, 20, 0)
-
-
-class Clock:
-    def __init__(self, now):
-        self.now = now
-
-    def __call__(self):
-        return self.now
 
 
 @pytest.fixture

@@ -6,7 +6,7 @@ from __future__ import annotations
 from datetime import date, datetime
 
 from memory.records import Kind
-from siliconfriend.companion import Companion
+from siliconfriend.core.companion import Companion
 from siliconfriend.config import Settings
 
 SCRIPT = [

@@ -11,8 +11,10 @@ import pytest
 
 from memory.records import Kind
 from siliconfriend.backends.base import BackendUnavailable
-from siliconfriend.companion import Companion
+from siliconfriend.core.companion import Companion
 from siliconfriend.config import Settings
+
+from fakes import Clock
 
 DAY1 = datetime(2024, 5, 1, 19, 30)
 DAY2 = datetime(2024, 5, 2, 20, 0)
@@ -60,12 +62,7 @@ class SummariesDown:
 
 @pytest.fixture
 def clock():
-    class Clock:
-        now = DAY1
-
-        def __call__(self):
-            return self.now
-    return Clock()
+    return Clock(DAY1)
 
 
 def make(bank, backend, clock, tmp_path, tokens=6):

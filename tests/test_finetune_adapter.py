@@ -5,9 +5,10 @@ from pathlib import Path
 
 import pytest
 
-from finetune.adapter_meta import (META_FILE, AdapterMismatch, base_identity, check_adapter_base,
+from siliconfriend.backends.hf.adapter_meta import (META_FILE, AdapterMismatch, base_identity, check_adapter_base,
                                    read_adapter_meta, write_adapter_meta)
 from finetune.lora import resolve_base, target_modules_for
+from siliconfriend.backends.hf.loader import PRESETS
 from finetune.train_lora import main
 
 SAMPLE = Path(__file__).resolve().parents[1] / "data" / "psych_sample.jsonl"
@@ -179,11 +180,7 @@ def test_target_modules_per_architecture():
 
 
 def test_preset_template_is_used_for_training_like_the_app(tiny_base, tmp_path):
-    from finetune.lora import app_presets
-
-    belle = app_presets().get("belle")
-    if belle is None or not belle.get("template"):
-        pytest.skip("the app's BELLE preset is not there")
+    belle = PRESETS["belle"]
     out = tmp_path / "belle"
     assert main(["--base", str(tiny_base), "--preset", "belle", "--data", str(SAMPLE),
                  "--out", str(out), "--max-dialogues", "2", "--eval-split", "0",

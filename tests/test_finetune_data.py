@@ -6,7 +6,8 @@ import pytest
 
 from finetune.datasets import (BadRecord, NoUsableData, load_dialogues, normalise,
                                record_messages, split_eval)
-from finetune.persona import COUNSELLOR_SYSTEM_PROMPT_ZH, counsellor_system_prompt, detect_language
+from finetune.persona import COUNSELLOR_SYSTEM_PROMPT_ZH, counsellor_system_prompt
+from memory.cjk import language_of
 
 REPO = Path(__file__).resolve().parents[1]
 SAMPLE = REPO / "data" / "psych_sample.jsonl"
@@ -151,8 +152,8 @@ def test_shared_smilechat_subset_loads():
 
 
 def test_persona_prompt_language():
-    assert detect_language("我最近睡不好") == "zh"
-    assert detect_language("I can't sleep") == "en"
+    assert language_of("我最近睡不好") == "zh"
+    assert language_of("I can't sleep") == "en"
     assert counsellor_system_prompt("我很难过") == COUNSELLOR_SYSTEM_PROMPT_ZH
     with pytest.raises(ValueError):
         counsellor_system_prompt("x", "fr")

@@ -4,7 +4,7 @@ from pathlib import Path
 
 import pytest
 
-from finetune.adapter_meta import (AdapterMismatch, base_identity, check_adapter_base,
+from siliconfriend.backends.hf.adapter_meta import (AdapterMismatch, base_identity, check_adapter_base,
                                    read_adapter_meta, write_adapter_meta)
 from finetune.datasets import load_dialogues
 from finetune.lora import (apply_lora, load_base_model, load_tokenizer, resolve_base,

@@ -5,7 +5,7 @@ from datetime import date
 
 import pytest
 
-from siliconfriend.prompting import (PROMPTS_DIR, TEMPLATE_NAMES, PromptError, PromptSet, Template, fit_block,
+from siliconfriend.core.prompting import (PROMPTS_DIR, TEMPLATE_NAMES, PromptError, PromptSet, Template, fit_block,
                                      fit_chat, load_prompts, truncate_tokens)
 
 

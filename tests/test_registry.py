@@ -30,14 +30,14 @@ class Recorder:
 
 @pytest.fixture
 def fake_hf(monkeypatch):
-    import siliconfriend.backends.hf_local as hf_local
+    import siliconfriend.backends.hf.chat as hf_local
     monkeypatch.setattr(hf_local, "HFLocalChat", Recorder)
     return Recorder
 
 
 def test_registry_names_and_paths():
     assert BACKENDS == {"openai": "siliconfriend.backends.openai_chat:OpenAIChat",
-                        "hf": "siliconfriend.backends.hf_local:HFLocalChat",
+                        "hf": "siliconfriend.backends.hf.chat:HFLocalChat",
                         "langchain": "siliconfriend.backends.langchain_chat:LangChainChat"}
     assert backend_names() == ["hf", "langchain", "openai"]
     for name in BACKENDS:

@@ -10,9 +10,10 @@ import logging
 import math
 import os
 import random
-import re
 import time
 from typing import Any, Iterator, Sequence
+
+from memory.cjk import count_wide
 
 from .base import (BackendAuthError, BackendError, BackendModelNotFound, BackendRateLimited,
                    BackendUnavailable, Message)
@@ -22,14 +23,13 @@ log = logging.getLogger("siliconfriend.backends.openai")
 DEFAULT_MODEL = "gpt-4o-mini"
 DEFAULT_BASE_URL = "https://api.openai.com/v1"
 
-_CJK = re.compile(r"[\u3000-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af\uf900-\ufaff\uff00-\uffef]")
 
 
 def estimate_tokens(text: str) -> int:
     """A tokenizer-free estimate: one token per CJK character, one per ~4 other characters."""
     if not text:
         return 0
-    cjk = len(_CJK.findall(text))
+    cjk = count_wide(text)
     return cjk + math.ceil((len(text) - cjk) / 4)
 
 

@@ -16,7 +16,7 @@ log = logging.getLogger("siliconfriend.backends")
 
 BACKENDS: dict[str, str] = {
     "openai": "siliconfriend.backends.openai_chat:OpenAIChat",
-    "hf": "siliconfriend.backends.hf_local:HFLocalChat",
+    "hf": "siliconfriend.backends.hf.chat:HFLocalChat",
     "langchain": "siliconfriend.backends.langchain_chat:LangChainChat",
 }
 

@@ -18,6 +18,8 @@ from argon2 import PasswordHasher
 
 from memory.bank import MemoryBank
 
+from fakes import Clock
+
 ROOT = Path(__file__).resolve().parents[2]
 if str(ROOT) not in sys.path:          # app.py lives at the repository root
     sys.path.insert(0, str(ROOT))
@@ -30,14 +32,6 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
-
-
-class Clock:
-    def __init__(self, now: datetime):
-        self.now = now
-
-    def __call__(self) -> datetime:
-        return self.now
 
 
 class FailSwitch:
@@ -110,15 +104,14 @@ def web_clock():
 
 def make_service(home: Path, embedder, model, clock, **settings_options):
     """A WebService with the real companion over ``model`` (a FailSwitch); returns (service, bank, accounts)."""
-    from siliconfriend.accounts import Accounts
     from siliconfriend.config import Settings
-    from siliconfriend.factory import build_companion
-    from siliconfriend.web_service import WebService
+    from siliconfriend.factory import build_companion, build_web_service
+    from siliconfriend.web.accounts import Accounts
     settings = Settings(home=home, backend="hf", model="smollm2", max_new_tokens=REPLY_TOKENS, **settings_options)
     bank = MemoryBank(settings.home, embedder)
     companion = build_companion(settings, clock=clock, backend=model, bank=bank)
     accounts = Accounts(settings.home / "accounts.db", hasher=FAST_HASHER, signup_open=settings.signup_open)
-    return WebService(settings, accounts, bank, companion=companion, clock=clock), bank, accounts
+    return build_web_service(settings, accounts=accounts, companion=companion, clock=clock), bank, accounts
 
 
 @pytest.fixture

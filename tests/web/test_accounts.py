@@ -6,24 +6,18 @@ import sqlite3
 import pytest
 from argon2 import PasswordHasher
 
-from siliconfriend.accounts import AccountError, Accounts, SignupClosed, TooManyAttempts
-from siliconfriend.rate_limit import Attempt, Limits
-from siliconfriend.rate_limit import TooManyAttempts as RateLimited
+from siliconfriend.web.accounts import AccountError, Accounts, SignupClosed, TooManyAttempts
+from siliconfriend.web.rate_limit import Attempt, Limits
+from siliconfriend.web.rate_limit import TooManyAttempts as RateLimited
+
+from fakes import Clock
 
 FAST = PasswordHasher(time_cost=1, memory_cost=1024, parallelism=1)
 
 
-class Clock:
-    def __init__(self, t: float = 1_700_000_000.0):
-        self.t = t
-
-    def __call__(self) -> float:
-        return self.t
-
-
 @pytest.fixture
 def clock():
-    return Clock()
+    return Clock(1_700_000_000.0)
 
 
 @pytest.fixture
@@ -110,7 +104,7 @@ def test_one_account_locked_from_one_client_leaves_others_alone(accounts, clock)
     assert accounts.login("grace", "long enough pw", client="1.2.3.4").user == "grace"
     # frank from his phone logs in: the lock was on the pair
     assert accounts.login("frank", "long enough pw", client="5.6.7.8").user == "frank"
-    clock.t += Limits().window_s + 1
+    clock.now += Limits().window_s + 1
     assert accounts.login("frank", "long enough pw", client="1.2.3.4").user == "frank"
 
 
@@ -140,12 +134,12 @@ def test_many_clients_against_one_account_back_off_but_never_lock_the_owner_out(
             assert exc.retry_after <= lim.max_backoff_s
         except AccountError:
             pass
-        clock.t += 1
+        clock.now += 1
     assert refused > 30                                          # most guesses never reached the password
     assert accounts.login("ivan", "long enough pw", client="10.0.0.1").user == "ivan"
     with pytest.raises(TooManyAttempts) as exc:                  # a new place: waits, but not long
         accounts.login("ivan", "long enough pw", client="198.51.100.1")
-    clock.t += exc.value.retry_after + 0.1
+    clock.now += exc.value.retry_after + 0.1
     assert accounts.login("ivan", "long enough pw", client="198.51.100.1").user == "ivan"
 
 
@@ -170,11 +164,11 @@ def test_signup_can_be_closed(tmp_path):
 
 def test_sessions_expire_and_slide(accounts, clock):
     s = accounts.signup("hank", "long enough pw")
-    clock.t += 20 * 86400                        # used after 20 days: extended
+    clock.now += 20 * 86400                      # used after 20 days: extended
     assert accounts.user_for(s.token) == "hank"
-    clock.t += 20 * 86400
+    clock.now += 20 * 86400
     assert accounts.user_for(s.token) == "hank"
-    clock.t += 31 * 86400                        # idle past 30 days: gone
+    clock.now += 31 * 86400                      # idle past 30 days: gone
     assert accounts.user_for(s.token) is None
 
 
@@ -214,3 +208,33 @@ def test_change_password_ends_sessions(accounts):
     accounts.change_password("kim", "long enough pw", "another long pw")
     assert accounts.user_for(s.token) is None
     assert accounts.login("kim", "another long pw").user == "kim"
+
+
+@pytest.mark.parametrize("made_by", ["main", "web"])
+def test_an_older_accounts_database_migrates(tmp_path, clock, made_by):
+    """A database of the API keys' migration 2 (main) or of the rate limiter's old migration 2 (the
+    web branch before the merge) reaches version 3: failures gone, skeletons filled, keys kept."""
+    from memory.sqlite_db import run_script
+    from siliconfriend.web.accounts import _MIGRATIONS
+    path = tmp_path / "accounts.db"
+    db = sqlite3.connect(path)
+    steps = _MIGRATIONS[:2] if made_by == "main" else [_MIGRATIONS[0], _MIGRATIONS[2]]
+    for script in steps:
+        run_script(db, script)
+    db.execute("PRAGMA user_version = 2")
+    db.execute("INSERT INTO users (name, pw_hash, created_at) VALUES (?, ?, ?)",
+               ("Olga", FAST.hash("olga-password"), clock()))
+    if made_by == "main":
+        db.execute("INSERT INTO api_keys (key_hash, prefix, name, created_at) VALUES ('h', 'sf-x', 'Olga', 0)")
+    db.commit()
+    db.close()
+    acc = Accounts(path, hasher=FAST, clock=clock)
+    assert acc._db.execute("PRAGMA user_version").fetchone()[0] == 3
+    tables = {r[0] for r in acc._db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+    assert {"api_keys", "rate_events"} <= tables and "failures" not in tables
+    assert acc._db.execute("SELECT skeleton FROM users").fetchone()[0] == "olga"
+    assert acc._db.execute("SELECT count(*) FROM api_keys").fetchone()[0] == (made_by == "main")
+    assert acc.login("olga", "olga-password", client="1.2.3.4").user == "Olga"
+    with pytest.raises(AccountError, match="taken"):
+        acc.signup("0lga", "another password")
+    acc.close()

@@ -138,13 +138,14 @@ def test_memory_actions_via_api(client, web_clock):
     c.predict(alice, "I planted tomatoes in the garden.", api_name="/chat")
     (row,) = c.predict(alice, *FILTERS, "", True, api_name="/memories")[1]["data"]
     memory_id = row[0]
+    strength = service.memories(alice)[0].strength
     out = c.predict(alice, memory_id, *FILTERS, "", True, api_name="/memory_pin")
     assert out[1]["data"][0][4] == "yes" and "pinned" in out[-2]
     out = c.predict(alice, memory_id, *FILTERS, "", True, api_name="/memory_unpin")
     assert out[1]["data"][0][4] == ""
     # restoring an active memory is refused, and changes nothing: no "restored", no extra strength
     out = c.predict(alice, memory_id, *FILTERS, "", True, api_name="/memory_restore")
-    assert "not archived" in out[-2] and service.memories(alice)[0].strength == 1.0
+    assert "not archived" in out[-2] and service.memories(alice)[0].strength == strength
     # deleting asks first; only the confirmation deletes
     status = c.predict(alice, memory_id, api_name="/memory_delete")   # the status line (the rest is layout)
     assert "for good?" in status and len(service.memories(alice)) == 1

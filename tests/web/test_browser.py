@@ -38,17 +38,16 @@ def live_app(tmp_path_factory, e5_embedder, smollm2_backend):
     import app as web_app
     from conftest import FAST_HASHER, Clock, free_port
     from memory.bank import MemoryBank
-    from siliconfriend.accounts import Accounts
     from siliconfriend.config import Settings
-    from siliconfriend.factory import build_companion
-    from siliconfriend.web_service import WebService
+    from siliconfriend.factory import build_companion, build_web_service
+    from siliconfriend.web.accounts import Accounts
     tmp_path = tmp_path_factory.mktemp("browser")
     clock = Clock(datetime(2024, 5, 4, 10, 0))
     settings = Settings(home=tmp_path / "home", backend="hf", model="smollm2", max_new_tokens=20)
     bank = MemoryBank(settings.home, e5_embedder)
     companion = build_companion(settings, clock=clock, backend=smollm2_backend, bank=bank, summary_tokens=16)
-    service = WebService(settings, Accounts(settings.home / "accounts.db", hasher=FAST_HASHER), bank,
-                         companion=companion, clock=clock)
+    service = build_web_service(settings, accounts=Accounts(settings.home / "accounts.db", hasher=FAST_HASHER),
+                                companion=companion, clock=clock)
     demo = web_app.build_app(service)
     port = free_port()
     web_app.launch(demo, host="127.0.0.1", port=port, prevent_thread_lock=True, quiet=True)

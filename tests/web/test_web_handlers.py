@@ -12,10 +12,10 @@ from datetime import timedelta
 import gradio as gr
 import pytest
 
-from siliconfriend.companion import HISTORY_CHARS
-from siliconfriend.web_chat import ChatHandlers, stored_remembered
-from siliconfriend.web_memory import MemoryHandlers
-from siliconfriend.web_plot import cjk_font, retention_figure
+from siliconfriend.core.companion import HISTORY_CHARS
+from siliconfriend.web.chat import ChatHandlers, stored_remembered
+from siliconfriend.web.memory_page import MemoryHandlers
+from siliconfriend.web.plot import cjk_font, retention_figure
 
 FILTERS = ("all", "all", "all", "", True)
 
@@ -139,7 +139,7 @@ def test_chinese_mode_translates_the_page_and_plots_with_a_cjk_font(amy):
 def test_the_embedded_model_does_not_loop(smollm2_backend):
     """The smollm2 preset's generation defaults: no 4-gram of tokens twice in a reply."""
     from siliconfriend.backends.base import Message
-    from siliconfriend.backends.hf_local import PRESETS
+    from siliconfriend.backends.hf.loader import PRESETS
     gen = PRESETS["smollm2"]["generation"]
     assert gen["no_repeat_ngram_size"] == 4 and gen["repetition_penalty"] > 1.1
     reply = "".join(smollm2_backend.stream([Message("user", "Describe your big dog, again and again.")],

@@ -16,15 +16,15 @@ import pytest
 from gradio_client import Client
 
 from conftest import FAST_HASHER, free_port
-from siliconfriend.web_client import client_address, proxy_networks
+from siliconfriend.web.client import client_address, proxy_networks
 
 
 def serve(home: Path, embedder, **settings_options):
     import app as web_app
     from memory.bank import MemoryBank
-    from siliconfriend.accounts import Accounts
     from siliconfriend.config import Settings
-    from siliconfriend.web_service import WebService
+    from siliconfriend.web.accounts import Accounts
+    from siliconfriend.web.service import WebService
     settings = Settings(home=home, backend="openai", model="gpt-test", **settings_options)
     bank = MemoryBank(settings.home, embedder)
     service = WebService(settings, Accounts(home / "accounts.db", hasher=FAST_HASHER), bank,
@@ -136,7 +136,8 @@ def test_users_choose_only_the_models_the_operator_lists(servers, tmp_path):
     from dataclasses import replace
 
     from siliconfriend.backends.registry import create_backend
-    from siliconfriend.web_service import BackendPool, model_choices, model_labels
+    from siliconfriend.factory import model_choices, model_labels
+    from siliconfriend.web.service import BackendPool
     _, service, _ = servers["direct"]
     token = service.signup("finn", "finn-password").token
     assert service.choices == {"openai": ["gpt-test"]}
@@ -168,7 +169,7 @@ def test_users_choose_only_the_models_the_operator_lists(servers, tmp_path):
         from siliconfriend.backends.base import BackendModelNotFound
         raise BackendModelNotFound("run `hf download Qwen/Qwen2.5-7B-Instruct` first")
 
-    from siliconfriend.web_service import ModelUnavailable
+    from siliconfriend.web.service import ModelUnavailable
     with pytest.raises(ModelUnavailable) as exc:
         BackendPool(failing).get("hf", "qwen")
     assert "hf download" not in str(exc.value) and "operator" in str(exc.value)
@@ -181,8 +182,8 @@ def test_the_data_home_is_private(tmp_path, e5_embedder):
     from datetime import datetime
 
     from memory.bank import MemoryBank
-    from siliconfriend.accounts import Accounts
-    from siliconfriend.private_files import make_private
+    from siliconfriend.core.private_files import make_private
+    from siliconfriend.web.accounts import Accounts
     home = tmp_path / "home"
     (home / "users" / "old").mkdir(parents=True)
     (home / "users" / "old" / "memory.db").write_text("x")

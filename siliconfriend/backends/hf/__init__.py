@@ -1,0 +1,1 @@
+"""The local Hugging Face backend: the model files, the loader and the chat backend."""

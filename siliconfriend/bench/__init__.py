@@ -1,0 +1,1 @@
+"""``siliconfriend bench`` and the retrieval evaluation: synthetic data, fixtures and the measurements."""

@@ -1,0 +1,179 @@
+"""The overhead of a chat turn: everything a turn does besides the LLM's generation.
+
+A turn runs through the companion itself (``Companion.respond``) with a backend that "generates"
+a prepared reply at once, so what is timed is the companion's own work: the day check, today's
+history, the query embedding, the hybrid retrieval, the prompt built and fitted to the model's
+budget, then, once the reply is complete, the turn stored with its document embedding and the
+memories used reinforced. The day rollover's summaries are LLM work done once a day per user, so
+the benchmark's companion gets a consolidator that has nothing to do.
+
+Each turn is split where the user sees it: ``before`` (message in, prompt ready: what delays the
+first token) and ``after`` (reply complete, turn stored). Where the companion is not installed,
+the same steps run through the memory bank directly (``path: "bank"``).
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Callable, Sequence
+
+import numpy as np
+
+from memory.bank import MemoryBank
+
+from ..backends.openai_chat import estimate_tokens
+from .data import DialogueGenerator
+
+
+class TimedEmbedder:
+    """Wraps an embedder; adds up the seconds spent embedding documents and queries."""
+
+    def __init__(self, inner):
+        self.inner = inner
+        self.id, self.dim = inner.id, inner.dim
+        self.seconds = {"document": 0.0, "query": 0.0}
+        self.texts = {"document": 0, "query": 0}
+
+    def embed(self, texts, *, kind):
+        start = time.perf_counter()
+        try:
+            return self.inner.embed(texts, kind=kind)
+        finally:
+            self.seconds[kind] += time.perf_counter() - start
+            self.texts[kind] += len(texts)
+
+
+class InstantBackend:
+    """A chat backend whose reply is set before each turn and streamed at once."""
+
+    name = "bench"
+    model = "prepared-reply"
+    context_tokens = 4096
+
+    def __init__(self):
+        self.reply = ""
+
+    def stream(self, messages, *, max_tokens: int | None = None):
+        yield self.reply
+
+    def count_tokens(self, text: str) -> int:
+        return estimate_tokens(text)
+
+
+class _NothingToConsolidate:
+    """The day rollover with nothing to summarise (its LLM calls are not a turn's overhead)."""
+
+    def __init__(self, report_type):
+        self._report = report_type
+
+    def run(self, user, now, **_):
+        return self._report(user)
+
+
+@dataclass
+class TurnTimes:
+    before: list[float] = field(default_factory=list)   # ms, message in -> prompt ready
+    after: list[float] = field(default_factory=list)    # ms, reply complete -> turn stored
+    embed_query: list[float] = field(default_factory=list)      # ms of each turn in the embedder
+    embed_document: list[float] = field(default_factory=list)
+
+    @property
+    def total(self) -> list[float]:
+        return [b + a for b, a in zip(self.before, self.after)]
+
+    def summary(self) -> dict:
+        def pct(values: Sequence[float]) -> dict:
+            return {"p50": round(float(np.percentile(values, 50)), 2),
+                    "p95": round(float(np.percentile(values, 95)), 2)} if values else {"p50": None, "p95": None}
+        return pct(self.total) | {"n": len(self.before), "before_reply": pct(self.before),
+                                  "after_reply": pct(self.after), "embed_query": pct(self.embed_query),
+                                  "embed_document": pct(self.embed_document)}
+
+
+class TurnRunner:
+    """Runs timed turns for any user of ``bank``, with a clock the benchmark moves forward."""
+
+    def __init__(self, bank: MemoryBank, *, lang: str = "en"):
+        self.bank = bank
+        self.backend = InstantBackend()
+        self.now = datetime(2030, 1, 1, 19, 0)
+        self.path = "companion"
+        try:
+            from ..core.companion import Companion
+            from ..config import Settings
+            from ..core.consolidate import ConsolidationReport
+        except ImportError:
+            self.companion = None
+            self.path = "bank"
+        else:
+            settings = Settings(home=bank.home, lang=lang, max_new_tokens=256)
+            self.companion = Companion(bank, self.backend, settings=settings, clock=lambda: self.now,
+                                       consolidator=_NothingToConsolidate(ConsolidationReport))
+
+    def turn(self, user: str, message: str, reply: str, lang: str = "en") -> tuple[float, float]:
+        """One turn; returns (before, after) in milliseconds."""
+        self.backend.reply = reply
+        if self.companion is None:
+            return self._bank_turn(user, message, reply)
+        start = time.perf_counter()
+        stream = self.companion.respond(user, message, lang=lang)
+        chunks = iter(stream)
+        next(chunks)                       # the prompt is built: the reply's first token
+        ready = time.perf_counter()
+        for _ in chunks:
+            pass
+        done = time.perf_counter()
+        result = stream.result
+        if result is None or result.error or result.turn is None:
+            raise RuntimeError(f"the benchmark turn failed: {result.error if result else 'no result'}")
+        return (ready - start) * 1000, (done - ready) * 1000
+
+    def _bank_turn(self, user: str, message: str, reply: str) -> tuple[float, float]:
+        """The same steps through the bank: history, retrieval, a dated prompt, store, reinforce."""
+        start = time.perf_counter()
+        history = self.bank.turns_on(user, self.now.date())[-20:]
+        exclude = {t.id for t in history}
+        k = self.bank.retrieval_config.k
+        hits = [h for h in self.bank.retrieve(user, message, self.now, k=k + len(exclude))
+                if h.record.id not in exclude][:k]
+        lines = [f"- {h.record.day.isoformat()}: {h.record.text[:400]}" for h in hits]
+        turns = [f"{t.query}\n{t.response}" for t in history]
+        prompt = "\n".join(["Memories:", *lines, "Today:", *turns, message])
+        estimate_tokens(prompt)
+        ready = time.perf_counter()
+        self.bank.add_turn(user, message, reply, self.now)
+        if hits:
+            self.bank.reinforce(user, [h.record.id for h in hits], self.now)
+        done = time.perf_counter()
+        return (ready - start) * 1000, (done - ready) * 1000
+
+    def advance(self, turns_per_day: int, i: int) -> None:
+        """The next turn's time: a few minutes later, the next evening after ``turns_per_day``."""
+        if (i + 1) % turns_per_day == 0:
+            self.now = datetime.combine(self.now.date() + timedelta(days=1), self.now.time().replace(hour=19, minute=0))
+        else:
+            self.now += timedelta(minutes=3)
+
+
+def run_turns(bank: MemoryBank, pick_user: Callable[[int], str], turns: int, warmup: int,
+              gen: DialogueGenerator, *, start: datetime, turns_per_day: int = 20) -> tuple[TurnTimes, str]:
+    """``warmup`` untimed turns, then ``turns`` timed ones; ``pick_user(i)`` names each turn's user.
+    With a ``TimedEmbedder`` in the bank, each turn's time in the embedder is recorded too."""
+    runner = TurnRunner(bank)
+    runner.now = start
+    times = TurnTimes()
+    timed = bank.embedder if isinstance(bank.embedder, TimedEmbedder) else None
+    for i in range(warmup + turns):
+        lang = gen.lang()
+        message, reply = gen.message(lang), gen.reply(lang)
+        spent = dict(timed.seconds) if timed else {}
+        before, after = runner.turn(pick_user(i), message, reply, lang)
+        if i >= warmup:
+            times.before.append(before)
+            times.after.append(after)
+            if timed:
+                times.embed_query.append(1000 * (timed.seconds["query"] - spent["query"]))
+                times.embed_document.append(1000 * (timed.seconds["document"] - spent["document"]))
+        runner.advance(turns_per_day, i)
+    return times, runner.path

@@ -1,0 +1,1 @@
+"""The ``siliconfriend`` command line: ``main`` builds the parser, one module per command group."""

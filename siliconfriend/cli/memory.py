@@ -1,0 +1,229 @@
+"""Memory commands: import / export of MemoryBank files, listing and searching memories, the
+forgetting pass, and the retrieval evaluation."""
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import sys
+from datetime import date, datetime
+from pathlib import Path
+
+
+def _bank(args):
+    from ..config import Settings
+    from ..factory import build_bank
+    settings = Settings.load(home=args.home)
+    return build_bank(settings)
+
+
+def _known_user(bank, user: str) -> bool:
+    if bank.has_user(user):
+        return True
+    print(f"siliconfriend: no memories for user {user!r}", file=sys.stderr)
+    return False
+
+
+def _now(args) -> datetime:
+    return datetime.fromisoformat(args.now) if getattr(args, "now", None) else datetime.now()
+
+
+def cmd_import(args) -> int:
+    from memory.memorybank_format import BankFormatError, import_bank
+    from tqdm import tqdm
+    bank = _bank(args)
+    try:
+        counts = import_bank(bank, args.file, only_user=args.user, rename=args.as_user, progress=tqdm)
+    except BankFormatError as exc:
+        print(f"siliconfriend: nothing imported: {exc}", file=sys.stderr)
+        return 1
+    finally:
+        bank.close()
+    for user, n in counts.items():
+        print(f"{user}: {n} turns imported")
+    return 0
+
+
+def cmd_export(args) -> int:
+    from memory.memorybank_format import export_bank
+    bank = _bank(args)
+    try:
+        users = [args.user] if args.user else None
+        if args.user and not _known_user(bank, args.user):
+            return 1
+        data = json.dumps(export_bank(bank, users), ensure_ascii=False, indent=2)
+    finally:
+        bank.close()
+    if args.out:
+        tmp = Path(args.out).with_suffix(".tmp")
+        tmp.write_text(data, encoding="utf-8")
+        tmp.replace(args.out)
+        print(f"written {args.out}", file=sys.stderr)
+    else:
+        print(data)
+    return 0
+
+
+def _fmt(rec, retention: float, extra: str = "") -> str:
+    flag = "pinned" if rec.pinned else rec.state.value
+    text = rec.text.replace("\n", " / ")
+    if len(text) > 100:
+        text = text[:97] + "..."
+    return f"#{rec.id:<5} {rec.day}  {rec.kind.value:<18} S={rec.strength:<4g} R={retention:.3f} {flag:<8} {extra}{text}"
+
+
+def cmd_memories(args) -> int:
+    from memory.records import Kind, State
+    bank = _bank(args)
+    now = _now(args)
+    try:
+        if not _known_user(bank, args.user):
+            return 1
+        if args.action == "search":
+            if not args.query:
+                print("siliconfriend: memories search needs a query", file=sys.stderr)
+                return 2
+            for hit in bank.search_text(args.user, " ".join(args.query), now, k=args.k,
+                                        include_archived=args.all):
+                print(_fmt(hit.record, hit.retention, f"score={hit.score:.3f} "))
+                print(f"        why: {'; '.join(hit.reasons)}")
+        else:
+            filters = {}
+            if args.day:
+                filters["day"] = date.fromisoformat(args.day)
+            if args.kind:
+                filters["kind"] = Kind(args.kind)
+            if not args.all:
+                filters["state"] = State.ACTIVE
+            for rec in bank.records(args.user, **filters):
+                print(_fmt(rec, bank.retention(rec, now)))
+    finally:
+        bank.close()
+    return 0
+
+
+def cmd_forget(args) -> int:
+    bank = _bank(args)
+    now = _now(args)
+    try:
+        if not _known_user(bank, args.user):
+            return 1
+        decisions = bank.forget_pass(args.user, now, rng=random.Random(args.seed), dry_run=args.dry_run)
+        for d in decisions:
+            mark = "ARCHIVE" if d.archived else "keep   "
+            print(f"{mark} {_fmt(d.record, d.retention)}")
+        n = sum(d.archived for d in decisions)
+        verb = "would be archived" if args.dry_run else "archived"
+        print(f"{n} of {len(decisions)} memories {verb} (threshold {bank.policy.threshold},"
+              f" mode {bank.policy.mode})")
+        if args.purge and not args.dry_run:
+            print(f"{bank.purge_archived(args.user)} archived memories deleted for good")
+    finally:
+        bank.close()
+    return 0
+
+
+def _ablations():
+    from dataclasses import replace
+    return {
+        "hybrid": lambda c: c,
+        "dense-only": lambda c: replace(c, dense_weight=1.0, previous_weight=0, next_weight=0, use_dates=False),
+        "lexical-only": lambda c: replace(c, dense_weight=0.0, previous_weight=0, next_weight=0, use_dates=False),
+        "no-dates": lambda c: replace(c, use_dates=False),
+        "no-neighbours": lambda c: replace(c, previous_weight=0, next_weight=0),
+        "no-replies": lambda c: replace(c, use_replies=False),
+        "no-archive": lambda c: replace(c, archive_penalty=None),
+    }
+
+
+ABLATIONS = _ablations()
+
+
+def cmd_eval(args) -> int:
+    from dataclasses import replace
+    from memory.embedders import create_embedder
+    from ..config import Settings
+    from ..bench.retrieval_eval import evaluate_retrieval
+    from ..factory import build_policy
+    from memory.retrieval import RetrievalConfig
+    settings = Settings.load(home=args.home)
+    ks = tuple(sorted({1, 2, 3, 5, 10, args.k}))
+    details: list | None = [] if args.details else None
+    config = ABLATIONS[args.ablation](RetrievalConfig(k=settings.retrieval_k))
+    backend = None
+    if args.backend:
+        from ..factory import build_backend
+        backend = build_backend(replace(settings, backend=args.backend, model=args.model or settings.model))
+    from tqdm import tqdm
+    result = evaluate_retrieval(args.bank, args.labels, create_embedder(args.embedder or settings.embedder),
+                                policy=build_policy(settings), config=config, ks=ks, details=details,
+                                as_used=args.as_used, backend=backend, lang=args.lang or settings.lang,
+                                progress=tqdm if args.as_used else None, database_url=args.database_url)
+    if args.json:
+        print(json.dumps(result))
+    else:
+        print(f"{result['n']} questions with evidence")
+        print("k      " + "  ".join(f"{k:>6}" for k in ks))
+        print("recall " + "  ".join(f"{result[f'recall@{k}']:6.3f}" for k in ks))
+        print("hit    " + "  ".join(f"{result[f'hit@{k}']:6.3f}" for k in ks))
+        for category, c in result.get("by_category", {}).items():
+            print(f"category {category}: {c['n']} questions, recall@5 {c['recall@5']:.3f}, recall@10 {c['recall@10']:.3f}")
+    if details is not None:
+        for d in details:
+            print(json.dumps(d, ensure_ascii=False), file=sys.stderr)
+    return 0
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("import-memorybank", help="import a MemoryBank JSON file")
+    p.add_argument("file")
+    p.add_argument("--user", help="import only this user of the file")
+    p.add_argument("--as-user", help="store under this user name instead")
+    p.set_defaults(func=cmd_import)
+
+    p = sub.add_parser("export-memorybank", help="export memories as MemoryBank JSON")
+    p.add_argument("--user", help="only this user (default: all)")
+    p.add_argument("--out", help="file to write (default: standard output)")
+    p.set_defaults(func=cmd_export)
+
+    p = sub.add_parser("memories", help="list or search a user's memories, with S and R")
+    p.add_argument("action", choices=["list", "search"])
+    p.add_argument("query", nargs="*")
+    p.add_argument("--user", required=True)
+    p.add_argument("--day", help="only this day (YYYY-MM-DD)")
+    p.add_argument("--kind", choices=["turn", "daily_events", "global_events", "daily_personality",
+                                      "global_personality"])
+    p.add_argument("--all", action="store_true", help="include archived memories")
+    p.add_argument("-k", type=int, default=10)
+    p.add_argument("--now", help="the time to compute retention at (default: now)")
+    p.set_defaults(func=cmd_memories)
+
+    p = sub.add_parser("forget", help="the forgetting pass: archive what has faded")
+    p.add_argument("--user", required=True)
+    p.add_argument("--dry-run", action="store_true", help="show S, R and what would be archived")
+    p.add_argument("--purge", action="store_true", help="then delete archived memories for good")
+    p.add_argument("--seed", type=int, default=0, help="seed for the probabilistic mode")
+    p.add_argument("--now")
+    p.set_defaults(func=cmd_forget)
+
+    p = sub.add_parser("eval", help="evaluations")
+    esub = p.add_subparsers(dest="what", required=True)
+    e = esub.add_parser("retrieval", help="recall@k / hit@k on labelled probing questions")
+    e.add_argument("--bank", required=True)
+    e.add_argument("--labels", required=True)
+    e.add_argument("--k", type=int, default=5)
+    e.add_argument("--embedder", help="override the configured embedder")
+    e.add_argument("--json", action="store_true")
+    e.add_argument("--details", action="store_true", help="per-question rankings on stderr")
+    e.add_argument("--ablation", choices=sorted(ABLATIONS), default="hybrid",
+                   help="switch parts of retrieval off, to see what each one brings")
+    e.add_argument("--database-url", help="evaluate the PostgreSQL store: the bank goes into a scratch "
+                   "database on this server (dropped afterwards)")
+    e.add_argument("--as-used", action="store_true",
+                   help="live the bank's days as the companion does (importance, rehearsal, the default "
+                        "forgetting at each day's end), then ask each question at its time")
+    e.add_argument("--backend", help="with --as-used: write the daily summaries with this backend "
+                                     "(default: the summaries the bank file carries)")
+    e.add_argument("--model", help="with --backend: the model")
+    e.add_argument("--lang", choices=["en", "zh"], help="language of the summaries written with --backend")
+    e.set_defaults(func=cmd_eval)

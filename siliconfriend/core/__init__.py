@@ -1,0 +1,1 @@
+"""The companion core: one turn (companion), the end-of-day consolidation, and the prompts."""

@@ -1,0 +1,421 @@
+"""The companion: one chat turn, top to bottom.
+
+``respond`` reads the clock, rolls finished days over (daily and global summaries, forgetting),
+retrieves the memories closest to the message, fits the meta-prompt (persona, global summary and
+personality, memories with their dates, today's conversation) into the model's context, streams
+the reply, and when the reply is complete stores the turn and reinforces the memories that were in
+the prompt. An LLM failure stores nothing and says what went wrong in ``result.error``.
+"""
+from __future__ import annotations
+
+import logging
+import secrets
+import threading
+from collections import defaultdict
+from dataclasses import dataclass, field
+from datetime import date, datetime
+from typing import Callable, Iterator, Sequence
+
+from memory.bank import MemoryBank, UnknownMemory, user_key
+from memory.pg_db import StoreUnavailable
+from memory.records import Kind, MemoryRecord
+from memory.retrieval import Hit
+
+from ..backends.base import BackendError, ChatBackend, Message
+from ..config import Settings
+from .consolidate import ConsolidationReport, Consolidator
+from .prompting import PromptSet, fit_chat, load_prompts
+
+log = logging.getLogger("siliconfriend.core.companion")
+
+QUERY_CHARS = 2000        # what of a (very long) message is used as the retrieval query
+MEMORY_CHARS = 400        # a remembered message or reply is cut to this many characters in the prompt
+# today's conversation in the prompt: each earlier message (and reply) of the day is cut to this
+# many characters, and the day's turns, newest first, fill at most HISTORY_TOKENS; so one long
+# message does not ride along in every later prompt of the day
+HISTORY_CHARS = 1000
+HISTORY_TOKENS = 1200
+TODAY = "today"           # the kind of a "what I remembered" entry that is a line of today's talk
+
+
+def used_entry(hit: Hit) -> dict:
+    """The one "what I remembered" entry of a memory a reply used: kept with the stored turn and
+    shown in the panel."""
+    rec = hit.record
+    text = rec.text if len(rec.text) <= MEMORY_CHARS else rec.text[:MEMORY_CHARS] + "…"
+    return {"id": rec.id, "kind": rec.kind.value, "day": rec.day.isoformat(), "strength": round(rec.strength, 2),
+            "retention": round(hit.retention, 3), "why": "; ".join(hit.reasons), "text": text}
+
+
+def today_entry(turn: MemoryRecord) -> dict:
+    """The "what I remembered" entry of one of today's turns that was in the prompt (today's
+    conversation is in the prompt as it is, not retrieved)."""
+    text = turn.query if len(turn.query) <= MEMORY_CHARS else turn.query[:MEMORY_CHARS] + "…"
+    return {"id": turn.id, "kind": TODAY, "day": turn.day.isoformat(), "strength": round(turn.strength, 2),
+            "retention": 1.0, "why": "today's conversation, in the prompt", "text": text}
+
+
+def _clip(text: str, n: int, marker: str) -> str:
+    return text if len(text) <= n else f"{text[:n].rstrip()} {marker}"
+
+
+@dataclass
+class TurnResult:
+    reply: str                 # the whole reply (what was generated before a failure, if one happened)
+    used: list[Hit]            # the memories put into the prompt (reinforced when the turn was stored)
+    turn: MemoryRecord | None  # the stored turn (None if nothing was stored)
+    messages: list[Message]    # the exact prompt sent
+    error: str | None = None   # a user-readable message when the LLM failed; nothing was stored
+    text: str = ""             # the user's message, kept so that it can be sent again
+    stopped: bool = False      # the reply was stopped early (what came so far is the reply)
+    today: list[MemoryRecord] = field(default_factory=list)   # today's turns that were in the prompt
+
+
+class ReplyStream:
+    """Iterate to get the reply's text chunks; afterwards ``result`` is the TurnResult.
+    ``messages``, ``used`` and ``today`` are set as soon as the prompt is built; ``consolidation`` tells
+    what a day rollover before this turn did (None if none ran)."""
+
+    def __init__(self, run: Callable[["ReplyStream"], Iterator[str]]):
+        self.result: TurnResult | None = None
+        self.messages: list[Message] = []
+        self.used: list[Hit] = []
+        self.today: list[MemoryRecord] = []    # today's turns in the prompt
+        self.consolidation: ConsolidationReport | None = None
+        self._stop = threading.Event()
+        self._chunks = run(self)
+
+    def __iter__(self) -> Iterator[str]:
+        return self._chunks
+
+    def stop(self) -> None:
+        """Stop generating: what was generated so far is kept as the reply and stored."""
+        self._stop.set()
+
+    @property
+    def stopped(self) -> bool:
+        return self._stop.is_set()
+
+    def collect(self) -> TurnResult:
+        """Run the turn to its end (without streaming) and return its result."""
+        for _ in self._chunks:
+            pass
+        assert self.result is not None
+        return self.result
+
+
+@dataclass
+class _Turn:
+    user: str
+    text: str
+    now: datetime
+    lang: str
+    backend: ChatBackend
+    replace: MemoryRecord | None = None   # regenerate: the turn whose reply is replaced
+    store: bool = True
+    history: list[MemoryRecord] = field(default_factory=list)
+    given_history: list[tuple[str, str]] | None = None   # the client's own earlier exchanges (API)
+    persona: str | None = None                           # replaces the settings' persona for this turn
+
+
+ROLLOVER_MARK = "rollover_mark"   # changed whenever a summarised day becomes pending again
+
+
+class Companion:
+    def __init__(self, bank: MemoryBank, backend: ChatBackend, *, settings: Settings,
+                 clock: Callable[[], datetime] = datetime.now, consolidator: Consolidator | None = None,
+                 summary_tokens: int | None = None, prompt_budget: int | None = None, history_turns: int = 20):
+        self.bank = bank
+        self.backend = backend
+        self.settings = settings
+        self.clock = clock
+        self.max_new_tokens = settings.max_new_tokens
+        self.prompt_budget = prompt_budget
+        self.history_turns = history_turns
+        self.consolidator = consolidator or Consolidator(
+            bank, backend, companion_name=settings.companion_name,
+            summary_tokens=summary_tokens or settings.max_new_tokens,
+            prompt_budget=prompt_budget)
+        self._guard = threading.Lock()
+        self._store_locks: dict[str, threading.Lock] = defaultdict(threading.Lock)
+        self._rollover_locks: dict[str, threading.Lock] = defaultdict(threading.Lock)
+        # user -> (the day a complete rollover was last checked, the store's rollover mark then):
+        # the mark changes when any process invalidates a summarised day, so that this note
+        # never hides a day another worker made pending again
+        self._rolled: dict[str, tuple[date, str | None]] = {}
+
+    # -- the turn -----------------------------------------------------------------------------
+    def respond(self, user: str, text: str, *, lang: str | None = None, backend: ChatBackend | None = None,
+                store: bool = True, history: Sequence[tuple[str, str]] | None = None,
+                persona: str | None = None) -> ReplyStream:
+        """Answer ``text``. Nothing happens until the stream is iterated. ``store=False`` answers
+        without writing the turn or reinforcing (probing questions). ``history``: the earlier
+        exchanges (user's words, reply) as a client keeps them (a chat app resending its chat),
+        used as the conversation so far instead of today's stored turns, and never stored again;
+        ``persona`` replaces the configured persona for this turn."""
+        user_key(user)   # a bad user name is a ValueError now, not halfway through
+        if not isinstance(text, str) or not text.strip():
+            raise ValueError("the message is empty: type something to say")
+        turn = _Turn(user, text.strip(), self.clock(), self._lang(lang), backend or self.backend, store=store,
+                     given_history=None if history is None else [(str(q), str(a)) for q, a in history],
+                     persona=persona)
+        return ReplyStream(lambda stream: self._run(stream, turn))
+
+    def regenerate(self, user: str, *, lang: str | None = None, backend: ChatBackend | None = None) -> ReplyStream:
+        """A new reply to the last message of today, replacing the stored one when it is complete."""
+        now = self.clock()
+        turns = self.bank.turns_on(user, now.date())
+        if not turns:
+            raise ValueError("there is no reply to regenerate today")
+        last = turns[-1]
+        turn = _Turn(user, last.query, now, self._lang(lang), backend or self.backend, replace=last)
+        return ReplyStream(lambda stream: self._run(stream, turn))
+
+    def _lang(self, lang: str | None) -> str:
+        lang = lang or self.settings.lang
+        load_prompts(lang)   # an unknown language fails here, clearly
+        return lang
+
+    def _run(self, stream: ReplyStream, turn: _Turn) -> Iterator[str]:
+        stream.consolidation = self._rollover(turn.user, turn.now, turn.lang, turn.backend)
+        prompts = load_prompts(turn.lang)
+        today = self.bank.turns_on(turn.user, turn.now.date())
+        if turn.replace is not None:
+            today = [t for t in today if t.position < turn.replace.position]
+        if turn.given_history is not None:
+            # the stored turns the client shows again are in the prompt as its history already
+            said = {" ".join(q.split()) for q, _ in turn.given_history}
+            turn.history = [t for t in today if " ".join(t.query.split()) in said]
+        else:
+            turn.history = today[-self.history_turns:] if self.history_turns else []
+        stream.messages, stream.used, stream.today = self._prompt(turn, prompts)
+        parts: list[str] = []
+        error = None
+        try:
+            chunks = turn.backend.stream(stream.messages, max_tokens=self.max_new_tokens)
+            try:
+                for chunk in chunks:
+                    if stream.stopped:
+                        break
+                    parts.append(chunk)
+                    yield chunk
+                    if stream.stopped:
+                        break
+            finally:
+                close = getattr(chunks, "close", None)
+                if close is not None:
+                    close()   # a local model stops generating at its next token
+        except BackendError as exc:
+            log.warning("reply for %s failed: %s", turn.user, exc)
+            error = f"No reply: {exc}. Your message was not lost; send it again to retry."
+        except GeneratorExit:   # the consumer went away mid-reply (a closed tab): keep what came
+            stream.stop()
+            stream.result = self._finish(stream, turn, "".join(parts), None)
+            raise
+        stream.result = self._finish(stream, turn, "".join(parts), error)
+
+    def _finish(self, stream: ReplyStream, turn: _Turn, reply: str, error: str | None) -> TurnResult:
+        reply = reply.strip()
+        result = TurnResult(reply, list(stream.used), None, list(stream.messages), error, turn.text, stream.stopped,
+                            today=list(stream.today))
+        if error is None and not reply and not stream.stopped:
+            result.error = "No reply: the model returned nothing. Your message was not lost; send it again to retry."
+        if result.error or not turn.store:
+            return result
+        try:
+            return self._store(turn, result, reply)
+        except StoreUnavailable as exc:   # the database went away mid-turn
+            log.warning("turn of %s not (completely) stored: %s", turn.user, exc)
+            if result.turn is None:       # nothing of this turn was committed: the user may resend
+                result.error = f"Your message and this reply could not be saved: {exc}"
+            return result                 # else the turn is stored; only its recall counts were not
+
+    def _store(self, turn: _Turn, result: TurnResult, reply: str) -> TurnResult:
+        with self._store_lock(turn.user):
+            if turn.replace is not None:
+                if not reply:
+                    result.turn = turn.replace
+                    result.error = "The new reply was empty: the previous reply was kept."
+                    return result
+                try:
+                    result.turn = self.bank.edit_text(turn.user, turn.replace.id, reply, extra=self._extra(result))
+                except UnknownMemory:
+                    result.error = "That message was deleted in the meantime: the new reply was not stored."
+                    return result
+                self._invalidate_if_summarised(turn.user, turn.replace.day)
+            else:
+                result.turn = self.bank.add_turn(turn.user, turn.text, reply, turn.now, extra=self._extra(result))
+            if result.used:
+                self.bank.reinforce(turn.user, [h.record.id for h in result.used], turn.now)
+        return result
+
+    @staticmethod
+    def _extra(result: TurnResult) -> dict:
+        """What a stored turn keeps of its prompt: the memories used and today's lines in it."""
+        return {"used": [used_entry(h) for h in result.used], TODAY: [today_entry(t) for t in result.today]}
+
+    def _store_lock(self, user: str) -> threading.Lock:
+        with self._guard:
+            return self._store_locks[user]
+
+    # -- the prompt ---------------------------------------------------------------------------
+    def _history(self, turn: _Turn, prompts: PromptSet) -> list[tuple[str, str]]:
+        """Today's turns for the prompt, oldest first: each message cut to HISTORY_CHARS, and
+        only the most recent that fit in HISTORY_TOKENS."""
+        cut = prompts.fragment("cut")
+        pairs: list[tuple[str, str]] = []
+        used = 0
+        for t in reversed(turn.history):
+            pair = (_clip(t.query, HISTORY_CHARS, cut), _clip(t.response, HISTORY_CHARS, cut))
+            used += turn.backend.count_tokens(pair[0]) + turn.backend.count_tokens(pair[1])
+            if pairs and used > HISTORY_TOKENS:
+                break
+            pairs.insert(0, pair)
+        return pairs
+
+    def _prompt(self, turn: _Turn, prompts: PromptSet) -> tuple[list[Message], list[Hit], list[MemoryRecord]]:
+        exclude = {t.id for t in turn.history}
+        if turn.replace is not None:
+            exclude.add(turn.replace.id)
+        k = self.bank.retrieval_config.k
+        query = turn.text if len(turn.text) <= QUERY_CHARS else \
+            f"{turn.text[:QUERY_CHARS // 2]}\n{turn.text[-QUERY_CHARS // 2:]}"
+        hits = [h for h in self.bank.retrieve(turn.user, query, turn.now, k=k + len(exclude))
+                if h.record.id not in exclude][:k]
+        if turn.given_history is not None:
+            pairs = turn.given_history[-self.history_turns:] if self.history_turns else []
+        else:
+            pairs = self._history(turn, prompts)
+        fitted = fit_chat(prompts, self.meta_values(turn.user, turn.now, prompts, turn.backend, persona=turn.persona),
+                          [self.memory_line(h.record, prompts) for h in hits], pairs, turn.text,
+                          budget=self._budget(turn.backend), count=turn.backend.count_tokens)
+        if fitted.shortened:
+            log.info("prompt for %s shortened to fit: %s", turn.user, ", ".join(fitted.shortened))
+        kept = pairs[len(pairs) - fitted.kept_history:] if fitted.kept_history else []
+        if turn.given_history is not None:
+            said = {" ".join(q.split()) for q, _ in kept}
+            today = [t for t in turn.history if " ".join(t.query.split()) in said]
+        else:
+            today = turn.history[len(turn.history) - len(kept):] if kept else []
+        return fitted.messages, hits[:fitted.kept_memories], today
+
+    def _budget(self, backend: ChatBackend) -> int:
+        room = backend.context_tokens - self.max_new_tokens - 32
+        return min(room, self.prompt_budget) if self.prompt_budget else room
+
+    def meta_values(self, user: str, now: datetime, prompts: PromptSet,
+                    backend: ChatBackend | None = None, *, persona: str | None = None) -> dict[str, str]:
+        """What fills the meta-prompt besides the memories, for ``user`` at ``now``. With a
+        fine-tuned adapter that was trained with a system prompt in this language, the meta-prompt
+        opens with that prompt (``trained_prompt``)."""
+        glob = {kind: self.bank.get_summary(user, kind) for kind in (Kind.GLOBAL_EVENTS, Kind.GLOBAL_PERSONALITY)}
+        nothing = prompts.fragment("nothing_yet")
+        persona = (self.settings.persona if persona is None else persona).strip()
+        trained = (getattr(backend or self.backend, "system_prompts", None) or {}).get(prompts.lang, "")
+        return {
+            "trained_prompt": f"{trained}\n" if trained else "",
+            "companion_name": self.settings.companion_name,
+            "user_name": user,
+            "today": prompts.format_date(now.date()),
+            "persona": prompts.fragment("persona", persona=persona) if persona else "",
+            "global_events": glob[Kind.GLOBAL_EVENTS].text if glob[Kind.GLOBAL_EVENTS] else nothing,
+            "global_personality": glob[Kind.GLOBAL_PERSONALITY].text if glob[Kind.GLOBAL_PERSONALITY] else nothing,
+        }
+
+    @staticmethod
+    def memory_line(rec: MemoryRecord, prompts: PromptSet) -> str:
+        """One memory as the meta-prompt shows it: with its date."""
+        when = prompts.format_date(rec.day)
+        cut = prompts.fragment("cut")
+
+        def short(s: str) -> str:
+            s = " ".join(s.split())
+            return s if len(s) <= MEMORY_CHARS else f"{s[:MEMORY_CHARS].rstrip()} {cut}"
+
+        if rec.kind == Kind.TURN:
+            if rec.response.strip():
+                return prompts.fragment("memory_turn", date=when, user_name=rec.user, query=short(rec.query),
+                                        response=short(rec.response))
+            return prompts.fragment("memory_user_only", date=when, user_name=rec.user, query=short(rec.query))
+        if rec.kind == Kind.DAILY_EVENTS:
+            return prompts.fragment("memory_daily_events", date=when, text=short(rec.text))
+        if rec.kind == Kind.DAILY_PERSONALITY:
+            return prompts.fragment("memory_daily_personality", date=when, user_name=rec.user, text=short(rec.text))
+        return prompts.fragment("memory_other", date=when, text=short(rec.text))
+
+    # -- the day ------------------------------------------------------------------------------
+    def _rollover(self, user: str, now: datetime, lang: str, backend: ChatBackend) -> ConsolidationReport | None:
+        """Summarise the finished days, once per user and day (again while a summary keeps failing)."""
+        today = now.date()
+        mark = self.bank.user_meta(user, ROLLOVER_MARK)
+        if self._rolled.get(user) == (today, mark):
+            return None
+        with self._guard:
+            lock = self._rollover_locks[user]
+        with lock, self.bank.exclusive(user, "rollover"):
+            # another tab, or another worker over the same store, may have done it meanwhile:
+            # then nothing is pending and no summary is written twice
+            if self._rolled.get(user) == (today, mark):
+                return None
+            report = self.consolidator.run(user, now, lang=lang, backend=backend)
+            if report.ok:
+                self._rolled[user] = (today, mark)
+        return report
+
+    def consolidation(self, user: str, *, until: date | None = None, lang: str | None = None,
+                      backend: ChatBackend | None = None, forget: bool | None = None) -> ConsolidationReport:
+        """Summarise the days up to ``until`` (inclusive; default: every day before today) and fold
+        them into the global summaries, then forget what faded. The full report."""
+        user_key(user)
+        now = self.clock()
+        with self._guard:
+            lock = self._rollover_locks[user]
+        with lock, self.bank.exclusive(user, "rollover"):
+            report = self.consolidator.run(user, now, until=until, lang=self._lang(lang),
+                                           backend=backend or self.backend, forget=forget)
+            if report.ok and (until is None or until >= now.date()):
+                self._rolled[user] = (now.date(), self.bank.user_meta(user, ROLLOVER_MARK))
+        return report
+
+    def consolidate(self, user: str, *, until: date | None = None) -> list[date]:
+        """The days summarised now (see ``consolidation``)."""
+        return self.consolidation(user, until=until).summarised
+
+    def _invalidate_if_summarised(self, user: str, day: date) -> None:
+        if any(self.bank.get_summary(user, kind, day) for kind in (Kind.DAILY_EVENTS, Kind.DAILY_PERSONALITY)):
+            self.consolidator.invalidate_day(user, day)
+            self.bank.set_user_meta(user, ROLLOVER_MARK, secrets.token_hex(8))   # for every worker
+            self._rolled.pop(user, None)
+
+    def forget_user(self, user: str) -> None:
+        """Drop what this companion keeps in memory about ``user`` (after the account is deleted)."""
+        with self._guard:
+            self._rolled.pop(user, None)
+            self._store_locks.pop(user, None)
+            self._rollover_locks.pop(user, None)
+
+    # -- the chat and the profile -------------------------------------------------------------
+    def today(self, user: str) -> list[MemoryRecord]:
+        """Today's turns in order (to show the chat again after a reload)."""
+        return self.bank.turns_on(user, self.clock().date())
+
+    def delete_turn(self, user: str, turn_id: int) -> None:
+        """Delete a turn and its memory; the summaries of its day are written again without it."""
+        rec = self.bank.get(user, turn_id)
+        if rec.kind != Kind.TURN:
+            raise ValueError(f"memory {turn_id} is a {rec.kind.value}, not a dialogue turn")
+        with self._store_lock(user):
+            self.bank.delete(user, [rec.id])
+        self._invalidate_if_summarised(user, rec.day)
+
+    def profile(self, user: str) -> dict:
+        """What the companion has made of the user: the global summaries and each day's."""
+        glob = {kind: self.bank.get_summary(user, kind) for kind in (Kind.GLOBAL_EVENTS, Kind.GLOBAL_PERSONALITY)}
+        events = {r.day: r.text for r in self.bank.summaries(user, Kind.DAILY_EVENTS)}
+        persona = {r.day: r.text for r in self.bank.summaries(user, Kind.DAILY_PERSONALITY)}
+        return {
+            "global_events": glob[Kind.GLOBAL_EVENTS].text if glob[Kind.GLOBAL_EVENTS] else "",
+            "global_personality": glob[Kind.GLOBAL_PERSONALITY].text if glob[Kind.GLOBAL_PERSONALITY] else "",
+            "daily": [{"day": d.isoformat(), "events": events.get(d, ""), "personality": persona.get(d, "")}
+                      for d in sorted(set(events) | set(persona))],
+        }

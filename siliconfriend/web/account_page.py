@@ -1,0 +1,153 @@
+"""The settings and account tab: the companion's name, persona and model (one of those the
+operator offers, by a friendly name); export all my data (a link for this session only, gone
+after the download or within minutes); delete my account and every trace of it.
+
+``AccountHandlers`` holds the handlers as named methods; ``build_account`` wires them.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+from typing import Callable
+
+import gradio as gr
+
+from .common import guard, lang_of
+from .i18n import Translator, t
+from .service import WebService
+
+EXPORT_ROUTE = "/sf-export"       # + "/<ticket>": served by app.py, once, to the session that asked
+
+
+class AccountHandlers:
+    def __init__(self, service: WebService, cache_dirs: Callable[[], list[Path]] = lambda: []):
+        self.service = service
+        self.cache_dirs = cache_dirs
+
+    def model_options(self) -> list[tuple[str, str]]:
+        """(friendly name, "backend:model") of each model users may choose."""
+        return [(label, key) for key, label in self.service.model_labels.items()]
+
+    def save(self, token_v, name_v, persona_v, model_v) -> str:
+        lang = lang_of(self.service, token_v)
+        backend, _, model = (model_v or "").partition(":")
+        if not model:
+            prefs = self.service.prefs(token_v)
+            backend, model = prefs["backend"], prefs["model"]
+        self.service.save_prefs(token_v, companion_name=name_v, persona=persona_v, backend=backend, model=model)
+        return t("saved", lang)
+
+    def export(self, token_v) -> str:
+        """A one-time download link (relative to the app's root) for this session's export."""
+        lang = lang_of(self.service, token_v)
+        ticket = self.service.export_file(token_v)
+        return t("export_link", lang, url=f"{EXPORT_ROUTE.lstrip('/')}/{ticket}",
+                 minutes=self.service.export_seconds / 60)
+
+    def delete(self, token_v, password_v, request: gr.Request = None) -> list:
+        from .client import request_client
+        lang = lang_of(self.service, token_v)
+        client = request_client(request, self.service.trusted_proxies)
+        self.service.delete_account(token_v, password_v or "", extra_dirs=self.cache_dirs(), client=client)
+        return ["", "", t("account_deleted", lang)]
+
+    def create_key(self, token_v, label_v) -> list:
+        """A new API key: the table, the secret shown once, the label box emptied."""
+        lang = lang_of(self.service, token_v)
+        made = self.service.create_api_key(token_v, label_v or "")
+        return [keys_markdown(self.service, token_v, lang), t("key_created", lang, secret=made.key), ""]
+
+    def revoke_key(self, token_v, key_id_v) -> list:
+        lang = lang_of(self.service, token_v)
+        if key_id_v is None:
+            raise ValueError("type the id of the key to revoke")
+        info = self.service.revoke_api_key(token_v, int(key_id_v))
+        return [keys_markdown(self.service, token_v, lang), t("key_revoked", lang, id=info.id)]
+
+    def fill(self, token_v: str) -> list:
+        """Values for the tab's outputs: settings, export link, password box, the API keys section."""
+        p = self.service.prefs(token_v)
+        lang = p.get("lang", "en")
+        return [p["companion_name"], p["persona"], f"{p['backend']}:{p['model']}", "", "",
+                t("keys_intro", lang, base="/v1"), keys_markdown(self.service, token_v, lang), ""]
+
+    @staticmethod
+    def blank() -> list:
+        return ["", "", gr.skip(), "", "", gr.skip(), "", ""]
+
+
+@dataclass
+class AccountParts:
+    handlers: AccountHandlers
+    outputs: list
+    deleted: object                      # the delete event, for the app to chain "show the login"
+
+    def fill(self, token: str) -> list:
+        return self.handlers.fill(token)
+
+    def blank(self) -> list:
+        return self.handlers.blank()
+
+
+def build_account(service: WebService, tr: Translator, token: gr.BrowserState, notice: gr.Markdown,
+                  cache_dirs: Callable[[], list[Path]]) -> AccountParts:
+    """``notice``: the login box's message, where "your account was deleted" is said."""
+    guarded = guard(service)
+    h = AccountHandlers(service, cache_dirs)
+    options = h.model_options()
+    tr(gr.Markdown(tr.text("prefs_intro")), value="prefs_intro")
+    with gr.Row():
+        name = tr(gr.Textbox(label=tr.text("companion_name"), elem_id="companion_name", max_length=80),
+                  label="companion_name")
+        model = tr(gr.Dropdown(options, value=options[0][1] if options else None, label=tr.text("model"),
+                               allow_custom_value=False, elem_id="model"), label="model")
+    persona = tr(gr.Textbox(label=tr.text("persona"), lines=3, elem_id="persona", max_length=2000), label="persona")
+    save = tr(gr.Button(tr.text("save_prefs"), variant="primary", elem_id="save_prefs"), value="save_prefs")
+    prefs_status = gr.Markdown()
+
+    tr(gr.Markdown(tr.text("data_intro")), value="data_intro")
+    export = tr(gr.Button(tr.text("export"), elem_id="export"), value="export")
+    export_status = gr.HTML(elem_id="export_link")
+
+    keys_intro = gr.Markdown(tr.text("keys_intro", base="/v1"))
+    keys_table = gr.Markdown(elem_id="api_keys")
+    with gr.Row():
+        key_label = tr(gr.Textbox(label=tr.text("key_label"), elem_id="key_label", max_length=80, scale=3),
+                       label="key_label")
+        key_create = tr(gr.Button(tr.text("key_create"), elem_id="key_create", scale=1), value="key_create")
+    new_key = gr.Markdown(elem_id="new_key")
+    with gr.Row():
+        key_id = tr(gr.Number(label=tr.text("key_id"), precision=0, elem_id="key_id", scale=3), label="key_id")
+        key_revoke = tr(gr.Button(tr.text("key_revoke"), elem_id="key_revoke", scale=1), value="key_revoke")
+
+    tr(gr.Markdown(tr.text("danger_intro")), value="danger_intro")
+    with gr.Row():
+        confirm = tr(gr.Textbox(label=tr.text("confirm_password"), type="password", elem_id="delete_password",
+                                scale=3), label="confirm_password")
+        delete = tr(gr.Button(tr.text("delete_account"), variant="stop", elem_id="delete_account", scale=2),
+                    value="delete_account")
+
+    key_create.click(guarded(h.create_key), [token, key_label], [keys_table, new_key, key_label],
+                     api_name="api_key_create")
+    key_revoke.click(guarded(h.revoke_key), [token, key_id], [keys_table, new_key], api_name="api_key_revoke")
+    save.click(guarded(h.save), [token, name, persona, model], prefs_status, api_name="save_settings")
+    export.click(guarded(h.export), [token], export_status, api_name="export")
+    deleted = delete.click(guarded(h.delete), [token, confirm], [token, confirm, notice], api_name="delete_account")
+    return AccountParts(h, [name, persona, model, export_status, confirm, keys_intro, keys_table, new_key], deleted)
+
+
+def keys_markdown(service: WebService, token: str, lang: str) -> str:
+    """The user's API keys as a table (their first characters only)."""
+    if service.api_keys is None:
+        return ""
+    keys = service.list_api_keys(token)
+    if not keys:
+        return t("no_keys", lang)
+
+    def when(ts: float | None) -> str:
+        return datetime.fromtimestamp(ts).strftime("%Y-%m-%d %H:%M") if ts else "-"
+
+    rows = [f"| {k.id} | `{k.prefix}…` | {t('key_active' if k.active else 'key_is_revoked', lang)} | "
+            f"{when(k.created_at)} | {when(k.last_used_at)} | {k.label.replace('|', '/')} |" for k in keys]
+    return "\n".join([t("keys_table", lang), *rows])

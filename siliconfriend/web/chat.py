@@ -1,0 +1,297 @@
+"""The chat tab: streamed replies, stop, regenerate / retry, clear the screen, and beside each
+reply what the companion remembered (date, S, R and why for each memory it used, and the lines of
+today's conversation that were in the prompt).
+
+``ChatHandlers`` holds the handlers as named methods (tests call them without a browser);
+``build_chat`` lays out the components and wires the events to them.
+"""
+from __future__ import annotations
+
+import html
+import logging
+from dataclasses import dataclass
+from typing import Any, Callable, Iterator
+
+import gradio as gr
+
+from ..core.companion import TODAY, today_entry
+from .common import guard, lang_of, notify
+from .i18n import Translator, t
+from .service import MAX_MESSAGE_CHARS, WebService
+
+log = logging.getLogger("siliconfriend.web")
+
+THINKING = "…"
+
+
+def _clip(text: str, n: int = 280) -> str:
+    text = " ".join((text or "").split())
+    return text if len(text) <= n else text[: n - 1] + "…"
+
+
+def shown(text: str) -> str:
+    """A person's own words as the chat shows them: literally (``<img src=x>`` is text, not an image)."""
+    return html.escape(text or "", quote=False)
+
+
+def remembered_markdown(items: list[dict], lang: str) -> str:
+    """The "what I remembered" text for one reply: the memories retrieved, then the lines of
+    today's conversation that were in the prompt."""
+    memories = [it for it in items if it["kind"] != TODAY]
+    today = [it for it in items if it["kind"] == TODAY]
+    lines = []
+    for it in memories:
+        day = it["day"] if not it["day"].startswith("1970") else "—"
+        why = it["why"] or "—"
+        lines.append(f"- **{day}** · {t('kind_' + it['kind'], lang)} · S {it['strength']:g} · "
+                     f"R {it['retention']:.2f} · #{it['id']}  \n  _{html.escape(why)}_  \n"
+                     f"  > {html.escape(_clip(it['text']))}")
+    if not memories:
+        lines.append(t("remembered_none_today" if today else "remembered_none", lang))
+    if today:
+        lines.append(f"\n**{t('today_lines', lang, n=len(today))}**")
+        lines += [f"- #{it['id']} {html.escape(_clip(it['text'], 160))}" for it in today]
+    return "\n".join(lines)
+
+
+def remembered_title(items: list[dict], lang: str) -> str:
+    memories = sum(1 for it in items if it["kind"] != TODAY)
+    today = len(items) - memories
+    title = f"🧠 {t('remembered', lang)} ({memories})"
+    return f"{title} · {t('today_short', lang, n=today)}" if today else title
+
+
+def turn_messages(query: str, reply: str, remembered: list[dict] | None, lang: str) -> list[dict]:
+    out = [{"role": "user", "content": shown(query)}]
+    if remembered is not None:
+        out.append({"role": "assistant", "content": remembered_markdown(remembered, lang),
+                    "metadata": {"title": remembered_title(remembered, lang), "status": "done"}})
+    out.append({"role": "assistant", "content": reply})
+    return out
+
+
+def stored_remembered(turn: Any) -> list[dict] | None:
+    """The "what I remembered" entries a stored turn keeps (``companion.used_entry`` and
+    ``today_entry``), or None for a turn stored before they were kept."""
+    extra = getattr(turn, "extra", None) or {}
+    if "used" not in extra:
+        return None
+    return [*(extra.get("used") or []), *(extra.get(TODAY) or [])]
+
+
+def counter_text(text: str | None, lang: str = "en") -> str:
+    n = len(text or "")
+    note = t("counter", lang, n=f"{n:,}", limit=f"{MAX_MESSAGE_CHARS:,}")
+    return f"⚠️ {note}" if n > MAX_MESSAGE_CHARS else note
+
+
+class ChatHandlers:
+    """Every handler takes the session token first and yields / returns values for ``OUTPUTS``
+    (chatbot, message box, remembered panel, failed-message state, screen state)."""
+
+    OUTPUTS = ("chatbot", "message", "remembered", "failed", "view")
+
+    def __init__(self, service: WebService):
+        self.service = service
+
+    # -- the server's copy of the screen, bound to its user -----------------------------------
+    @staticmethod
+    def mine(state: Any, user: str, key: str, empty: Any) -> Any:
+        """A state that reaches another user's handler (same tab, same API client) is empty."""
+        return state.get(key, empty) if isinstance(state, dict) and state.get("user") == user else empty
+
+    def _run(self, token: str, user: str, start: Callable[[], Any], msgs: list, text: str) -> Iterator[tuple]:
+        """Stream one reply into the last message of ``msgs``; on failure say why and keep ``text``."""
+        service = self.service
+        lang = lang_of(service, token)
+        screen = {"user": user, "messages": msgs}
+        stream = None
+        reply = ""
+        error = None
+        try:
+            stream = start()
+            ahead = service.ahead(token)
+            if ahead:     # the model answers one reply at a time: say where this one stands
+                msgs[-1] = {"role": "assistant", "content": t("waiting_model", lang, n=ahead)}
+                yield msgs, gr.skip(), gr.skip(), gr.skip(), screen
+            shown_panel = False
+            for chunk in stream:
+                reply += chunk
+                msgs[-1] = {"role": "assistant", "content": reply + " ▌"}
+                panel = gr.skip()
+                if not shown_panel and getattr(stream, "messages", None):   # the prompt is built
+                    panel = remembered_markdown(self._entries(stream), lang)
+                    shown_panel = True
+                yield msgs, gr.skip(), panel, gr.skip(), screen
+            result = stream.result
+            error = getattr(result, "error", None)
+        except (gr.Error, PermissionError):
+            raise
+        except Exception as exc:   # BackendError and friends: the user must read it
+            log.warning("chat failed: %s", exc)
+            error, result = str(exc) or type(exc).__name__, None
+        finally:
+            if stream is not None:
+                service.finished(token, stream)
+        if error:
+            msgs[-1] = {"role": "assistant", "content": t("llm_error", lang, error=error)}
+            yield msgs, text, gr.skip(), {"user": user, "text": text}, screen
+            return
+        final = getattr(result, "reply", None) or reply
+        if getattr(result, "stopped", False) or getattr(stream, "stopped", False):
+            final = f"{final} {t('stopped', lang)}".strip()
+        used = self._entries(result)
+        asked = msgs[-2] if len(msgs) >= 2 else {"role": "user", "content": ""}   # already as shown
+        msgs[-2:] = [asked, *turn_messages("", final, used, lang)[1:]]
+        yield msgs, gr.skip(), remembered_markdown(used, lang), {}, screen
+
+    def _entries(self, source: Any) -> list[dict]:
+        """The panel's entries of a stream or a result: memories used and today's lines."""
+        return [*self.service.remembered(getattr(source, "used", None) or []),
+                *(today_entry(r) for r in getattr(source, "today", None) or [])]
+
+    @staticmethod
+    def _ask(msgs: list, query: str) -> list:
+        """``msgs`` up to (not including) the last user message, then ``query`` and a placeholder."""
+        last_user = max((i for i, m in enumerate(msgs) if m.get("role") == "user"), default=None)
+        if last_user is not None and msgs[last_user].get("content") == shown(query):
+            msgs = msgs[:last_user]
+        return msgs + [{"role": "user", "content": shown(query)}, {"role": "assistant", "content": THINKING}]
+
+    # -- the handlers -------------------------------------------------------------------------
+    def send(self, token_v: str, text: str, view_v: dict):
+        """Send the message in the box. An empty or too long one is refused with a note, and
+        stays in the box."""
+        service = self.service
+        user = service.user(token_v)
+        try:
+            text = service.check_message(text)
+        except ValueError as exc:
+            notify(str(exc))
+            yield gr.skip(), gr.skip(), gr.skip(), gr.skip(), gr.skip()
+            return
+        msgs = list(self.mine(view_v, user, "messages", [])) + [{"role": "user", "content": shown(text)},
+                                                                {"role": "assistant", "content": THINKING}]
+        yield msgs, "", gr.skip(), {}, {"user": user, "messages": msgs}
+        yield from self._run(token_v, user, lambda: service.respond(token_v, text), msgs, text)
+
+    def regenerate(self, token_v: str, view_v: dict, failed_v: dict):
+        service = self.service
+        user = service.user(token_v)
+        lang = lang_of(service, token_v)
+        msgs = list(self.mine(view_v, user, "messages", []))
+        retry = self.mine(failed_v, user, "text", "")
+        if retry:   # the last reply failed: send the kept message again
+            msgs = self._ask(msgs, retry)
+            yield msgs, "", gr.skip(), {}, {"user": user, "messages": msgs}
+            yield from self._run(token_v, user, lambda: service.respond(token_v, retry), msgs, retry)
+            return
+        turns = service.today(token_v)
+        if not turns:
+            notify(t("nothing_to_regen", lang), level="info")
+            yield gr.skip(), gr.skip(), gr.skip(), gr.skip(), gr.skip()
+            return
+        msgs = self._ask(msgs, turns[-1].query)
+        yield msgs, gr.skip(), gr.skip(), {}, {"user": user, "messages": msgs}
+        yield from self._run(token_v, user, lambda: service.regenerate(token_v), msgs, "")
+
+    def stop(self, token_v: str) -> None:
+        self.service.stop(token_v)
+
+    def clear(self, token_v: str) -> list:
+        lang = lang_of(self.service, token_v)
+        self.service.user(token_v)
+        return [[], t("remembered_empty", lang), {}, {}]
+
+    def count(self, token_v: str, text: str) -> str:
+        """The counter under the message box (no session needed: it only counts)."""
+        return counter_text(text, lang_of(self.service, token_v))
+
+    def restore(self, token_v: str) -> list:
+        """Today's conversation, for a page load or a new login: values for ``OUTPUTS``. The
+        message box is left as it is (a message typed before a re-login is kept)."""
+        service = self.service
+        lang = lang_of(service, token_v)
+        user = service.user(token_v)
+        msgs: list[dict] = []
+        try:
+            turns = service.today(token_v)
+        except PermissionError:
+            raise
+        except Exception as exc:   # no companion yet (model missing...): an empty screen, logged
+            log.warning("could not restore today's conversation: %s", exc)
+            turns = []
+        for turn in turns:
+            msgs += turn_messages(turn.query, turn.response, stored_remembered(turn), lang)
+        return [msgs, gr.skip(), t("remembered_empty", lang), {}, {"user": user, "messages": msgs}]
+
+    @staticmethod
+    def blank(lang: str) -> list:
+        """Logged out: an empty screen; the message box keeps what was typed."""
+        return [[], gr.skip(), t("remembered_empty", lang), {}, {}]
+
+
+@dataclass
+class ChatParts:
+    handlers: ChatHandlers
+    chatbot: gr.Chatbot
+    message: gr.Textbox
+    outputs: list
+
+    def restore(self, token: str) -> list:
+        return self.handlers.restore(token)
+
+    def blank(self, lang: str) -> list:
+        return self.handlers.blank(lang)
+
+
+def ungated(trigger: Callable) -> Callable:
+    return trigger
+
+
+def build_chat(service: WebService, tr: Translator, token: gr.BrowserState,
+               gate: Callable[[Callable], Callable] = ungated) -> ChatParts:
+    """``gate(trigger)``: the trigger, behind a check that the tab's session still holds (see
+    app.py: a lost one sends the page to the login box, the typed text kept)."""
+    guarded = guard(service)
+    handlers = ChatHandlers(service)
+    with gr.Row(equal_height=False):
+        with gr.Column(scale=3):
+            chatbot = gr.Chatbot(show_label=False, height=480, elem_id="chatbot", buttons=["copy"],
+                                 feedback_options=None)
+            # lines=1 grows up to max_lines: Enter sends, Shift+Enter starts a new line
+            message = tr(gr.Textbox(label=tr.text("message"), placeholder=tr.text("message_ph"), lines=1,
+                                    max_lines=8, elem_id="message", submit_btn=False), label="message",
+                         placeholder="message_ph")
+            counter = gr.Markdown(counter_text(""), elem_id="message_counter", elem_classes=["sf-note"])
+            with gr.Row():
+                send = tr(gr.Button(tr.text("send"), variant="primary", elem_id="send"), value="send")
+                stop = tr(gr.Button(tr.text("stop"), variant="stop", elem_id="stop"), value="stop")
+                regen = tr(gr.Button(tr.text("regenerate"), elem_id="regenerate"), value="regenerate")
+                clear = tr(gr.Button(tr.text("clear"), elem_id="clear"), value="clear")
+            tr(gr.Markdown(tr.text("clear_note"), elem_classes=["sf-note"]), value="clear_note")
+        with gr.Column(scale=2, min_width=260):
+            tr(gr.Markdown(f"### {tr.text('remembered')}"), value="remembered_h")
+            remembered = tr(gr.Markdown(tr.text("remembered_empty"), elem_id="remembered",
+                                        elem_classes=["sf-remembered"]), value="remembered_empty")
+    view = gr.State({})
+    failed = gr.State({})
+
+    outputs = [chatbot, message, remembered, failed, view]
+    send_fn, regen_fn = guarded(handlers.send), guarded(handlers.regenerate)
+    gate(send.click)(send_fn, [token, message, view], outputs, api_name="chat", concurrency_limit=4,
+                     concurrency_id="chat")
+    gate(message.submit)(send_fn, [token, message, view], outputs, api_visibility="private", concurrency_limit=4,
+                         concurrency_id="chat")
+    gate(regen.click)(regen_fn, [token, view, failed], outputs, api_name="regenerate",
+                      concurrency_limit=4, concurrency_id="chat")
+    gate(chatbot.retry)(regen_fn, [token, view, failed], outputs, api_visibility="private",
+                        concurrency_limit=4, concurrency_id="chat")
+    clear_fn = guarded(handlers.clear)
+    chatbot.clear(clear_fn, [token], [chatbot, remembered, failed, view], api_visibility="private")
+    stop.click(guarded(handlers.stop), [token], None, api_name="stop", concurrency_limit=None)
+    clear.click(clear_fn, [token], [chatbot, remembered, failed, view], api_name="clear_screen",
+                concurrency_limit=None)
+    message.change(handlers.count, [token, message], counter, api_visibility="private", show_progress="hidden",
+                   queue=False)
+    return ChatParts(handlers, chatbot, message, outputs)

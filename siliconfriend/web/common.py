@@ -1,0 +1,80 @@
+"""What the Gradio handlers share: turning refusals into messages the user reads."""
+from __future__ import annotations
+
+import functools
+import inspect
+import logging
+from typing import Any, Callable
+
+import gradio as gr
+
+from memory.bank import UnknownMemory
+from memory.pg_db import StoreUnavailable
+
+from .accounts import AccountError
+from .i18n import t
+from .service import NotLoggedIn, WebService
+
+log = logging.getLogger("siliconfriend.web")
+
+
+def lang_of(service: WebService, token: str | None) -> str:
+    try:
+        return service.prefs(token)["lang"]
+    except NotLoggedIn:
+        return service.settings.lang
+
+
+def notify(message: str, *, level: str = "warning") -> None:
+    """A note that pops up in the page (a log line outside a request, e.g. in tests)."""
+    try:
+        (gr.Info if level == "info" else gr.Warning)(message)
+    except Exception:   # no request context
+        log.info("%s", message)
+
+
+def _refusal(service: WebService, token: Any, exc: Exception) -> gr.Error:
+    lang = lang_of(service, token if isinstance(token, str) else None)
+    if isinstance(exc, NotLoggedIn):
+        return gr.Error(t("login_first", lang), title="🔒", print_exception=False)
+    if isinstance(exc, UnknownMemory):
+        return gr.Error(str(exc.args[0]) if exc.args else "no such memory", print_exception=False)
+    return gr.Error(str(exc), print_exception=False)
+
+
+def guard(service: WebService) -> Callable[[Callable], Callable]:
+    """Decorate a handler whose first argument is the session token: NotLoggedIn, AccountError,
+    ValueError and UnknownMemory become a gr.Error the user reads; anything else is logged and
+    shown as a short message. Generator handlers stay generators; the signature is kept (Gradio
+    reads it for gr.Request / gr.SelectData parameters)."""
+    expected = (NotLoggedIn, AccountError, ValueError, UnknownMemory, StoreUnavailable)
+
+    def as_gr_error(fn: Callable, args: tuple, exc: Exception) -> gr.Error:
+        if isinstance(exc, expected):
+            return _refusal(service, args[0] if args else None, exc)
+        log.exception("handler %s failed", fn.__name__)
+        return gr.Error(f"{type(exc).__name__}: {exc}")
+
+    def decorate(fn: Callable) -> Callable:
+        if inspect.isgeneratorfunction(fn):
+            @functools.wraps(fn)
+            def gen_wrapper(*args, **kwargs):
+                try:
+                    yield from fn(*args, **kwargs)
+                except gr.Error:
+                    raise
+                except Exception as exc:
+                    raise as_gr_error(fn, args, exc) from None
+            return gen_wrapper
+
+        @functools.wraps(fn)
+        def wrapper(*args, **kwargs):
+            try:
+                return fn(*args, **kwargs)
+            except gr.Error:
+                raise
+            except Exception as exc:
+                raise as_gr_error(fn, args, exc) from None
+        return wrapper
+
+    return decorate

@@ -1,0 +1,296 @@
+"""The memory page: browse and search every memory with S, R and state; pin, delete (after a
+confirmation), restore an archived one; read and edit the daily and global summaries and the
+personality profile; "summarise now" with its progress; a plot of retention over time.
+
+``MemoryHandlers`` holds the handlers as named methods (tests call them without a browser); a
+refused action (an unknown id, restoring an active memory) says why in the page's status line and
+leaves the rest of the page as it was. ``build_memory`` lays out the components and wires them.
+"""
+from __future__ import annotations
+
+import html
+from dataclasses import astuple, dataclass
+from typing import Any, Callable
+
+import gradio as gr
+
+from memory.bank import UnknownMemory
+from memory.records import Kind, State
+
+from .accounts import AccountError
+from .common import guard, lang_of, notify
+from .i18n import Translator, t
+from .plot import retention_figure
+from .service import MemoryRow, WebService
+
+COLUMNS = ["id", "day", "kind", "state", "pinned", "S", "R", "recalls", "text", "why", "importance", "status"]
+ALL = "all"
+
+
+def headers(lang: str) -> list[str]:
+    return [t(f"col_{c}", lang) if c not in ("S", "R") else c for c in COLUMNS]
+
+
+def kind_choices(lang: str) -> list[tuple[str, str]]:
+    return [(t("all", lang), ALL)] + [(t(f"kind_{k.value}", lang), k.value) for k in Kind]
+
+
+def state_choices(lang: str) -> list[tuple[str, str]]:
+    return [(t("all", lang), ALL)] + [(t(f"state_{s.value}", lang), s.value) for s in State]
+
+
+def table_value(rows: list[MemoryRow], lang: str) -> dict:
+    """The table's value: translated headers, kinds and states; long texts cut."""
+    data = []
+    for r in rows:
+        row = list(astuple(r))
+        row[2] = t(f"kind_{r.kind}", lang)
+        row[3] = t(f"state_{r.state}", lang)
+        row[4] = t("yes", lang) if r.pinned else ""
+        row[8] = r.text if len(r.text) <= 400 else r.text[:399] + "…"
+        data.append(row)
+    return {"headers": headers(lang), "data": data}
+
+
+def _filters(day_v, kind_v, state_v):
+    return (None if day_v in (None, "", ALL) else day_v, None if kind_v in (None, "", ALL) else kind_v,
+            None if state_v in (None, "", ALL) else state_v)
+
+
+class MemoryHandlers:
+    """The page's handlers. ``everything`` and the actions return values for ``PAGE`` (+ the
+    status line and the selected id for the actions)."""
+
+    PAGE = ("day", "table", "plot", "sum_day", "daily_events", "daily_personality", "global_events",
+            "global_personality")
+    REFUSALS = (UnknownMemory, AccountError, ValueError)
+
+    def __init__(self, service: WebService):
+        self.service = service
+
+    def table(self, token_v, day_v=ALL, kind_v=ALL, state_v=ALL, query_v="", archived_v=True) -> dict:
+        d, k, s = _filters(day_v, kind_v, state_v)
+        rows = self.service.memories(token_v, day=d, kind=k, state=s, query=query_v or "",
+                                     include_archived=bool(archived_v))
+        return table_value(rows, lang_of(self.service, token_v))
+
+    def summary_values(self, token_v, day_v=None) -> list:
+        s = self.service.summaries(token_v, day_v or None)
+        return [gr.update(choices=s["summary_days"], value=s["day"] or None), s["daily_events"],
+                s["daily_personality"], s["global_events"], s["global_personality"]]
+
+    def everything(self, token_v, day_v=ALL, kind_v=ALL, state_v=ALL, query_v="", archived_v=True) -> list:
+        service = self.service
+        lang = lang_of(service, token_v)
+        days = service.days(token_v)
+        day_v = day_v if day_v in days else ALL
+        table = self.table(token_v, day_v, kind_v, state_v, query_v, archived_v)
+        return [gr.update(choices=[(t("all", lang), ALL)] + [(d, d) for d in days], value=day_v), table,
+                retention_figure(service.retention_curves(token_v), lang), *self.summary_values(token_v)]
+
+    def search(self, token_v, day_v, kind_v, state_v, query_v, archived_v) -> list:
+        """The page for these filters, and the line under the search: a search shows only the
+        memories that match it, and says "no memories match" when none does."""
+        out = self.everything(token_v, day_v, kind_v, state_v, query_v, archived_v)
+        none = (query_v or "").strip() and not out[1]["data"]
+        return out + [t("no_match", lang_of(self.service, token_v)) if none else ""]
+
+    def select(self, token_v, evt: gr.SelectData):
+        self.service.user(token_v)
+        row = evt.row_value or []
+        return str(row[0]) if row else ""
+
+    def _refused(self, token_v, exc: Exception, extra: int = 1) -> list:
+        """The page left as it was; the status line says why."""
+        message = str(exc.args[0]) if exc.args else type(exc).__name__
+        notify(message)
+        return [gr.skip()] * len(self.PAGE) + [f"⚠️ {message}"] + [gr.skip()] * extra
+
+    def _act(self, name: str, fn: Callable[[int], Any], token_v, memory_v, filters: tuple) -> list:
+        lang = lang_of(self.service, token_v)
+        self.service.user(token_v)
+        if memory_v in (None, ""):
+            return [gr.skip()] * len(self.PAGE) + [t("pick_memory", lang), gr.skip()]
+        try:
+            rec = fn(memory_v)
+        except self.REFUSALS as exc:
+            return self._refused(token_v, exc)
+        number = getattr(rec, "id", None) or memory_v
+        return self.everything(token_v, *filters) + [t(f"done_{name}", lang, id=number),
+                                                      "" if name == "delete" else str(number)]
+
+    def pin(self, token_v, memory_v, *filters) -> list:
+        return self._act("pin", lambda i: self.service.pin(token_v, i, True), token_v, memory_v, filters)
+
+    def unpin(self, token_v, memory_v, *filters) -> list:
+        return self._act("unpin", lambda i: self.service.pin(token_v, i, False), token_v, memory_v, filters)
+
+    def restore(self, token_v, memory_v, *filters) -> list:
+        return self._act("restore", lambda i: self.service.restore(token_v, i), token_v, memory_v, filters)
+
+    def ask_delete(self, token_v, memory_v) -> list:
+        """The first step of "delete for good": the memory is named and a confirmation asked
+        for; nothing is deleted yet. Values for (status, confirm row, pending)."""
+        lang = lang_of(self.service, token_v)
+        user = self.service.user(token_v)
+        if memory_v in (None, ""):
+            return [t("pick_memory", lang), gr.update(visible=False), {}]
+        try:
+            rec = self.service.memory(token_v, memory_v)
+        except self.REFUSALS as exc:
+            notify(str(exc.args[0]) if exc.args else "")
+            return [f"⚠️ {exc.args[0] if exc.args else exc}", gr.update(visible=False), {}]
+        preview = html.escape(" ".join(rec.text.split())[:80], quote=False)
+        return [t("confirm_delete", lang, id=rec.id, text=preview), gr.update(visible=True),
+                {"user": user, "id": rec.id}]
+
+    def confirm_delete(self, token_v, pending_v, *filters) -> list:
+        """The second step: delete the memory that was asked about. Values for PAGE, status,
+        selected id, confirm row, pending."""
+        lang = lang_of(self.service, token_v)
+        user = self.service.user(token_v)
+        pending = pending_v if isinstance(pending_v, dict) and pending_v.get("user") == user else {}
+        if not pending.get("id"):
+            return [gr.skip()] * len(self.PAGE) + [t("pick_memory", lang), gr.skip(), gr.update(visible=False), {}]
+        out = self._act("delete", lambda i: self.service.delete_memories(token_v, [i]), token_v,
+                        pending["id"], filters)
+        return out + [gr.update(visible=False), {}]
+
+    def cancel_delete(self, token_v) -> list:
+        lang = lang_of(self.service, token_v)
+        self.service.user(token_v)
+        return [t("delete_cancelled", lang), gr.update(visible=False), {}]
+
+    def summary_of_day(self, token_v, day_v) -> list:
+        return self.summary_values(token_v, day_v)[1:3]
+
+    def save_daily(self, token_v, day_v, events_v, pers_v) -> str:
+        lang = lang_of(self.service, token_v)
+        try:
+            saved = self.service.save_summaries(token_v, day=day_v or None, daily_events=events_v,
+                                                daily_personality=pers_v)
+        except self.REFUSALS as exc:
+            return f"⚠️ {exc}"
+        return t("saved" if saved else "nothing_saved", lang)
+
+    def save_global(self, token_v, events_v, pers_v) -> str:
+        lang = lang_of(self.service, token_v)
+        saved = self.service.save_summaries(token_v, global_events=events_v, global_personality=pers_v)
+        return t("saved" if saved else "nothing_saved", lang)
+
+    def summarise(self, token_v, *filters_v, progress: Any = None) -> list:
+        """Summarise every finished day now, one day at a time with its progress."""
+        lang = lang_of(self.service, token_v)
+
+        def step(done: int, total: int, day) -> None:
+            if progress is not None:
+                progress((done, total), desc=t("summarising", lang, day=day.isoformat()))
+
+        days = self.service.summarise_now(token_v, progress=step)
+        note = t("summarised", lang, days=", ".join(d.isoformat() for d in days)) if days \
+            else t("nothing_summarised", lang)
+        return self.everything(token_v, *filters_v) + [note]
+
+    def refresh(self, token_v: str) -> list:
+        return self.everything(token_v)
+
+    @staticmethod
+    def blank(lang: str = "en") -> list:
+        return [gr.update(choices=[(t("all", lang), ALL)], value=ALL), {"headers": headers(lang), "data": []},
+                None, gr.update(choices=[], value=None), "", "", "", ""]
+
+
+@dataclass
+class MemoryParts:
+    handlers: MemoryHandlers
+    outputs: list
+
+    def refresh(self, token: str) -> list:
+        return self.handlers.refresh(token)
+
+    def blank(self, lang: str = "en") -> list:
+        return self.handlers.blank(lang)
+
+
+def build_memory(service: WebService, tr: Translator, token: gr.BrowserState,
+                 gate: Callable[[Callable], Callable] = lambda trigger: trigger) -> MemoryParts:
+    """``gate``: as for ``build_chat``."""
+    guarded = guard(service)
+    h = MemoryHandlers(service)
+    tr(gr.Markdown(tr.text("mem_intro")), value="mem_intro")
+    with gr.Row():
+        day = tr(gr.Dropdown([(tr.text("all"), ALL)], value=ALL, label=tr.text("mem_day"), elem_id="mem_day",
+                             scale=1), label="mem_day")
+        kind = tr(gr.Dropdown(kind_choices(tr.lang), value=ALL, label=tr.text("mem_kind"), elem_id="mem_kind",
+                              scale=1), label="mem_kind", choices=kind_choices)
+        state = tr(gr.Dropdown(state_choices(tr.lang), value=ALL, label=tr.text("mem_state"), elem_id="mem_state",
+                               scale=1), label="mem_state", choices=state_choices)
+        archived = tr(gr.Checkbox(True, label=tr.text("mem_archived"), scale=1), label="mem_archived")
+    with gr.Row():
+        query = tr(gr.Textbox(label=tr.text("mem_search"), elem_id="mem_query", scale=4), label="mem_search")
+        search = tr(gr.Button(tr.text("mem_search_btn"), variant="primary", elem_id="mem_search", scale=1),
+                    value="mem_search_btn")
+    search_note = gr.Markdown(elem_id="mem_search_note")
+    table = gr.Dataframe(headers=headers(tr.lang), value=None, show_label=False, interactive=False, wrap=True,
+                         elem_id="mem_table", max_height=420,
+                         column_widths=["5%", "9%", "12%", "7%", "6%", "4%", "5%", "7%", "30%", "15%"])
+    tr(gr.Markdown(tr.text("mem_table"), elem_classes=["sf-note"]), value="mem_table")
+    with gr.Row():
+        selected = tr(gr.Textbox("", label=tr.text("mem_id"), placeholder=tr.text("mem_id_ph"), elem_id="mem_id",
+                                 max_length=24, scale=1), label="mem_id", placeholder="mem_id_ph")
+        pin = tr(gr.Button(tr.text("pin"), scale=1, elem_id="mem_pin"), value="pin")
+        unpin = tr(gr.Button(tr.text("unpin"), scale=1, elem_id="mem_unpin"), value="unpin")
+        restore = tr(gr.Button(tr.text("restore"), scale=1, elem_id="mem_restore"), value="restore")
+        delete = tr(gr.Button(tr.text("delete"), variant="stop", scale=1, elem_id="mem_delete"), value="delete")
+    with gr.Row(visible=False, elem_id="mem_confirm_row") as confirm_row:
+        confirm = tr(gr.Button(tr.text("delete_yes"), variant="stop", elem_id="mem_delete_yes"), value="delete_yes")
+        cancel = tr(gr.Button(tr.text("delete_no"), elem_id="mem_delete_no"), value="delete_no")
+    status = gr.Markdown(elem_id="mem_status")
+    pending = gr.State({})
+
+    tr(gr.Markdown(f"### {tr.text('plot')}"), value="plot_h")
+    plot = gr.Plot(show_label=False, elem_id="retention_plot")
+
+    with tr(gr.Accordion(tr.text("summaries"), open=True), label="summaries"):
+        with gr.Row():
+            sum_day = tr(gr.Dropdown([], label=tr.text("sum_day"), allow_custom_value=False, scale=2), label="sum_day")
+            summarise = tr(gr.Button(tr.text("summarise_now"), elem_id="summarise_now", scale=1), value="summarise_now")
+        with gr.Row():
+            daily_events = tr(gr.Textbox(label=tr.text("daily_events"), lines=3), label="daily_events")
+            daily_pers = tr(gr.Textbox(label=tr.text("daily_personality"), lines=3), label="daily_personality")
+        save_daily = tr(gr.Button(tr.text("save_daily")), value="save_daily")
+        with gr.Row():
+            global_events = tr(gr.Textbox(label=tr.text("global_events"), lines=4, elem_id="global_events"),
+                               label="global_events")
+            global_pers = tr(gr.Textbox(label=tr.text("global_personality"), lines=4, elem_id="global_personality"),
+                             label="global_personality")
+        save_global = tr(gr.Button(tr.text("save_global")), value="save_global")
+        sum_status = gr.Markdown()
+
+    filters = [day, kind, state, query, archived]
+    page = [day, table, plot, sum_day, daily_events, daily_pers, global_events, global_pers]
+    for trigger, api in ((search.click, "memories"), (query.submit, None), (day.input, None), (kind.input, None),
+                         (state.input, None)):
+        kwargs = {"api_name": api} if api else {"api_visibility": "private"}
+        gate(trigger)(guarded(h.search), [token, *filters], page + [search_note], **kwargs)
+    table.select(guarded(h.select), [token], selected, api_visibility="private")
+    for name, button in (("pin", pin), ("unpin", unpin), ("restore", restore)):
+        gate(button.click)(guarded(getattr(h, name)), [token, selected, *filters], page + [status, selected],
+                           api_name=f"memory_{name}")
+    gate(delete.click)(guarded(h.ask_delete), [token, selected], [status, confirm_row, pending],
+                       api_name="memory_delete")
+    gate(confirm.click)(guarded(h.confirm_delete), [token, pending, *filters],
+                        page + [status, selected, confirm_row, pending], api_name="memory_delete_confirm")
+    cancel.click(guarded(h.cancel_delete), [token], [status, confirm_row, pending], api_visibility="private")
+
+    sum_day.input(guarded(h.summary_of_day), [token, sum_day], [daily_events, daily_pers], api_name="summary_of_day")
+    save_daily.click(guarded(h.save_daily), [token, sum_day, daily_events, daily_pers], sum_status,
+                     api_name="save_daily_summary")
+    save_global.click(guarded(h.save_global), [token, global_events, global_pers], sum_status,
+                      api_name="save_global_summary")
+
+    def on_summarise(token_v, day_v, kind_v, state_v, query_v, archived_v, progress=gr.Progress()):
+        return h.summarise(token_v, day_v, kind_v, state_v, query_v, archived_v, progress=progress)
+
+    gate(summarise.click)(guarded(on_summarise), [token, *filters], page + [sum_status], api_name="summarise_now")
+    return MemoryParts(h, page)
