@@ -23,6 +23,7 @@ run: $(STAMP)
 
 test: $(STAMP)
 	bash .ci/browser-deps
+	bash .ci/proxy-deps
 	$(BIN)/python -m pytest -q -x --durations=15
 
 bench: $(STAMP)

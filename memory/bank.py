@@ -19,10 +19,11 @@ import random
 import re
 import threading
 from collections import OrderedDict
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import date, datetime
 from pathlib import Path
-from typing import Callable, Sequence
+from typing import Callable, ContextManager, Iterator, Sequence
 
 import numpy as np
 
@@ -52,6 +53,18 @@ def user_key(user: str) -> str:
     slug = re.sub(r"[^a-z0-9]+", "-", user.lower()).strip("-")[:24]
     digest = hashlib.sha256(user.encode("utf-8")).hexdigest()[:16]
     return f"{slug}-{digest}" if slug else digest
+
+
+@contextmanager
+def _file_lock(path: Path) -> Iterator[None]:
+    import fcntl
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "a") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)
 
 
 @dataclass
@@ -102,7 +115,7 @@ class MemoryBank:
     def __init__(self, home: Path | str, embedder: Embedder, *, policy: ForgettingPolicy | None = None,
                  retrieval: RetrievalConfig | None = None, max_open_users: int = 64,
                  progress: Callable | None = None):
-        self.home = Path(home)
+        self.home = Path(home) if home is not None else None
         self.embedder = embedder
         # what every vector is made with and how; stored with each user's vectors and index
         self.vectors_id = f"{embedder.id}; {TURN_VECTORS}"
@@ -114,6 +127,9 @@ class MemoryBank:
         self._open: OrderedDict[str, _Open] = OrderedDict()
         self._lock = threading.RLock()
         self._replies = _ReplyWorker(self)
+        self._prepare_home()
+
+    def _prepare_home(self) -> None:
         (self.home / "users").mkdir(parents=True, exist_ok=True)
 
     # -- users --------------------------------------------------------------------------------
@@ -197,6 +213,18 @@ class MemoryBank:
             if opened:
                 opened.store.close()
             shutil.rmtree(self.user_dir(user), ignore_errors=True)
+
+    def user_meta(self, user: str, key: str) -> str | None:
+        """A small value the app keeps with a user's memories (shared by every process)."""
+        return self._user(user).store.get_meta(key)
+
+    def set_user_meta(self, user: str, key: str, value: str) -> None:
+        self._user(user).store.set_meta(key, value)
+
+    def exclusive(self, user: str, purpose: str) -> ContextManager:
+        """A lock on ``user`` for ``purpose`` (the day rollover) held across processes: a lock file
+        in the user's folder here, an advisory lock in the PostgreSQL store."""
+        return _file_lock(self.user_dir(user) / f".{purpose}.lock")
 
     def settle(self) -> None:
         """Wait until every reply vector asked for so far is stored (evaluations, tests, closing)."""
@@ -442,6 +470,17 @@ class MemoryBank:
         if pinned:
             u.store.set_state([int(memory_id)], State.ACTIVE)
             u.index.sync()
+        return self.get(user, memory_id)
+
+    def archive(self, user: str, memory_id: int) -> MemoryRecord:
+        """Archive one memory by hand, as forgetting would: not retrieved, kept, restorable.
+        A pinned memory is unpinned (pinning would bring it straight back)."""
+        u = self._user(user)
+        rec = self.get(user, memory_id)
+        if rec.pinned:
+            u.store.set_pinned(rec.id, False)
+        u.store.set_state([rec.id], State.ARCHIVED)
+        u.index.sync()
         return self.get(user, memory_id)
 
     def restore(self, user: str, memory_id: int, now: datetime) -> MemoryRecord:

@@ -103,3 +103,11 @@ def fts_query(text: str, days: Iterable[date] = ()) -> str | None:
     if not seen:
         return None
     return " OR ".join('"' + t.replace('"', '""') + '"' for t in seen)
+
+
+_QUOTED = re.compile(r'"((?:[^"]|"")*)"')
+
+
+def fts_terms(match: str) -> list[str]:
+    """The distinct tokens of an ``fts_query`` expression, for stores that score terms themselves."""
+    return list(dict.fromkeys(m.group(1).replace('""', '"') for m in _QUOTED.finditer(match or "")))

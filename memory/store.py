@@ -170,27 +170,30 @@ class UserStore:
             db.execute("INSERT OR REPLACE INTO meta VALUES (?, ?)", (key, value))
 
     # -- writes -------------------------------------------------------------------------------
-    def insert(self, records: Sequence[MemoryRecord], vectors: np.ndarray | None) -> list[MemoryRecord]:
+    def insert(self, records: Sequence[MemoryRecord], vectors: np.ndarray | None, *,
+               keep_ids: bool = False) -> list[MemoryRecord]:
+        """``keep_ids``: the records' ids and places are kept (copying a store)."""
         out: list[MemoryRecord] = []
         with self.transaction() as db:
             seq = self._bump(db)
             for i, rec in enumerate(records):
                 blob = None if vectors is None else np.asarray(vectors[i], dtype=np.float32).tobytes()
-                if rec.kind == Kind.TURN:
+                if rec.kind == Kind.TURN and not keep_ids:
                     # the position is settled inside the write transaction, so that two processes
                     # adding turns to the same day never give two of them one place
                     free = db.execute("SELECT COALESCE(MAX(position) + 1, 0) FROM memories"
                                       " WHERE kind = 'turn' AND day = ?", (rec.day.isoformat(),)).fetchone()[0]
                     rec = rec.with_(position=max(rec.position, int(free)))
                 cur = db.execute(
-                    "INSERT INTO memories (kind, text, query, response, day, position, created_at,"
-                    " strength, last_recall, recall_count, importance, pinned, state, vector, vseq, extra)"
-                    " VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
-                    (rec.kind.value, rec.text, rec.query, rec.response, rec.day.isoformat(),
+                    "INSERT INTO memories (id, kind, text, query, response, day, position, created_at,"
+                    " strength, last_recall, recall_count, importance, pinned, state, vector, vseq, extra, archived_at)"
+                    " VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+                    (rec.id if keep_ids else None, rec.kind.value, rec.text, rec.query, rec.response, rec.day.isoformat(),
                      rec.position, rec.created_at.isoformat(), rec.strength,
                      rec.last_recall.isoformat() if rec.last_recall else None, rec.recall_count,
                      rec.importance, int(rec.pinned), rec.state.value, blob, seq,
-                     json.dumps(rec.extra, ensure_ascii=False)))
+                     json.dumps(rec.extra, ensure_ascii=False),
+                     rec.archived_at.isoformat() if rec.archived_at else None))
                 rid = cur.lastrowid
                 db.execute("INSERT INTO memories_fts (rowid, tokens) VALUES (?, ?)",
                            (rid, fts_document(rec.text, _days_meant(rec.kind, rec.text, rec.day))))
@@ -366,6 +369,24 @@ class UserStore:
                     ids.append(i)
                     blobs.append(blob)
         return drop, ids, blobs, now
+
+    def all_meta(self) -> dict[str, str]:
+        with self._lock:
+            return dict(self._db.execute("SELECT key, value FROM meta WHERE key NOT IN ('user', 'vseq')").fetchall())
+
+    def iter_rows(self, batch: int = 1000) -> Iterator[list[tuple[MemoryRecord, np.ndarray | None, np.ndarray | None]]]:
+        """Every memory with its stored vectors (its own, its reply's), in id order (copying a store)."""
+        last = 0
+        while True:
+            with self._lock:
+                rows = self._db.execute(f"SELECT {_COLUMNS}, vector, reply_vector FROM memories WHERE id > ?"
+                                        " ORDER BY id LIMIT ?", (last, batch)).fetchall()
+            if not rows:
+                return
+            last = rows[-1]["id"]
+            yield [(_row_to_record(self.user, r),
+                    *(None if r[c] is None else np.frombuffer(r[c], dtype=np.float32) for c in ("vector", "reply_vector")))
+                   for r in rows]
 
     def iter_texts(self, batch: int = 256) -> Iterator[list[tuple[int, Kind, str, str | None]]]:
         """Every memory's (id, kind, text, the user's message of a turn), in batches."""

@@ -25,7 +25,8 @@ import tempfile
 from collections import defaultdict
 from datetime import date, datetime, time, timedelta
 from pathlib import Path
-from typing import Callable
+from contextlib import contextmanager
+from typing import Callable, Iterator
 
 from memory.bank import MemoryBank
 from memory.embedders import Embedder
@@ -80,16 +81,22 @@ def evaluate_label_sets(bank_file: Path | str, labels_files: list[Path | str], e
                         policy: ForgettingPolicy | None = None, config: RetrievalConfig | None = None,
                         ks: tuple[int, ...] = KS, progress: Callable | None = None,
                         details: list | None = None, as_used: bool = False, backend=None,
-                        lang: str = "en") -> list[dict]:
-    """Load the bank once (plain or ``as_used``), then score each label file on it."""
+                        lang: str = "en", database_url: str | None = None) -> list[dict]:
+    """Load the bank once (plain or ``as_used``), then score each label file on it. With
+    ``database_url`` the bank goes into a scratch database on that PostgreSQL server (dropped
+    afterwards), not a temporary home."""
     label_sets = [[l for l in load_labels(f) if l.get("evidence")] for f in labels_files]
     parsed = parse_bank(bank_file)
     last = max((t[2] for p in parsed for t in p.turns), default=datetime(1970, 1, 1))
     default_now = datetime.combine(last.date() + timedelta(days=1), time(9, 0))
     config = config or RetrievalConfig()
     depth = max(ks)
-    with tempfile.TemporaryDirectory(prefix="sf-eval-") as home:
-        bank = MemoryBank(home, embedder, policy=policy, retrieval=config)
+    with _scratch_store(database_url) as where:
+        if database_url:
+            from memory.pg_store import PgMemoryBank
+            bank = PgMemoryBank(where, embedder, policy=policy, retrieval=config)
+        else:
+            bank = MemoryBank(where, embedder, policy=policy, retrieval=config)
         try:
             if as_used:
                 rankings = _live_and_ask(bank, parsed, label_sets, default_now, depth, backend, lang, progress)
@@ -101,6 +108,18 @@ def evaluate_label_sets(bank_file: Path | str, labels_files: list[Path | str], e
         finally:
             bank.close()
     return [_score(labels, ranked, ks, depth, details) for labels, ranked in zip(label_sets, rankings)]
+
+
+@contextmanager
+def _scratch_store(database_url: str | None) -> Iterator[str]:
+    """A temporary home folder, or a scratch database on the server of ``database_url``."""
+    if not database_url:
+        with tempfile.TemporaryDirectory(prefix="sf-eval-") as home:
+            yield home
+        return
+    from memory.pg_db import scratch_database
+    with scratch_database(database_url, prefix="sf_eval") as url:
+        yield url
 
 
 def _ask(bank: MemoryBank, label: dict, now: datetime, depth: int) -> list[tuple[str, int]]:

@@ -158,7 +158,7 @@ def cmd_eval(args) -> int:
     result = evaluate_retrieval(args.bank, args.labels, create_embedder(args.embedder or settings.embedder),
                                 policy=build_policy(settings), config=config, ks=ks, details=details,
                                 as_used=args.as_used, backend=backend, lang=args.lang or settings.lang,
-                                progress=tqdm if args.as_used else None)
+                                progress=tqdm if args.as_used else None, database_url=args.database_url)
     if args.json:
         print(json.dumps(result))
     else:
@@ -217,6 +217,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     e.add_argument("--details", action="store_true", help="per-question rankings on stderr")
     e.add_argument("--ablation", choices=sorted(ABLATIONS), default="hybrid",
                    help="switch parts of retrieval off, to see what each one brings")
+    e.add_argument("--database-url", help="evaluate the PostgreSQL store: the bank goes into a scratch "
+                   "database on this server (dropped afterwards)")
     e.add_argument("--as-used", action="store_true",
                    help="live the bank's days as the companion does (importance, rehearsal, the default "
                         "forgetting at each day's end), then ask each question at its time")
