@@ -47,7 +47,7 @@ class RetrievalConfig:
     retention_weight: float = 0.05
     use_dates: bool = True
     use_replies: bool = True       # a turn's dense similarity also looks at its reply's vector
-    reply_mode: str = "scaled"     # how the two sides combine: "max" of the cosines, "scaled" (max
+    reply_mode: str = "max"        # how the two sides combine: "max" of the cosines, "scaled" (max
                                    # of each side scaled over the pool), "mean"
     archive_penalty: float | None = 0.3   # taken off an archived memory's score; None: never retrieved
     kinds: tuple[Kind, ...] = (Kind.TURN, Kind.DAILY_EVENTS)
