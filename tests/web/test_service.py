@@ -79,7 +79,7 @@ def test_pin_forget_restore_delete(two, web_clock):
     say(service, alice, "Then we ate dumplings.")
     first, second = sorted(r.id for r in service.memories(alice))
     service.pin(alice, first)
-    web_clock.now += timedelta(days=30)
+    web_clock.now += timedelta(days=90)        # past the weeks a plain statement lasts unrecalled
     service.bank.forget_pass("alice", web_clock.now)
     by_id = {r.id: r for r in service.memories(alice, kind="turn")}
     assert by_id[first].state == "active" and by_id[first].pinned and by_id[first].retention == 1.0
@@ -119,7 +119,7 @@ def test_summaries_read_edit_and_summarise_now(two):
 def test_retention_curves(two, web_clock):
     service, alice, bob = two
     say(service, alice, "I like rainy days.")
-    curves = service.retention_curves(alice, horizon_days=7)
+    curves = service.retention_curves(alice, horizon_days=120)   # t is counted in weeks by default
     assert curves["threshold"] == service.settings.forgetting_threshold
     (c,) = curves["curves"]
     assert c["values"][0] == pytest.approx(1.0) and c["values"][-1] < 0.01
