@@ -58,7 +58,7 @@ def fill_user(bank: MemoryBank, user: str, n_memories: int, gen: DialogueGenerat
             store.insert(records, synthetic_vectors(pool, len(records), nrng))
             records.clear()
 
-    for day, lang, turns, events, persona in days:
+    for day, _lang, turns, events, persona in days:
         day = day + shift
         for pos, ((q, a), when) in enumerate(zip(turns, turn_times(day, len(turns)))):
             strength = float(rng.choice((1, 1, 1, 2, 2, 3, 5, 8)))

@@ -47,7 +47,7 @@ def evaluate_label_sets(bank_file: Path | str, labels_files: list[Path | str], e
                         ks: tuple[int, ...] = KS, progress: Callable | None = None,
                         details: list | None = None) -> list[dict]:
     """Import the bank once, then score each label file on it."""
-    label_sets = [[l for l in load_labels(f) if l.get("evidence")] for f in labels_files]
+    label_sets = [[label for label in load_labels(f) if label.get("evidence")] for f in labels_files]
     parsed = parse_bank(bank_file)
     last = max((t[2] for p in parsed for t in p.turns), default=datetime(1970, 1, 1))
     now = datetime.combine(last.date() + timedelta(days=1), time(9, 0))
