@@ -34,6 +34,7 @@ lint: $(STAMP)
 
 test: $(STAMP)
 	bash .ci/browser-deps
+	bash .ci/proxy-deps
 	$(BIN)/python -m pytest -q -x --durations=15
 
 # the quick loop: no LLM, no browser

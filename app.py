@@ -17,8 +17,9 @@ from pathlib import Path
 
 import gradio as gr
 
+from siliconfriend.api.routes import mount
 from siliconfriend.config import Settings
-from siliconfriend.factory import build_web_service
+from siliconfriend.factory import build_api_service, build_web_service
 from siliconfriend.web.account_page import build_account
 from siliconfriend.web.accounts import AccountError
 from siliconfriend.web.chat import build_chat
@@ -48,12 +49,25 @@ def browser_secret(home: Path) -> str:
     return path.read_text().strip()
 
 
+def shared_secret(service: WebService) -> str:
+    """The browser key every worker of this store uses: kept in the database when the accounts
+    are there, else in the home folder."""
+    from_db = getattr(service.accounts, "browser_secret", None)
+    return from_db() if callable(from_db) else browser_secret(service.settings.home)
+
+
+def api_routes(service: WebService) -> list:
+    """The OpenAI-compatible API and the memory API under /v1, served by the web app's own server
+    with the same companion, bank and accounts."""
+    return [mount(build_api_service(service.settings, web=service))]
+
+
 def build_app(service: WebService) -> gr.Blocks:
     settings = service.settings
     tr = Translator(settings.lang)
     guarded = guard(service)
     with gr.Blocks(title="SiliconFriend", delete_cache=(900, 1800)) as demo:
-        token = gr.BrowserState("", storage_key="siliconfriend_session", secret=browser_secret(settings.home))
+        token = gr.BrowserState("", storage_key="siliconfriend_session", secret=shared_secret(service))
         with gr.Row(elem_id="sf-header"):
             with gr.Column(scale=4):
                 tr(gr.Markdown(tr.text("title")), value="title")
@@ -164,10 +178,12 @@ def build_app(service: WebService) -> gr.Blocks:
     return demo
 
 
-def launch(demo: gr.Blocks, *, host: str, port: int, share: bool = False, **kwargs):
-    """Start serving; ``share`` is the only way to get a public link (never by default)."""
+def launch(demo: gr.Blocks, *, host: str, port: int, share: bool = False, routes: list | None = None, **kwargs):
+    """Start serving; ``share`` is the only way to get a public link (never by default).
+    ``routes`` (e.g. ``api_routes(service)``) are added to Gradio's FastAPI app before its own."""
+    app_kwargs = {"routes": list(routes)} if routes else None
     return demo.launch(server_name=host, server_port=port, share=share, css=CSS, show_error=True,
-                       footer_links=["api"], **kwargs)
+                       footer_links=["api"], app_kwargs=app_kwargs, **kwargs)
 
 
 def _warm_up(service: WebService) -> None:
@@ -197,8 +213,9 @@ def main(argv: list[str] | None = None) -> int:
     service = build_web_service(settings)
     demo = build_app(service)
     threading.Thread(target=_warm_up, args=(service,), daemon=True).start()
-    print(f"SiliconFriend: data in {settings.home}; open http://{host}:{port}", file=sys.stderr)
-    launch(demo, host=host, port=port, share=args.share)
+    print(f"SiliconFriend: data in {settings.home}; open http://{host}:{port} "
+          f"(OpenAI-compatible API: http://{host}:{port}/v1)", file=sys.stderr)
+    launch(demo, host=host, port=port, share=args.share, routes=api_routes(service))
     return 0
 
 

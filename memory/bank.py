@@ -3,26 +3,36 @@
 Each user has a folder ``users/<key>/`` with ``memory.db`` (SQLite, the truth) and
 ``index.faiss`` (the cache). Every call names its user and only ever opens that user's files.
 Open users are kept in a small LRU so that a server with many users does not hold every index.
+
+A turn is stored with the vector its message's retrieval made; the reply's vector is made after
+the reply, by a worker thread of the bank (``settle`` waits for it), so that it costs the turn
+nothing. A turn that has no reply vector yet (a crash, a migrated home) gets one when its user is
+next opened.
 """
 from __future__ import annotations
 
 import hashlib
 import json
 import logging
+import queue
 import random
 import re
 import threading
 from collections import OrderedDict
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import date, datetime
 from pathlib import Path
-from typing import Callable, Sequence
+from typing import Callable, ContextManager, Iterator, Sequence
 
 import numpy as np
 
-from .embedders import TURN_VECTORS, Embedder, QueryHandover, embed_documents, embed_query, embed_turns
+from .embedders import (TURN_VECTORS, Embedder, QueryHandover, embed_documents, embed_query, embed_replies,
+                         embed_turns)
 from .forgetting import EbbinghausPolicy, ForgettingPolicy
+from .importance import rate_importance
 from .index import UserIndex
+from .lexical import tokenize
 from .records import Kind, MemoryRecord, State, turn_text
 from .retrieval import Hit, RetrievalConfig, retrieve
 from .store import UserStore
@@ -45,10 +55,53 @@ def user_key(user: str) -> str:
     return f"{slug}-{digest}" if slug else digest
 
 
+@contextmanager
+def _file_lock(path: Path) -> Iterator[None]:
+    import fcntl
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "a") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)
+
+
 @dataclass
 class _Open:
     store: UserStore
     index: UserIndex
+
+
+class _ReplyWorker:
+    """Embeds the replies of stored turns on its own thread, after the turn: one user at a time,
+    every pending reply of that user in batches. ``wait`` returns once the queue is done."""
+
+    def __init__(self, bank: "MemoryBank"):
+        self._bank = bank
+        self._queue: queue.Queue[str] = queue.Queue()
+        self._thread: threading.Thread | None = None
+        self._lock = threading.Lock()
+
+    def submit(self, user: str) -> None:
+        with self._lock:
+            if self._thread is None or not self._thread.is_alive():
+                self._thread = threading.Thread(target=self._run, name="sf-replies", daemon=True)
+                self._thread.start()
+        self._queue.put(user)
+
+    def _run(self) -> None:
+        while True:
+            user = self._queue.get()
+            try:
+                self._bank._embed_pending_replies(user)
+            except Exception as exc:   # the user was closed or deleted meanwhile: done at its next open
+                log.warning("reply vectors of %s left for later: %s", user, exc)
+            finally:
+                self._queue.task_done()
+
+    def wait(self) -> None:
+        self._queue.join()
 
 
 @dataclass(frozen=True)
@@ -62,7 +115,7 @@ class MemoryBank:
     def __init__(self, home: Path | str, embedder: Embedder, *, policy: ForgettingPolicy | None = None,
                  retrieval: RetrievalConfig | None = None, max_open_users: int = 64,
                  progress: Callable | None = None):
-        self.home = Path(home)
+        self.home = Path(home) if home is not None else None
         self.embedder = embedder
         # what every vector is made with and how; stored with each user's vectors and index
         self.vectors_id = f"{embedder.id}; {TURN_VECTORS}"
@@ -73,6 +126,10 @@ class MemoryBank:
         self.progress = progress        # e.g. tqdm, for re-embedding
         self._open: OrderedDict[str, _Open] = OrderedDict()
         self._lock = threading.RLock()
+        self._replies = _ReplyWorker(self)
+        self._prepare_home()
+
+    def _prepare_home(self) -> None:
         (self.home / "users").mkdir(parents=True, exist_ok=True)
 
     # -- users --------------------------------------------------------------------------------
@@ -92,6 +149,8 @@ class MemoryBank:
             while len(self._open) > self.max_open_users:
                 _, old = self._open.popitem(last=False)
                 self._close(old, save=False)
+            if store.replies_pending(1):     # left over from a crash or a migration
+                self._replies.submit(user)
             return opened
 
     def _close(self, opened: _Open, *, save: bool = True) -> None:
@@ -118,6 +177,8 @@ class MemoryBank:
                 others = [(rid, text) for rid, kind, text, _ in batch if kind != Kind.TURN]
                 if turns:
                     store.set_vectors([t[0] for t in turns], embed_turns(self.embedder, [t[1] for t in turns]))
+                    # the reply vectors are redone by the reply worker, once the user is open
+                    store.clear_reply_vectors([t[0] for t in turns])
                 if others:
                     store.set_vectors([o[0] for o in others], embed_documents(self.embedder, [o[1] for o in others]))
                 if bar:
@@ -153,12 +214,42 @@ class MemoryBank:
                 opened.store.close()
             shutil.rmtree(self.user_dir(user), ignore_errors=True)
 
+    def user_meta(self, user: str, key: str) -> str | None:
+        """A small value the app keeps with a user's memories (shared by every process)."""
+        return self._user(user).store.get_meta(key)
+
+    def set_user_meta(self, user: str, key: str, value: str) -> None:
+        self._user(user).store.set_meta(key, value)
+
+    def exclusive(self, user: str, purpose: str) -> ContextManager:
+        """A lock on ``user`` for ``purpose`` (the day rollover) held across processes: a lock file
+        in the user's folder here, an advisory lock in the PostgreSQL store."""
+        return _file_lock(self.user_dir(user) / f".{purpose}.lock")
+
+    def settle(self) -> None:
+        """Wait until every reply vector asked for so far is stored (evaluations, tests, closing)."""
+        self._replies.wait()
+
+    def _embed_pending_replies(self, user: str, batch: int = 256) -> None:
+        with self._lock:
+            if user not in self._open and not self.has_user(user):
+                return                                        # deleted meanwhile
+            u = self._user(user)
+        while pending := u.store.replies_pending(batch):
+            ids = [rid for rid, _ in pending]
+            u.store.set_vectors(ids, embed_replies(self.embedder, [text for _, text in pending]),
+                                column="reply_vector")
+            u.index.sync()
+            if len(pending) < batch:
+                break
+
     def flush(self) -> None:
         with self._lock:
             for opened in self._open.values():
                 opened.index.flush()
 
     def close(self) -> None:
+        self.settle()
         with self._lock:
             for opened in self._open.values():
                 self._close(opened)
@@ -166,14 +257,22 @@ class MemoryBank:
 
     # -- writing ------------------------------------------------------------------------------
     def add_turn(self, user: str, query: str, response: str, when: datetime, *,
-                 importance: float = 0.0, extra: dict | None = None) -> MemoryRecord | None:
-        """Store one exchange. A blank message is not stored (returns None)."""
-        return (self.add_turns(user, [(query, response, when)], importance=importance, extra=extra) or [None])[0]
+                 importance: float | None = None, extra: dict | None = None) -> MemoryRecord | None:
+        """Store one exchange (a chat turn: its reply's vector is made afterwards, on the reply
+        worker). ``importance`` 0..1, e.g. rated by the LLM; by default ``rate_importance`` of the
+        message. A blank message is not stored (returns None)."""
+        return (self.add_turns(user, [(query, response, when)], importance=importance, extra=extra,
+                               replies="later") or [None])[0]
 
-    def add_turns(self, user: str, turns: Sequence[tuple[str, str, datetime]], *, importance: float = 0.0,
-                  extra: dict | None = None, states: Sequence[MemoryRecord] | None = None) -> list[MemoryRecord]:
+    def add_turns(self, user: str, turns: Sequence[tuple[str, str, datetime]], *, importance: float | None = None,
+                  extra: dict | None = None, states: Sequence[MemoryRecord] | None = None,
+                  replies: str = "now") -> list[MemoryRecord]:
         """Store several exchanges in one transaction (imports). ``states``, if given, carries each
-        turn's forgetting fields (strength, last_recall, ...) in the same order."""
+        turn's forgetting fields (strength, last_recall, ...) in the same order. ``importance``:
+        one rating for all, or None to rate each message. ``replies``: "now" embeds the replies in
+        this call, "later" leaves them to the reply worker."""
+        if replies not in ("now", "later"):
+            raise ValueError(f"replies must be 'now' or 'later', not {replies!r}")
         u = self._user(user)
         records: list[MemoryRecord] = []
         positions: dict[date, int] = {}
@@ -183,20 +282,28 @@ class MemoryBank:
             day = when.date()
             if day not in positions:
                 positions[day] = u.store.next_position(day)
+            rated = rate_importance(query) if importance is None else min(1.0, max(0.0, float(importance)))
             rec = MemoryRecord(user=user, kind=Kind.TURN, text=turn_text(query, response), created_at=when,
                                day=day, query=query, response=response, position=positions[day],
-                               strength=self.policy.initial_strength(importance), importance=importance,
+                               strength=self.policy.initial_strength(rated), importance=rated,
                                extra=dict(extra or {}))
             if states is not None:
                 s = states[i]
-                rec = rec.with_(strength=s.strength, last_recall=s.last_recall, recall_count=s.recall_count)
+                rec = rec.with_(strength=s.strength, last_recall=s.last_recall, recall_count=s.recall_count,
+                                importance=s.importance)
             positions[day] += 1
             records.append(rec)
         if not records:
             return []
         vectors = embed_turns(self._embed.for_turns, [rec.query for rec in records])
         stored = u.store.insert(records, vectors)
+        answered = [rec for rec in stored if rec.response.strip()]
+        if replies == "now" and answered:
+            u.store.set_vectors([rec.id for rec in answered],
+                                embed_replies(self.embedder, [rec.response for rec in answered]), column="reply_vector")
         u.index.sync()
+        if replies == "later" and answered:
+            self._replies.submit(user)
         return stored
 
     def set_summary(self, user: str, kind: Kind, text: str, when: datetime, *, day: date | None = None) -> MemoryRecord:
@@ -253,12 +360,15 @@ class MemoryBank:
             fields["extra"] = json.dumps({**rec.extra, **extra}, ensure_ascii=False)
         if rec.kind == Kind.TURN:
             fields["response"] = text
+            fields["reply_vector"] = None          # the new reply's vector: made by the reply worker
             text = turn_text(rec.query, text)
             vector = u.store.vectors([memory_id], self.embedder.dim)[0]
         else:
             vector = embed_documents(self._embed, [text])[0]
         u.store.replace_text(memory_id, text, vector, **fields)
         u.index.sync()
+        if rec.kind == Kind.TURN:
+            self._replies.submit(user)
         return u.store.get(memory_id)
 
     # -- reading ------------------------------------------------------------------------------
@@ -288,16 +398,10 @@ class MemoryBank:
 
     def search_text(self, user: str, text: str, now: datetime, *, k: int = 20,
                     include_archived: bool = False) -> list[Hit]:
-        """Search for the memory page: like retrieval, optionally over archived memories too."""
-        hits = self.retrieve(user, text, now, k=k,
-                             config=RetrievalConfig(kinds=tuple(Kind), k=k))
-        if include_archived:
-            words = text.lower().split()
-            for rec in self.records(user, state=State.ARCHIVED):
-                if all(w in rec.text.lower() for w in words):
-                    hits.append(Hit(rec, 0.0, retention=self.policy.retention(rec, now),
-                                    reasons=["archived; matches your words"]))
-        return hits
+        """Search for the memory page: like retrieval, over every kind, optionally with the archived
+        memories (the second tier) ranked with the rest instead of left out."""
+        config = RetrievalConfig(kinds=tuple(Kind), k=k, archive_penalty=0.0 if include_archived else None)
+        return self.retrieve(user, text, now, k=k, config=config)
 
     def embed_query(self, text: str) -> np.ndarray:
         return embed_query(self._embed, text)
@@ -307,12 +411,42 @@ class MemoryBank:
         return self.policy.retention(rec, now)
 
     def reinforce(self, user: str, memory_ids: Sequence[int], now: datetime) -> list[MemoryRecord]:
-        """A recall: S grows and t resets for each memory (those that exist)."""
+        """A recall: S grows and t resets for each memory (those that exist); an archived memory
+        that was recalled (a strong cue brought it back) is active again."""
         u = self._user(user)
         recs = u.store.get_many(memory_ids)
         updated = [self.policy.reinforce(r, now) for r in recs.values()]
         u.store.update_forgetting(updated)
+        back = [r.id for r in recs.values() if r.state == State.ARCHIVED]
+        if back:
+            u.store.set_state(back, State.ACTIVE)
+            u.index.sync()
+            updated = [r.with_(state=State.ACTIVE, archived_at=None) if r.id in back else r for r in updated]
         return updated
+
+    def rehearse(self, user: str, day: date, now: datetime) -> list[MemoryRecord]:
+        """Consolidation as rehearsal: the day's event summary reinforces the turns it draws on.
+
+        Each sentence of the summary is matched, by the words they share (the lexical tokens),
+        with the day's turn it most resembles; a turn that gives a sentence at least two of its
+        words is reinforced once, as a recall would (S grows, t resets). Needs no LLM: whoever
+        wrote the summary (the day rollover's LLM, an imported file), the turns it kept are the
+        ones rehearsed. Returns the reinforced turns."""
+        summary = self.get_summary(user, Kind.DAILY_EVENTS, day)
+        turns = [t for t in self.turns_on(user, day) if t.state == State.ACTIVE]
+        if summary is None or not turns:
+            return []
+        words = [set(tokenize(t.text)) for t in turns]
+        drawn: set[int] = set()
+        for sentence in re.split(r"(?<=[.!?。！？；;])\s*", summary.text):
+            tokens = set(tokenize(sentence))
+            if len(tokens) < 2:
+                continue
+            shared = [len(tokens & w) for w in words]
+            best = max(range(len(turns)), key=lambda i: shared[i])
+            if shared[best] >= 2:
+                drawn.add(turns[best].id)
+        return self.reinforce(user, sorted(drawn), now) if drawn else []
 
     def forget_pass(self, user: str, now: datetime, *, rng: random.Random | None = None,
                     dry_run: bool = False) -> list[ForgetDecision]:
@@ -325,7 +459,7 @@ class MemoryBank:
                 continue
             decisions.append(ForgetDecision(rec, self.policy.retention(rec, now), self.policy.forget(rec, now, rng)))
         if not dry_run:
-            u.store.set_state([d.record.id for d in decisions if d.archived], State.ARCHIVED)
+            u.store.set_state([d.record.id for d in decisions if d.archived], State.ARCHIVED, now)
             u.index.sync()
         return decisions
 
@@ -336,6 +470,17 @@ class MemoryBank:
         if pinned:
             u.store.set_state([int(memory_id)], State.ACTIVE)
             u.index.sync()
+        return self.get(user, memory_id)
+
+    def archive(self, user: str, memory_id: int) -> MemoryRecord:
+        """Archive one memory by hand, as forgetting would: not retrieved, kept, restorable.
+        A pinned memory is unpinned (pinning would bring it straight back)."""
+        u = self._user(user)
+        rec = self.get(user, memory_id)
+        if rec.pinned:
+            u.store.set_pinned(rec.id, False)
+        u.store.set_state([rec.id], State.ARCHIVED)
+        u.index.sync()
         return self.get(user, memory_id)
 
     def restore(self, user: str, memory_id: int, now: datetime) -> MemoryRecord:

@@ -91,7 +91,7 @@ def embed_documents(embedder: Embedder, texts: Sequence[str], batch: int = 64) -
 
 # What a dialogue turn's vector is made of; part of the id stored with a user's vectors, so that
 # vectors made another way are redone once (see MemoryBank).
-TURN_VECTORS = "turn=user-message-as-query"
+TURN_VECTORS = "turn=user-message-as-query; reply=passage"
 
 
 def embed_turns(embedder: Embedder, messages: Sequence[str], batch: int = 64) -> np.ndarray:
@@ -105,6 +105,14 @@ def embed_turns(embedder: Embedder, messages: Sequence[str], batch: int = 64) ->
     the very vector its retrieval embedded before the reply (see ``QueryHandover``): storing the
     turn then embeds nothing."""
     return _embed_chunked(embedder, messages, "query", batch)
+
+
+def embed_replies(embedder: Embedder, replies: Sequence[str], batch: int = 64) -> np.ndarray:
+    """The second vector of dialogue turns: the companion's reply, embedded as a passage (what a
+    question asked later is matched against when the answer lies on the companion's side, or on
+    the second speaker's in a conversation between two people). Made after the reply has
+    streamed, off the turn's clock (``MemoryBank``'s reply worker)."""
+    return _embed_chunked(embedder, replies, "document", batch)
 
 
 def embed_query(embedder: Embedder, text: str) -> np.ndarray:

@@ -1,6 +1,7 @@
-"""The FAISS index of one user's active memories: a cache of the vectors stored in SQLite.
+"""The FAISS index of one user's memories: a cache of the vectors stored in SQLite.
 
-Inner product on normalised vectors, ids = memory ids. Up to ``IVF_MIN`` vectors the search is
+Inner product on normalised vectors, ids = memory ids (a turn's reply vector: the id plus
+``store.REPLY_ID_OFFSET``); archived memories are in it too, as the second tier. Up to ``IVF_MIN`` vectors the search is
 exact (``IndexIDMap2`` over ``IndexFlatIP``); past that, exact search grows with the memories
 (docs/benchmarks.md), so the index becomes an inverted file
 (``IndexIVFScalarQuantizer``, vectors kept as float16, about sqrt(n) lists of which a third are
@@ -120,7 +121,7 @@ class UserIndex:
 
     def _rebuild(self) -> faiss.Index:
         """A new index of the kind the count calls for, from the stored vectors (no embedding)."""
-        _, ids, blobs, now = self.store.active_vectors_since(-1)
+        _, ids, blobs, now = self.store.index_vectors_since(-1)
         vecs = np.frombuffer(b"".join(blobs), dtype=np.float32).reshape(len(ids), -1) if ids else \
             np.zeros((0, self.dim), dtype=np.float32)
         if len(ids) and vecs.shape[1] != self.dim:
@@ -141,7 +142,7 @@ class UserIndex:
         with self._lock:
             _threads(1)
             if self.store.vseq() != self.seq:
-                drop, add_ids, blobs, now = self.store.active_vectors_since(self.seq)
+                drop, add_ids, blobs, now = self.store.index_vectors_since(self.seq)
                 if drop:
                     self.index.remove_ids(np.asarray(drop, dtype=np.int64))
                 if add_ids:

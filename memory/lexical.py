@@ -9,6 +9,8 @@ from __future__ import annotations
 import logging
 import re
 import threading
+from datetime import date
+from typing import Iterable
 
 from .cjk import IDEOGRAPH, IDEOGRAPHS
 
@@ -79,17 +81,33 @@ def tokenize(text: str, *, drop_stopwords: bool = True) -> list[str]:
     return out
 
 
-def fts_document(text: str) -> str:
-    """The token string stored in the FTS5 table (space-joined, stop words kept out)."""
-    return " ".join(tokenize(text))
+def day_token(day: date) -> str:
+    """The token that stands for a calendar day in the lexical table ("day20230507")."""
+    return f"day{day:%Y%m%d}"
 
 
-def fts_query(text: str) -> str | None:
-    """An FTS5 MATCH expression that ORs the query's distinct tokens; None if nothing is left."""
-    seen: list[str] = []
+def fts_document(text: str, days: Iterable[date] = ()) -> str:
+    """The token string stored in the FTS5 table (space-joined, stop words kept out), plus a
+    token for each day the text refers to (``days``: "yesterday" said on May 8th is May 7th), so
+    that a question naming that day finds it."""
+    return " ".join([*tokenize(text), *(day_token(d) for d in days)])
+
+
+def fts_query(text: str, days: Iterable[date] = ()) -> str | None:
+    """An FTS5 MATCH expression that ORs the query's distinct tokens and the tokens of the days it
+    names; None if nothing is left."""
+    seen: list[str] = [day_token(d) for d in days]
     for tok in tokenize(text):
         if tok not in seen:
             seen.append(tok)
     if not seen:
         return None
     return " OR ".join('"' + t.replace('"', '""') + '"' for t in seen)
+
+
+_QUOTED = re.compile(r'"((?:[^"]|"")*)"')
+
+
+def fts_terms(match: str) -> list[str]:
+    """The distinct tokens of an ``fts_query`` expression, for stores that score terms themselves."""
+    return list(dict.fromkeys(m.group(1).replace('""', '"') for m in _QUOTED.finditer(match or "")))

@@ -14,6 +14,7 @@ from datetime import date, datetime, time, timedelta
 from pathlib import Path
 
 from .bank import MemoryBank
+from .importance import rate_importance
 from .records import Kind, MemoryRecord, State
 
 GLOBAL_DAY = date(1970, 1, 1)
@@ -26,7 +27,8 @@ class BankFormatError(ValueError):
 @dataclass
 class ParsedUser:
     name: str
-    turns: list[tuple[str, str, datetime, float, datetime | None]] = field(default_factory=list)
+    # (query, response, when, the file's memory_strength or None, last recall)
+    turns: list[tuple[str, str, datetime, float | None, datetime | None]] = field(default_factory=list)
     daily_events: dict[date, str] = field(default_factory=dict)
     daily_personality: dict[date, str] = field(default_factory=dict)
     global_events: str = ""
@@ -84,7 +86,7 @@ def parse_bank(path: Path | str, only_user: str | None = None) -> list[ParsedUse
                 response = _text(turn.get("response", "") or "", tw)
                 when = datetime.fromisoformat(turn["created_at"]) if turn.get("created_at") else \
                     datetime.combine(day, time(12, 0)) + timedelta(minutes=i)
-                strength = float(turn.get("memory_strength", 1) or 1)
+                strength = float(turn["memory_strength"] or 1) if turn.get("memory_strength") is not None else None
                 recall = turn.get("last_recall_date")
                 last = None
                 if recall:
@@ -119,9 +121,7 @@ def import_bank(bank: MemoryBank, path: Path | str, *, only_user: str | None = N
         user = rename or p.name
         existing = {(r.day, r.query, r.response) for r in bank.records(user, kind=Kind.TURN)}
         fresh = [t for t in p.turns if (t[2].date(), t[0], t[1]) not in existing]
-        states = [MemoryRecord(user=user, kind=Kind.TURN, text="", created_at=t[2], day=t[2].date(),
-                               strength=t[3], last_recall=t[4], recall_count=max(0, int(t[3]) - 1))
-                  for t in fresh]
+        states = [_state(bank, user, t) for t in fresh]
         for start in range(0, len(fresh), 256):
             part = fresh[start:start + 256]
             bank.add_turns(user, [(q, r, w) for q, r, w, _, _ in part], states=states[start:start + 256])
@@ -142,6 +142,17 @@ def import_bank(bank: MemoryBank, path: Path | str, *, only_user: str | None = N
     if bar:
         bar.close()
     return counts
+
+
+def _state(bank: MemoryBank, user: str, turn: tuple) -> MemoryRecord:
+    """An imported turn's forgetting state: the strength its importance gives (rated as a new
+    turn's is), plus one step for each recall the file's ``memory_strength`` counts beyond 1."""
+    query, _, when, strength, last = turn
+    importance = rate_importance(query)
+    recalls = max(0, int(strength) - 1) if strength is not None else 0
+    return MemoryRecord(user=user, kind=Kind.TURN, text="", created_at=when, day=when.date(),
+                        strength=bank.policy.initial_strength(importance) + recalls * getattr(bank.policy, "step", 1.0),
+                        importance=importance, last_recall=last, recall_count=recalls)
 
 
 def export_user(bank: MemoryBank, user: str, *, include_archived: bool = True) -> dict:

@@ -24,7 +24,7 @@ class Kind(str, enum.Enum):
 
 class State(str, enum.Enum):
     ACTIVE = "active"
-    ARCHIVED = "archived"   # forgotten: not retrieved, still visible and restorable
+    ARCHIVED = "archived"   # forgotten: the second tier, back only on a strong cue; visible, restorable
 
 
 @dataclass(frozen=True)
@@ -41,12 +41,13 @@ class MemoryRecord:
     strength: float = 1.0          # S in R = exp(-t / S)
     last_recall: datetime | None = None   # t is measured from here (created_at if never recalled)
     recall_count: int = 0
-    importance: float = 0.0        # raises the initial strength
+    importance: float = 0.0        # 0 small talk .. 1 a personal fact: raises the initial strength
     pinned: bool = False           # never fades
     state: State = State.ACTIVE
     id: int | None = None
     position: int = 0              # a turn's order within its day (0-based)
     extra: dict = field(default_factory=dict, compare=False)
+    archived_at: datetime | None = None   # when the forgetting pass archived it
 
     @property
     def anchor(self) -> datetime:

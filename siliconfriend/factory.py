@@ -23,12 +23,18 @@ from .web.service import BackendPool, WebService
 def build_policy(settings: Settings) -> EbbinghausPolicy:
     return EbbinghausPolicy(threshold=settings.forgetting_threshold, mode=settings.forgetting_mode,
                             unit_days=settings.forgetting_unit_days, step=settings.strength_step,
-                            growth=settings.strength_growth)
+                            growth=settings.strength_growth, importance_weight=settings.importance_weight)
 
 
 def build_bank(settings: Settings, *, progress=None) -> MemoryBank:
-    return MemoryBank(settings.home, create_embedder(settings.embedder), policy=build_policy(settings),
-                      retrieval=RetrievalConfig(k=settings.retrieval_k), progress=progress or tqdm)
+    """The memory store the settings name: files under the home, or the PostgreSQL database of
+    ``database_url``."""
+    parts = dict(policy=build_policy(settings), retrieval=RetrievalConfig(k=settings.retrieval_k),
+                 progress=progress or tqdm)
+    if settings.database_url:
+        from memory.pg_store import PgMemoryBank
+        return PgMemoryBank(settings.database_url, create_embedder(settings.embedder), **parts)
+    return MemoryBank(settings.home, create_embedder(settings.embedder), **parts)
 
 
 def backend_options(settings: Settings, name: str) -> dict[str, Any]:
@@ -122,7 +128,23 @@ def build_web_service(settings: Settings, *, clock: Callable[[], datetime] | Non
         return build_companion(settings, clock=clock, bank=bank)
 
     if accounts is None:
-        accounts = Accounts(settings.home / "accounts.db", signup_open=settings.signup_open)
+        from .web.accounts_pg import open_accounts
+        accounts = open_accounts(settings)
     return WebService(settings, accounts, bank, companion=companion,
                       companion_factory=None if companion is not None else companion_factory, clock=clock,
                       backends=build_backend_pool(settings), choices=model_choices(settings))
+
+
+def build_api_service(settings: Settings, *, web: WebService | None = None,
+                      clock: Callable[[], datetime] | None = None):
+    """The API's service (``siliconfriend.api``): beside the web app, sharing its accounts, bank
+    and companion (``web``), or alone (``serve-api``), with the companion built on the first chat."""
+    from .api.keys import ApiKeys
+    from .api.service import ApiService
+    if web is None:
+        web = build_web_service(settings, clock=clock)
+    if web.api_keys is None:
+        web.api_keys = ApiKeys(web.accounts)
+    return ApiService(settings, web.accounts, web.bank, companion=lambda: web.companion, keys=web.api_keys,
+                      clock=web.clock if clock is None else clock)
+

@@ -62,7 +62,7 @@ def tiny_result(tmp_path_factory):
     _tiny_eval_set(folder)
     config = with_overrides(QUICK, name="tiny", single=(("1k", 400),), many=(12, 150), turns=12, warmup=2,
                             pool=8, ingest_turns=16, reembed_sample=5, recall=True, eval_dir=folder,
-                            max_open_users=4)
+                            max_open_users=4, api_memories=150)
     return run_bench(config, workdir=tmp_path_factory.mktemp("work"))
 
 
@@ -97,6 +97,16 @@ def test_the_numbers_make_sense(tiny_result):
     assert r["recall_at_5"] == {"en": 1.0, "cn": 1.0}
     table = format_table(r)
     assert "1000x1k" in table and "restart_s" in table and "recall_at_5" in table
+
+
+def test_the_api_overhead_is_measured_on_all_three_paths(tiny_result):
+    api = tiny_result["api_ms"]
+    for path in ("direct", "api", "api_stream"):
+        assert api[path]["n"] == 12 and 0 < api[path]["p50"] <= api[path]["p95"]
+    for path in ("api", "api_stream"):
+        assert api[f"{path}_overhead"]["n"] == 12 and api[f"{path}_overhead"]["p50"] > 0
+        assert api[f"{path}_minus_direct"]["p50"] == round(api[path]["p50"] - api["direct"]["p50"], 2)
+    assert "API (JSON) overhead" in format_table(tiny_result) and "api" in tiny_result["sizes"]
 
 
 def test_the_cli_registers_bench():

@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 
 from memory.bank import MemoryBank
-from memory.embedders import embed_turns
+from memory.embedders import embed_replies, embed_turns
 from memory.records import Kind, MemoryRecord, State, turn_text
 
 from .data import DialogueGenerator, turn_times
@@ -32,6 +32,11 @@ def vector_pool(bank: MemoryBank, gen: DialogueGenerator, size: int) -> np.ndarr
     return embed_turns(bank.embedder, [gen.turn()[0] for _ in range(size)])
 
 
+def reply_vector_pool(bank: MemoryBank, gen: DialogueGenerator, size: int) -> np.ndarray:
+    """Real vectors of ``size`` generated replies, made as the bank makes a turn's reply vector."""
+    return embed_replies(bank.embedder, [gen.turn()[1] for _ in range(size)])
+
+
 def synthetic_vectors(pool: np.ndarray, n: int, rng: np.random.Generator) -> np.ndarray:
     """``n`` unit vectors, each a mix of two pool vectors plus noise."""
     a = pool[rng.integers(0, len(pool), n)]
@@ -42,9 +47,11 @@ def synthetic_vectors(pool: np.ndarray, n: int, rng: np.random.Generator) -> np.
 
 
 def fill_user(bank: MemoryBank, user: str, n_memories: int, gen: DialogueGenerator, pool: np.ndarray, *,
-              end: date, seed: int = 0, archived_share: float = 0.1) -> dict:
+              end: date, seed: int = 0, archived_share: float = 0.1, reply_pool: np.ndarray | None = None) -> dict:
     """Write ``n_memories`` memories (turns and daily summaries) for ``user``, ending the day
-    before ``end``; the index is synced (built) and saved. Returns what was written."""
+    before ``end``; every turn with a reply gets a reply vector too (mixed from ``reply_pool``,
+    default ``pool``), as the reply worker would have made it; the index is synced (built) and
+    saved. Returns what was written."""
     rng = random.Random(seed)
     nrng = np.random.default_rng(seed)
     days = list(gen.days(n_memories, date(2000, 1, 1)))
@@ -55,7 +62,10 @@ def fill_user(bank: MemoryBank, user: str, n_memories: int, gen: DialogueGenerat
 
     def flush() -> None:
         if records:
-            store.insert(records, synthetic_vectors(pool, len(records), nrng))
+            stored = store.insert(records, synthetic_vectors(pool, len(records), nrng))
+            answered = [r.id for r in stored if r.kind == Kind.TURN and r.response]
+            store.set_vectors(answered, synthetic_vectors(pool if reply_pool is None else reply_pool,
+                                                          len(answered), nrng), column="reply_vector")
             records.clear()
 
     for day, _lang, turns, events, persona in days:
@@ -95,13 +105,14 @@ def clone_user(bank: MemoryBank, source: str, target: str) -> None:
 
 
 def many_users(bank: MemoryBank, users: int, per_user: int, gen: DialogueGenerator, pool: np.ndarray, *,
+               reply_pool: np.ndarray | None = None,
                end: date, templates: int = 8) -> list[str]:
     """A home of ``users`` users of ``per_user`` memories each: ``templates`` users are written,
     the others are copies of them under their own names."""
     names = [f"member{i:05d}" for i in range(users)]
     templates = min(templates, users)
     for i in range(templates):
-        fill_user(bank, names[i], per_user, gen, pool, end=end, seed=1000 + i)
+        fill_user(bank, names[i], per_user, gen, pool, end=end, seed=1000 + i, reply_pool=reply_pool)
     bank.close()
     for i in range(templates, users):
         clone_user(bank, names[i % templates], names[i])

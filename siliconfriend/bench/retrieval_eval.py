@@ -1,26 +1,59 @@
 """Retrieval evaluation on MemoryBank probing questions with evidence labels.
 
-The bank is loaded into a temporary home (never the user's), "now" is the day after the bank's
-last date, and each labelled question runs the retrieval a chat turn uses, for its user, without
-reinforcing. recall@k is the share of a question's evidence turns among the first k distinct
-dialogue turns retrieved (other kinds of hits are skipped); hit@k is whether at least one is.
+The bank is loaded into a temporary home (never the user's) and each labelled question runs the
+retrieval a chat turn uses, for its user, without reinforcing. recall@k is the share of a
+question's evidence turns among the first k distinct dialogue turns retrieved (other kinds of hits
+are skipped); hit@k is whether at least one is.
+
+"Now" for a question is its label's ``asked_at`` (an ISO date or datetime, or LongMemEval's
+``YYYY/MM/DD (Day) HH:MM``) when it has one, else 09:00 on the day after the bank's last date.
+
+Two ways to load the bank:
+- plain: imported at once, as ``import-memorybank`` does (the file's strengths, nothing forgotten);
+- ``as_used``: lived as the companion lives it. Day by day, the day's turns are stored as chat
+  turns are (importance rated, both vectors); at each day's end the rollover runs: the day's
+  summary (written by ``backend`` when one is given, else the summary the file carries), the
+  rehearsal it brings (``MemoryBank.rehearse``), then the default forgetting pass. A question is
+  asked when its time comes, so that it sees only what was said before it; one asked after the
+  last day comes with a forgetting pass at its time, as the companion's rollover would run.
 """
 from __future__ import annotations
 
 import json
+import re
 import tempfile
-from datetime import datetime, time, timedelta
+from collections import defaultdict
+from datetime import date, datetime, time, timedelta
 from pathlib import Path
-from typing import Callable
+from contextlib import contextmanager
+from typing import Callable, Iterator
 
 from memory.bank import MemoryBank
 from memory.embedders import Embedder
 from memory.forgetting import ForgettingPolicy
-from memory.memorybank_format import BankFormatError, import_bank, parse_bank
+from memory.memorybank_format import BankFormatError, ParsedUser, import_bank, parse_bank
 from memory.records import Kind
 from memory.retrieval import RetrievalConfig
 
 KS = (1, 2, 3, 5, 10)
+_LONGMEM_TIME = re.compile(r"^\s*(\d{4})/(\d{1,2})/(\d{1,2})(?:\s*\(\w+\))?(?:\s+(\d{1,2}):(\d{2}))?\s*$")
+
+
+def parse_asked_at(value: str) -> datetime:
+    """A label's ``asked_at``: ``2023-05-08``, ``2023-05-08T14:30``, ``2023/05/20 (Sat) 02:21``.
+    A date alone means 09:00 that day."""
+    text = str(value).strip()
+    m = _LONGMEM_TIME.match(text)
+    if m:
+        y, mo, d, hh, mm = m.groups()
+        return datetime(int(y), int(mo), int(d), int(hh or 9), int(mm or 0))
+    try:
+        if len(text) == 10:
+            return datetime.combine(date.fromisoformat(text), time(9, 0))
+        return datetime.fromisoformat(text)
+    except ValueError:
+        raise BankFormatError(f"asked_at {value!r} is not a date (YYYY-MM-DD[THH:MM] or YYYY/MM/DD (Day) HH:MM)") \
+            from None
 
 
 def load_labels(path: Path | str) -> list[dict]:
@@ -32,7 +65,9 @@ def load_labels(path: Path | str) -> list[dict]:
             try:
                 item = json.loads(line)
                 item["bank_user"], item["question"], item["evidence"]
-            except (json.JSONDecodeError, KeyError, TypeError) as exc:
+                if item.get("asked_at"):
+                    item["asked_at"] = parse_asked_at(item["asked_at"])
+            except (json.JSONDecodeError, KeyError, TypeError, BankFormatError) as exc:
                 raise BankFormatError(f"{path}: line {n}: not a label ({exc})") from None
             labels.append(item)
     return labels
@@ -45,49 +80,148 @@ def evaluate_retrieval(bank_file: Path | str, labels_file: Path | str, embedder:
 def evaluate_label_sets(bank_file: Path | str, labels_files: list[Path | str], embedder: Embedder, *,
                         policy: ForgettingPolicy | None = None, config: RetrievalConfig | None = None,
                         ks: tuple[int, ...] = KS, progress: Callable | None = None,
-                        details: list | None = None) -> list[dict]:
-    """Import the bank once, then score each label file on it."""
+                        details: list | None = None, as_used: bool = False, backend=None,
+                        lang: str = "en", database_url: str | None = None) -> list[dict]:
+    """Load the bank once (plain or ``as_used``), then score each label file on it. With
+    ``database_url`` the bank goes into a scratch database on that PostgreSQL server (dropped
+    afterwards), not a temporary home."""
     label_sets = [[label for label in load_labels(f) if label.get("evidence")] for f in labels_files]
     parsed = parse_bank(bank_file)
     last = max((t[2] for p in parsed for t in p.turns), default=datetime(1970, 1, 1))
-    now = datetime.combine(last.date() + timedelta(days=1), time(9, 0))
+    default_now = datetime.combine(last.date() + timedelta(days=1), time(9, 0))
     config = config or RetrievalConfig()
     depth = max(ks)
-    results = []
-    with tempfile.TemporaryDirectory(prefix="sf-eval-") as home:
-        bank = MemoryBank(home, embedder, policy=policy, retrieval=config)
+    with _scratch_store(database_url) as where:
+        if database_url:
+            from memory.pg_store import PgMemoryBank
+            bank = PgMemoryBank(where, embedder, policy=policy, retrieval=config)
+        else:
+            bank = MemoryBank(where, embedder, policy=policy, retrieval=config)
         try:
-            import_bank(bank, bank_file, progress=progress)
-            for labels in label_sets:
-                results.append(_score(bank, labels, now, ks, depth, details))
+            if as_used:
+                rankings = _live_and_ask(bank, parsed, label_sets, default_now, depth, backend, lang, progress)
+            else:
+                import_bank(bank, bank_file, progress=progress)
+                bank.settle()
+                rankings = [[_ask(bank, label, label.get("asked_at") or default_now, depth) for label in labels]
+                            for labels in label_sets]
         finally:
             bank.close()
-    return results
+    return [_score(labels, ranked, ks, depth, details) for labels, ranked in zip(label_sets, rankings)]
 
 
-def _score(bank: MemoryBank, labels: list[dict], now: datetime, ks: tuple[int, ...], depth: int,
-           details: list | None) -> dict:
+@contextmanager
+def _scratch_store(database_url: str | None) -> Iterator[str]:
+    """A temporary home folder, or a scratch database on the server of ``database_url``."""
+    if not database_url:
+        with tempfile.TemporaryDirectory(prefix="sf-eval-") as home:
+            yield home
+        return
+    from memory.pg_db import scratch_database
+    with scratch_database(database_url, prefix="sf_eval") as url:
+        yield url
+
+
+def _ask(bank: MemoryBank, label: dict, now: datetime, depth: int) -> list[tuple[str, int]]:
+    """The first ``depth`` distinct turns (day, position) retrieved for the label's question."""
+    # ask for enough hits that `depth` distinct turns remain after skipping summaries
+    hits = bank.retrieve(label["bank_user"].strip(), label["question"], now, k=depth * 2)
+    turns: list[tuple[str, int]] = []
+    for h in hits:
+        key = (h.record.day.isoformat(), h.record.position)
+        if h.record.kind == Kind.TURN and key not in turns:
+            turns.append(key)
+    return turns[:depth]
+
+
+def _live_and_ask(bank: MemoryBank, parsed: list[ParsedUser], label_sets: list[list[dict]], default_now: datetime,
+                  depth: int, backend, lang: str, progress: Callable | None) -> list[list]:
+    """Each user's days lived in order with the day rollover, each question asked at its time."""
+    rankings: list[list] = [[None] * len(labels) for labels in label_sets]
+    asked: dict[str, list[tuple[datetime, int, int]]] = defaultdict(list)
+    for s, labels in enumerate(label_sets):
+        for i, label in enumerate(labels):
+            asked[label["bank_user"].strip()].append((label.get("asked_at") or default_now, s, i))
+    consolidator = None
+    if backend is not None:
+        from ..core.consolidate import Consolidator
+        consolidator = Consolidator(bank, backend)
+    bar = progress(total=sum(len(p.turns) for p in parsed), desc="living the days", unit="turn") if progress else None
+    for p in parsed:
+        queue = sorted(asked.get(p.name, []), key=lambda q: q[0])
+
+        def ask_until(moment: datetime, queue: list = queue) -> None:
+            while queue and queue[0][0] <= moment:
+                when, s, i = queue.pop(0)
+                rankings[s][i] = _ask(bank, label_sets[s][i], when, depth)
+
+        by_day: dict[date, list] = defaultdict(list)
+        for turn in p.turns:
+            by_day[turn[2].date()].append(turn)
+        previous: date | None = None
+        for day in sorted(by_day):
+            start = datetime.combine(day, time(0, 0))
+            if previous is not None:
+                _rollover(bank, p, previous, start, consolidator, lang, ask_until)
+            ask_until(start)
+            for query, response, when, _, _ in by_day[day]:
+                ask_until(when)
+                bank.add_turns(p.name, [(query, response, when)])
+            previous = day
+            if bar:
+                bar.update(len(by_day[day]))
+        if previous is not None:
+            _rollover(bank, p, previous, datetime.combine(previous + timedelta(days=1), time(0, 0)),
+                      consolidator, lang, ask_until)
+        while queue:
+            # a later question comes with the rollover of its own day: the forgetting pass at its
+            # time (without recalls in between, one pass then archives what daily passes would)
+            bank.forget_pass(p.name, queue[0][0])
+            ask_until(queue[0][0])
+    if bar:
+        bar.close()
+    return rankings
+
+
+def _rollover(bank: MemoryBank, p: ParsedUser, day: date, at: datetime, consolidator, lang: str,
+              ask_until: Callable[[datetime], None]) -> None:
+    """The end of ``day``: its summary, the rehearsal, the forgetting pass (as ``Consolidator.run``)."""
+    ask_until(at - timedelta(seconds=1))
+    if consolidator is not None:
+        consolidator.run(p.name, at, until=day, lang=lang, forget=True)
+        return
+    for kind, texts in ((Kind.DAILY_EVENTS, p.daily_events), (Kind.DAILY_PERSONALITY, p.daily_personality)):
+        if day in texts:
+            bank.set_summary(p.name, kind, texts[day], at, day=day)
+    bank.rehearse(p.name, day, at)
+    bank.forget_pass(p.name, at)
+
+
+def _score(labels: list[dict], rankings: list, ks: tuple[int, ...], depth: int, details: list | None) -> dict:
     sums = {f"recall@{k}": 0.0 for k in ks} | {f"hit@{k}": 0.0 for k in ks}
-    for label in labels:
+    per_category: dict[str, list[float]] = defaultdict(lambda: [0.0, 0.0, 0.0])   # n, recall@5, recall@10
+    for label, turns in zip(labels, rankings):
         evidence = {(e["date"], int(e["turn"])) for e in label["evidence"]}
-        # ask for enough hits that `depth` distinct turns remain after skipping summaries
-        hits = bank.retrieve(label["bank_user"].strip(), label["question"], now, k=depth * 2)
-        turns: list[tuple[str, int]] = []
-        for h in hits:
-            key = (h.record.day.isoformat(), h.record.position)
-            if h.record.kind == Kind.TURN and key not in turns:
-                turns.append(key)
+        turns = turns or []
         for k in ks:
             found = len(evidence & set(turns[:k]))
             sums[f"recall@{k}"] += found / len(evidence)
             sums[f"hit@{k}"] += 1.0 if found else 0.0
+        if "category" in label:
+            c = per_category[str(label["category"])]
+            c[0] += 1
+            c[1] += len(evidence & set(turns[:5])) / len(evidence)
+            c[2] += len(evidence & set(turns[:10])) / len(evidence)
         if details is not None:
             details.append({"qid": label.get("qid"), "question": label["question"],
                             "evidence": sorted(evidence), "retrieved": turns[:depth]})
     n = len(labels)
-    out = {"n": n}
+    out: dict = {"n": n}
     for k in ks:
         out[f"recall@{k}"] = round(sums[f"recall@{k}"] / n, 4) if n else 0.0
     for k in ks:
         out[f"hit@{k}"] = round(sums[f"hit@{k}"] / n, 4) if n else 0.0
+    if per_category:
+        out["by_category"] = {c: {"n": int(v[0]), "recall@5": round(v[1] / v[0], 4), "recall@10": round(v[2] / v[0], 4)}
+                              for c, v in sorted(per_category.items())}
     return out

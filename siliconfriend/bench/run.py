@@ -20,8 +20,9 @@ from typing import Callable
 from memory.bank import MemoryBank
 from memory.embedders import create_embedder
 
+from .api import measure_api_overhead
 from .data import DialogueGenerator
-from .fixtures import fill_user, many_users, vector_pool
+from .fixtures import fill_user, many_users, reply_vector_pool, vector_pool
 from .ingest import measure_ingest
 from .process import measure_process
 from .turns import TimedEmbedder, run_turns
@@ -46,6 +47,7 @@ class BenchConfig:
     labels: str = "labels_dev_{lang}.jsonl"
     max_open_users: int = 64
     embedder: str = "e5"
+    api_memories: int = 1_000                  # the user the API's overhead is measured on
 
 
 FULL = BenchConfig("full", single=(("1k", 1_000), ("10k", 10_000), ("100k", 100_000)), many=(1_000, 1_000),
@@ -104,6 +106,7 @@ def run_bench(config: BenchConfig = FULL, *, log: Callable[[str], None] = lambda
         log(f"embedding {config.pool} generated turns for the vector pool")
         scratch = MemoryBank(root / "scratch", embedder)
         pool = vector_pool(scratch, gen, config.pool)
+        replies = reply_vector_pool(scratch, gen, config.pool)
         scratch.close()
         result["phases_s"]["pool"] = round(time.perf_counter() - tick, 1)
         start_turns = datetime.combine(END, dtime(19, 0))
@@ -114,7 +117,7 @@ def run_bench(config: BenchConfig = FULL, *, log: Callable[[str], None] = lambda
             home = root / f"single-{key}"
             bank = MemoryBank(home, TimedEmbedder(embedder), max_open_users=config.max_open_users)
             log(f"writing one user with {size:,} memories")
-            fill_user(bank, "big", size, gen, pool, end=END, seed=size)
+            fill_user(bank, "big", size, gen, pool, end=END, seed=size, reply_pool=replies)
             log(f"{config.turns} turns at {key}")
             times, path = run_turns(bank, lambda i: "big", config.turns, config.warmup, gen, start=start_turns)
             bank.close()
@@ -129,7 +132,7 @@ def run_bench(config: BenchConfig = FULL, *, log: Callable[[str], None] = lambda
         home = root / "many"
         bank = MemoryBank(home, TimedEmbedder(embedder), max_open_users=config.max_open_users)
         log(f"writing {users:,} users x {per_user:,} memories")
-        names = many_users(bank, users, per_user, gen, pool, end=END)
+        names = many_users(bank, users, per_user, gen, pool, end=END, reply_pool=replies)
         rng = random.Random(SEED)
         log(f"{config.turns} turns over {users:,} users")
         times, _ = run_turns(bank, lambda i: rng.choice(names), config.turns, config.warmup, gen, start=start_turns)
@@ -138,6 +141,19 @@ def run_bench(config: BenchConfig = FULL, *, log: Callable[[str], None] = lambda
         result["sizes"]["1000x1k"] = (f"{users:,} users x {per_user:,} memories, a random user each turn, "
                                       f"{config.max_open_users} kept open")
         result["phases_s"]["1000x1k"] = round(time.perf_counter() - tick, 1)
+
+        tick = time.perf_counter()
+        home = root / "api"
+        bank = MemoryBank(home, embedder, max_open_users=config.max_open_users)
+        log(f"{config.turns} turns each: direct, through the API, through the API streaming "
+            f"({config.api_memories:,} memories)")
+        fill_user(bank, "big", config.api_memories, gen, pool, end=END, seed=7)
+        result["api_ms"] = measure_api_overhead(bank, home, "big", gen, turns=config.turns, warmup=config.warmup,
+                                                start=start_turns)
+        bank.close()
+        result["sizes"]["api"] = (f"1 user, {config.api_memories:,} memories; HTTP on 127.0.0.1, client and "
+                                  f"server in one process")
+        result["phases_s"]["api"] = round(time.perf_counter() - tick, 1)
 
         tick = time.perf_counter()
         log(f"importing a MemoryBank file of {config.ingest_turns} turns")
@@ -179,7 +195,7 @@ def run_bench(config: BenchConfig = FULL, *, log: Callable[[str], None] = lambda
     return result
 
 
-TARGETS = {"p50": 30.0, "p95": 80.0, "ingest": 200.0, "restart": 0.5, "speedup": 100.0, "cold": 3.0, "rss": 1024.0}
+TARGETS = {"p50": 30.0, "p95": 80.0, "api_overhead": 5.0, "ingest": 200.0, "restart": 0.5, "speedup": 100.0, "cold": 3.0, "rss": 1024.0}
 
 
 def _ok(value, target, *, low: bool = True) -> str:
@@ -206,6 +222,17 @@ def format_table(r: dict) -> str:
         lines.append(f"{key:<20}{t['p50']:>7.1f}{t['p95']:>7.1f}{t['before_reply']['p50']:>14.1f}"
                      f"{t['after_reply']['p50']:>13.1f}{eq if eq is not None else '-':>10}"
                      f"{ed if ed is not None else '-':>9}   {r['sizes'].get(key, '')}{mark}")
+    api = r.get("api_ms") or {}
+    if api.get("direct"):
+        lines += [""]
+        for path, label in (("api", "API (JSON)"), ("api_stream", "API (streaming)")):
+            over, diff = api[f"{path}_overhead"], api[f"{path}_minus_direct"]
+            lines.append(f"{label + ' overhead':<26}{over['p50']:>7.2f}{over['p95']:>7.2f} ms (p50 / p95)"
+                         f"{_ok(over['p50'], TARGETS['api_overhead'])}{_ok(over['p95'], TARGETS['api_overhead'])}"
+                         f"   turn {api[path]['p50']:.1f} / {api[path]['p95']:.1f} ms vs direct "
+                         f"{api['direct']['p50']:.1f} / {api['direct']['p95']:.1f} ms "
+                         f"({diff['p50']:+.1f} / {diff['p95']:+.1f})")
+        lines.append(f"{'':<26}{r['sizes'].get('api', '')}")
     ing = r.get("ingest", {})
     rec = r.get("recall_at_5", {})
     lines += ["",

@@ -11,6 +11,8 @@ COMMAND_MODULES = [
     "siliconfriend.cli.chat",       # chat, replay, probe, consolidate
     "siliconfriend.cli.finetune",   # finetune
     "siliconfriend.cli.bench",      # bench
+    "siliconfriend.cli.store",      # migrate-store
+    "siliconfriend.cli.api",        # keys, serve-api
 ]
 
 
@@ -62,6 +64,12 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         return 130
     except (ValueError, FileNotFoundError, PermissionError) as exc:
+        print(f"siliconfriend: error: {exc}", file=sys.stderr)
+        return 1
+    except RuntimeError as exc:   # the store: unreachable database, missing pgvector, newer schema
+        from memory.pg_db import SchemaTooNew, StoreUnavailable
+        if not isinstance(exc, (StoreUnavailable, SchemaTooNew)):
+            raise
         print(f"siliconfriend: error: {exc}", file=sys.stderr)
         return 1
 

@@ -131,6 +131,8 @@ def _ablations():
         "lexical-only": lambda c: replace(c, dense_weight=0.0, previous_weight=0, next_weight=0, use_dates=False),
         "no-dates": lambda c: replace(c, use_dates=False),
         "no-neighbours": lambda c: replace(c, previous_weight=0, next_weight=0),
+        "no-replies": lambda c: replace(c, use_replies=False),
+        "no-archive": lambda c: replace(c, archive_penalty=None),
     }
 
 
@@ -138,6 +140,7 @@ ABLATIONS = _ablations()
 
 
 def cmd_eval(args) -> int:
+    from dataclasses import replace
     from memory.embedders import create_embedder
     from ..config import Settings
     from ..bench.retrieval_eval import evaluate_retrieval
@@ -147,9 +150,15 @@ def cmd_eval(args) -> int:
     ks = tuple(sorted({1, 2, 3, 5, 10, args.k}))
     details: list | None = [] if args.details else None
     config = ABLATIONS[args.ablation](RetrievalConfig(k=settings.retrieval_k))
+    backend = None
+    if args.backend:
+        from ..factory import build_backend
+        backend = build_backend(replace(settings, backend=args.backend, model=args.model or settings.model))
+    from tqdm import tqdm
     result = evaluate_retrieval(args.bank, args.labels, create_embedder(args.embedder or settings.embedder),
-                                policy=build_policy(settings), config=config,
-                                ks=ks, details=details)
+                                policy=build_policy(settings), config=config, ks=ks, details=details,
+                                as_used=args.as_used, backend=backend, lang=args.lang or settings.lang,
+                                progress=tqdm if args.as_used else None, database_url=args.database_url)
     if args.json:
         print(json.dumps(result))
     else:
@@ -157,6 +166,8 @@ def cmd_eval(args) -> int:
         print("k      " + "  ".join(f"{k:>6}" for k in ks))
         print("recall " + "  ".join(f"{result[f'recall@{k}']:6.3f}" for k in ks))
         print("hit    " + "  ".join(f"{result[f'hit@{k}']:6.3f}" for k in ks))
+        for category, c in result.get("by_category", {}).items():
+            print(f"category {category}: {c['n']} questions, recall@5 {c['recall@5']:.3f}, recall@10 {c['recall@10']:.3f}")
     if details is not None:
         for d in details:
             print(json.dumps(d, ensure_ascii=False), file=sys.stderr)
@@ -206,4 +217,13 @@ def register(sub: argparse._SubParsersAction) -> None:
     e.add_argument("--details", action="store_true", help="per-question rankings on stderr")
     e.add_argument("--ablation", choices=sorted(ABLATIONS), default="hybrid",
                    help="switch parts of retrieval off, to see what each one brings")
+    e.add_argument("--database-url", help="evaluate the PostgreSQL store: the bank goes into a scratch "
+                   "database on this server (dropped afterwards)")
+    e.add_argument("--as-used", action="store_true",
+                   help="live the bank's days as the companion does (importance, rehearsal, the default "
+                        "forgetting at each day's end), then ask each question at its time")
+    e.add_argument("--backend", help="with --as-used: write the daily summaries with this backend "
+                                     "(default: the summaries the bank file carries)")
+    e.add_argument("--model", help="with --backend: the model")
+    e.add_argument("--lang", choices=["en", "zh"], help="language of the summaries written with --backend")
     e.set_defaults(func=cmd_eval)

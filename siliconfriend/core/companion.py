@@ -9,13 +9,15 @@ the prompt. An LLM failure stores nothing and says what went wrong in ``result.e
 from __future__ import annotations
 
 import logging
+import secrets
 import threading
 from collections import defaultdict
 from dataclasses import dataclass, field
 from datetime import date, datetime
-from typing import Callable, Iterator
+from typing import Callable, Iterator, Sequence
 
 from memory.bank import MemoryBank, UnknownMemory, user_key
+from memory.pg_db import StoreUnavailable
 from memory.records import Kind, MemoryRecord
 from memory.retrieval import Hit
 
@@ -91,6 +93,11 @@ class _Turn:
     replace: MemoryRecord | None = None   # regenerate: the turn whose reply is replaced
     store: bool = True
     history: list[MemoryRecord] = field(default_factory=list)
+    given_history: list[tuple[str, str]] | None = None   # the client's own earlier exchanges (API)
+    persona: str | None = None                           # replaces the settings' persona for this turn
+
+
+ROLLOVER_MARK = "rollover_mark"   # changed whenever a summarised day becomes pending again
 
 
 class Companion:
@@ -111,17 +118,26 @@ class Companion:
         self._guard = threading.Lock()
         self._store_locks: dict[str, threading.Lock] = defaultdict(threading.Lock)
         self._rollover_locks: dict[str, threading.Lock] = defaultdict(threading.Lock)
-        self._rolled: dict[str, date] = {}     # user -> the day a complete rollover was last checked
+        # user -> (the day a complete rollover was last checked, the store's rollover mark then):
+        # the mark changes when any process invalidates a summarised day, so that this note
+        # never hides a day another worker made pending again
+        self._rolled: dict[str, tuple[date, str | None]] = {}
 
     # -- the turn -----------------------------------------------------------------------------
     def respond(self, user: str, text: str, *, lang: str | None = None, backend: ChatBackend | None = None,
-                store: bool = True) -> ReplyStream:
+                store: bool = True, history: Sequence[tuple[str, str]] | None = None,
+                persona: str | None = None) -> ReplyStream:
         """Answer ``text``. Nothing happens until the stream is iterated. ``store=False`` answers
-        without writing the turn or reinforcing (probing questions)."""
+        without writing the turn or reinforcing (probing questions). ``history``: the earlier
+        exchanges (user's words, reply) as a client keeps them (a chat app resending its chat),
+        used as the conversation so far instead of today's stored turns, and never stored again;
+        ``persona`` replaces the configured persona for this turn."""
         user_key(user)   # a bad user name is a ValueError now, not halfway through
         if not isinstance(text, str) or not text.strip():
             raise ValueError("the message is empty: type something to say")
-        turn = _Turn(user, text.strip(), self.clock(), self._lang(lang), backend or self.backend, store=store)
+        turn = _Turn(user, text.strip(), self.clock(), self._lang(lang), backend or self.backend, store=store,
+                     given_history=None if history is None else [(str(q), str(a)) for q, a in history],
+                     persona=persona)
         return ReplyStream(lambda stream: self._run(stream, turn))
 
     def regenerate(self, user: str, *, lang: str | None = None, backend: ChatBackend | None = None) -> ReplyStream:
@@ -145,7 +161,12 @@ class Companion:
         today = self.bank.turns_on(turn.user, turn.now.date())
         if turn.replace is not None:
             today = [t for t in today if t.position < turn.replace.position]
-        turn.history = today[-self.history_turns:] if self.history_turns else []
+        if turn.given_history is not None:
+            # the stored turns the client shows again are in the prompt as its history already
+            said = {" ".join(q.split()) for q, _ in turn.given_history}
+            turn.history = [t for t in today if " ".join(t.query.split()) in said]
+        else:
+            turn.history = today[-self.history_turns:] if self.history_turns else []
         stream.messages, stream.used = self._prompt(turn, prompts)
         parts: list[str] = []
         error = None
@@ -179,6 +200,15 @@ class Companion:
             result.error = "No reply: the model returned nothing. Your message was not lost; send it again to retry."
         if result.error or not turn.store:
             return result
+        try:
+            return self._store(turn, result, reply)
+        except StoreUnavailable as exc:   # the database went away mid-turn
+            log.warning("turn of %s not (completely) stored: %s", turn.user, exc)
+            if result.turn is None:       # nothing of this turn was committed: the user may resend
+                result.error = f"Your message and this reply could not be saved: {exc}"
+            return result                 # else the turn is stored; only its recall counts were not
+
+    def _store(self, turn: _Turn, result: TurnResult, reply: str) -> TurnResult:
         with self._store_lock(turn.user):
             if turn.replace is not None:
                 if not reply:
@@ -213,9 +243,12 @@ class Companion:
             f"{turn.text[:QUERY_CHARS // 2]}\n{turn.text[-QUERY_CHARS // 2:]}"
         hits = [h for h in self.bank.retrieve(turn.user, query, turn.now, k=k + len(exclude))
                 if h.record.id not in exclude][:k]
-        fitted = fit_chat(prompts, self.meta_values(turn.user, turn.now, prompts, turn.backend),
-                          [self.memory_line(h.record, prompts) for h in hits],
-                          [(t.query, t.response) for t in turn.history], turn.text,
+        if turn.given_history is not None:
+            pairs = turn.given_history[-self.history_turns:] if self.history_turns else []
+        else:
+            pairs = [(t.query, t.response) for t in turn.history]
+        fitted = fit_chat(prompts, self.meta_values(turn.user, turn.now, prompts, turn.backend, persona=turn.persona),
+                          [self.memory_line(h.record, prompts) for h in hits], pairs, turn.text,
                           budget=self._budget(turn.backend), count=turn.backend.count_tokens)
         if fitted.shortened:
             log.info("prompt for %s shortened to fit: %s", turn.user, ", ".join(fitted.shortened))
@@ -226,13 +259,13 @@ class Companion:
         return min(room, self.prompt_budget) if self.prompt_budget else room
 
     def meta_values(self, user: str, now: datetime, prompts: PromptSet,
-                    backend: ChatBackend | None = None) -> dict[str, str]:
+                    backend: ChatBackend | None = None, *, persona: str | None = None) -> dict[str, str]:
         """What fills the meta-prompt besides the memories, for ``user`` at ``now``. With a
         fine-tuned adapter that was trained with a system prompt in this language, the meta-prompt
         opens with that prompt (``trained_prompt``)."""
         glob = {kind: self.bank.get_summary(user, kind) for kind in (Kind.GLOBAL_EVENTS, Kind.GLOBAL_PERSONALITY)}
         nothing = prompts.fragment("nothing_yet")
-        persona = self.settings.persona.strip()
+        persona = (self.settings.persona if persona is None else persona).strip()
         trained = (getattr(backend or self.backend, "system_prompts", None) or {}).get(prompts.lang, "")
         return {
             "trained_prompt": f"{trained}\n" if trained else "",
@@ -269,16 +302,19 @@ class Companion:
     def _rollover(self, user: str, now: datetime, lang: str, backend: ChatBackend) -> ConsolidationReport | None:
         """Summarise the finished days, once per user and day (again while a summary keeps failing)."""
         today = now.date()
-        if self._rolled.get(user) == today:
+        mark = self.bank.user_meta(user, ROLLOVER_MARK)
+        if self._rolled.get(user) == (today, mark):
             return None
         with self._guard:
             lock = self._rollover_locks[user]
-        with lock:
-            if self._rolled.get(user) == today:   # another tab did it while this one waited
+        with lock, self.bank.exclusive(user, "rollover"):
+            # another tab, or another worker over the same store, may have done it meanwhile:
+            # then nothing is pending and no summary is written twice
+            if self._rolled.get(user) == (today, mark):
                 return None
             report = self.consolidator.run(user, now, lang=lang, backend=backend)
             if report.ok:
-                self._rolled[user] = today
+                self._rolled[user] = (today, mark)
         return report
 
     def consolidation(self, user: str, *, until: date | None = None, lang: str | None = None,
@@ -289,11 +325,11 @@ class Companion:
         now = self.clock()
         with self._guard:
             lock = self._rollover_locks[user]
-        with lock:
+        with lock, self.bank.exclusive(user, "rollover"):
             report = self.consolidator.run(user, now, until=until, lang=self._lang(lang),
                                            backend=backend or self.backend, forget=forget)
             if report.ok and (until is None or until >= now.date()):
-                self._rolled[user] = now.date()
+                self._rolled[user] = (now.date(), self.bank.user_meta(user, ROLLOVER_MARK))
         return report
 
     def consolidate(self, user: str, *, until: date | None = None) -> list[date]:
@@ -303,6 +339,7 @@ class Companion:
     def _invalidate_if_summarised(self, user: str, day: date) -> None:
         if any(self.bank.get_summary(user, kind, day) for kind in (Kind.DAILY_EVENTS, Kind.DAILY_PERSONALITY)):
             self.consolidator.invalidate_day(user, day)
+            self.bank.set_user_meta(user, ROLLOVER_MARK, secrets.token_hex(8))   # for every worker
             self._rolled.pop(user, None)
 
     def forget_user(self, user: str) -> None:

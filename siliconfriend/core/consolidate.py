@@ -1,7 +1,8 @@
 """Day rollover: the daily summaries of each finished day, the global ones, then forgetting.
 
 For each day that has turns and lacks a daily event summary or a daily personality (or whose
-summary is older than its last turn), the LLM writes them from the day's dialogue. New daily
+summary is older than its last turn), the LLM writes them from the day's dialogue; the new event
+summary then reinforces the turns it draws on (consolidation as rehearsal, ``MemoryBank.rehearse``). New daily
 summaries are then folded into the global event summary and the global personality (the previous
 global text plus the new days, in chunks that fit the model). Every step is idempotent: a day is
 done once both its summaries exist; a failed LLM call leaves that day (or the global fold) pending
@@ -38,6 +39,7 @@ class ConsolidationReport:
     failed: dict[date, str] = field(default_factory=dict)        # day -> why it is still pending
     global_updated: list[Kind] = field(default_factory=list)     # GLOBAL_EVENTS / GLOBAL_PERSONALITY
     global_failed: dict[Kind, str] = field(default_factory=dict)
+    rehearsed: int = 0                                           # turns the new daily summaries reinforced
     archived: int = 0                                            # memories the forgetting pass archived
     forgot: bool = False                                         # whether the forgetting pass ran
 
@@ -121,6 +123,7 @@ class Consolidator:
             try:
                 self._summarise_day(user, day, now, prompts, backend)
                 report.summarised.append(day)
+                report.rehearsed += len(self.bank.rehearse(user, day, now))
             except BackendError as exc:
                 log.warning("summary of %s for %s failed, left pending: %s", day, user, exc)
                 report.failed[day] = str(exc)

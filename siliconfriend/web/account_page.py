@@ -3,6 +3,7 @@ my data; delete my account and every trace of it."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import datetime
 from pathlib import Path
 from typing import Callable
 
@@ -45,6 +46,17 @@ def build_account(service: WebService, tr: Translator, token: gr.BrowserState, n
                       label="download")
     export_status = gr.Markdown()
 
+    keys_intro = gr.Markdown(tr.text("keys_intro", base="/v1"))
+    keys_table = gr.Markdown(elem_id="api_keys")
+    with gr.Row():
+        key_label = tr(gr.Textbox(label=tr.text("key_label"), elem_id="key_label", max_length=80, scale=3),
+                       label="key_label")
+        key_create = tr(gr.Button(tr.text("key_create"), elem_id="key_create", scale=1), value="key_create")
+    new_key = gr.Markdown(elem_id="new_key")
+    with gr.Row():
+        key_id = tr(gr.Number(label=tr.text("key_id"), precision=0, elem_id="key_id", scale=3), label="key_id")
+        key_revoke = tr(gr.Button(tr.text("key_revoke"), elem_id="key_revoke", scale=1), value="key_revoke")
+
     tr(gr.Markdown(tr.text("danger_intro")), value="danger_intro")
     with gr.Row():
         confirm = tr(gr.Textbox(label=tr.text("confirm_password"), type="password", elem_id="delete_password",
@@ -76,6 +88,22 @@ def build_account(service: WebService, tr: Translator, token: gr.BrowserState, n
         service.delete_account(token_v, password_v or "", extra_dirs=cache_dirs())
         return "", "", t("account_deleted", lang)
 
+    @guarded
+    def on_key_create(token_v, label_v):
+        lang = lang_of(service, token_v)
+        made = service.create_api_key(token_v, label_v or "")
+        return keys_markdown(service, token_v, lang), t("key_created", lang, secret=made.key), ""
+
+    @guarded
+    def on_key_revoke(token_v, key_id_v):
+        lang = lang_of(service, token_v)
+        if key_id_v is None:
+            raise ValueError("type the id of the key to revoke")
+        info = service.revoke_api_key(token_v, int(key_id_v))
+        return keys_markdown(service, token_v, lang), t("key_revoked", lang, id=info.id)
+
+    key_create.click(on_key_create, [token, key_label], [keys_table, new_key, key_label], api_name="api_key_create")
+    key_revoke.click(on_key_revoke, [token, key_id], [keys_table, new_key], api_name="api_key_revoke")
     backend.input(on_backend, [token, backend], model, api_visibility="private")
     save.click(on_save, [token, name, persona, backend, model], prefs_status, api_name="save_settings")
     export.click(on_export, [token], [download, export_status], api_name="export")
@@ -86,10 +114,29 @@ def build_account(service: WebService, tr: Translator, token: gr.BrowserState, n
         models = service.choices.get(p["backend"], [])
         if p["model"] and p["model"] not in models:
             models = [p["model"], *models]
+        lang = p.get("lang", "en")
         return [p["companion_name"], p["persona"], p["backend"], gr.update(choices=models, value=p["model"] or None),
-                gr.update(visible=False, value=None), "", ""]
+                gr.update(visible=False, value=None), "", "", t("keys_intro", lang, base="/v1"),
+                keys_markdown(service, token_v, lang), ""]
 
     def blank() -> list:
-        return ["", "", gr.skip(), gr.skip(), gr.update(visible=False, value=None), "", ""]
+        return ["", "", gr.skip(), gr.skip(), gr.update(visible=False, value=None), "", "", gr.skip(), "", ""]
 
-    return AccountParts(fill, blank, [name, persona, backend, model, download, export_status, confirm], deleted)
+    return AccountParts(fill, blank, [name, persona, backend, model, download, export_status, confirm, keys_intro,
+                                      keys_table, new_key], deleted)
+
+
+def keys_markdown(service: WebService, token: str, lang: str) -> str:
+    """The user's API keys as a table (their first characters only)."""
+    if service.api_keys is None:
+        return ""
+    keys = service.list_api_keys(token)
+    if not keys:
+        return t("no_keys", lang)
+
+    def when(ts: float | None) -> str:
+        return datetime.fromtimestamp(ts).strftime("%Y-%m-%d %H:%M") if ts else "-"
+
+    rows = [f"| {k.id} | `{k.prefix}…` | {t('key_active' if k.active else 'key_is_revoked', lang)} | "
+            f"{when(k.created_at)} | {when(k.last_used_at)} | {k.label.replace('|', '/')} |" for k in keys]
+    return "\n".join([t("keys_table", lang), *rows])

@@ -73,6 +73,21 @@ _MIGRATIONS = [
     CREATE TABLE failures (key TEXT NOT NULL, at REAL NOT NULL);
     CREATE INDEX failures_by_key ON failures(key, at);
     """,
+    # API keys (siliconfriend/api/keys.py): only the SHA-256 of a key is stored, and its first
+    # characters to tell the keys apart in lists
+    """
+    CREATE TABLE api_keys (
+        id INTEGER PRIMARY KEY,
+        key_hash TEXT NOT NULL UNIQUE,
+        prefix TEXT NOT NULL,
+        name TEXT NOT NULL COLLATE NOCASE REFERENCES users(name) ON DELETE CASCADE,
+        label TEXT NOT NULL DEFAULT '',
+        created_at REAL NOT NULL,
+        last_used_at REAL,
+        revoked_at REAL
+    );
+    CREATE INDEX api_keys_by_name ON api_keys(name);
+    """,
 ]
 
 
@@ -90,13 +105,16 @@ class Accounts:
         self.failure_window_s = failure_window_s
         self.session_s = session_days * 86400
         self._lock = threading.RLock()
-        # secure_delete: deleted accounts leave no bytes behind
-        self._db = connect(self.path, "foreign_keys=ON", "secure_delete=ON")
+        self._db = self._connect()
         self._migrate()
         # verified against when the name is unknown, so that a wrong name takes as long as a wrong password
         self._dummy_hash = self.hasher.hash(secrets.token_hex(8))
 
     # -- plumbing -----------------------------------------------------------------------------
+    def _connect(self):
+        # secure_delete: deleted accounts leave no bytes behind
+        return connect(self.path, "foreign_keys=ON", "secure_delete=ON")
+
     def _migrate(self) -> None:
         with self._tx() as db:
             version = db.execute("PRAGMA user_version").fetchone()[0]
@@ -272,6 +290,7 @@ class Accounts:
         with self._tx() as db:
             n = db.execute("DELETE FROM users WHERE name = ?", (name,)).rowcount
             db.execute("DELETE FROM sessions WHERE name = ?", (name,))
+            db.execute("DELETE FROM api_keys WHERE name = ?", (name,))
             db.execute("DELETE FROM failures WHERE key = ?", (f"user:{name.lower()}",))
         with self._lock:
             self._db.execute("PRAGMA wal_checkpoint(TRUNCATE)")

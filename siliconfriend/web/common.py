@@ -9,6 +9,7 @@ from typing import Any, Callable
 import gradio as gr
 
 from memory.bank import UnknownMemory
+from memory.pg_db import StoreUnavailable
 
 from .accounts import AccountError
 from .i18n import t
@@ -38,7 +39,7 @@ def guard(service: WebService) -> Callable[[Callable], Callable]:
     ValueError and UnknownMemory become a gr.Error the user reads; anything else is logged and
     shown as a short message. Generator handlers stay generators; the signature is kept (Gradio
     reads it for gr.Request / gr.SelectData parameters)."""
-    expected = (NotLoggedIn, AccountError, ValueError, UnknownMemory)
+    expected = (NotLoggedIn, AccountError, ValueError, UnknownMemory, StoreUnavailable)
 
     def as_gr_error(fn: Callable, args: tuple, exc: Exception) -> gr.Error:
         if isinstance(exc, expected):

@@ -103,6 +103,23 @@ TEXT: dict[str, dict[str, str]] = {
     "download": {"en": "Download my data (JSON)", "zh": "下载我的数据（JSON）"},
     "export_ready": {"en": "Your export is ready: MemoryBank JSON plus every field SiliconFriend keeps.",
                      "zh": "导出已就绪：MemoryBank JSON，外加 SiliconFriend 保存的全部字段。"},
+    "keys_intro": {"en": "### API keys\nUse your companion, with its memory, from any OpenAI-compatible chat app "
+                         "(SillyTavern, Open WebUI...): base URL `{base}`, and a key made here. A key acts as you; "
+                         "it is shown once.",
+                   "zh": "### API 密钥\n在任何兼容 OpenAI 的聊天应用（SillyTavern、Open WebUI 等）里使用你的伙伴和它的"
+                         "记忆：接口地址 `{base}`，加上在这里创建的密钥。密钥代表你本人，只显示一次。"},
+    "key_label": {"en": "Name of the new key (e.g. SillyTavern)", "zh": "新密钥的名称（例如 SillyTavern）"},
+    "key_create": {"en": "Create a key", "zh": "创建密钥"},
+    "key_id": {"en": "Key id to revoke", "zh": "要吊销的密钥编号"},
+    "key_revoke": {"en": "Revoke", "zh": "吊销"},
+    "key_created": {"en": "Your new key (copy it now: it is not shown again):\n\n```\n{secret}\n```",
+                    "zh": "你的新密钥（请现在复制，之后不会再显示）：\n\n```\n{secret}\n```"},
+    "key_revoked": {"en": "Key {id} is revoked.", "zh": "密钥 {id} 已吊销。"},
+    "no_keys": {"en": "No API keys yet.", "zh": "还没有 API 密钥。"},
+    "keys_table": {"en": "| id | key | state | created | last used | name |\n|---|---|---|---|---|---|",
+                   "zh": "| 编号 | 密钥 | 状态 | 创建于 | 最近使用 | 名称 |\n|---|---|---|---|---|---|"},
+    "key_active": {"en": "active", "zh": "有效"},
+    "key_is_revoked": {"en": "revoked", "zh": "已吊销"},
     "danger_intro": {"en": "### Delete my account\nThis erases the account, every memory, summary and "
                            "setting. It cannot be undone.",
                      "zh": "### 删除我的账户\n这会清除账户以及全部记忆、摘要和设置，无法撤销。"},

@@ -14,7 +14,7 @@ from .common import guard, lang_of
 from .i18n import Translator, t
 from .service import MemoryRow, WebService
 
-HEADERS = ["id", "day", "kind", "state", "pinned", "S", "R", "recalls", "text", "why"]
+HEADERS = ["id", "day", "kind", "state", "pinned", "S", "R", "recalls", "text", "why", "importance", "status"]
 ALL = "all"
 
 

@@ -22,9 +22,9 @@ from memory.bank import MemoryBank, UnknownMemory, user_key
 from memory.memorybank_format import export_user
 from memory.records import Kind, MemoryRecord, State
 
-from .accounts import Accounts, Session
 from ..backends.base import BackendError
 from ..config import Settings
+from .accounts import Accounts, Session
 
 log = logging.getLogger("siliconfriend.web")
 
@@ -48,6 +48,30 @@ class MemoryRow:
     recalls: int
     text: str
     why: str = ""
+    importance: float = 0.0        # 0 small talk .. 1 a personal fact, rated when written
+    status: str = ""               # the forgetting state in words: when it fades, or since when archived
+
+
+def user_export(bank: MemoryBank, accounts: Accounts, user: str, now: datetime) -> dict:
+    """Everything of ``user``: the original MemoryBank JSON (keyed by the user's name, so
+    ``siliconfriend import-memorybank`` reads it back) plus our fields under "siliconfriend"."""
+    body = export_user(bank, user) if bank.has_user(user) else \
+        {"name": user, "history": {}, "summary": {}, "personality": {}, "overall_history": "",
+         "overall_personality": ""}
+    memories = []
+    if bank.has_user(user):
+        for r in bank.records(user):
+            memories.append({"id": r.id, "kind": r.kind.value, "day": r.day.isoformat(), "text": r.text,
+                             "query": r.query, "response": r.response, "created_at": r.created_at.isoformat(),
+                             "strength": r.strength, "retention": round(bank.retention(r, now), 4),
+                             "last_recall": r.last_recall.isoformat() if r.last_recall else None,
+                             "recall_count": r.recall_count, "importance": r.importance,
+                             "pinned": r.pinned, "state": r.state.value, "position": r.position,
+                             "extra": r.extra})
+    body["siliconfriend"] = {"format": 1, "exported_at": now.isoformat(),
+                             "account": {"name": user, "preferences": accounts.prefs(user)},
+                             "memories": memories}
+    return {user: body}
 
 
 class BackendPool:
@@ -81,9 +105,10 @@ class WebService:
     def __init__(self, settings: Settings, accounts: Accounts, bank: MemoryBank, *,
                  companion: Any = None, companion_factory: Callable[[], Any] | None = None,
                  clock: Callable[[], datetime] | None = None, backends: BackendPool | None = None,
-                 choices: dict[str, list[str]] | None = None):
+                 choices: dict[str, list[str]] | None = None, api_keys: Any = None):
         """``backends`` and ``choices`` (the other models a user may pick) come from
-        ``factory.build_web_service``; without them only the companion's own model is offered."""
+        ``factory.build_web_service``; without them only the companion's own model is offered.
+        ``api_keys`` (``siliconfriend.api.keys.ApiKeys``) when the app serves the API."""
         self.settings = settings
         self.accounts = accounts
         self.bank = bank
@@ -97,6 +122,7 @@ class WebService:
         self._variants: OrderedDict[tuple[str, str], Any] = OrderedDict()
         self._exports: dict[str, list[Path]] = {}
         self.export_dir = EXPORT_DIR
+        self.api_keys = api_keys               # siliconfriend.api.keys.ApiKeys, when the app serves /v1
 
     # -- sessions -----------------------------------------------------------------------------
     def signup(self, name: str, password: str) -> Session:
@@ -223,11 +249,46 @@ class WebService:
         self.bank.get(user, int(turn_id))         # UnknownMemory unless it is this user's
         self.companion.delete_turn(user, int(turn_id))
 
+    # -- API keys (account page) --------------------------------------------------------------
+    def _keys(self) -> Any:
+        if self.api_keys is None:
+            raise ValueError("this server does not serve the API")
+        return self.api_keys
+
+    def list_api_keys(self, token: str) -> list:
+        user = self.user(token)
+        return self._keys().list(user)
+
+    def create_api_key(self, token: str, label: str = ""):
+        """A new key for this user: its text is in the result once and never again."""
+        user = self.user(token)
+        return self._keys().create(user, label)
+
+    def revoke_api_key(self, token: str, key_id: int):
+        user = self.user(token)
+        return self._keys().revoke(user, int(key_id))
+
     # -- memory page --------------------------------------------------------------------------
     def _row(self, rec: MemoryRecord, now: datetime, why: str = "") -> MemoryRow:
         return MemoryRow(rec.id, rec.day.isoformat() if not rec.kind.is_global else "", rec.kind.value,
                          rec.state.value, rec.pinned, round(rec.strength, 2),
-                         round(self.bank.retention(rec, now), 3), rec.recall_count, rec.text, why)
+                         round(self.bank.retention(rec, now), 3), rec.recall_count, rec.text, why,
+                         round(rec.importance, 2), self._status(rec, now))
+
+    def _status(self, rec: MemoryRecord, now: datetime) -> str:
+        """The memory's forgetting state, in words, for the memory page."""
+        if rec.pinned:
+            return "pinned: never fades"
+        if rec.kind.is_global:
+            return "global summary: never fades"
+        if rec.state == State.ARCHIVED:
+            since = f" since {rec.archived_at.date().isoformat()}" if rec.archived_at else ""
+            return f"faded{since}: back only on a strong cue, or restore it"
+        fades = getattr(self.bank.policy, "fades_at", lambda r: None)(rec)
+        if fades is None:
+            return "active"
+        days = (fades - now).total_seconds() / 86400
+        return f"active: fades in {days:.0f} days unless recalled" if days > 0 else "active: fades at the next rollover"
 
     def memories(self, token: str, *, day: str | date | None = None, kind: str | None = None,
                  state: str | None = None, query: str = "", include_archived: bool = True) -> list[MemoryRow]:
@@ -339,27 +400,8 @@ class WebService:
 
     # -- export and deletion ------------------------------------------------------------------
     def export_data(self, token: str) -> dict:
-        """Everything of this user: the original MemoryBank JSON (keyed by the user's name, so
-        ``siliconfriend import-memorybank`` reads it back) plus our fields under "siliconfriend"."""
-        user = self.user(token)
-        now = self.now()
-        body = export_user(self.bank, user) if self.bank.has_user(user) else \
-            {"name": user, "history": {}, "summary": {}, "personality": {}, "overall_history": "",
-             "overall_personality": ""}
-        memories = []
-        if self.bank.has_user(user):
-            for r in self.bank.records(user):
-                memories.append({"id": r.id, "kind": r.kind.value, "day": r.day.isoformat(), "text": r.text,
-                                 "query": r.query, "response": r.response, "created_at": r.created_at.isoformat(),
-                                 "strength": r.strength, "retention": round(self.bank.retention(r, now), 4),
-                                 "last_recall": r.last_recall.isoformat() if r.last_recall else None,
-                                 "recall_count": r.recall_count, "importance": r.importance,
-                                 "pinned": r.pinned, "state": r.state.value, "position": r.position,
-                                 "extra": r.extra})
-        body["siliconfriend"] = {"format": 1, "exported_at": now.isoformat(),
-                                 "account": {"name": user, "preferences": self.accounts.prefs(user)},
-                                 "memories": memories}
-        return {user: body}
+        """Everything of this user (see ``user_export``)."""
+        return user_export(self.bank, self.accounts, self.user(token), self.now())
 
     def export_file(self, token: str) -> Path:
         user = self.user(token)
@@ -411,4 +453,4 @@ class WebService:
         return out
 
 
-__all__ = ["WebService", "NotLoggedIn", "MemoryRow", "BackendPool", "UnknownMemory"]
+__all__ = ["WebService", "NotLoggedIn", "MemoryRow", "BackendPool", "UnknownMemory", "user_export"]

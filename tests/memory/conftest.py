@@ -4,7 +4,7 @@ import pytest
 
 from memory.bank import MemoryBank
 from memory.embedders import create_embedder
-from memory.forgetting import EbbinghausPolicy
+from memory.forgetting import PAPER
 
 
 @pytest.fixture(scope="session")
@@ -14,7 +14,7 @@ def e5():
 
 @pytest.fixture
 def mbank(tmp_path, e5):
-    bank = MemoryBank(tmp_path / "home", e5, policy=EbbinghausPolicy())
+    bank = MemoryBank(tmp_path / "home", e5, policy=PAPER)  # the law on the paper's scale (days, S = 1)
     yield bank
     bank.close()
 

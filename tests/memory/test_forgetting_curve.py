@@ -5,8 +5,9 @@ from datetime import datetime, timedelta
 
 import pytest
 
-from memory.forgetting import EbbinghausPolicy
+from memory.forgetting import PAPER, EbbinghausPolicy
 from memory.records import Kind, MemoryRecord, State
+from memory.retrieval import RetrievalConfig
 
 T0 = datetime(2024, 1, 1, 9, 0)
 
@@ -17,14 +18,19 @@ def rec(**kw) -> MemoryRecord:
     return MemoryRecord(**base)
 
 
+def paper(**kw) -> EbbinghausPolicy:
+    """The law on the paper's scale: t in days, every memory starting at S = 1."""
+    return EbbinghausPolicy(**{"unit_days": PAPER.unit_days, "importance_weight": PAPER.importance_weight, **kw})
+
+
 def test_one_day_at_strength_one():
-    p = EbbinghausPolicy()
+    p = paper()
     assert p.retention(rec(), T0 + timedelta(days=1)) == pytest.approx(0.368, abs=5e-4)
     assert p.retention(rec(), T0) == 1.0
 
 
 def test_recalled_every_three_days_pre_recall_retention():
-    p = EbbinghausPolicy()
+    p = paper()
     m, now, seen = rec(), T0, []
     for _ in range(5):
         now += timedelta(days=3)
@@ -35,14 +41,14 @@ def test_recalled_every_three_days_pre_recall_retention():
 
 
 def test_threshold_forgets_unrecalled_after_2_30_days():
-    p = EbbinghausPolicy(threshold=0.1)
+    p = paper(threshold=0.1)
     assert p.time_to_forget(1.0) == pytest.approx(2.30, abs=5e-3)
     assert not p.forget(rec(), T0 + timedelta(days=2.29), random.Random(0))
     assert p.forget(rec(), T0 + timedelta(days=2.31), random.Random(0))
 
 
 def test_pinned_never_fades_and_importance_raises_strength():
-    p = EbbinghausPolicy()
+    p = paper(importance_weight=1.0)
     assert p.retention(rec(pinned=True), T0 + timedelta(days=365)) == 1.0
     assert not p.forget(rec(pinned=True), T0 + timedelta(days=365), random.Random(0))
     assert p.initial_strength(2.0) == 3.0
@@ -51,7 +57,7 @@ def test_pinned_never_fades_and_importance_raises_strength():
 def test_time_unit_and_sublinear_growth():
     hours = EbbinghausPolicy(unit_days=1 / 24)
     assert hours.retention(rec(), T0 + timedelta(hours=1)) == pytest.approx(math.exp(-1))
-    sub = EbbinghausPolicy(growth="sublinear")
+    sub = paper(growth="sublinear")
     m = rec()
     for i in range(4):
         m = sub.reinforce(m, T0 + timedelta(days=i + 1))
@@ -59,7 +65,7 @@ def test_time_unit_and_sublinear_growth():
 
 
 def test_probabilistic_mode_keeps_with_probability_r():
-    p = EbbinghausPolicy(mode="probabilistic")
+    p = paper(mode="probabilistic")
     rng = random.Random(0)
     now = T0 + timedelta(days=1)  # R = 0.368
     kept = sum(not p.forget(rec(), now, rng) for _ in range(4000))
@@ -111,9 +117,58 @@ def test_ten_day_simulation_in_the_bank(mbank):
     assert "trip" not in archived_on and "cat" not in archived_on
     survivors = {n for n in schedules if mbank.get("sim", ids[n]).state == State.ACTIVE}
     assert survivors == {"cat", "trip"}
-    # archived memories are not retrieved, stay visible, and can be restored
-    hits = mbank.retrieve("sim", "Remember the job", end, k=5)
+    # archived memories are the second tier: out of reach unless the archive is asked (a strong
+    # cue: see test_hybrid_retrieval), still visible, and they can be restored
+    hits = mbank.retrieve("sim", "Remember the job", end, k=5, config=RetrievalConfig(archive_penalty=None))
     assert ids["job"] not in {h.record.id for h in hits}
+    assert mbank.get("sim", ids["job"]).archived_at == T0 + timedelta(days=3)
     job = mbank.restore("sim", ids["job"], end)
     assert job.state == State.ACTIVE and job.strength == 2
-    assert ids["job"] in {h.record.id for h in mbank.retrieve("sim", "Remember the job", end, k=5)}
+    assert ids["job"] in {h.record.id for h in mbank.retrieve("sim", "Remember the job", end, k=5,
+                                                            config=RetrievalConfig(archive_penalty=None))}
+
+
+def test_companion_defaults_small_talk_fades_in_weeks_a_personal_fact_in_months():
+    p = EbbinghausPolicy()               # the defaults the companion runs with
+    assert p.time_to_forget(p.initial_strength(0.0)) == pytest.approx(16.1, abs=0.1)
+    assert p.time_to_forget(p.initial_strength(1.0)) == pytest.approx(80.6, abs=0.1)
+    assert p.time_to_forget(p.next_strength(p.initial_strength(0.0), 0)) == pytest.approx(32.2, abs=0.1)
+
+
+def test_sixty_days_unrecalled_small_talk_is_archived_a_pinned_or_important_turn_is_not(tmp_path, e5):
+    """Forgetting still happens under the companion's defaults: sixty days after one chat, with a
+    forgetting pass every morning, the small talk is archived; the pinned turn and the personal
+    fact (rated important when written) are still active."""
+    from memory.bank import MemoryBank
+    bank = MemoryBank(tmp_path, e5)      # default policy, importance rated at write time
+    small = bank.add_turn("kim", "Hi, how are you?", "Fine, thanks! And you?", T0)
+    weather = bank.add_turn("kim", "Nice weather today.", "Yes, sunny!", T0 + timedelta(minutes=1))
+    fact = bank.add_turn("kim", "My daughter Emma was diagnosed with asthma last week and I'm worried about her.",
+                         "I'm sorry to hear that. How is she doing?", T0 + timedelta(minutes=2))
+    pinned = bank.add_turn("kim", "Okay.", "Okay!", T0 + timedelta(minutes=3))
+    bank.pin("kim", pinned.id)
+    assert small.importance < 0.1 and fact.importance >= 0.75
+    archived_on = {}
+    for day in range(1, 61):
+        for d in bank.forget_pass("kim", T0 + timedelta(days=day)):
+            if d.archived:
+                archived_on[d.record.id] = day
+    assert set(archived_on) == {small.id, weather.id}
+    assert 14 <= archived_on[small.id] <= 18            # 2.3 weeks at S = 1
+    state = {i: bank.get("kim", i).state for i in (small.id, weather.id, fact.id, pinned.id)}
+    assert state == {small.id: State.ARCHIVED, weather.id: State.ARCHIVED,
+                     fact.id: State.ACTIVE, pinned.id: State.ACTIVE}
+    bank.close()
+
+
+def test_a_days_summary_rehearses_the_turns_it_draws_on(mbank):
+    """Consolidation as rehearsal: the turn the summary speaks of is reinforced, the other is not."""
+    pixel = mbank.add_turn("amy", "I adopted a kitten named Pixel from the shelter", "Lovely!", T0)
+    grey = mbank.add_turn("amy", "The sky is grey", "Indeed.", T0 + timedelta(minutes=1))
+    assert mbank.rehearse("amy", T0.date(), T0 + timedelta(days=1)) == []      # no summary yet
+    mbank.set_summary("amy", Kind.DAILY_EVENTS, "Amy adopted a kitten, Pixel, from a shelter. She chatted.",
+                      T0 + timedelta(hours=12), day=T0.date())
+    back = mbank.rehearse("amy", T0.date(), T0 + timedelta(days=1))
+    assert [r.id for r in back] == [pixel.id]
+    assert mbank.get("amy", pixel.id).strength == 2 and mbank.get("amy", pixel.id).recall_count == 1
+    assert mbank.get("amy", grey.id).strength == 1

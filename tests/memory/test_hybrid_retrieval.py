@@ -72,10 +72,24 @@ def test_hits_carry_scores_and_summaries_can_be_hits(mbank):
     assert d["reasons"]
 
 
-def test_only_active_memories_are_retrieved(mbank):
-    t = _fill(mbank, "amy", [(0, "I secretly love karaoke", "Fun!")])
-    mbank._user("amy").store.set_state([t[0].id], State.ARCHIVED)
-    assert mbank.retrieve("amy", "karaoke", D + timedelta(days=1)) == []
+def test_archived_memories_are_a_second_tier_a_strong_cue_brings_back(mbank):
+    t = _fill(mbank, "amy", [(0, "I secretly love karaoke", "Fun!"), (1, "I walked my dog in the park", "Nice."),
+                             (2, "I walked along the river after lunch", "Lovely.")])
+    mbank._user("amy").store.set_state([t[0].id], State.ARCHIVED, D + timedelta(days=3))
+    now = D + timedelta(days=4)
+    # left out when the archive is not consulted, and below active memories on a weak cue
+    assert t[0].id not in {h.record.id for h in mbank.retrieve("amy", "karaoke", now, config=RetrievalConfig(
+        archive_penalty=None))}
+    assert mbank.retrieve("amy", "where did I go for a walk", now, k=2)[0].record.id != t[0].id
+    # a strong cue (the very thing named) brings it back, saying so
+    hits = mbank.retrieve("amy", "karaoke", now, k=3)
+    assert hits[0].record.id == t[0].id and any("strong cue" in r for r in hits[0].reasons)
+    assert hits[0].score < max(h.score for h in mbank.retrieve("amy", "karaoke", now, config=RetrievalConfig(
+        archive_penalty=0.0)))
+    # the turn that uses it reinforces it: active again, with the reinforcement's strength
+    back = mbank.reinforce("amy", [t[0].id], now)[0]
+    assert back.state == State.ACTIVE and mbank.get("amy", t[0].id).state == State.ACTIVE
+    assert mbank.get("amy", t[0].id).archived_at is None and back.strength == 2
     assert mbank.retrieve("amy", "   ", D) == []
 
 

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from memory.bank import MemoryBank, UnknownMemory, user_key
-from memory.embedders import create_embedder, embed_documents, embed_turns
+from memory.embedders import create_embedder, embed_documents, embed_replies, embed_turns
 from memory.records import Kind, State
 
 
@@ -66,7 +66,8 @@ def test_index_persists_and_is_not_rebuilt_on_open(tmp_path, e5, day1):
         bank.add_turn("amy", f"fact number {i} about my garden", "ok", day1)
     bank.close()
     again = MemoryBank(tmp_path, e5)
-    assert len(again._user("amy").index) == 5 and not again._user("amy").index.rebuilt
+    # each turn is in the index twice: its message and its reply
+    assert len(again._user("amy").index) == 10 and not again._user("amy").index.rebuilt
     again.close()
 
 
@@ -155,17 +156,24 @@ def test_a_turn_is_stored_with_the_vector_its_retrieval_already_made(tmp_path, e
     bank.add_turn("amy", "I adopted a cat named Miso", "Lovely!", day1)
     message = "My sister Lena is getting married in June"
     bank.retrieve("amy", message, day1)
+    bank.settle()
     before = dict((k, len(v)) for k, v in counting.texts.items())
     turn = bank.add_turn("amy", message, "Congratulations to her!", day1)
-    assert {k: len(v) for k, v in counting.texts.items()} == before      # nothing embedded again
+    bank.settle()
+    # the message is not embedded again; the reply is, once, as a passage, after the turn
+    assert len(counting.texts["query"]) == before["query"]
+    assert counting.texts["document"][before["document"]:] == ["Congratulations to her!"]
     stored = bank._user("amy").store.vectors([turn.id], e5.dim)[0]
     assert np.allclose(stored, embed_turns(e5, [message])[0], atol=1e-6)
     assert np.allclose(stored, bank.embed_query(message), atol=1e-6)
-    # a regenerated reply keeps the turn's vector (it is the user's message)
+    reply = bank._user("amy").store.vectors([turn.id], e5.dim, column="reply_vector")[0]
+    assert np.allclose(reply, embed_replies(e5, ["Congratulations to her!"])[0], atol=1e-6)
+    # a regenerated reply keeps the message's vector; the new reply gets its own, after the turn
     before = {k: len(v) for k, v in counting.texts.items()}
     bank.edit_text("amy", turn.id, "How wonderful, congratulations!")
-    assert {k: len(v) for k, v in counting.texts.items()} == before      # nothing embedded
-    assert counting.texts["document"] == []
+    bank.settle()
+    assert len(counting.texts["query"]) == before["query"]
+    assert counting.texts["document"][before["document"]:] == ["How wonderful, congratulations!"]
     assert np.allclose(bank._user("amy").store.vectors([turn.id], e5.dim)[0], stored, atol=1e-6)
     # a vector is handed over once: the same message on a later turn is embedded again, twice
     queries = len(counting.texts["query"])
@@ -188,8 +196,9 @@ def test_vectors_made_the_old_way_are_redone_once_as_turn_vectors(tmp_path, e5, 
     again = MemoryBank(tmp_path, counting)
     hits = again.retrieve("amy", "what is my job", day1 + timedelta(hours=1), k=2)
     assert turn.id in [h.record.id for h in hits]
+    again.settle()
     assert counting.texts["query"][:1] == ["I work night shifts at the hospital"]
-    assert counting.texts["document"] == ["Amy is a nurse who works nights."]
+    assert sorted(counting.texts["document"]) == ["Amy is a nurse who works nights.", "That is tiring."]
     vector = again._user("amy").store.vectors([turn.id], e5.dim)[0]
     assert np.allclose(vector, embed_turns(e5, [turn.query])[0], atol=1e-6)
     again.close()
@@ -221,7 +230,8 @@ def test_two_processes_writing_one_home(tmp_path, day1):
     assert sorted(t.position for t in turns) == list(range(50))   # one place each, no duplicates
     db = sqlite3.connect(bank.user_dir("shared") / "memory.db")
     assert db.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
-    assert len(bank._user("shared").index) == 50   # the index caught up with both writers
+    bank.settle()
+    assert len(bank._user("shared").index) == 100  # the index caught up with both writers (message + reply each)
     bank.close()
 
 

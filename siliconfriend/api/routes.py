@@ -1,0 +1,227 @@
+"""The HTTP side of the API: a FastAPI app, mounted under ``/v1`` on the web app's server (Gradio's
+FastAPI app) or served alone by ``siliconfriend serve-api``.
+
+OpenAI's chat-completions protocol (``POST /chat/completions``, streaming as server-sent events,
+``GET /models``) and the memory API (``/memories``), with OpenAI's error shape for every refusal:
+``{"error": {"message", "type", "param", "code"}}`` and 400 / 401 / 404 / 429 / 503. The
+description is at ``/v1/openapi.json``, a page at ``/v1/docs``.
+"""
+from __future__ import annotations
+
+import json
+import logging
+from typing import Any, Iterator
+
+from fastapi import Depends, FastAPI, Query, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse, StreamingResponse
+from fastapi.security import HTTPBearer
+from pydantic import BaseModel, ConfigDict, Field
+from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.routing import Mount
+
+from .keys import KeyOwner
+from .service import MODEL_ID, ApiError, ApiService, Completion
+
+log = logging.getLogger("siliconfriend.api")
+
+MAX_BODY_BYTES = 8 * 1024 * 1024
+PREFIX = "/v1"
+
+
+class ChatMessageIn(BaseModel):
+    model_config = ConfigDict(extra="allow")
+    role: str = Field(description="system, user or assistant")
+    content: str | list[dict[str, Any]] | None = Field(None, description="text, or a list of content parts")
+
+
+class ChatCompletionRequest(BaseModel):
+    """OpenAI's request; fields the companion does not use (temperature, top_p...) are accepted."""
+    model_config = ConfigDict(extra="allow")
+    model: str = Field(MODEL_ID, description="any name; the companion answers with the configured backend")
+    messages: list[ChatMessageIn] = Field(description="the chat so far; the last one is the user's turn")
+    stream: bool = False
+    n: int | None = Field(None, description="only 1")
+    stream_options: dict[str, Any] | None = None
+
+
+def openai_error(status: int, message: str, *, type: str = "invalid_request_error", code: str | None = None,
+                 param: str | None = None, headers: dict | None = None) -> JSONResponse:
+    return JSONResponse(ApiError(status, message, type=type, code=code, param=param).body(), status_code=status,
+                        headers=headers)
+
+
+def client_of(request: Request) -> str | None:
+    return request.client.host if request.client else None
+
+
+def build_api(api: ApiService) -> FastAPI:
+    """The API's FastAPI app (its paths without the ``/v1`` prefix; ``mount`` adds it)."""
+    app = FastAPI(title="SiliconFriend API", version="1",
+                  description="An OpenAI-compatible chat endpoint whose companion remembers (MemoryBank: "
+                              "retrieval, daily summaries, personality, forgetting), and the memory API. "
+                              "Authenticate with a per-user key: `Authorization: Bearer sf-...`.",
+                  openapi_url="/openapi.json", docs_url="/docs", redoc_url=None)
+    bearer = HTTPBearer(auto_error=False, description="a per-user API key, sf-...")
+
+    @app.exception_handler(ApiError)
+    async def on_api_error(request: Request, exc: ApiError):
+        return JSONResponse(exc.body(), status_code=exc.status, headers=exc.headers)
+
+    @app.exception_handler(RequestValidationError)
+    async def on_invalid(request: Request, exc: RequestValidationError):
+        errors = exc.errors()
+        first = errors[0] if errors else {}
+        where = ".".join(str(p) for p in first.get("loc", ()) if p != "body")
+        message = f"{where}: {first.get('msg', 'invalid')}" if where else str(first.get("msg", "invalid request"))
+        return openai_error(400, f"invalid request: {message}", param=where or None)
+
+    @app.exception_handler(StarletteHTTPException)
+    async def on_http(request: Request, exc: StarletteHTTPException):
+        code = {404: "not_found", 405: "method_not_allowed"}.get(exc.status_code)
+        return openai_error(exc.status_code, str(exc.detail), code=code)
+
+    @app.exception_handler(Exception)
+    async def on_crash(request: Request, exc: Exception):
+        log.exception("API request %s %s failed", request.method, request.url.path)
+        return openai_error(500, "the server failed on this request (it is logged); nothing was changed "
+                                 "by it unless the reply said so", type="server_error", code="internal_error")
+
+    @app.middleware("http")
+    async def limit_body(request: Request, call_next):
+        size = request.headers.get("content-length")
+        if size and size.isdigit() and int(size) > MAX_BODY_BYTES:
+            return openai_error(413, f"the request is too large (at most {MAX_BODY_BYTES // 2**20} MiB)",
+                                code="request_too_large")
+        return await call_next(request)
+
+    async def owner(request: Request, _=Depends(bearer)) -> KeyOwner:
+        # on the event loop: a digest and one indexed SQLite read, cheaper than a hop to a thread
+        return api.authenticate(request.headers.get("authorization"), client_of(request))
+
+    # -- chat ---------------------------------------------------------------------------------
+    @app.get("/models", summary="The models: one, the companion")
+    def models(who: KeyOwner = Depends(owner)):
+        return {"object": "list", "data": api.models()}
+
+    @app.get("/models/{model_id}", summary="One model")
+    def model(model_id: str, who: KeyOwner = Depends(owner)):
+        found = [m for m in api.models() if m["id"] == model_id]
+        if not found:
+            raise ApiError(404, f"no model {model_id[:60]!r}: the model is {MODEL_ID!r}", code="model_not_found")
+        return found[0]
+
+    @app.post("/chat/completions", summary="One turn with the companion (streaming or not)")
+    def chat_completions(body: ChatCompletionRequest, who: KeyOwner = Depends(owner)):
+        if body.n not in (None, 1):
+            raise ApiError(400, "n must be 1: the companion gives one reply per turn", param="n")
+        messages = [m.model_dump() for m in body.messages]
+        completion = api.start_chat(who.user, messages, model=body.model)
+        if not body.stream:
+            return JSONResponse(api.finish(completion))
+        usage = bool((body.stream_options or {}).get("include_usage"))
+        return StreamingResponse(sse_chunks(api, completion, usage), media_type="text/event-stream",
+                                 headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
+
+    # -- memories -----------------------------------------------------------------------------
+    @app.get("/memories", summary="The user's memories, newest day first, a page at a time")
+    def memories(who: KeyOwner = Depends(owner), kind: str | None = None, state: str | None = None,
+                 day: str | None = Query(None, description="YYYY-MM-DD"),
+                 limit: int = Query(50, description="1 to 200"), offset: int = 0):
+        return api.list_memories(who.user, kind=kind, state=state, day=day, limit=limit, offset=offset)
+
+    @app.get("/memories/search", summary="Search the user's memories (the companion's retrieval, with reasons)")
+    def search(q: str = Query(..., description="what to look for"), limit: int = 10,
+               include_archived: bool = False, who: KeyOwner = Depends(owner)):
+        return api.search(who.user, q, limit=limit, include_archived=include_archived)
+
+    @app.get("/memories/export", summary="Everything of the user: MemoryBank JSON plus SiliconFriend's fields")
+    def export(who: KeyOwner = Depends(owner)):
+        return api.export(who.user)
+
+    @app.get("/memories/{memory_id}", summary="One memory")
+    def get_memory(memory_id: str, who: KeyOwner = Depends(owner)):
+        return api.get(who.user, memory_id)
+
+    @app.post("/memories/{memory_id}/pin", summary="Pin: it never fades")
+    def pin(memory_id: str, who: KeyOwner = Depends(owner)):
+        return api.pin(who.user, memory_id, True)
+
+    @app.post("/memories/{memory_id}/unpin", summary="Unpin: it fades again")
+    def unpin(memory_id: str, who: KeyOwner = Depends(owner)):
+        return api.pin(who.user, memory_id, False)
+
+    @app.post("/memories/{memory_id}/archive", summary="Archive (as forgetting would): kept, not retrieved")
+    def archive(memory_id: str, who: KeyOwner = Depends(owner)):
+        return api.archive(who.user, memory_id)
+
+    @app.post("/memories/{memory_id}/restore", summary="Bring an archived memory back, as if just recalled")
+    def restore(memory_id: str, who: KeyOwner = Depends(owner)):
+        return api.restore(who.user, memory_id)
+
+    @app.delete("/memories/{memory_id}", summary="Delete for good")
+    def delete(memory_id: str, who: KeyOwner = Depends(owner)):
+        return api.delete(who.user, memory_id)
+
+    return app
+
+
+def _event(data: dict | str) -> str:
+    return f"data: {data if isinstance(data, str) else json.dumps(data, ensure_ascii=False)}\n\n"
+
+
+def sse_chunks(api: ApiService, completion: Completion, usage: bool) -> Iterator[str]:
+    """The turn as OpenAI's ``chat.completion.chunk`` events: the first carries the role and the
+    memories used, the last the finish reason and the stored turn; a backend failure mid-reply
+    is an ``error`` event (the OpenAI SDK raises it)."""
+    def chunk(delta: dict, finish: str | None = None, **extra) -> dict:
+        return {"id": completion.id, "object": "chat.completion.chunk", "created": completion.created,
+                "model": completion.model, "choices": [{"index": 0, "delta": delta, "finish_reason": finish,
+                                                        "logprobs": None}], **extra}
+
+    stream = completion.stream
+    chunks = iter(stream)
+    parts: list[str] = []
+    try:
+        first = completion.first or ""
+        parts.append(first)
+        yield _event(chunk({"role": "assistant", "content": first},
+                           siliconfriend={"memories": completion.remembered}))
+        for piece in chunks:
+            parts.append(piece)
+            yield _event(chunk({"content": piece}))
+        result = stream.result
+        if result is None or result.error:
+            message = result.error if result else "the reply did not finish"
+            yield _event({"error": {"message": message, "type": "server_error", "param": None,
+                                    "code": "backend_unavailable"}})
+            return
+        end = _event(chunk({}, "stop", siliconfriend=api.extension(completion)))
+        if usage:
+            end += _event({"id": completion.id, "object": "chat.completion.chunk", "created": completion.created,
+                           "model": completion.model, "choices": [], "usage": api.usage(completion, result.reply)})
+        yield end + _event("[DONE]")        # one write for the end (each chunk is a hop to a thread)
+    finally:
+        close = getattr(chunks, "close", None)
+        if close is not None:
+            close()        # a client that went away: the companion keeps what came so far
+
+
+def mount(api: ApiService) -> Mount:
+    """The API as a route for another Starlette / FastAPI app (the web app's), at ``/v1``."""
+    return Mount(PREFIX, app=build_api(api))
+
+
+def standalone_app(api: ApiService) -> FastAPI:
+    """The API alone (``siliconfriend serve-api``): ``/v1/...``, and ``/`` saying where it is."""
+    root = FastAPI(title="SiliconFriend API", openapi_url=None, docs_url=None, redoc_url=None,
+                   routes=[mount(api)])
+
+    @root.get("/")
+    def index():
+        return {"siliconfriend": "OpenAI-compatible API", "base_url": f"{PREFIX}", "openapi": f"{PREFIX}/openapi.json"}
+
+    return root
+
+
+__all__ = ["build_api", "mount", "standalone_app", "sse_chunks", "PREFIX"]

@@ -1,0 +1,357 @@
+"""What the API does, without HTTP: a key becomes its user, a chat request becomes one companion
+turn, and the memory calls touch only that user's memories.
+
+``ApiService`` shares the companion (and so the memory bank, its locks and the day rollover)
+with the web app when both run in one process; ``routes.py`` only adapts it to HTTP.
+"""
+from __future__ import annotations
+
+import time
+import uuid
+from dataclasses import dataclass, field
+from datetime import date, datetime
+from typing import Any, Callable, Sequence
+
+from memory.bank import MemoryBank, UnknownMemory
+from memory.records import Kind, MemoryRecord, State
+
+from ..config import Settings
+from ..core.companion import ReplyStream, used_entry
+from ..web.accounts import Accounts
+from ..web.service import MAX_MESSAGE_CHARS, user_export
+from .keys import ApiKeys, KeyLimiter, KeyOwner, LoginStyleLimiter, RateLimited
+
+MODEL_ID = "siliconfriend"          # the one model /v1/models lists: the companion with its memory
+MAX_PERSONA_CHARS = 4000            # a client's system prompt, used as the persona for the turn
+MAX_REQUEST_CHARS = 2_000_000       # all the messages of one request together
+MAX_PAGE = 200
+MAX_SEARCH = 50
+MAX_QUERY_CHARS = 2000
+
+
+class ApiError(Exception):
+    """A refusal in OpenAI's shape: HTTP ``status``, error ``type`` and ``code``."""
+
+    def __init__(self, status: int, message: str, *, type: str = "invalid_request_error",
+                 code: str | None = None, param: str | None = None, headers: dict | None = None):
+        self.status, self.message, self.type, self.code, self.param = status, message, type, code, param
+        self.headers = headers or {}
+        super().__init__(message)
+
+    def body(self) -> dict:
+        return {"error": {"message": self.message, "type": self.type, "param": self.param, "code": self.code}}
+
+
+def bad_request(message: str, param: str | None = None) -> ApiError:
+    return ApiError(400, message, param=param)
+
+
+def unauthorized(message: str) -> ApiError:
+    return ApiError(401, message, type="invalid_request_error", code="invalid_api_key")
+
+
+def rate_limited(exc: RateLimited) -> ApiError:
+    return ApiError(429, str(exc), type="rate_limit_error", code="rate_limit_exceeded",
+                    headers={"Retry-After": str(int(exc.retry_after) + 1)})
+
+
+def not_found(memory_id: Any) -> ApiError:
+    return ApiError(404, f"no memory {str(memory_id)[:40]!r} for this key's user", code="memory_not_found")
+
+
+def backend_down(message: str) -> ApiError:
+    return ApiError(503, message, type="server_error", code="backend_unavailable")
+
+
+# -- a chat request ---------------------------------------------------------------------------------
+def content_text(content: Any) -> str:
+    """A message's text: a string, or the text parts of a list of content parts."""
+    if content is None:
+        return ""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        parts = []
+        for part in content:
+            if isinstance(part, dict) and part.get("type") == "text" and isinstance(part.get("text"), str):
+                parts.append(part["text"])
+            elif isinstance(part, str):
+                parts.append(part)
+        return "\n".join(parts)
+    raise bad_request("a message's content is a string or a list of content parts", "messages")
+
+
+@dataclass
+class ChatTurn:
+    """What the companion makes of a chat request."""
+    text: str                                   # the last user message: the turn
+    history: list[tuple[str, str]]              # the client's earlier exchanges (never stored again)
+    persona: str | None                         # the client's system prompt, if any
+
+
+def read_messages(messages: Sequence[dict]) -> ChatTurn:
+    """The turn, the history and the persona of a request's messages (400 on a bad request)."""
+    if not messages:
+        raise bad_request("messages is empty: send at least one user message", "messages")
+    total = 0
+    items: list[tuple[str, str]] = []
+    for i, m in enumerate(messages):
+        if not isinstance(m, dict):
+            raise bad_request(f"messages[{i}] is not an object", "messages")
+        role = m.get("role")
+        if role not in ("system", "developer", "user", "assistant", "tool", "function"):
+            raise bad_request(f"messages[{i}].role must be system, user or assistant, not {role!r}", "messages")
+        text = content_text(m.get("content"))
+        total += len(text)
+        if total > MAX_REQUEST_CHARS:
+            raise bad_request(f"the messages are too long together (at most {MAX_REQUEST_CHARS:,} characters)",
+                              "messages")
+        items.append((role, text))
+    role, text = items[-1]
+    if role != "user":
+        raise bad_request("the last message must be the user's (it is the turn the companion answers)", "messages")
+    text = text.strip()
+    if not text:
+        raise bad_request("the last user message is empty: type something to say", "messages")
+    if len(text) > MAX_MESSAGE_CHARS:
+        raise bad_request(f"a message can have at most {MAX_MESSAGE_CHARS:,} characters", "messages")
+    system = "\n".join(t.strip() for r, t in items[:-1] if r in ("system", "developer") and t.strip())
+    history: list[tuple[str, str]] = []
+    pending: list[str] = []
+    for r, t in items[:-1]:
+        t = t.strip()[:MAX_MESSAGE_CHARS]
+        if r == "user":
+            if t:
+                pending.append(t)
+        elif r == "assistant" and pending:     # (a greeting before the user's first words is left out)
+            history.append(("\n".join(pending), t))
+            pending = []
+    if pending:                       # the user spoke twice in a row: one turn of the conversation
+        text = "\n".join([*pending, text])[-MAX_MESSAGE_CHARS:]
+    return ChatTurn(text, history, system[:MAX_PERSONA_CHARS] or None)
+
+
+@dataclass
+class Completion:
+    """A running or finished chat completion."""
+    id: str
+    created: int
+    model: str
+    stream: ReplyStream
+    first: str | None = None                    # the first chunk, taken before the answer starts
+    remembered: list[dict] = field(default_factory=list)
+
+
+# -- the service --------------------------------------------------------------------------------------
+class ApiService:
+    def __init__(self, settings: Settings, accounts: Accounts, bank: MemoryBank, *,
+                 companion: Callable[[], Any] | Any, keys: ApiKeys | None = None,
+                 limiter: KeyLimiter | None = None, clock: Callable[[], datetime] | None = None):
+        self.settings = settings
+        self.accounts = accounts
+        self.bank = bank
+        # the companion, or a function that returns it (the web app builds its companion lazily)
+        self._companion = companion if hasattr(companion, "respond") else None
+        self._companion_source = companion if self._companion is None else None
+        self.keys = keys or ApiKeys(accounts)
+        self.limiter = limiter or LoginStyleLimiter(accounts, requests_per_minute=settings.api_requests_per_minute)
+        self._clock = clock
+
+    @property
+    def companion(self) -> Any:
+        return self._companion if self._companion is not None else self._companion_source()
+
+    def now(self) -> datetime:
+        if self._clock is not None:
+            return self._clock()
+        return getattr(self.companion, "clock", datetime.now)()
+
+    # -- keys ---------------------------------------------------------------------------------
+    def authenticate(self, authorization: str | None, client: str | None) -> KeyOwner:
+        """The owner of the request's key (``Authorization: Bearer sf-...``), or an ApiError:
+        401 for a missing, unknown or revoked key, 429 while rate-limited."""
+        try:
+            self.limiter.check_client(client)
+        except RateLimited as exc:
+            raise rate_limited(exc) from None
+        scheme, _, key = (authorization or "").strip().partition(" ")
+        if scheme.lower() != "bearer" or not key.strip():
+            raise unauthorized("no API key: send `Authorization: Bearer sf-...` (make a key on the account page "
+                               "or with `siliconfriend keys create --user NAME`)")
+        owner = self.keys.owner(key.strip())
+        if owner is None:
+            self.limiter.failed(client)
+            raise unauthorized("this API key is unknown or was revoked: make a new one on the account page")
+        try:
+            self.limiter.allow_request(owner.key_id)
+        except RateLimited as exc:
+            raise rate_limited(exc) from None
+        return owner
+
+    # -- chat ---------------------------------------------------------------------------------
+    def models(self) -> list[dict]:
+        return [{"id": MODEL_ID, "object": "model", "created": 0, "owned_by": "siliconfriend"}]
+
+    def start_chat(self, user: str, messages: Sequence[dict], *, model: str | None = None) -> Completion:
+        """Begin a turn and run it up to its first chunk (so that a dead backend is a 503 before
+        any reply has been sent). The caller iterates ``completion.stream`` for the rest."""
+        turn = read_messages(messages)
+        prefs = self.accounts.prefs(user)
+        persona = turn.persona if turn.persona is not None else (prefs.get("persona") or None)
+        lang = prefs.get("lang") if prefs.get("lang") in ("en", "zh") else None
+        stream = self.companion.respond(user, turn.text, lang=lang, history=turn.history, persona=persona)
+        completion = Completion(f"chatcmpl-{uuid.uuid4().hex}", int(time.time()), model or MODEL_ID, stream)
+        chunks = iter(stream)
+        try:
+            completion.first = next(chunks)
+        except StopIteration:
+            result = stream.result
+            if result is not None and result.error:
+                raise backend_down(result.error) from None
+        completion.remembered = [used_entry(h) for h in stream.used]
+        return completion
+
+    def finish(self, completion: Completion) -> dict:
+        """The rest of a turn, without streaming: the OpenAI ``chat.completion`` object."""
+        for _ in completion.stream:
+            pass
+        result = completion.stream.result
+        if result is None or result.error:
+            raise backend_down(result.error if result else "the reply did not finish")
+        return self.completion_body(completion, result.reply)
+
+    def completion_body(self, completion: Completion, reply: str) -> dict:
+        return {"id": completion.id, "object": "chat.completion", "created": completion.created,
+                "model": completion.model,
+                "choices": [{"index": 0, "message": {"role": "assistant", "content": reply},
+                             "finish_reason": "stop", "logprobs": None}],
+                "usage": self.usage(completion, reply), "siliconfriend": self.extension(completion)}
+
+    def usage(self, completion: Completion, reply: str) -> dict:
+        backend = getattr(self.companion, "backend", None)
+        count = getattr(backend, "count_tokens", None) or (lambda s: max(1, len(s) // 4))
+        prompt = sum(count(m.content) for m in completion.stream.messages)
+        done = count(reply) if reply else 0
+        return {"prompt_tokens": prompt, "completion_tokens": done, "total_tokens": prompt + done}
+
+    def extension(self, completion: Completion) -> dict:
+        """What the companion did besides answering: the memories it used ("what I remembered"),
+        the stored turn, and what a day rollover before this turn summarised."""
+        result = completion.stream.result
+        report = completion.stream.consolidation
+        return {"memories": completion.remembered,
+                "turn_id": result.turn.id if result is not None and result.turn is not None else None,
+                "day_rollover": None if report is None else
+                {"summarised": [d.isoformat() for d in report.summarised], "archived": report.archived,
+                 "failed": {d.isoformat(): why for d, why in report.failed.items()}}}
+
+    # -- memories -----------------------------------------------------------------------------
+    def memory_json(self, rec: MemoryRecord, now: datetime, hit: Any = None) -> dict:
+        out = {"id": rec.id, "object": "memory", "kind": rec.kind.value,
+               "day": None if rec.kind.is_global else rec.day.isoformat(), "text": rec.text,
+               "query": rec.query, "response": rec.response, "created_at": rec.created_at.isoformat(),
+               "state": rec.state.value, "pinned": rec.pinned, "strength": round(rec.strength, 3),
+               "retention": round(self.bank.retention(rec, now), 4), "recall_count": rec.recall_count,
+               "last_recall": rec.last_recall.isoformat() if rec.last_recall else None}
+        if hit is not None:
+            out["score"] = round(hit.score, 4)
+            out["why"] = "; ".join(hit.reasons)
+        return out
+
+    @staticmethod
+    def _memory_id(memory_id: Any) -> int:
+        """A memory id from a URL: a positive integer SQLite can hold, else "no such memory"."""
+        text = str(memory_id).strip()
+        if not text.isdigit() or len(text) > 18 or int(text) <= 0:
+            raise not_found(memory_id)
+        return int(text)
+
+    def _get(self, user: str, memory_id: Any) -> MemoryRecord:
+        mid = self._memory_id(memory_id)
+        if not self.bank.has_user(user):
+            raise not_found(memory_id)
+        try:
+            return self.bank.get(user, mid)
+        except UnknownMemory:
+            raise not_found(memory_id) from None
+
+    def list_memories(self, user: str, *, kind: str | None = None, state: str | None = None,
+                      day: str | None = None, limit: int = 50, offset: int = 0) -> dict:
+        """One page of the user's memories, newest day first."""
+        if not 1 <= limit <= MAX_PAGE:
+            raise bad_request(f"limit is 1 to {MAX_PAGE}", "limit")
+        if offset < 0:
+            raise bad_request("offset is 0 or more", "offset")
+        try:
+            kind_v = Kind(kind) if kind else None
+        except ValueError:
+            raise bad_request(f"kind is one of {', '.join(k.value for k in Kind)}", "kind") from None
+        try:
+            state_v = State(state) if state else None
+        except ValueError:
+            raise bad_request(f"state is one of {', '.join(s.value for s in State)}", "state") from None
+        try:
+            day_v = date.fromisoformat(day) if day else None
+        except ValueError:
+            raise bad_request("day is a date like 2024-05-01", "day") from None
+        now = self.now()
+        page: list[MemoryRecord] = []
+        total = 0
+        if self.bank.has_user(user):     # the page is read in SQL: a 100k-memory user costs one page
+            filters = {"kind": kind_v, "state": state_v}
+            page = self.bank.records(user, **filters, day=day_v, limit=limit, offset=offset, newest_first=True)
+            total = self.bank.count(user, **filters) if day_v is None else \
+                len(self.bank.records(user, **filters, day=day_v))
+        more = offset + limit < total
+        return {"object": "list", "data": [self.memory_json(r, now) for r in page], "total": total,
+                "limit": limit, "offset": offset, "has_more": more, "next_offset": offset + limit if more else None}
+
+    def search(self, user: str, query: str, *, limit: int = 10, include_archived: bool = False) -> dict:
+        query = (query or "").strip()
+        if not query:
+            raise bad_request("q is empty: say what to search for", "q")
+        if len(query) > MAX_QUERY_CHARS:
+            raise bad_request(f"q can have at most {MAX_QUERY_CHARS} characters", "q")
+        if not 1 <= limit <= MAX_SEARCH:
+            raise bad_request(f"limit is 1 to {MAX_SEARCH}", "limit")
+        if not self.bank.has_user(user):
+            return {"object": "list", "data": [], "query": query}
+        now = self.now()
+        hits = self.bank.search_text(user, query, now, k=limit, include_archived=include_archived)[:limit]
+        return {"object": "list", "query": query, "data": [self.memory_json(h.record, now, h) for h in hits]}
+
+    def get(self, user: str, memory_id: Any) -> dict:
+        return self.memory_json(self._get(user, memory_id), self.now())
+
+    def pin(self, user: str, memory_id: Any, pinned: bool) -> dict:
+        rec = self._get(user, memory_id)
+        return self.memory_json(self.bank.pin(user, rec.id, pinned), self.now())
+
+    def archive(self, user: str, memory_id: Any) -> dict:
+        rec = self._get(user, memory_id)
+        if rec.kind.is_global:
+            raise bad_request("the global summary and profile are never archived; edit them on the memory page")
+        return self.memory_json(self.bank.archive(user, rec.id), self.now())
+
+    def restore(self, user: str, memory_id: Any) -> dict:
+        rec = self._get(user, memory_id)
+        if rec.state != State.ARCHIVED:
+            raise ApiError(409, f"memory {rec.id} is not archived: there is nothing to restore",
+                           code="not_archived")
+        return self.memory_json(self.bank.restore(user, rec.id, self.now()), self.now())
+
+    def delete(self, user: str, memory_id: Any) -> dict:
+        """Delete for good; a dialogue turn through the companion, so that its day's summaries
+        are written again without it."""
+        rec = self._get(user, memory_id)
+        if rec.kind == Kind.TURN:
+            self.companion.delete_turn(user, rec.id)
+        else:
+            self.bank.delete(user, [rec.id])
+        return {"id": rec.id, "object": "memory", "deleted": True}
+
+    def export(self, user: str) -> dict:
+        return user_export(self.bank, self.accounts, user, self.now())
+
+
+__all__ = ["ApiService", "ApiError", "Completion", "ChatTurn", "read_messages", "MODEL_ID"]

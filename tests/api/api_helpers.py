@@ -1,0 +1,112 @@
+"""Helpers of the API tests (see conftest.py): the real API server (uvicorn on a free port of 127.0.0.1, one per
+test module) over the real companion -- SQLite, FAISS, the e5 embedder, the day rollover -- with
+``LocalBackend``, a chat backend in this process that answers at once (the model's words do not
+matter here) and can be switched off like a model server that went away."""
+from __future__ import annotations
+
+import socket
+import threading
+import time
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+
+from argon2 import PasswordHasher
+from fakes import Clock
+
+FAST_HASHER = PasswordHasher(time_cost=1, memory_cost=1024, parallelism=1)
+
+
+class LocalBackend:
+    """Answers at once, in three chunks, with a sentence that names the user's last words; every
+    prompt is recorded (``calls``); while ``fail`` is set, a call raises BackendUnavailable."""
+
+    name = "local"
+    model = "instant"
+    context_tokens = 4096
+
+    def __init__(self):
+        self.calls: list[list] = []
+        self.fail: str | None = None
+
+    def count_tokens(self, text: str) -> int:
+        return max(1, len(text) // 4)
+
+    def stream(self, messages, *, max_tokens=None):
+        from siliconfriend.backends.base import BackendUnavailable
+        if self.fail:
+            raise BackendUnavailable(self.fail)
+        self.calls.append(list(messages))
+        last = messages[-1].content
+        return iter(["I hear you", ": ", f"{' '.join(last.split()[:12])}."])
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@dataclass
+class Served:
+    url: str                 # the base URL, ending in /v1
+    api: object              # the ApiService
+    backend: LocalBackend
+    clock: Clock
+    home: Path
+
+    def signup(self, name: str) -> str:
+        """A new account and an API key for it."""
+        self.api.accounts.signup(name, f"{name}-password")
+        return self.api.keys.create(name, "test").key
+
+
+def start_uvicorn(app, port: int):
+    import uvicorn
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning",
+                                           lifespan="off"))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    deadline = time.time() + 20
+    while not server.started:
+        assert time.time() < deadline and thread.is_alive(), "the API server did not start"
+        time.sleep(0.02)
+    return server, thread
+
+
+def client(served: Served, key: str, **options):
+    """The official OpenAI SDK pointed at the server (no retries: a refusal is seen as it is)."""
+    from openai import OpenAI
+    return OpenAI(base_url=served.url, api_key=key, max_retries=0, timeout=30, **options)
+
+
+def serve_api(home: Path, embedder, *, clock: Clock | None = None, **settings_options):
+    """``siliconfriend serve-api``'s app in this process over ``home``: (Served, stop)."""
+    from memory.bank import MemoryBank
+    from siliconfriend.api.keys import ApiKeys
+    from siliconfriend.api.routes import standalone_app
+    from siliconfriend.api.service import ApiService
+    from siliconfriend.config import Settings
+    from siliconfriend.factory import build_companion
+    from siliconfriend.web.accounts import Accounts
+
+    clock = clock or Clock(datetime(2024, 5, 1, 19, 0))
+    backend = LocalBackend()
+    settings = Settings(home=home, max_new_tokens=32, **{"api_requests_per_minute": 0, **settings_options})
+    bank = MemoryBank(home, embedder)
+    companion = build_companion(settings, clock=clock, backend=backend, bank=bank)
+    accounts = Accounts(home / "accounts.db", hasher=FAST_HASHER)
+    api = ApiService(settings, accounts, bank, companion=companion, keys=ApiKeys(accounts))
+    port = free_port()
+    server, thread = start_uvicorn(standalone_app(api), port)
+
+    def stop():
+        server.should_exit = True
+        thread.join(10)
+        bank.close()
+        accounts.close()
+
+    return Served(f"http://127.0.0.1:{port}/v1", api, backend, clock, home), stop
+
+
+__all__ = ["Clock", "LocalBackend", "Served", "client", "free_port", "start_uvicorn", "serve_api", "FAST_HASHER"]
