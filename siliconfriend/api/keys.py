@@ -13,6 +13,7 @@ from that client is refused until the oldest failure expires; a valid key may ma
 from __future__ import annotations
 
 import hashlib
+import importlib
 import secrets
 import threading
 import time
@@ -151,8 +152,13 @@ class KeyLimiter(Protocol):
 
 
 class LoginStyleLimiter:
-    """Bad keys are counted per client in the accounts' failure table, exactly as failed logins
-    are (same window and maximum); requests per valid key in a sliding minute, in memory."""
+    """Bad keys are counted per client with the accounts' own login limiter, exactly as failed
+    logins are; requests per valid key in a sliding minute, in memory.
+
+    The accounts' limiter is used as it is: a reusable ``accounts.limiter`` (``check`` / ``failed``
+    of an attempt: the web app's limiter with back-off), else the failure table behind
+    ``_check_rate`` / ``_record_failure``. Each client is its own "name" here, so that wrong keys
+    from one client never hold back the keys of another."""
 
     def __init__(self, accounts: Accounts, *, requests_per_minute: int = 60,
                  clock: Callable[[], float] = time.monotonic):
@@ -161,19 +167,31 @@ class LoginStyleLimiter:
         self.clock = clock
         self._recent: dict[int, deque[float]] = defaultdict(deque)
         self._lock = threading.Lock()
+        self._shared = getattr(accounts, "limiter", None)
+        if self._shared is not None:
+            module = importlib.import_module(type(self._shared).__module__)
+            self._attempt_type, self._refusal = module.Attempt, module.TooManyAttempts
 
-    @staticmethod
-    def _keys(client: str | None) -> list[str]:
-        return [f"apikey-client:{client or 'unknown'}"]
+    def _name(self, client: str | None) -> str:
+        return f"apikey-client:{client or 'unknown'}"
 
     def check_client(self, client: str | None) -> None:
         try:
-            self.accounts._check_rate(self._keys(client))
+            if self._shared is not None:
+                try:
+                    self._shared.check(self._attempt_type(self._name(client), client))
+                except self._refusal as exc:
+                    raise TooManyAttempts(exc.retry_after) from None
+            else:
+                self.accounts._check_rate([self._name(client)])
         except TooManyAttempts as exc:
             raise RateLimited("too many requests with a wrong API key", exc.retry_after) from None
 
     def failed(self, client: str | None) -> None:
-        self.accounts._record_failure(self._keys(client))
+        if self._shared is not None:
+            self._shared.failed(self._attempt_type(self._name(client), client))
+        else:
+            self.accounts._record_failure([self._name(client)])
 
     def allow_request(self, key_id: int) -> None:
         if self.requests_per_minute <= 0:

@@ -140,7 +140,9 @@ def test_rate_limits_like_logins(tmp_path, e5_embedder):
             client(served, key).models.list()
         assert err.value.status_code == 429 and err.value.code == "rate_limit_exceeded"
         assert int(err.value.response.headers["Retry-After"]) > 0
-        served.api.accounts._db.execute("DELETE FROM failures")      # the window has passed
+        db = served.api.accounts._db                                  # the window has passed:
+        for (table,) in db.execute("SELECT name FROM sqlite_master WHERE name IN ('failures', 'rate_events')"):
+            db.execute(f"DELETE FROM {table}")
         sdk = client(served, key)
         for _ in range(3):
             sdk.models.list()
