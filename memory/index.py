@@ -2,10 +2,10 @@
 
 Inner product on normalised vectors, ids = memory ids (a turn's reply vector: the id plus
 ``store.REPLY_ID_OFFSET``); archived memories are in it too, as the second tier. Up to ``IVF_MIN`` vectors the search is
-exact (``IndexIDMap2`` over ``IndexFlatIP``); past that, exact search costs 5-14 ms per 100k
-memories on a small idle machine (20-37 ms on a busy one), so the index becomes an inverted file
+exact (``IndexIDMap2`` over ``IndexFlatIP``); past that, exact search grows with the memories
+(docs/benchmarks.md), so the index becomes an inverted file
 (``IndexIVFScalarQuantizer``, vectors kept as float16, about sqrt(n) lists of which a third are
-searched: ~1 ms at 100k), which also takes ids, additions and removals incrementally and is
+searched), which also takes ids, additions and removals incrementally and is
 retrained from the stored vectors when the memories have grown fourfold since it was trained.
 Updated incrementally from the store's change numbers (``vseq``), so that changes made by this
 process or another one are applied without a rebuild; saved atomically beside the database;
@@ -38,7 +38,7 @@ IVF_TRAIN_PER_LIST = 40       # training sample size per list
 def _threads(n: int) -> None:
     """OpenMP threads for FAISS in the calling thread. One for the per-turn work (a search for one
     query, a few additions): FAISS would otherwise open a parallel region for each, which costs
-    5-6 ms per call instead of 0.05-0.2 ms on a 2-core machine that has other work. Training and
+    far more than the work on a small machine that has other work (docs/benchmarks.md). Training and
     rebuilds use every core."""
     faiss.omp_set_num_threads(n)
 

@@ -1,7 +1,7 @@
 """The benchmark's code paths at a tiny size: the JSON it prints and that its numbers make sense.
 No timing thresholds here (the machine is shared); docs/benchmarks.md has the real numbers."""
 import json
-from datetime import date, datetime, timedelta
+from datetime import date, datetime
 
 import numpy as np
 import pytest

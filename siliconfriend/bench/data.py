@@ -263,7 +263,7 @@ class DialogueGenerator:
             history: dict[str, list[dict]] = {}
             summary: dict[str, dict] = {}
             personality: dict[str, str] = {}
-            for day, lang, turns, events, persona in self.days(turns_per_user, start, summaries=False):
+            for day, lang, turns, _events, _persona in self.days(turns_per_user, start, summaries=False):
                 history[day.isoformat()] = [{"query": q, "response": a} for q, a in turns]
                 summary[day.isoformat()] = {"content": self.summary(turns, lang)}
                 personality[day.isoformat()] = self.personality(lang)

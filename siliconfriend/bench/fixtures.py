@@ -68,7 +68,7 @@ def fill_user(bank: MemoryBank, user: str, n_memories: int, gen: DialogueGenerat
                                                           len(answered), nrng), column="reply_vector")
             records.clear()
 
-    for day, lang, turns, events, persona in days:
+    for day, _lang, turns, events, persona in days:
         day = day + shift
         for pos, ((q, a), when) in enumerate(zip(turns, turn_times(day, len(turns)))):
             strength = float(rng.choice((1, 1, 1, 2, 2, 3, 5, 8)))

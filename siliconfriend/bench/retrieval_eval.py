@@ -85,7 +85,7 @@ def evaluate_label_sets(bank_file: Path | str, labels_files: list[Path | str], e
     """Load the bank once (plain or ``as_used``), then score each label file on it. With
     ``database_url`` the bank goes into a scratch database on that PostgreSQL server (dropped
     afterwards), not a temporary home."""
-    label_sets = [[l for l in load_labels(f) if l.get("evidence")] for f in labels_files]
+    label_sets = [[label for label in load_labels(f) if label.get("evidence")] for f in labels_files]
     parsed = parse_bank(bank_file)
     last = max((t[2] for p in parsed for t in p.turns), default=datetime(1970, 1, 1))
     default_now = datetime.combine(last.date() + timedelta(days=1), time(9, 0))
@@ -103,7 +103,7 @@ def evaluate_label_sets(bank_file: Path | str, labels_files: list[Path | str], e
             else:
                 import_bank(bank, bank_file, progress=progress)
                 bank.settle()
-                rankings = [[_ask(bank, l, l.get("asked_at") or default_now, depth) for l in labels]
+                rankings = [[_ask(bank, label, label.get("asked_at") or default_now, depth) for label in labels]
                             for labels in label_sets]
         finally:
             bank.close()
@@ -150,7 +150,7 @@ def _live_and_ask(bank: MemoryBank, parsed: list[ParsedUser], label_sets: list[l
     for p in parsed:
         queue = sorted(asked.get(p.name, []), key=lambda q: q[0])
 
-        def ask_until(moment: datetime) -> None:
+        def ask_until(moment: datetime, queue: list = queue) -> None:
             while queue and queue[0][0] <= moment:
                 when, s, i = queue.pop(0)
                 rankings[s][i] = _ask(bank, label_sets[s][i], when, depth)

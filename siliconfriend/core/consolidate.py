@@ -161,7 +161,7 @@ class Consolidator:
             existing = self.bank.get_summary(user, kind, day)
             if existing is not None and existing.created_at >= max(t.created_at for t in turns):
                 continue   # this half was done on an earlier run
-            prompt = fit_block(lambda block: prompts.render(name, **values, dialogue=block), lines,
+            prompt = fit_block(lambda block, name=name: prompts.render(name, **values, dialogue=block), lines,
                                budget=self._budget(backend), count=backend.count_tokens,
                                marker=prompts.fragment("cut"))
             text = self._generate(prompts, prompt, backend)
@@ -179,7 +179,8 @@ class Consolidator:
         values = dict(user_name=user, companion_name=self.companion_name)
         budget = self._budget(backend)
         for chunk in self._chunks(lines, previous, prompts, name, values, budget, backend):
-            prompt = fit_block(lambda block: prompts.render(name, **values, previous=previous, days=block), chunk,
+            prompt = fit_block(lambda block, previous=previous: prompts.render(name, **values, previous=previous,
+                                                                              days=block), chunk,
                                budget=budget, count=backend.count_tokens, marker=prompts.fragment("cut"))
             previous = self._generate(prompts, prompt, backend)
         self.bank.set_summary(user, kind, previous, now)

@@ -15,14 +15,13 @@ import string
 from dataclasses import dataclass, field
 from datetime import date
 from functools import lru_cache
-from pathlib import Path
+from importlib import resources
+from importlib.resources.abc import Traversable
 from typing import Callable, Sequence
-
-import prompts as _prompts_package
 
 from ..backends.base import Message
 
-PROMPTS_DIR = Path(_prompts_package.__file__).resolve().parent
+PROMPTS_DIR: Traversable = resources.files("prompts")   # package data: prompts/<lang>/*.txt
 TEMPLATE_NAMES = ("meta", "daily_events", "daily_personality", "global_events", "global_personality")
 MESSAGE_OVERHEAD = 8   # tokens a chat template adds around each message (role markers, newlines)
 
@@ -68,7 +67,7 @@ class Template:
         return self.text.format_map({k: values[k] for k in self.fields})
 
 
-def _read(path: Path) -> str:
+def _read(path: Traversable) -> str:
     try:
         return path.read_text(encoding="utf-8")
     except FileNotFoundError:
@@ -90,7 +89,7 @@ def _parse_fragments(text: str, where: str) -> dict[str, Template]:
 class PromptSet:
     """Every template and phrase of one language."""
 
-    def __init__(self, lang: str, root: Path = PROMPTS_DIR):
+    def __init__(self, lang: str, root: Traversable = PROMPTS_DIR):
         folder = root / lang
         if not folder.is_dir():
             known = sorted(p.name for p in root.iterdir() if p.is_dir() and not p.name.startswith("_"))
@@ -129,12 +128,12 @@ class PromptSet:
 
 
 @lru_cache(maxsize=8)
-def _cached(lang: str, root: str) -> PromptSet:
-    return PromptSet(lang, Path(root))
+def _cached(lang: str, root: Traversable) -> PromptSet:
+    return PromptSet(lang, root)
 
 
-def load_prompts(lang: str = "en", root: Path | None = None) -> PromptSet:
-    return _cached(lang, str(root or PROMPTS_DIR))
+def load_prompts(lang: str = "en", root: Traversable | None = None) -> PromptSet:
+    return _cached(lang, root or PROMPTS_DIR)
 
 
 # -- fitting --------------------------------------------------------------------------------------

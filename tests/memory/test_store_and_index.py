@@ -1,7 +1,7 @@
 """The store and its index: durability, isolation, rebuilds, bad input, two processes."""
 import multiprocessing as mp
 import sqlite3
-from datetime import datetime, timedelta
+from datetime import timedelta
 
 import numpy as np
 import pytest

@@ -168,7 +168,7 @@ def _through_nginx(worker_urls: list[str], tmp_path: Path, token: str) -> None:
             with urllib.request.urlopen(req, timeout=10) as r:
                 assert r.headers["X-SiliconFriend-Worker"] == worker          # sticky
             seen.setdefault(worker, f"route-{n}")
-        for worker, route in seen.items():                                   # through each worker
+        for _worker, route in seen.items():                                  # through each worker
             client = Client(url, verbose=False, headers={"Cookie": f"sf_route={route}"})
             assert client.predict(token, api_name="/whoami") == "dora"
             chat, _, _ = client.predict(token, f"hello through the proxy ({route})", api_name="/chat")

@@ -14,7 +14,7 @@ from memory.bank import UnknownMemory, user_key
 from memory.memorybank_format import parse_bank
 from memory.records import Kind, State
 from siliconfriend.factory import model_choices
-from siliconfriend.web.service import BackendPool, NotLoggedIn, WebService
+from siliconfriend.web.service import BackendPool, NotLoggedIn
 
 
 def say(service, token, text):

@@ -9,13 +9,12 @@ import io
 import warnings
 from datetime import timedelta
 
-import gradio as gr
 import pytest
 
 from siliconfriend.core.companion import HISTORY_CHARS
 from siliconfriend.web.chat import ChatHandlers, stored_remembered
 from siliconfriend.web.memory_page import MemoryHandlers
-from siliconfriend.web.plot import cjk_font, retention_figure
+from siliconfriend.web.plot import cjk_font
 
 FILTERS = ("all", "all", "all", "", True)
 
