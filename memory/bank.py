@@ -11,12 +11,14 @@ next opened.
 """
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import json
 import logging
 import queue
 import random
 import re
+import shutil
 import threading
 from collections import OrderedDict
 from contextlib import contextmanager
@@ -35,7 +37,7 @@ from .index import UserIndex
 from .lexical import tokenize
 from .records import Kind, MemoryRecord, State, turn_text
 from .retrieval import Hit, RetrievalConfig, retrieve
-from .store import UserStore
+from .store import UserStore, stored_user
 
 log = logging.getLogger(__name__)
 
@@ -57,7 +59,6 @@ def user_key(user: str) -> str:
 
 @contextmanager
 def _file_lock(path: Path) -> Iterator[None]:
-    import fcntl
     path.parent.mkdir(parents=True, exist_ok=True)
     with open(path, "a") as fh:
         fcntl.flock(fh, fcntl.LOCK_EX)
@@ -191,15 +192,9 @@ class MemoryBank:
         names = []
         for folder in sorted((self.home / "users").iterdir()):
             db = folder / "memory.db"
-            if db.exists():
-                import sqlite3
-                con = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
-                try:
-                    row = con.execute("SELECT value FROM meta WHERE key = 'user'").fetchone()
-                finally:
-                    con.close()
-                if row:
-                    names.append(row[0])
+            name = stored_user(db) if db.exists() else None
+            if name:
+                names.append(name)
         return names
 
     def has_user(self, user: str) -> bool:
@@ -207,7 +202,6 @@ class MemoryBank:
 
     def delete_user(self, user: str) -> None:
         """Every memory and file of ``user``, gone for good."""
-        import shutil
         with self._lock:
             opened = self._open.pop(user, None)
             if opened:

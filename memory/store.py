@@ -121,6 +121,17 @@ def _row_to_record(user: str, row: sqlite3.Row) -> MemoryRecord:
     )
 
 
+def stored_user(db_path: Path) -> str | None:
+    """The user name kept in the store at ``db_path``, read without opening it for writing (None
+    where the file holds no name)."""
+    con = sqlite3.connect(f"file:{db_path}?mode=ro", uri=True)
+    try:
+        row = con.execute("SELECT value FROM meta WHERE key = 'user'").fetchone()
+    finally:
+        con.close()
+    return row[0] if row else None
+
+
 class UserStore:
     """All memories of one user, in one SQLite file."""
 
@@ -411,17 +422,6 @@ class UserStore:
             params = [v for d, p in part for v in (d.isoformat(), p)]
             out += self._select(f"+kind = 'turn' AND ({where})", params)
         return out
-
-    def lexical_for(self, match: str, ids: Sequence[int]) -> dict[int, float]:
-        """BM25 scores (higher is better) of the given memories for an FTS5 expression."""
-        ids = list(ids)
-        if not ids:
-            return {}
-        with self._lock:
-            rows = self._db.execute(
-                f"SELECT rowid, -bm25(memories_fts) FROM memories_fts WHERE memories_fts MATCH ?"
-                f" AND rowid IN ({','.join('?' * len(ids))})", (match, *ids)).fetchall()
-        return {r[0]: float(r[1]) for r in rows}
 
     def lexical(self, match: str, limit: int) -> list[tuple[int, float]]:
         """(id, bm25 score, higher is better) of memories (both tiers) matching an FTS5 expression."""
