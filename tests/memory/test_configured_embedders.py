@@ -15,7 +15,7 @@ D = datetime(2024, 5, 1, 12)
 
 
 @pytest.fixture
-def embeddings_server(e5):
+def embeddings_server(e5_embedder):
     seen = []
 
     class Handler(BaseHTTPRequestHandler):
@@ -26,7 +26,7 @@ def embeddings_server(e5):
             body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
             seen.append(body)
             texts = body["input"] if isinstance(body["input"], list) else [body["input"]]
-            vecs = e5.embed(texts, kind="document")
+            vecs = e5_embedder.embed(texts, kind="document")
             out = {"object": "list", "model": body["model"], "usage": {"prompt_tokens": 1, "total_tokens": 1},
                    "data": [{"object": "embedding", "index": i, "embedding": v.tolist()} for i, v in enumerate(vecs)]}
             data = json.dumps(out).encode()
@@ -42,7 +42,7 @@ def embeddings_server(e5):
     server.shutdown()
 
 
-def test_openai_compatible_embeddings(tmp_path, embeddings_server, e5):
+def test_openai_compatible_embeddings(tmp_path, embeddings_server, e5_embedder):
     url, seen = embeddings_server
     emb = OpenAIEmbedder("e5-small", dim=384, api_key="test-key", base_url=url)
     vec = embed_documents(emb, ["I adopted a cat named Miso"])[0]
@@ -55,15 +55,15 @@ def test_openai_compatible_embeddings(tmp_path, embeddings_server, e5):
     bank.close()
 
 
-def test_langchain_embeddings_object(tmp_path, e5):
+def test_langchain_embeddings_object(tmp_path, e5_embedder):
     from langchain_core.embeddings import Embeddings
 
     class E5Embeddings(Embeddings):   # a user's own LangChain embeddings class
         def embed_documents(self, texts):
-            return e5.embed(texts, kind="document").tolist()
+            return e5_embedder.embed(texts, kind="document").tolist()
 
         def embed_query(self, text):
-            return e5.embed([text], kind="query")[0].tolist()
+            return e5_embedder.embed([text], kind="query")[0].tolist()
 
     emb = LangChainEmbedder(E5Embeddings(), name="e5")
     assert emb.dim == 384 and emb.id == "langchain:e5"

@@ -82,7 +82,7 @@ def test_bad_settings_are_refused():
         EbbinghausPolicy(mode="sometimes")
 
 
-def test_ten_day_simulation_in_the_bank(mbank):
+def test_ten_day_simulation_in_the_bank(paper_bank):
     """Five memories said on day 0, recalled on different schedules, a forgetting pass each
     morning; an archived memory can no longer be recalled."""
     schedules = {
@@ -94,37 +94,37 @@ def test_ten_day_simulation_in_the_bank(mbank):
     }
     ids = {}
     for name in schedules:
-        ids[name] = mbank.add_turn("sim", f"Remember the {name}", "I will.", T0).id
+        ids[name] = paper_bank.add_turn("sim", f"Remember the {name}", "I will.", T0).id
     archived_on = {}
     for day in range(1, 11):
         now = T0 + timedelta(days=day)
-        for d in mbank.forget_pass("sim", now):
+        for d in paper_bank.forget_pass("sim", now):
             if d.archived:
                 name = next(n for n, i in ids.items() if i == d.record.id)
                 archived_on[name] = day
         recall = [ids[n] for n, days in schedules.items()
-                  if day in days and mbank.get("sim", ids[n]).state == State.ACTIVE]
-        mbank.reinforce("sim", recall, now)
+                  if day in days and paper_bank.get("sim", ids[n]).state == State.ACTIVE]
+        paper_bank.reinforce("sim", recall, now)
     end = T0 + timedelta(days=10)
-    cat = mbank.get("sim", ids["cat"])
+    cat = paper_bank.get("sim", ids["cat"])
     assert cat.strength == 5 and cat.state == State.ACTIVE
-    assert mbank.retention(cat, end) == pytest.approx(0.670, abs=5e-4)
+    assert paper_bank.retention(cat, end) == pytest.approx(0.670, abs=5e-4)
     assert archived_on["job"] == 3
     # book: S=2 after day 2; R on day 7 = e^(-5/2) = 0.082 < 0.1 -> archived then
     assert archived_on["book"] == 7
     # song: S=3 after day 3; day 10: e^(-7/3) = 0.097 -> archived on day 10
     assert archived_on["song"] == 10
     assert "trip" not in archived_on and "cat" not in archived_on
-    survivors = {n for n in schedules if mbank.get("sim", ids[n]).state == State.ACTIVE}
+    survivors = {n for n in schedules if paper_bank.get("sim", ids[n]).state == State.ACTIVE}
     assert survivors == {"cat", "trip"}
     # archived memories are the second tier: out of reach unless the archive is asked (a strong
     # cue: see test_hybrid_retrieval), still visible, and they can be restored
-    hits = mbank.retrieve("sim", "Remember the job", end, k=5, config=RetrievalConfig(archive_penalty=None))
+    hits = paper_bank.retrieve("sim", "Remember the job", end, k=5, config=RetrievalConfig(archive_penalty=None))
     assert ids["job"] not in {h.record.id for h in hits}
-    assert mbank.get("sim", ids["job"]).archived_at == T0 + timedelta(days=3)
-    job = mbank.restore("sim", ids["job"], end)
+    assert paper_bank.get("sim", ids["job"]).archived_at == T0 + timedelta(days=3)
+    job = paper_bank.restore("sim", ids["job"], end)
     assert job.state == State.ACTIVE and job.strength == 2
-    assert ids["job"] in {h.record.id for h in mbank.retrieve("sim", "Remember the job", end, k=5,
+    assert ids["job"] in {h.record.id for h in paper_bank.retrieve("sim", "Remember the job", end, k=5,
                                                             config=RetrievalConfig(archive_penalty=None))}
 
 
@@ -135,12 +135,12 @@ def test_companion_defaults_small_talk_fades_in_weeks_a_personal_fact_in_months(
     assert p.time_to_forget(p.next_strength(p.initial_strength(0.0), 0)) == pytest.approx(32.2, abs=0.1)
 
 
-def test_sixty_days_unrecalled_small_talk_is_archived_a_pinned_or_important_turn_is_not(tmp_path, e5):
+def test_sixty_days_unrecalled_small_talk_is_archived_a_pinned_or_important_turn_is_not(tmp_path, e5_embedder):
     """Forgetting still happens under the companion's defaults: sixty days after one chat, with a
     forgetting pass every morning, the small talk is archived; the pinned turn and the personal
     fact (rated important when written) are still active."""
     from memory.bank import MemoryBank
-    bank = MemoryBank(tmp_path, e5)      # default policy, importance rated at write time
+    bank = MemoryBank(tmp_path, e5_embedder)      # default policy, importance rated at write time
     small = bank.add_turn("kim", "Hi, how are you?", "Fine, thanks! And you?", T0)
     weather = bank.add_turn("kim", "Nice weather today.", "Yes, sunny!", T0 + timedelta(minutes=1))
     fact = bank.add_turn("kim", "My daughter Emma was diagnosed with asthma last week and I'm worried about her.",
@@ -161,14 +161,14 @@ def test_sixty_days_unrecalled_small_talk_is_archived_a_pinned_or_important_turn
     bank.close()
 
 
-def test_a_days_summary_rehearses_the_turns_it_draws_on(mbank):
+def test_a_days_summary_rehearses_the_turns_it_draws_on(paper_bank):
     """Consolidation as rehearsal: the turn the summary speaks of is reinforced, the other is not."""
-    pixel = mbank.add_turn("amy", "I adopted a kitten named Pixel from the shelter", "Lovely!", T0)
-    grey = mbank.add_turn("amy", "The sky is grey", "Indeed.", T0 + timedelta(minutes=1))
-    assert mbank.rehearse("amy", T0.date(), T0 + timedelta(days=1)) == []      # no summary yet
-    mbank.set_summary("amy", Kind.DAILY_EVENTS, "Amy adopted a kitten, Pixel, from a shelter. She chatted.",
+    pixel = paper_bank.add_turn("amy", "I adopted a kitten named Pixel from the shelter", "Lovely!", T0)
+    grey = paper_bank.add_turn("amy", "The sky is grey", "Indeed.", T0 + timedelta(minutes=1))
+    assert paper_bank.rehearse("amy", T0.date(), T0 + timedelta(days=1)) == []      # no summary yet
+    paper_bank.set_summary("amy", Kind.DAILY_EVENTS, "Amy adopted a kitten, Pixel, from a shelter. She chatted.",
                       T0 + timedelta(hours=12), day=T0.date())
-    back = mbank.rehearse("amy", T0.date(), T0 + timedelta(days=1))
+    back = paper_bank.rehearse("amy", T0.date(), T0 + timedelta(days=1))
     assert [r.id for r in back] == [pixel.id]
-    assert mbank.get("amy", pixel.id).strength == 2 and mbank.get("amy", pixel.id).recall_count == 1
-    assert mbank.get("amy", grey.id).strength == 1
+    assert paper_bank.get("amy", pixel.id).strength == 2 and paper_bank.get("amy", pixel.id).recall_count == 1
+    assert paper_bank.get("amy", grey.id).strength == 1

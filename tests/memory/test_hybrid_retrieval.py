@@ -14,57 +14,57 @@ def _fill(bank, user, turns):
     return out
 
 
-def test_named_day_focuses_retrieval(mbank):
-    t = _fill(mbank, "leo", [
+def test_named_day_focuses_retrieval(paper_bank):
+    t = _fill(paper_bank, "leo", [
         (0, "I went running in the park for an hour", "Great exercise!"),
         (3, "I went running by the river for twenty minutes", "Nice and short."),
         (5, "I read a novel about the sea", "Sounds relaxing."),
     ])
     now = D + timedelta(days=6)
-    hits = mbank.retrieve("leo", "How long did I run on April 30th?", now, k=3)
+    hits = paper_bank.retrieve("leo", "How long did I run on April 30th?", now, k=3)
     assert hits[0].record.id == t[1].id and hits[0].on_named_day
     assert any("the day you named" in r for r in hits[0].reasons)
-    hits = mbank.retrieve("leo", "How long did I run on April 27th?", now, k=3)
+    hits = paper_bank.retrieve("leo", "How long did I run on April 27th?", now, k=3)
     assert hits[0].record.id == t[0].id
 
 
-def test_chinese_words_are_matched(mbank):
-    t = _fill(mbank, "张三", [
+def test_chinese_words_are_matched(paper_bank):
+    t = _fill(paper_bank, "张三", [
         (0, "我最近在学习弹吉他，手指很疼", "刚开始都会这样，坚持练习就好。"),
         (1, "今天去鼓浪屿玩了，风景很美", "鼓浪屿是个很有特色的小岛。"),
         (2, "我喜欢吃火锅和烧烤", "听起来很美味！"),
     ])
     now = D + timedelta(days=3)
-    assert mbank.retrieve("张三", "我在鼓浪屿看到了什么？", now, k=1)[0].record.id == t[1].id
-    assert mbank.retrieve("张三", "我学的是什么乐器？", now, k=1)[0].record.id == t[0].id
-    assert mbank.retrieve("张三", "前天我做了什么", now, k=1)[0].record.id == t[1].id
+    assert paper_bank.retrieve("张三", "我在鼓浪屿看到了什么？", now, k=1)[0].record.id == t[1].id
+    assert paper_bank.retrieve("张三", "我学的是什么乐器？", now, k=1)[0].record.id == t[0].id
+    assert paper_bank.retrieve("张三", "前天我做了什么", now, k=1)[0].record.id == t[1].id
 
 
-def test_a_turn_is_found_through_the_turn_before_it(mbank):
-    t = _fill(mbank, "lucy", [
+def test_a_turn_is_found_through_the_turn_before_it(paper_bank):
+    t = _fill(paper_bank, "lucy", [
         (0, "I traveled to Xiamen recently. It's a beautiful city.", "Which attraction did you like most?"),
         (0, "I loved Gulangyu Island. The atmosphere was amazing.", "A charming island!"),
         (1, "My favourite food is dumplings", "Yum."),
         (2, "I watched a documentary about whales", "Whales are fascinating."),
     ])
-    hits = mbank.retrieve("lucy", "What was my favourite attraction in Xiamen?", D + timedelta(days=3), k=2)
+    hits = paper_bank.retrieve("lucy", "What was my favourite attraction in Xiamen?", D + timedelta(days=3), k=2)
     assert {h.record.id for h in hits} == {t[0].id, t[1].id}
 
 
-def test_retrieval_does_not_reinforce(mbank):
-    (t,) = _fill(mbank, "amy", [(0, "My cat is called Miso", "Cute!")])
+def test_retrieval_does_not_reinforce(paper_bank):
+    (t,) = _fill(paper_bank, "amy", [(0, "My cat is called Miso", "Cute!")])
     now = D + timedelta(days=1)
-    hit = mbank.retrieve("amy", "cat name", now)[0]
-    assert hit.record.strength == 1 and mbank.get("amy", t.id).recall_count == 0
-    mbank.reinforce("amy", [t.id], now)
-    assert mbank.get("amy", t.id).strength == 2
-    assert mbank.get("amy", t.id).last_recall == now
+    hit = paper_bank.retrieve("amy", "cat name", now)[0]
+    assert hit.record.strength == 1 and paper_bank.get("amy", t.id).recall_count == 0
+    paper_bank.reinforce("amy", [t.id], now)
+    assert paper_bank.get("amy", t.id).strength == 2
+    assert paper_bank.get("amy", t.id).last_recall == now
 
 
-def test_hits_carry_scores_and_summaries_can_be_hits(mbank):
-    _fill(mbank, "amy", [(0, "I planted tomatoes", "Lovely garden.")])
-    mbank.set_summary("amy", Kind.DAILY_EVENTS, "Amy planted tomatoes in her garden.", D, day=D.date())
-    hits = mbank.retrieve("amy", "what did I plant in the garden", D + timedelta(days=1), k=5)
+def test_hits_carry_scores_and_summaries_can_be_hits(paper_bank):
+    _fill(paper_bank, "amy", [(0, "I planted tomatoes", "Lovely garden.")])
+    paper_bank.set_summary("amy", Kind.DAILY_EVENTS, "Amy planted tomatoes in her garden.", D, day=D.date())
+    hits = paper_bank.retrieve("amy", "what did I plant in the garden", D + timedelta(days=1), k=5)
     kinds = {h.record.kind for h in hits}
     assert kinds == {Kind.TURN, Kind.DAILY_EVENTS}
     d = hits[0].as_dict()
@@ -72,30 +72,30 @@ def test_hits_carry_scores_and_summaries_can_be_hits(mbank):
     assert d["reasons"]
 
 
-def test_archived_memories_are_a_second_tier_a_strong_cue_brings_back(mbank):
-    t = _fill(mbank, "amy", [(0, "I secretly love karaoke", "Fun!"), (1, "I walked my dog in the park", "Nice."),
+def test_archived_memories_are_a_second_tier_a_strong_cue_brings_back(paper_bank):
+    t = _fill(paper_bank, "amy", [(0, "I secretly love karaoke", "Fun!"), (1, "I walked my dog in the park", "Nice."),
                              (2, "I walked along the river after lunch", "Lovely.")])
-    mbank._user("amy").store.set_state([t[0].id], State.ARCHIVED, D + timedelta(days=3))
+    paper_bank._user("amy").store.set_state([t[0].id], State.ARCHIVED, D + timedelta(days=3))
     now = D + timedelta(days=4)
     # left out when the archive is not consulted, and below active memories on a weak cue
-    assert t[0].id not in {h.record.id for h in mbank.retrieve("amy", "karaoke", now, config=RetrievalConfig(
+    assert t[0].id not in {h.record.id for h in paper_bank.retrieve("amy", "karaoke", now, config=RetrievalConfig(
         archive_penalty=None))}
-    assert mbank.retrieve("amy", "where did I go for a walk", now, k=2)[0].record.id != t[0].id
+    assert paper_bank.retrieve("amy", "where did I go for a walk", now, k=2)[0].record.id != t[0].id
     # a strong cue (the very thing named) brings it back, saying so
-    hits = mbank.retrieve("amy", "karaoke", now, k=3)
+    hits = paper_bank.retrieve("amy", "karaoke", now, k=3)
     assert hits[0].record.id == t[0].id and any("strong cue" in r for r in hits[0].reasons)
-    assert hits[0].score < max(h.score for h in mbank.retrieve("amy", "karaoke", now, config=RetrievalConfig(
+    assert hits[0].score < max(h.score for h in paper_bank.retrieve("amy", "karaoke", now, config=RetrievalConfig(
         archive_penalty=0.0)))
     # the turn that uses it reinforces it: active again, with the reinforcement's strength
-    back = mbank.reinforce("amy", [t[0].id], now)[0]
-    assert back.state == State.ACTIVE and mbank.get("amy", t[0].id).state == State.ACTIVE
-    assert mbank.get("amy", t[0].id).archived_at is None and back.strength == 2
-    assert mbank.retrieve("amy", "   ", D) == []
+    back = paper_bank.reinforce("amy", [t[0].id], now)[0]
+    assert back.state == State.ACTIVE and paper_bank.get("amy", t[0].id).state == State.ACTIVE
+    assert paper_bank.get("amy", t[0].id).archived_at is None and back.strength == 2
+    assert paper_bank.retrieve("amy", "   ", D) == []
 
 
-def test_ablation_settings_run(mbank):
-    _fill(mbank, "amy", [(0, "I planted tomatoes", "Lovely garden."), (1, "I baked bread", "Yum")])
+def test_ablation_settings_run(paper_bank):
+    _fill(paper_bank, "amy", [(0, "I planted tomatoes", "Lovely garden."), (1, "I baked bread", "Yum")])
     now = D + timedelta(days=2)
     for cfg in (RetrievalConfig(dense_weight=1.0), RetrievalConfig(dense_weight=0.0),
                 RetrievalConfig(use_dates=False, previous_weight=0, next_weight=0)):
-        assert mbank.retrieve("amy", "bread", now, config=cfg)[0].record.query == "I baked bread"
+        assert paper_bank.retrieve("amy", "bread", now, config=cfg)[0].record.query == "I baked bread"

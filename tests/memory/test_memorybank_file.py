@@ -33,10 +33,10 @@ def _write(tmp_path, data, name="bank.json"):
     return p
 
 
-def test_import_then_export_keeps_everything(mbank, tmp_path):
-    counts = import_bank(mbank, _write(tmp_path, SAMPLE))
+def test_import_then_export_keeps_everything(paper_bank, tmp_path):
+    counts = import_bank(paper_bank, _write(tmp_path, SAMPLE))
     assert counts == {"Jason": 3, "Mia": 1}
-    out = export_bank(mbank)
+    out = export_bank(paper_bank)
     j = out["Jason"]
     assert [t["query"] for t in j["history"]["2023-04-27"]] == ["Hi, I'm Jason.", "I love hiking."]
     assert j["history"]["2023-04-28"][0]["response"] == "Exciting!"
@@ -49,15 +49,15 @@ def test_import_then_export_keeps_everything(mbank, tmp_path):
     assert out["Mia"]["history"]["2023-05-01"][0]["query"] == "你好"
     # and it imports back into a fresh home identically
     again = _write(tmp_path, out, "exported.json")
-    import_bank(mbank, again)            # same turns: nothing duplicated
-    assert mbank.count("Jason", kind=Kind.TURN) == 3
+    import_bank(paper_bank, again)            # same turns: nothing duplicated
+    assert paper_bank.count("Jason", kind=Kind.TURN) == 3
 
 
-def test_import_one_user_by_stripped_name(mbank, tmp_path):
-    assert import_bank(mbank, _write(tmp_path, SAMPLE), only_user="Jason") == {"Jason": 3}
-    assert mbank.users() == ["Jason"]
+def test_import_one_user_by_stripped_name(paper_bank, tmp_path):
+    assert import_bank(paper_bank, _write(tmp_path, SAMPLE), only_user="Jason") == {"Jason": 3}
+    assert paper_bank.users() == ["Jason"]
     with pytest.raises(BankFormatError, match="no user 'Nobody'"):
-        import_bank(mbank, _write(tmp_path, SAMPLE), only_user="Nobody")
+        import_bank(paper_bank, _write(tmp_path, SAMPLE), only_user="Nobody")
 
 
 GOOD_USER = '"Bob": {"history": {"2023-04-27": [{"query": "hello", "response": "hi"}]}}'
@@ -70,21 +70,21 @@ GOOD_USER = '"Bob": {"history": {"2023-04-27": [{"query": "hello", "response": "
     ('{' + GOOD_USER + ', "Amy": {"history": {"27/04/2023": []}}}', "'27/04/2023' is not a date"),
     ('[1, 2]', "the top level must be an object"),
 ])
-def test_broken_files_name_the_place_and_import_nothing(mbank, tmp_path, text, where):
+def test_broken_files_name_the_place_and_import_nothing(paper_bank, tmp_path, text, where):
     p = tmp_path / "broken.json"
     p.write_text(text)
     with pytest.raises(BankFormatError) as exc:
-        import_bank(mbank, p)
+        import_bank(paper_bank, p)
     assert str(p) in str(exc.value) and where in str(exc.value)
-    assert mbank.users() == []   # Bob, who was fine, was not imported either
+    assert paper_bank.users() == []   # Bob, who was fine, was not imported either
 
 
 @pytest.mark.skipif(not SHARED.exists(), reason="shared evaluation data not present")
-def test_the_papers_bank_round_trips(mbank, tmp_path):
+def test_the_papers_bank_round_trips(paper_bank, tmp_path):
     src = json.loads((SHARED / "cn" / "memory_bank_cn.json").read_text(encoding="utf-8"))
     name = next(iter(src))
-    import_bank(mbank, SHARED / "cn" / "memory_bank_cn.json", only_user=name)
-    out = export_bank(mbank)[name.strip()]
+    import_bank(paper_bank, SHARED / "cn" / "memory_bank_cn.json", only_user=name)
+    out = export_bank(paper_bank)[name.strip()]
     for day, turns in src[name]["history"].items():
         assert [(t["query"], t["response"]) for t in out["history"][day]] == \
                [(t["query"], t["response"]) for t in turns]

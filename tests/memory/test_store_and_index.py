@@ -11,44 +11,44 @@ from memory.embedders import create_embedder, embed_documents, embed_replies, em
 from memory.records import Kind, State
 
 
-def test_turns_are_stored_with_their_time_and_order(mbank, day1):
-    a = mbank.add_turn("amy", "I adopted a cat named Miso", "What a lovely name!", day1)
-    b = mbank.add_turn("amy", "She likes tuna", "Cats love tuna.", day1 + timedelta(minutes=5))
+def test_turns_are_stored_with_their_time_and_order(paper_bank, day1):
+    a = paper_bank.add_turn("amy", "I adopted a cat named Miso", "What a lovely name!", day1)
+    b = paper_bank.add_turn("amy", "She likes tuna", "Cats love tuna.", day1 + timedelta(minutes=5))
     assert (a.position, b.position) == (0, 1)
-    assert [t.query for t in mbank.turns_on("amy", day1.date())] == ["I adopted a cat named Miso", "She likes tuna"]
-    assert mbank.days("amy") == [day1.date()]
-    got = mbank.get("amy", a.id)
+    assert [t.query for t in paper_bank.turns_on("amy", day1.date())] == ["I adopted a cat named Miso", "She likes tuna"]
+    assert paper_bank.days("amy") == [day1.date()]
+    got = paper_bank.get("amy", a.id)
     assert got.created_at == day1 and got.response == "What a lovely name!" and got.state == State.ACTIVE
 
 
-def test_blank_turns_are_not_stored(mbank, day1):
-    assert mbank.add_turn("amy", "   \n ", "reply", day1) is None
-    assert mbank.add_turn("amy", "", "", day1) is None
-    assert mbank.count("amy") == 0
+def test_blank_turns_are_not_stored(paper_bank, day1):
+    assert paper_bank.add_turn("amy", "   \n ", "reply", day1) is None
+    assert paper_bank.add_turn("amy", "", "", day1) is None
+    assert paper_bank.count("amy") == 0
 
 
-def test_a_100_kb_message_is_stored_whole_and_found(mbank, day1):
+def test_a_100_kb_message_is_stored_whole_and_found(paper_bank, day1):
     filler = "I walked along the river and counted the boats. " * 2100
     text = filler[:50_000] + " My grandmother's secret recipe uses cardamom and saffron. " + filler[:50_000]
     assert len(text) > 100_000
-    rec = mbank.add_turn("amy", text, "Thank you for sharing all of that.", day1)
-    assert mbank.get("amy", rec.id).query == text
-    mbank.add_turn("amy", "I like football", "Great sport!", day1)
-    hits = mbank.retrieve("amy", "grandmother's recipe cardamom", day1 + timedelta(hours=1), k=1)
+    rec = paper_bank.add_turn("amy", text, "Thank you for sharing all of that.", day1)
+    assert paper_bank.get("amy", rec.id).query == text
+    paper_bank.add_turn("amy", "I like football", "Great sport!", day1)
+    hits = paper_bank.retrieve("amy", "grandmother's recipe cardamom", day1 + timedelta(hours=1), k=1)
     assert hits[0].record.id == rec.id
 
 
-def test_users_never_see_each_other(mbank, day1):
-    mbank.add_turn("amy", "My bank PIN is hidden under the blue vase", "I'll keep it safe.", day1)
-    mbank.add_turn("bob", "I play chess on Sundays", "Nice!", day1)
+def test_users_never_see_each_other(paper_bank, day1):
+    paper_bank.add_turn("amy", "My bank PIN is hidden under the blue vase", "I'll keep it safe.", day1)
+    paper_bank.add_turn("bob", "I play chess on Sundays", "Nice!", day1)
     for q in ("bank PIN blue vase", "where is the PIN hidden"):
-        hits = mbank.retrieve("bob", q, day1 + timedelta(hours=1), k=10)
+        hits = paper_bank.retrieve("bob", q, day1 + timedelta(hours=1), k=10)
         assert all(h.record.user == "bob" and "PIN" not in h.record.text for h in hits)
-    amy_id = mbank.records("amy")[0].id
+    amy_id = paper_bank.records("amy")[0].id
     with pytest.raises(UnknownMemory):   # ids are per user: bob's store has no such row
-        mbank.get("bob", amy_id + 100)
-    assert mbank.user_dir("amy") != mbank.user_dir("bob")
-    assert sorted(mbank.users()) == ["amy", "bob"]
+        paper_bank.get("bob", amy_id + 100)
+    assert paper_bank.user_dir("amy") != paper_bank.user_dir("bob")
+    assert sorted(paper_bank.users()) == ["amy", "bob"]
 
 
 def test_user_keys_are_safe_folder_names():
@@ -60,20 +60,20 @@ def test_user_keys_are_safe_folder_names():
         user_key("   ")
 
 
-def test_index_persists_and_is_not_rebuilt_on_open(tmp_path, e5, day1):
-    bank = MemoryBank(tmp_path, e5)
+def test_index_persists_and_is_not_rebuilt_on_open(tmp_path, e5_embedder, day1):
+    bank = MemoryBank(tmp_path, e5_embedder)
     for i in range(5):
         bank.add_turn("amy", f"fact number {i} about my garden", "ok", day1)
     bank.close()
-    again = MemoryBank(tmp_path, e5)
+    again = MemoryBank(tmp_path, e5_embedder)
     # each turn is in the index twice: its message and its reply
     assert len(again._user("amy").index) == 10 and not again._user("amy").index.rebuilt
     again.close()
 
 
 @pytest.mark.parametrize("damage", ["missing", "garbage", "truncated"])
-def test_missing_or_corrupt_index_is_rebuilt_from_stored_vectors(tmp_path, e5, day1, damage):
-    bank = MemoryBank(tmp_path, e5)
+def test_missing_or_corrupt_index_is_rebuilt_from_stored_vectors(tmp_path, e5_embedder, day1, damage):
+    bank = MemoryBank(tmp_path, e5_embedder)
     rec = bank.add_turn("amy", "I adopted a cat named Miso", "Lovely!", day1)
     bank.add_turn("amy", "I work as a nurse", "Thank you for your work.", day1)
     bank.close()
@@ -86,12 +86,12 @@ def test_missing_or_corrupt_index_is_rebuilt_from_stored_vectors(tmp_path, e5, d
         path.write_bytes(path.read_bytes()[:40])
 
     class CountingEmbedder:      # the real embedder; counts document embeddings
-        id, dim, calls = e5.id, e5.dim, 0
+        id, dim, calls = e5_embedder.id, e5_embedder.dim, 0
 
         def embed(self, texts, *, kind):
             if kind == "document":
                 CountingEmbedder.calls += len(texts)
-            return e5.embed(texts, kind=kind)
+            return e5_embedder.embed(texts, kind=kind)
 
     reopened = MemoryBank(tmp_path, CountingEmbedder())
     hits = reopened.retrieve("amy", "what is my cat's name", day1 + timedelta(hours=2), k=1)
@@ -100,19 +100,19 @@ def test_missing_or_corrupt_index_is_rebuilt_from_stored_vectors(tmp_path, e5, d
     reopened.close()
 
 
-def test_a_crash_mid_write_leaves_the_old_state(mbank, day1):
-    mbank.add_turn("amy", "first", "ok", day1)
-    store = mbank._user("amy").store
+def test_a_crash_mid_write_leaves_the_old_state(paper_bank, day1):
+    paper_bank.add_turn("amy", "first", "ok", day1)
+    store = paper_bank._user("amy").store
     with pytest.raises(RuntimeError):
         with store.transaction() as db:
             db.execute("UPDATE memories SET text = 'changed'")
             db.execute("DELETE FROM memories")
             raise RuntimeError("power cut")
-    assert [r.text for r in mbank.records("amy")] == ["first\nok"]
+    assert [r.text for r in paper_bank.records("amy")] == ["first\nok"]
 
 
-def test_changing_the_embedder_reembeds(tmp_path, e5, day1):
-    bank = MemoryBank(tmp_path, e5)
+def test_changing_the_embedder_reembeds(tmp_path, e5_embedder, day1):
+    bank = MemoryBank(tmp_path, e5_embedder)
     bank.add_turn("amy", "I adopted a cat named Miso", "Lovely!", day1)
     bank.add_turn("amy", "I work night shifts at the hospital", "That is tiring.", day1)
     bank.close()
@@ -139,7 +139,7 @@ def test_changing_the_embedder_reembeds(tmp_path, e5, day1):
 
 
 class CountingEmbedder:
-    """The real e5 embedder, counting the texts it embeds on each side."""
+    """The real e5_embedder embedder, counting the texts it embeds on each side."""
 
     def __init__(self, inner):
         self.inner, self.id, self.dim = inner, inner.id, inner.dim
@@ -150,8 +150,8 @@ class CountingEmbedder:
         return self.inner.embed(texts, kind=kind)
 
 
-def test_a_turn_is_stored_with_the_vector_its_retrieval_already_made(tmp_path, e5, day1):
-    counting = CountingEmbedder(e5)
+def test_a_turn_is_stored_with_the_vector_its_retrieval_already_made(tmp_path, e5_embedder, day1):
+    counting = CountingEmbedder(e5_embedder)
     bank = MemoryBank(tmp_path, counting)
     bank.add_turn("amy", "I adopted a cat named Miso", "Lovely!", day1)
     message = "My sister Lena is getting married in June"
@@ -163,18 +163,18 @@ def test_a_turn_is_stored_with_the_vector_its_retrieval_already_made(tmp_path, e
     # the message is not embedded again; the reply is, once, as a passage, after the turn
     assert len(counting.texts["query"]) == before["query"]
     assert counting.texts["document"][before["document"]:] == ["Congratulations to her!"]
-    stored = bank._user("amy").store.vectors([turn.id], e5.dim)[0]
-    assert np.allclose(stored, embed_turns(e5, [message])[0], atol=1e-6)
+    stored = bank._user("amy").store.vectors([turn.id], e5_embedder.dim)[0]
+    assert np.allclose(stored, embed_turns(e5_embedder, [message])[0], atol=1e-6)
     assert np.allclose(stored, bank.embed_query(message), atol=1e-6)
-    reply = bank._user("amy").store.vectors([turn.id], e5.dim, column="reply_vector")[0]
-    assert np.allclose(reply, embed_replies(e5, ["Congratulations to her!"])[0], atol=1e-6)
+    reply = bank._user("amy").store.vectors([turn.id], e5_embedder.dim, column="reply_vector")[0]
+    assert np.allclose(reply, embed_replies(e5_embedder, ["Congratulations to her!"])[0], atol=1e-6)
     # a regenerated reply keeps the message's vector; the new reply gets its own, after the turn
     before = {k: len(v) for k, v in counting.texts.items()}
     bank.edit_text("amy", turn.id, "How wonderful, congratulations!")
     bank.settle()
     assert len(counting.texts["query"]) == before["query"]
     assert counting.texts["document"][before["document"]:] == ["How wonderful, congratulations!"]
-    assert np.allclose(bank._user("amy").store.vectors([turn.id], e5.dim)[0], stored, atol=1e-6)
+    assert np.allclose(bank._user("amy").store.vectors([turn.id], e5_embedder.dim)[0], stored, atol=1e-6)
     # a vector is handed over once: the same message on a later turn is embedded again, twice
     queries = len(counting.texts["query"])
     bank.retrieve("amy", message, day1)
@@ -184,25 +184,25 @@ def test_a_turn_is_stored_with_the_vector_its_retrieval_already_made(tmp_path, e
     bank.close()
 
 
-def test_vectors_made_the_old_way_are_redone_once_as_turn_vectors(tmp_path, e5, day1):
-    bank = MemoryBank(tmp_path, e5)
+def test_vectors_made_the_old_way_are_redone_once_as_turn_vectors(tmp_path, e5_embedder, day1):
+    bank = MemoryBank(tmp_path, e5_embedder)
     turn = bank.add_turn("amy", "I work night shifts at the hospital", "That is tiring.", day1)
     bank.set_summary("amy", Kind.GLOBAL_EVENTS, "Amy is a nurse who works nights.", day1)
     store = bank._user("amy").store
-    store.set_vectors([turn.id], embed_documents(e5, [turn.text]))   # as earlier versions made them
-    store.set_meta("embedder", e5.id)
+    store.set_vectors([turn.id], embed_documents(e5_embedder, [turn.text]))   # as earlier versions made them
+    store.set_meta("embedder", e5_embedder.id)
     bank.close()
-    counting = CountingEmbedder(e5)
+    counting = CountingEmbedder(e5_embedder)
     again = MemoryBank(tmp_path, counting)
     hits = again.retrieve("amy", "what is my job", day1 + timedelta(hours=1), k=2)
     assert turn.id in [h.record.id for h in hits]
     again.settle()
     assert counting.texts["query"][:1] == ["I work night shifts at the hospital"]
     assert sorted(counting.texts["document"]) == ["Amy is a nurse who works nights.", "That is tiring."]
-    vector = again._user("amy").store.vectors([turn.id], e5.dim)[0]
-    assert np.allclose(vector, embed_turns(e5, [turn.query])[0], atol=1e-6)
+    vector = again._user("amy").store.vectors([turn.id], e5_embedder.dim)[0]
+    assert np.allclose(vector, embed_turns(e5_embedder, [turn.query])[0], atol=1e-6)
     again.close()
-    third = CountingEmbedder(e5)
+    third = CountingEmbedder(e5_embedder)
     reopened = MemoryBank(tmp_path, third)
     reopened.retrieve("amy", "night shifts", day1, k=1)
     assert third.texts["document"] == [] and third.texts["query"] == ["night shifts"]
@@ -235,39 +235,39 @@ def test_two_processes_writing_one_home(tmp_path, day1):
     bank.close()
 
 
-def test_delete_purge_and_pin(mbank, day1):
-    a = mbank.add_turn("amy", "secret one", "ok", day1)
-    b = mbank.add_turn("amy", "secret two", "ok", day1)
-    c = mbank.add_turn("amy", "keep this forever", "ok", day1)
-    mbank.pin("amy", c.id)
+def test_delete_purge_and_pin(paper_bank, day1):
+    a = paper_bank.add_turn("amy", "secret one", "ok", day1)
+    b = paper_bank.add_turn("amy", "secret two", "ok", day1)
+    c = paper_bank.add_turn("amy", "keep this forever", "ok", day1)
+    paper_bank.pin("amy", c.id)
     later = day1 + timedelta(days=30)
-    decisions = {d.record.id: d for d in mbank.forget_pass("amy", later, dry_run=True)}
+    decisions = {d.record.id: d for d in paper_bank.forget_pass("amy", later, dry_run=True)}
     assert decisions[a.id].archived and not decisions[c.id].archived
-    assert mbank.get("amy", a.id).state == State.ACTIVE   # dry run changed nothing
-    mbank.forget_pass("amy", later)
-    assert mbank.get("amy", a.id).state == State.ARCHIVED
-    assert mbank.delete("amy", [b.id]) == 1
-    assert mbank.purge_archived("amy") == 1
-    assert [r.id for r in mbank.records("amy")] == [c.id]
-    assert len(mbank._user("amy").index) == 1
+    assert paper_bank.get("amy", a.id).state == State.ACTIVE   # dry run changed nothing
+    paper_bank.forget_pass("amy", later)
+    assert paper_bank.get("amy", a.id).state == State.ARCHIVED
+    assert paper_bank.delete("amy", [b.id]) == 1
+    assert paper_bank.purge_archived("amy") == 1
+    assert [r.id for r in paper_bank.records("amy")] == [c.id]
+    assert len(paper_bank._user("amy").index) == 1
 
 
-def test_summaries_are_upserted_and_editable(mbank, day1):
-    s1 = mbank.set_summary("amy", Kind.DAILY_EVENTS, "Amy adopted a cat.", day1, day=day1.date())
-    s2 = mbank.set_summary("amy", Kind.DAILY_EVENTS, "Amy adopted a cat named Miso.", day1, day=day1.date())
-    assert s1.id == s2.id and mbank.get_summary("amy", Kind.DAILY_EVENTS, day1.date()).text.endswith("Miso.")
-    g = mbank.set_summary("amy", Kind.GLOBAL_PERSONALITY, "Warm and curious.", day1)
-    edited = mbank.edit_text("amy", g.id, "Warm, curious, loves cats.")
-    assert mbank.get_summary("amy", Kind.GLOBAL_PERSONALITY).text == edited.text
+def test_summaries_are_upserted_and_editable(paper_bank, day1):
+    s1 = paper_bank.set_summary("amy", Kind.DAILY_EVENTS, "Amy adopted a cat.", day1, day=day1.date())
+    s2 = paper_bank.set_summary("amy", Kind.DAILY_EVENTS, "Amy adopted a cat named Miso.", day1, day=day1.date())
+    assert s1.id == s2.id and paper_bank.get_summary("amy", Kind.DAILY_EVENTS, day1.date()).text.endswith("Miso.")
+    g = paper_bank.set_summary("amy", Kind.GLOBAL_PERSONALITY, "Warm and curious.", day1)
+    edited = paper_bank.edit_text("amy", g.id, "Warm, curious, loves cats.")
+    assert paper_bank.get_summary("amy", Kind.GLOBAL_PERSONALITY).text == edited.text
     with pytest.raises(ValueError):
-        mbank.set_summary("amy", Kind.DAILY_EVENTS, "no day", day1)
+        paper_bank.set_summary("amy", Kind.DAILY_EVENTS, "no day", day1)
     with pytest.raises(ValueError):
-        mbank.edit_text("amy", g.id, "  ")
+        paper_bank.edit_text("amy", g.id, "  ")
 
 
-def test_delete_user_removes_every_file(mbank, day1):
-    mbank.add_turn("amy", "hello", "hi", day1)
-    folder = mbank.user_dir("amy")
+def test_delete_user_removes_every_file(paper_bank, day1):
+    paper_bank.add_turn("amy", "hello", "hi", day1)
+    folder = paper_bank.user_dir("amy")
     assert folder.exists()
-    mbank.delete_user("amy")
-    assert not folder.exists() and "amy" not in mbank.users()
+    paper_bank.delete_user("amy")
+    assert not folder.exists() and "amy" not in paper_bank.users()
