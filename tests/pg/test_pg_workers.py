@@ -18,6 +18,7 @@ from pathlib import Path
 import psycopg
 import pytest
 
+from app_process import wait_until_serving
 from memory.pg_store import PgMemoryBank
 from memory.records import Kind
 from siliconfriend.config import Settings
@@ -75,20 +76,6 @@ def _worker(home: Path, url: str, llm: InstantOpenAI) -> tuple[subprocess.Popen,
     return proc, f"http://127.0.0.1:{port}/"
 
 
-def _wait(url: str, proc: subprocess.Popen, timeout: float = 120) -> None:
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        if proc.poll() is not None:
-            raise AssertionError(f"app.py exited with {proc.returncode}:\n{proc.stdout.read()}")
-        try:
-            with urllib.request.urlopen(url, timeout=2) as r:
-                if r.status == 200:
-                    return
-        except OSError:
-            time.sleep(0.3)
-    raise AssertionError(f"app.py did not answer on {url}")
-
-
 def test_two_app_workers_over_one_database(tmp_path, pg_url):
     from gradio_client import Client
     llm = InstantOpenAI()
@@ -97,7 +84,7 @@ def test_two_app_workers_over_one_database(tmp_path, pg_url):
     workers = [_worker(tmp_path / "a", pg_url, llm), _worker(tmp_path / "b", pg_url, llm)]
     try:
         for proc, url in workers:
-            _wait(url, proc)
+            wait_until_serving(url, proc, timeout=120)
         a, b = (Client(url, verbose=False) for _, url in workers)
         token, _, message = a.predict("dora", "dora-password", "en", api_name="/signup")
         assert token and not message
@@ -158,7 +145,7 @@ def _through_nginx(worker_urls: list[str], tmp_path: Path, token: str) -> None:
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     url = f"http://127.0.0.1:{port}/"
     try:
-        _wait(url, proc, timeout=20)
+        wait_until_serving(url, proc, timeout=20)
         seen: dict[str, str] = {}                                             # worker -> a route to it
         for n in range(16):
             headers = {"Cookie": f"sf_route=route-{n}"}

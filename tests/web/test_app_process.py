@@ -5,13 +5,12 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import time
-import urllib.request
 
 import pytest
 from gradio_client import Client
 from gradio_client.exceptions import AppError
 
+from app_process import wait_until_serving
 from conftest import ROOT, free_port
 
 
@@ -27,20 +26,6 @@ def _serve(tmp_path, args: list[str], extra_env: dict[str, str]) -> subprocess.P
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
 
 
-def _wait(url: str, proc: subprocess.Popen, timeout: float = 90) -> None:
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        if proc.poll() is not None:
-            raise AssertionError(f"app.py exited with {proc.returncode}:\n{proc.stdout.read()}")
-        try:
-            with urllib.request.urlopen(url, timeout=2) as r:
-                if r.status == 200:
-                    return
-        except OSError:
-            time.sleep(0.3)
-    raise AssertionError(f"app.py did not answer on {url}")
-
-
 @pytest.mark.parametrize("how", ["flags", "gradio-env"])
 def test_app_py_serves_on_the_given_port(tmp_path, how):
     port = free_port()
@@ -50,7 +35,7 @@ def test_app_py_serves_on_the_given_port(tmp_path, how):
         proc = _serve(tmp_path, [], {"GRADIO_SERVER_NAME": "127.0.0.1", "GRADIO_SERVER_PORT": str(port)})
     url = f"http://127.0.0.1:{port}/"
     try:
-        _wait(url, proc)
+        wait_until_serving(url, proc)
         client = Client(url, verbose=False)
         with pytest.raises(AppError, match="log in"):
             client.predict("", api_name="/whoami")
