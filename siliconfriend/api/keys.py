@@ -12,7 +12,6 @@ and a client over its limits is refused until its failures age out; a valid key 
 """
 from __future__ import annotations
 
-import hashlib
 import secrets
 import threading
 import time
@@ -21,6 +20,7 @@ from dataclasses import dataclass
 from typing import Callable, Protocol
 
 from ..web.accounts import AccountError, Accounts
+from ..web.accounts import secret_digest as digest
 from ..web.rate_limit import Attempt, TooManyAttempts
 
 KEY_PREFIX = "sf-"
@@ -81,10 +81,6 @@ class NewKey:
 class KeyOwner:
     user: str
     key_id: int
-
-
-def digest(key: str) -> str:
-    return hashlib.sha256(key.encode("utf-8")).hexdigest()
 
 
 def looks_like_key(key: str | None) -> bool:

@@ -87,7 +87,8 @@ class Session:
     token: str
 
 
-def _digest(token: str) -> str:
+def secret_digest(token: str) -> str:
+    """The SHA-256 of a secret (a session token, an API key): what is stored instead of it."""
     return hashlib.sha256(token.encode("utf-8")).hexdigest()
 
 
@@ -280,7 +281,7 @@ class Accounts:
         with self._tx() as db:
             db.execute("DELETE FROM sessions WHERE expires_at < ?", (now,))
             db.execute("INSERT INTO sessions (token_hash, name, created_at, expires_at) VALUES (?, ?, ?, ?)",
-                       (_digest(token), name, now, now + self.session_s))
+                       (secret_digest(token), name, now, now + self.session_s))
         return Session(name, token)
 
     def user_for(self, token: str | None) -> str | None:
@@ -289,7 +290,7 @@ class Accounts:
         if not isinstance(token, str) or not 20 <= len(token) <= 200:
             return None
         now = self.clock()
-        digest = _digest(token)
+        digest = secret_digest(token)
         with self._lock:
             row = self._db.execute("SELECT name, expires_at FROM sessions WHERE token_hash = ?", (digest,)).fetchone()
         if row is None:
@@ -306,7 +307,7 @@ class Accounts:
     def logout(self, token: str | None) -> None:
         if isinstance(token, str):
             with self._tx() as db:
-                db.execute("DELETE FROM sessions WHERE token_hash = ?", (_digest(token),))
+                db.execute("DELETE FROM sessions WHERE token_hash = ?", (secret_digest(token),))
 
     def change_password(self, name: str, old: str, new: str) -> None:
         self.verify_password(name, old)
