@@ -5,6 +5,7 @@ The session token lives in the browser (``gr.BrowserState``, encrypted) and is t
 every handler, which turns it into the user on the server (``WebService.user``); no handler takes
 a user name from the client. Data lives under ``$SILICONFRIEND_HOME``.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -81,13 +82,29 @@ class AppHandlers:
         user = service.accounts.user_for(token_v)
         hide = gr.update(visible=False)
         if user is None:
-            return [hide, gr.update(visible=True), hide, hide, gr.skip(), gr.update(selected="chat"),
-                    *self.chat.blank(self._lang(lang_v)), *self.memory.blank(self._lang(lang_v)),
-                    *self.account.blank()]
+            return [
+                hide,
+                gr.update(visible=True),
+                hide,
+                hide,
+                gr.skip(),
+                gr.update(selected="chat"),
+                *self.chat.blank(self._lang(lang_v)),
+                *self.memory.blank(self._lang(lang_v)),
+                *self.account.blank(),
+            ]
         prefs = service.prefs(token_v)
-        return [hide, hide, gr.update(visible=True), gr.update(visible=True), prefs["lang"],
-                gr.update(selected="chat"), *self.chat.restore(token_v), *self.memory.refresh(token_v),
-                *self.account.fill(token_v)]
+        return [
+            hide,
+            hide,
+            gr.update(visible=True),
+            gr.update(visible=True),
+            prefs["lang"],
+            gr.update(selected="chat"),
+            *self.chat.restore(token_v),
+            *self.memory.refresh(token_v),
+            *self.account.fill(token_v),
+        ]
 
     def relabel(self, tr: Translator, token_v: str, lang_v: str) -> list:
         lang_v = self._lang(lang_v)
@@ -149,33 +166,47 @@ def build_app(service: WebService) -> gr.Blocks:
                 tr(gr.Markdown(tr.text("title")), value="title")
                 tr(gr.Markdown(tr.text("tagline")), value="tagline")
             whoami = gr.Markdown(elem_id="whoami")
-            lang = tr(gr.Radio([(name, code) for code, name in LANGS.items()], value=tr.lang,
-                               label=tr.text("language"), elem_id="lang", scale=1, min_width=230), label="language")
+            lang = tr(
+                gr.Radio(
+                    [(name, code) for code, name in LANGS.items()],
+                    value=tr.lang,
+                    label=tr.text("language"),
+                    elem_id="lang",
+                    scale=1,
+                    min_width=230,
+                ),
+                label="language",
+            )
             logout = tr(gr.Button(tr.text("logout"), visible=False, elem_id="logout", scale=0), value="logout")
 
         loading = tr(gr.Markdown(tr.text("loading")), value="loading")
         with gr.Column(visible=False) as login_box:
             tr(gr.Markdown(tr.text("login_intro")), value="login_intro")
             username = tr(gr.Textbox(label=tr.text("username"), elem_id="username", max_length=64), label="username")
-            password = tr(gr.Textbox(label=tr.text("password"), type="password", elem_id="password",
-                                     max_length=256), label="password")
+            password = tr(
+                gr.Textbox(label=tr.text("password"), type="password", elem_id="password", max_length=256),
+                label="password",
+            )
             with gr.Row():
                 login = tr(gr.Button(tr.text("login"), variant="primary", elem_id="login"), value="login")
-                signup = tr(gr.Button(tr.text("signup"), elem_id="signup", visible=settings.signup_open),
-                            value="signup")
+                signup = tr(
+                    gr.Button(tr.text("signup"), elem_id="signup", visible=settings.signup_open), value="signup"
+                )
             notice = gr.Markdown(elem_id="login_message")
 
         quiet = {"api_visibility": "private", "show_progress": "hidden"}
         gate_handlers = AppHandlers(service, None, None, None)
-        lost_outputs = [loading, login_box, None, logout, notice, whoami]   # main_box: below
+        lost_outputs = [loading, login_box, None, logout, notice, whoami]  # main_box: below
 
         def gate(trigger):
             """An action behind the session check: when the session ended elsewhere, the page goes
             to the login box (typed text kept) instead of turning its outputs into errors."""
+
             def on(fn, inputs, outputs, **kwargs):
                 check = trigger(gate_handlers.require_session, [token], None, concurrency_limit=None, **quiet)
                 check.failure(gate_handlers.session_lost, [token, lang], lost_outputs, **quiet)
                 return check.success(fn, inputs, outputs, **kwargs)
+
             return on
 
         with gr.Column(visible=False) as main_box:
@@ -183,16 +214,25 @@ def build_app(service: WebService) -> gr.Blocks:
             with gr.Tabs(selected="chat") as tabs:
                 with tr(gr.Tab(tr.text("tab_chat"), id="chat", elem_id="tab_chat"), label="tab_chat"):
                     chat = build_chat(service, tr, token, gate)
-                with tr(gr.Tab(tr.text("tab_memory"), id="memory", elem_id="tab_memory"),
-                        label="tab_memory") as memory_tab:
+                with tr(
+                    gr.Tab(tr.text("tab_memory"), id="memory", elem_id="tab_memory"), label="tab_memory"
+                ) as memory_tab:
                     memory = build_memory(service, tr, token, gate)
                 with tr(gr.Tab(tr.text("tab_account"), id="account", elem_id="tab_account"), label="tab_account"):
-                    account = build_account(service, tr, token, notice,
-                                            cache_dirs=lambda: [Path(demo.GRADIO_CACHE)])
+                    account = build_account(service, tr, token, notice, cache_dirs=lambda: [Path(demo.GRADIO_CACHE)])
 
         h = AppHandlers(service, chat, memory, account)
-        enter_outputs = [loading, login_box, main_box, logout, lang, tabs, *chat.outputs, *memory.outputs,
-                         *account.outputs]
+        enter_outputs = [
+            loading,
+            login_box,
+            main_box,
+            logout,
+            lang,
+            tabs,
+            *chat.outputs,
+            *memory.outputs,
+            *account.outputs,
+        ]
         relabel_outputs = [*tr.components, whoami]
 
         def relabel(token_v: str, lang_v: str) -> list:
@@ -200,20 +240,34 @@ def build_app(service: WebService) -> gr.Blocks:
 
         def chain(event):
             return event.then(h.enter, [token, lang], enter_outputs, **quiet).then(
-                relabel, [token, lang], relabel_outputs, **quiet)
+                relabel, [token, lang], relabel_outputs, **quiet
+            )
 
         chain(demo.load(lambda: None, None, None, api_visibility="private"))
-        chain(login.click(h.login, [username, password, lang], [token, password, notice], api_name="login",
-                          concurrency_limit=4))
-        chain(password.submit(h.login, [username, password, lang], [token, password, notice],
-                              api_visibility="private", concurrency_limit=4))
-        chain(signup.click(h.signup, [username, password, lang], [token, password, notice], api_name="signup",
-                           concurrency_limit=4))
+        chain(
+            login.click(
+                h.login, [username, password, lang], [token, password, notice], api_name="login", concurrency_limit=4
+            )
+        )
+        chain(
+            password.submit(
+                h.login,
+                [username, password, lang],
+                [token, password, notice],
+                api_visibility="private",
+                concurrency_limit=4,
+            )
+        )
+        chain(
+            signup.click(
+                h.signup, [username, password, lang], [token, password, notice], api_name="signup", concurrency_limit=4
+            )
+        )
         chain(logout.click(h.logout, [token, lang], [token, notice, chat.message], api_name="logout"))
         chain(account.deleted)
         lang.input(h.set_lang, [token, lang], None, api_visibility="private").then(
-            relabel, [token, lang], relabel_outputs, **quiet).then(
-            h.memory_in_lang, [token, lang], memory.outputs, **quiet)
+            relabel, [token, lang], relabel_outputs, **quiet
+        ).then(h.memory_in_lang, [token, lang], memory.outputs, **quiet)
         gate(memory_tab.select)(guarded(memory.refresh), [token], memory.outputs, api_visibility="private")
 
         @guarded
@@ -234,25 +288,47 @@ def serve_exports(app, service: WebService) -> None:
     def download(ticket: str):
         found = service.take_export(ticket)
         if found is None:
-            return PlainTextResponse("This download link has expired or was already used: export again from "
-                                     "the settings tab.", status_code=404)
+            return PlainTextResponse(
+                "This download link has expired or was already used: export again from the settings tab.",
+                status_code=404,
+            )
         name, body = found
-        return Response(body, media_type="application/json",
-                        headers={"Content-Disposition": f'attachment; filename="{name}"', "Cache-Control": "no-store"})
+        return Response(
+            body,
+            media_type="application/json",
+            headers={"Content-Disposition": f'attachment; filename="{name}"', "Cache-Control": "no-store"},
+        )
 
     app.add_api_route(EXPORT_ROUTE + "/{ticket}", download, methods=["GET"], include_in_schema=False)
 
 
-def launch(demo: gr.Blocks, *, host: str, port: int, share: bool = False, routes: list | None = None,
-           prevent_thread_lock: bool = False, **kwargs):
+def launch(
+    demo: gr.Blocks,
+    *,
+    host: str,
+    port: int,
+    share: bool = False,
+    routes: list | None = None,
+    prevent_thread_lock: bool = False,
+    **kwargs,
+):
     """Start serving; ``share`` is the only way to get a public link (never by default).
     ``routes`` (e.g. ``api_routes(service)``) are added to Gradio's FastAPI app before its own.
     The server believes no proxy headers itself: the client's address is worked out per request
     from ``trusted_proxies`` (``web/client.py``)."""
-    os.environ["FORWARDED_ALLOW_IPS"] = ""     # uvicorn would otherwise trust X-Forwarded-For from 127.0.0.1
+    os.environ["FORWARDED_ALLOW_IPS"] = ""  # uvicorn would otherwise trust X-Forwarded-For from 127.0.0.1
     app_kwargs = {"routes": list(routes)} if routes else None
-    out = demo.launch(server_name=host, server_port=port, share=share, css=CSS, show_error=True,
-                      footer_links=["api"], app_kwargs=app_kwargs, prevent_thread_lock=True, **kwargs)
+    out = demo.launch(
+        server_name=host,
+        server_port=port,
+        share=share,
+        css=CSS,
+        show_error=True,
+        footer_links=["api"],
+        app_kwargs=app_kwargs,
+        prevent_thread_lock=True,
+        **kwargs,
+    )
     service = getattr(demo, "sf_service", None)
     if service is not None:
         serve_exports(demo.server_app, service)
@@ -265,14 +341,13 @@ def _warm_up(service: WebService) -> None:
     """Build the companion (and load the model) in the background, so the first reply is quick."""
     try:
         service.companion  # noqa: B018 - the property builds it
-    except Exception as exc:   # shown again, clearly, in the chat when someone writes
+    except Exception as exc:  # shown again, clearly, in the chat when someone writes
         log.warning("the companion could not be built yet: %s", exc)
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="app.py", description="SiliconFriend web app")
-    parser.add_argument("--host", help="address to listen on (default: $GRADIO_SERVER_NAME, settings.host, "
-                                       "127.0.0.1)")
+    parser.add_argument("--host", help="address to listen on (default: $GRADIO_SERVER_NAME, settings.host, 127.0.0.1)")
     parser.add_argument("--port", type=int, help="port (default: $GRADIO_SERVER_PORT, settings.port, 7860)")
     parser.add_argument("--home", help="data folder (default: $SILICONFRIEND_HOME or ~/.siliconfriend)")
     parser.add_argument("--share", action="store_true", help="also open a public gradio.live link (off by default)")
@@ -283,15 +358,18 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     settings = Settings.load(home=args.home)
-    make_private(settings.home)     # umask 077: the data home and everything in it 0700 / 0600
+    make_private(settings.home)  # umask 077: the data home and everything in it 0700 / 0600
     host = args.host or os.environ.get("GRADIO_SERVER_NAME") or settings.host
     port = args.port or int(os.environ.get("GRADIO_SERVER_PORT") or settings.port)
     service = build_web_service(settings)
-    service.clear_exports()         # left by a previous run
+    service.clear_exports()  # left by a previous run
     demo = build_app(service)
     threading.Thread(target=_warm_up, args=(service,), daemon=True).start()
-    print(f"SiliconFriend: data in {settings.home}; open http://{host}:{port} "
-          f"(OpenAI-compatible API: http://{host}:{port}/v1)", file=sys.stderr)
+    print(
+        f"SiliconFriend: data in {settings.home}; open http://{host}:{port} "
+        f"(OpenAI-compatible API: http://{host}:{port}/v1)",
+        file=sys.stderr,
+    )
     launch(demo, host=host, port=port, share=args.share, routes=api_routes(service))
     return 0
 

@@ -13,6 +13,7 @@ user turn. Formats recognised per record (a ``.jsonl`` line, or a ``.json`` file
 
 Bad records are reported with file and line (``file:line`` or ``file#item``) and skipped.
 """
+
 from __future__ import annotations
 
 import json
@@ -22,11 +23,22 @@ from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator, Sequence
 
 ROLE_ALIASES = {
-    "user": "user", "client": "user", "human": "user", "seeker": "user", "patient": "user",
-    "usr": "user", "question": "user",
-    "assistant": "assistant", "counselor": "assistant", "counsellor": "assistant",
-    "gpt": "assistant", "bot": "assistant", "supporter": "assistant", "therapist": "assistant",
-    "model": "assistant", "answer": "assistant",
+    "user": "user",
+    "client": "user",
+    "human": "user",
+    "seeker": "user",
+    "patient": "user",
+    "usr": "user",
+    "question": "user",
+    "assistant": "assistant",
+    "counselor": "assistant",
+    "counsellor": "assistant",
+    "gpt": "assistant",
+    "bot": "assistant",
+    "supporter": "assistant",
+    "therapist": "assistant",
+    "model": "assistant",
+    "answer": "assistant",
     "system": "system",
 }
 DATA_SUFFIXES = (".jsonl", ".json")
@@ -61,11 +73,11 @@ class LoadReport:
         return self.records - len(self.bad)
 
     def summary(self) -> str:
-        return (f"{self.good} dialogues from {len(self.files)} file(s); "
-                f"{len(self.bad)} bad record(s) skipped")
+        return f"{self.good} dialogues from {len(self.files)} file(s); {len(self.bad)} bad record(s) skipped"
 
 
 # --------------------------------------------------------------------------- records -> messages
+
 
 def _message(item: Any, index: int) -> dict | None:
     if not isinstance(item, dict):
@@ -73,8 +85,9 @@ def _message(item: Any, index: int) -> dict | None:
     role = item.get("role", item.get("from"))
     content = item.get("content", item.get("value"))
     if not isinstance(role, str) or role.strip().lower() not in ROLE_ALIASES:
-        raise BadRecord(f"message {index} has unknown role {role!r} "
-                        f"(expected one of client, counselor, user, assistant, system)")
+        raise BadRecord(
+            f"message {index} has unknown role {role!r} (expected one of client, counselor, user, assistant, system)"
+        )
     if content is None:
         raise BadRecord(f"message {index} has no content")
     if not isinstance(content, str):
@@ -117,8 +130,9 @@ def _pair_messages(rec: dict) -> list[dict]:
     out = rec.get("output")
     if not isinstance(out, str) or not out.strip():
         raise BadRecord('"output" is missing or empty')
-    prompt = "\n".join(str(rec[k]).strip() for k in ("instruction", "input")
-                       if isinstance(rec.get(k), str) and rec[k].strip())
+    prompt = "\n".join(
+        str(rec[k]).strip() for k in ("instruction", "input") if isinstance(rec.get(k), str) and rec[k].strip()
+    )
     if not prompt:
         raise BadRecord('"input" (and "instruction") are missing or empty')
     msgs: list[dict] = []
@@ -146,11 +160,13 @@ def record_messages(rec: Any) -> list[dict]:
             return normalise(rec[key])
     if "output" in rec or "input" in rec:
         return normalise(_pair_messages(rec))
-    raise BadRecord(f"unknown record format (keys {sorted(rec)[:6]}); expected 'dialogue', "
-                    "'messages' or 'input'/'output'")
+    raise BadRecord(
+        f"unknown record format (keys {sorted(rec)[:6]}); expected 'dialogue', 'messages' or 'input'/'output'"
+    )
 
 
 # --------------------------------------------------------------------------- files -> records
+
 
 def data_files(paths: Iterable[str | Path]) -> list[Path]:
     """The data files named by ``paths``: files as given, folders searched for .jsonl/.json."""
@@ -170,8 +186,9 @@ def data_files(paths: Iterable[str | Path]) -> list[Path]:
 
 
 def _is_message_list(obj: Any) -> bool:
-    return (isinstance(obj, list) and bool(obj)
-            and all(isinstance(m, dict) and ("role" in m or "from" in m) for m in obj))
+    return (
+        isinstance(obj, list) and bool(obj) and all(isinstance(m, dict) and ("role" in m or "from" in m) for m in obj)
+    )
 
 
 def iter_records(file: Path) -> Iterator[tuple[str, Any]]:
@@ -201,8 +218,9 @@ def iter_records(file: Path) -> Iterator[tuple[str, Any]]:
                 yield f"{file}:{lineno}", BadRecord(f"invalid JSON: {exc.msg} at column {exc.colno}")
 
 
-def load_dialogues(paths: Iterable[str | Path], *,
-                   on_bad: Callable[[str], None] | None = None) -> tuple[list[Dialogue], LoadReport]:
+def load_dialogues(
+    paths: Iterable[str | Path], *, on_bad: Callable[[str], None] | None = None
+) -> tuple[list[Dialogue], LoadReport]:
     """All usable dialogues in ``paths`` (files or folders), and a report of what was skipped.
 
     ``on_bad`` is called with "location: reason" for each bad record. Raises NoUsableData when no
@@ -222,13 +240,16 @@ def load_dialogues(paths: Iterable[str | Path], *,
                 if on_bad is not None:
                     on_bad(f"{where}: {exc}")
     if not dialogues:
-        raise NoUsableData(f"no usable training dialogue in {', '.join(report.files) or 'the data'}"
-                           f" ({report.records} record(s), {len(report.bad)} bad)")
+        raise NoUsableData(
+            f"no usable training dialogue in {', '.join(report.files) or 'the data'}"
+            f" ({report.records} record(s), {len(report.bad)} bad)"
+        )
     return dialogues, report
 
 
-def split_eval(dialogues: Sequence[Dialogue], eval_split: float,
-               seed: int = 0) -> tuple[list[Dialogue], list[Dialogue]]:
+def split_eval(
+    dialogues: Sequence[Dialogue], eval_split: float, seed: int = 0
+) -> tuple[list[Dialogue], list[Dialogue]]:
     """(train, eval): a fraction (0 < x < 1) or a count (x >= 1) of dialogues held out at random.
     At least one dialogue always stays for training."""
     n = len(dialogues)
@@ -237,5 +258,4 @@ def split_eval(dialogues: Sequence[Dialogue], eval_split: float,
     order = list(range(n))
     random.Random(seed).shuffle(order)
     held = set(order[:k])
-    return ([d for i, d in enumerate(dialogues) if i not in held],
-            [d for i, d in enumerate(dialogues) if i in held])
+    return ([d for i, d in enumerate(dialogues) if i not in held], [d for i, d in enumerate(dialogues) if i in held])

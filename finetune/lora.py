@@ -3,6 +3,7 @@ optionally in 4 bits, and the LoRA wrapping.
 
 Heavy libraries (torch, transformers, peft) are imported inside the functions.
 """
+
 from __future__ import annotations
 
 import importlib.util
@@ -21,12 +22,17 @@ GLM_TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_up_proj", "down_pro
 # and MLP projections; the native GLM classes of transformers 5 fuse gate and up.
 ARCH_TARGETS: dict[str, list[str]] = {
     "chatglm": ["query_key_value"],
-    "llama": LLAMA_TARGETS, "mistral": LLAMA_TARGETS, "qwen2": LLAMA_TARGETS,
-    "qwen3": LLAMA_TARGETS, "gemma": LLAMA_TARGETS, "gemma2": LLAMA_TARGETS,
+    "llama": LLAMA_TARGETS,
+    "mistral": LLAMA_TARGETS,
+    "qwen2": LLAMA_TARGETS,
+    "qwen3": LLAMA_TARGETS,
+    "gemma": LLAMA_TARGETS,
+    "gemma2": LLAMA_TARGETS,
     "phi3": ["qkv_proj", "o_proj", "gate_up_proj", "down_proj"],
     "internlm2": ["wqkv", "wo", "w1", "w2", "w3"],
     "baichuan": ["W_pack", "o_proj", "gate_proj", "up_proj", "down_proj"],
-    "glm": GLM_TARGETS, "glm4": GLM_TARGETS,
+    "glm": GLM_TARGETS,
+    "glm4": GLM_TARGETS,
     "bloom": ["query_key_value", "dense", "dense_h_to_4h", "dense_4h_to_h"],
     "gpt2": ["c_attn", "c_proj", "c_fc"],
 }
@@ -78,7 +84,7 @@ def resolve_precision(precision: str, device: str) -> str:
     cuda = device.startswith("cuda")
     if precision == "auto":
         if device.startswith("mps"):
-            return "fp32"   # fp16 training on MPS is not supported by the loop's scaler
+            return "fp32"  # fp16 training on MPS is not supported by the loop's scaler
         return {torch.bfloat16: "bf16", torch.float16: "fp16"}.get(pick_dtype(device), "fp32")
     if precision == "bf16" and cuda and not torch.cuda.is_bf16_supported():
         raise SetupError("this GPU has no bf16; use --precision fp16")
@@ -103,17 +109,21 @@ def load_tokenizer(spec: ModelSpec, *, trust_remote_code: bool = False):
         raise SetupError(str(exc)) from exc
 
 
-def load_base_model(spec: ModelSpec, *, precision: str, device: str, load_in_4bit: bool = False,
-                    trust_remote_code: bool = False):
+def load_base_model(
+    spec: ModelSpec, *, precision: str, device: str, load_in_4bit: bool = False, trust_remote_code: bool = False
+):
     """The base causal LM on ``device`` (the app's loader): weights in the training precision,
     or 4-bit (QLoRA)."""
     options: dict[str, Any] = {}
     if load_in_4bit:
-        options.update(quantization_config=_bnb_4bit_config(precision, device, spec),
-                       device_map={"": device if ":" in device else f"{device}:0"})
+        options.update(
+            quantization_config=_bnb_4bit_config(precision, device, spec),
+            device_map={"": device if ":" in device else f"{device}:0"},
+        )
     try:
-        model = loader.load_model(spec, device=device, dtype=torch_dtype(precision),
-                                  trust_remote_code=trust_remote_code, **options)
+        model = loader.load_model(
+            spec, device=device, dtype=torch_dtype(precision), trust_remote_code=trust_remote_code, **options
+        )
     except BackendError as exc:
         raise SetupError(str(exc)) from exc
     model.config.use_cache = False
@@ -122,43 +132,58 @@ def load_base_model(spec: ModelSpec, *, precision: str, device: str, load_in_4bi
 
 def _bnb_4bit_config(precision: str, device: str, spec: ModelSpec):
     if not device.startswith("cuda"):
-        raise SetupError("--load-in-4bit (QLoRA) needs a CUDA GPU; on this machine train the "
-                         "full-precision base instead (drop --load-in-4bit)")
+        raise SetupError(
+            "--load-in-4bit (QLoRA) needs a CUDA GPU; on this machine train the "
+            "full-precision base instead (drop --load-in-4bit)"
+        )
     if spec.gguf_file:
         raise SetupError("--load-in-4bit works on safetensors models, not on a GGUF file")
     if importlib.util.find_spec("bitsandbytes") is None:
         raise SetupError("--load-in-4bit needs bitsandbytes: pip install bitsandbytes")
     from transformers import BitsAndBytesConfig
 
-    return BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_quant_type="nf4",
-                              bnb_4bit_use_double_quant=True,
-                              bnb_4bit_compute_dtype=torch_dtype(
-                                  "bf16" if precision == "fp32" else precision))
+    return BitsAndBytesConfig(
+        load_in_4bit=True,
+        bnb_4bit_quant_type="nf4",
+        bnb_4bit_use_double_quant=True,
+        bnb_4bit_compute_dtype=torch_dtype("bf16" if precision == "fp32" else precision),
+    )
 
 
-def apply_lora(model, *, r: int, alpha: float, dropout: float, targets: list[str] | str,
-               gradient_checkpointing: bool, quantized: bool = False):
+def apply_lora(
+    model,
+    *,
+    r: int,
+    alpha: float,
+    dropout: float,
+    targets: list[str] | str,
+    gradient_checkpointing: bool,
+    quantized: bool = False,
+):
     """Wrap ``model`` in a trainable PEFT LoRA model (base weights frozen)."""
     from peft import LoraConfig, get_peft_model, prepare_model_for_kbit_training
 
     if quantized:
         model = prepare_model_for_kbit_training(
-            model, use_gradient_checkpointing=gradient_checkpointing,
-            gradient_checkpointing_kwargs={"use_reentrant": False})
+            model,
+            use_gradient_checkpointing=gradient_checkpointing,
+            gradient_checkpointing_kwargs={"use_reentrant": False},
+        )
     elif gradient_checkpointing:
         if hasattr(model, "activation_checkpointing_enable"):  # the new name in transformers 5.x
-            model.activation_checkpointing_enable(
-                activation_checkpointing_kwargs={"use_reentrant": False})
+            model.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": False})
         else:
             model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
         model.enable_input_require_grads()
-    config = LoraConfig(r=r, lora_alpha=alpha, lora_dropout=dropout, target_modules=targets,
-                        bias="none", task_type="CAUSAL_LM")
+    config = LoraConfig(
+        r=r, lora_alpha=alpha, lora_dropout=dropout, target_modules=targets, bias="none", task_type="CAUSAL_LM"
+    )
     try:
         peft_model = get_peft_model(model, config)
     except ValueError as exc:
-        raise SetupError(f"cannot place LoRA on target modules {targets}: {exc}. "
-                         "Name them with --target-modules") from exc
+        raise SetupError(
+            f"cannot place LoRA on target modules {targets}: {exc}. Name them with --target-modules"
+        ) from exc
     return peft_model
 
 

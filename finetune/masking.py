@@ -7,6 +7,7 @@ token (system prompt, user turns, role headers, padding) gets -100. Every assist
 multi-turn dialogue is trained. Dialogues longer than ``max_length`` are split at turn boundaries
 into windows of whole (user, assistant) pairs, each window starting with the system prompt.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -36,17 +37,19 @@ class Example:
 class BuildStats:
     dialogues: int = 0
     examples: int = 0
-    windows_split: int = 0      # dialogues split into several windows
-    truncated: int = 0          # windows cut at max_length
-    dropped: int = 0            # windows left with no assistant token after truncation
+    windows_split: int = 0  # dialogues split into several windows
+    truncated: int = 0  # windows cut at max_length
+    dropped: int = 0  # windows left with no assistant token after truncation
     tokens: int = 0
     label_tokens: int = 0
     notes: list[str] = field(default_factory=list)
 
     def summary(self) -> str:
-        return (f"{self.examples} examples from {self.dialogues} dialogues "
-                f"({self.windows_split} split into windows, {self.truncated} truncated, "
-                f"{self.dropped} dropped); {self.tokens} tokens, {self.label_tokens} trained")
+        return (
+            f"{self.examples} examples from {self.dialogues} dialogues "
+            f"({self.windows_split} split into windows, {self.truncated} truncated, "
+            f"{self.dropped} dropped); {self.tokens} tokens, {self.label_tokens} trained"
+        )
 
 
 class ChatRenderer:
@@ -57,7 +60,8 @@ class ChatRenderer:
             raise TemplateError(
                 "the tokenizer has no chat template, so the training text would not match what the "
                 "app sends at inference; use an instruct/chat base model or set "
-                "tokenizer.chat_template")
+                "tokenizer.chat_template"
+            )
         if max_length < 16:
             raise ValueError(f"max_length {max_length} is too short")
         self.tokenizer = tokenizer
@@ -67,16 +71,20 @@ class ChatRenderer:
 
     # ------------------------------------------------------------------ rendering
     def _supports_system(self) -> bool:
-        probe = [{"role": "system", "content": "s"}, {"role": "user", "content": "u"},
-                 {"role": "assistant", "content": "a"}]
+        probe = [
+            {"role": "system", "content": "s"},
+            {"role": "user", "content": "u"},
+            {"role": "assistant", "content": "a"},
+        ]
         try:
             return "s" in self._apply(probe)
         except Exception:
             return False
 
     def _apply(self, messages: Sequence[dict], generation_prompt: bool = False) -> str:
-        return self.tokenizer.apply_chat_template(list(messages), tokenize=False,
-                                                  add_generation_prompt=generation_prompt)
+        return self.tokenizer.apply_chat_template(
+            list(messages), tokenize=False, add_generation_prompt=generation_prompt
+        )
 
     def render(self, messages: Sequence[dict], generation_prompt: bool = False) -> str:
         """The chat text of ``messages`` (system merged into the first user turn if the template
@@ -162,7 +170,7 @@ class ChatRenderer:
         stats.dialogues += 1
         msgs = self.with_system(dialogue)
         head = msgs[:1] if msgs[0]["role"] == "system" else []
-        turns = msgs[len(head):]
+        turns = msgs[len(head) :]
         ids, labels = self.encode(msgs)
         windows = [(ids, labels)]
         if len(ids) > self.max_length:
@@ -185,7 +193,7 @@ class ChatRenderer:
 
     def _split(self, head: list[dict], turns: list[dict]) -> list[tuple[list[int], list[int]]]:
         """Greedy windows of whole (user, assistant) pairs, each encoded exactly."""
-        pairs = [turns[i:i + 2] for i in range(0, len(turns), 2)]
+        pairs = [turns[i : i + 2] for i in range(0, len(turns), 2)]
         windows: list[tuple[list[int], list[int]]] = []
         current: list[dict] = []
         encoded: tuple[list[int], list[int]] | None = None
@@ -201,8 +209,9 @@ class ChatRenderer:
         return windows
 
 
-def build_examples(dialogues: Sequence[Dialogue], renderer: ChatRenderer,
-                   on_bad: Callable[[str], None] | None = None) -> tuple[list[Example], BuildStats]:
+def build_examples(
+    dialogues: Sequence[Dialogue], renderer: ChatRenderer, on_bad: Callable[[str], None] | None = None
+) -> tuple[list[Example], BuildStats]:
     """Examples of all dialogues; a dialogue the template rejects is reported and skipped."""
     stats = BuildStats()
     examples: list[Example] = []

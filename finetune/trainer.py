@@ -4,6 +4,7 @@ checkpoints that can be resumed, a tqdm progress bar, and the metrics of the run
 The data order is a pure function of (seed, epoch), so a resumed run continues with exactly the
 micro-batches an uninterrupted run would have seen.
 """
+
 from __future__ import annotations
 
 import json
@@ -31,22 +32,22 @@ class CheckpointMismatch(ValueError):
 @dataclass
 class LoopConfig:
     epochs: float = 3.0
-    max_steps: int | None = None      # optimizer steps; overrides epochs when given
+    max_steps: int | None = None  # optimizer steps; overrides epochs when given
     lr: float = 2e-4
     batch_size: int = 4
     grad_accum: int = 4
     warmup_ratio: float = 0.03
     weight_decay: float = 0.0
     max_grad_norm: float = 1.0
-    eval_every: int = 0               # optimizer steps between evaluations (0: start and end only)
-    save_every: int = 0               # optimizer steps between checkpoints (0: none but the last)
+    eval_every: int = 0  # optimizer steps between evaluations (0: start and end only)
+    save_every: int = 0  # optimizer steps between checkpoints (0: none but the last)
     save_total_limit: int = 2
     seed: int = 0
-    precision: str = "fp32"           # resolved: bf16 | fp16 | fp32
+    precision: str = "fp32"  # resolved: bf16 | fp16 | fp32
     device: str = "cpu"
 
 
-LOSS_CHUNK_TOKENS = 1024   # label positions whose logits exist at one time
+LOSS_CHUNK_TOKENS = 1024  # label positions whose logits exist at one time
 
 
 def masked_loss_sum(model, batch: dict, *, chunk_tokens: int = LOSS_CHUNK_TOKENS) -> tuple[torch.Tensor, int]:
@@ -68,13 +69,14 @@ def masked_loss_sum(model, batch: dict, *, chunk_tokens: int = LOSS_CHUNK_TOKENS
     if parts is None:
         out = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"])
         logits = out.logits[:, :-1, :].float()
-        loss = F.cross_entropy(logits.reshape(-1, logits.size(-1)), target.reshape(-1),
-                               ignore_index=IGNORE_INDEX, reduction="sum")
+        loss = F.cross_entropy(
+            logits.reshape(-1, logits.size(-1)), target.reshape(-1), ignore_index=IGNORE_INDEX, reduction="sum"
+        )
         return loss, count
     decoder, head = parts
     hidden = decoder(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).last_hidden_state
     states, labels = hidden[:, :-1][wanted], target[wanted]
-    loss = states[:0].float().sum()   # 0, on the graph even when there is no label
+    loss = states[:0].float().sum()  # 0, on the graph even when there is no label
     for start in range(0, len(labels), chunk_tokens):
         piece = slice(start, start + chunk_tokens)
         if torch.is_grad_enabled():
@@ -116,10 +118,19 @@ def latest_checkpoint(out_dir: str | Path) -> Path | None:
 
 
 class Trainer:
-    def __init__(self, model, train: Sequence[Example], evaluation: Sequence[Example],
-                 pad_token_id: int, cfg: LoopConfig, out_dir: str | Path, *,
-                 progress: bool = True, log: Callable[[str], None] = print,
-                 run_config: dict | None = None):
+    def __init__(
+        self,
+        model,
+        train: Sequence[Example],
+        evaluation: Sequence[Example],
+        pad_token_id: int,
+        cfg: LoopConfig,
+        out_dir: str | Path,
+        *,
+        progress: bool = True,
+        log: Callable[[str], None] = print,
+        run_config: dict | None = None,
+    ):
         import torch
 
         if not train:
@@ -135,10 +146,11 @@ class Trainer:
         from transformers import get_cosine_schedule_with_warmup
 
         self.scheduler = get_cosine_schedule_with_warmup(
-            self.optimizer, int(cfg.warmup_ratio * self.total_steps), self.total_steps)
+            self.optimizer, int(cfg.warmup_ratio * self.total_steps), self.total_steps
+        )
         self.scaler = torch.amp.GradScaler("cuda", enabled=cfg.precision == "fp16")
         self.step = 0
-        self.history: list[dict] = []       # one row per optimizer step
+        self.history: list[dict] = []  # one row per optimizer step
         self.eval_history: list[dict] = []  # {"step", "loss"}
         self.tokens_seen = self.label_tokens = 0
         self.elapsed = 0.0
@@ -152,7 +164,7 @@ class Trainer:
             epoch, index = divmod(pos, self.micro_per_epoch)
             order = list(range(n))
             random.Random(self.cfg.seed * 100003 + epoch).shuffle(order)
-            chunk = order[index * bs:(index + 1) * bs]
+            chunk = order[index * bs : (index + 1) * bs]
             yield epoch, [self.train_set[i] for i in chunk]
             pos += 1
 
@@ -164,8 +176,7 @@ class Trainer:
 
         dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(self.cfg.precision)
         device_type = self.cfg.device.split(":")[0]
-        return torch.autocast(device_type=device_type, dtype=dtype or torch.float32,
-                              enabled=dtype is not None)
+        return torch.autocast(device_type=device_type, dtype=dtype or torch.float32, enabled=dtype is not None)
 
     # ------------------------------------------------------------------ evaluation
     def evaluate(self, examples: Sequence[Example] | None = None) -> float | None:
@@ -180,7 +191,7 @@ class Trainer:
         total, count = 0.0, 0
         with torch.no_grad(), self._autocast():
             for i in range(0, len(examples), self.cfg.batch_size):
-                batch = self._to_device(collate(examples[i:i + self.cfg.batch_size], self.pad))
+                batch = self._to_device(collate(examples[i : i + self.cfg.batch_size], self.pad))
                 loss, n = masked_loss_sum(self.model, batch)
                 total, count = total + float(loss), count + n
         self.model.train(was_training)
@@ -193,14 +204,22 @@ class Trainer:
         folder = self.out / CHECKPOINT_DIR / f"step-{self.step:06d}"
         folder.mkdir(parents=True, exist_ok=True)
         self.model.save_pretrained(folder, save_embedding_layers=False)
-        state = {"step": self.step, "history": self.history, "eval_history": self.eval_history,
-                 "tokens_seen": self.tokens_seen, "label_tokens": self.label_tokens,
-                 "elapsed": self.elapsed, "optimizer": self.optimizer.state_dict(),
-                 "scheduler": self.scheduler.state_dict(), "scaler": self.scaler.state_dict(),
-                 "loop": asdict(self.cfg), "run_config": self.run_config}
+        state = {
+            "step": self.step,
+            "history": self.history,
+            "eval_history": self.eval_history,
+            "tokens_seen": self.tokens_seen,
+            "label_tokens": self.label_tokens,
+            "elapsed": self.elapsed,
+            "optimizer": self.optimizer.state_dict(),
+            "scheduler": self.scheduler.state_dict(),
+            "scaler": self.scaler.state_dict(),
+            "loop": asdict(self.cfg),
+            "run_config": self.run_config,
+        }
         torch.save(state, folder / STATE_FILE)
         done = sorted((self.out / CHECKPOINT_DIR).glob("step-*"))
-        for old in done[:max(0, len(done) - max(1, self.cfg.save_total_limit))]:
+        for old in done[: max(0, len(done) - max(1, self.cfg.save_total_limit))]:
             shutil.rmtree(old, ignore_errors=True)
         return folder
 
@@ -215,8 +234,9 @@ class Trainer:
         if mine and theirs and mine != theirs:
             changed = {k: (theirs.get(k), v) for k, v in mine.items() if theirs.get(k) != v}
             raise CheckpointMismatch(f"checkpoint {folder} was made with other settings: {changed}")
-        set_peft_model_state_dict(self.model, load_file(str(folder / "adapter_model.safetensors"),
-                                                        device=str(self.cfg.device)))
+        set_peft_model_state_dict(
+            self.model, load_file(str(folder / "adapter_model.safetensors"), device=str(self.cfg.device))
+        )
         self.optimizer.load_state_dict(state["optimizer"])
         self.scheduler.load_state_dict(state["scheduler"])
         self.scaler.load_state_dict(state["scaler"])
@@ -263,9 +283,14 @@ class Trainer:
                 self.optimizer.zero_grad(set_to_none=True)
                 self.step += 1
                 self.elapsed = time.perf_counter() - start
-                row = {"step": self.step, "epoch": round(group[-1][0] + 1e-9, 3),
-                       "loss": step_loss / max(n_learn, 1), "lr": self.scheduler.get_last_lr()[0],
-                       "grad_norm": float(grad_norm), "seconds": round(self.elapsed, 3)}
+                row = {
+                    "step": self.step,
+                    "epoch": round(group[-1][0] + 1e-9, 3),
+                    "loss": step_loss / max(n_learn, 1),
+                    "lr": self.scheduler.get_last_lr()[0],
+                    "grad_norm": float(grad_norm),
+                    "seconds": round(self.elapsed, 3),
+                }
                 self.history.append(row)
                 bar.update(1)
                 bar.set_postfix(loss=f"{row['loss']:.4f}", lr=f"{row['lr']:.2e}")
@@ -275,8 +300,7 @@ class Trainer:
                     self.save_checkpoint()
         except KeyboardInterrupt:
             bar.close()
-            self.log(f"interrupted: checkpoint saved in {self.save_checkpoint()}; "
-                     "rerun with --resume auto to continue")
+            self.log(f"interrupted: checkpoint saved in {self.save_checkpoint()}; rerun with --resume auto to continue")
             raise
         bar.close()
         if self.eval_set and self.step >= self.total_steps:
@@ -287,22 +311,25 @@ class Trainer:
         import torch
 
         losses = [r["loss"] for r in self.history]
-        tail = losses[-min(5, len(losses)):] if losses else []
+        tail = losses[-min(5, len(losses)) :] if losses else []
         evals = [e["loss"] for e in self.eval_history]
         peak = None
         if self.cfg.device.startswith("cuda"):
             peak = torch.cuda.max_memory_allocated() / 2**20
         return {
-            "steps": self.step, "total_steps": self.total_steps,
+            "steps": self.step,
+            "total_steps": self.total_steps,
             "epochs": round(self.step * self.cfg.grad_accum / self.micro_per_epoch, 3),
-            "train_examples": len(self.train_set), "eval_examples": len(self.eval_set),
+            "train_examples": len(self.train_set),
+            "eval_examples": len(self.eval_set),
             "train_loss_first": losses[0] if losses else None,
             "train_loss_last": sum(tail) / len(tail) if tail else None,
             "eval_loss_before": evals[0] if evals else None,
             "eval_loss_after": evals[-1] if len(evals) > 1 else None,
             "seconds": round(self.elapsed, 2),
             "seconds_per_step": round(self.elapsed / max(self.step, 1), 3),
-            "tokens_seen": self.tokens_seen, "label_tokens": self.label_tokens,
+            "tokens_seen": self.tokens_seen,
+            "label_tokens": self.label_tokens,
             "tokens_per_second": round(self.tokens_seen / max(self.elapsed, 1e-9), 1),
             "peak_gpu_memory_mib": round(peak, 1) if peak is not None else None,
         }
@@ -316,5 +343,4 @@ class Trainer:
 def _progress(total: int, initial: int, enabled: bool):
     from tqdm.auto import tqdm
 
-    return tqdm(total=total, initial=initial, disable=not enabled, desc="LoRA", unit="step",
-                dynamic_ncols=True)
+    return tqdm(total=total, initial=initial, disable=not enabled, desc="LoRA", unit="step", dynamic_ncols=True)

@@ -9,6 +9,7 @@ the reply, by a worker thread of the bank (``settle`` waits for it), so that it 
 nothing. A turn that has no reply vector yet (a crash, a migrated home) gets one when its user is
 next opened.
 """
+
 from __future__ import annotations
 
 import fcntl
@@ -29,8 +30,7 @@ from typing import Callable, ContextManager, Iterator, Sequence
 
 import numpy as np
 
-from .embedders import (TURN_VECTORS, Embedder, QueryHandover, embed_documents, embed_query, embed_replies,
-                         embed_turns)
+from .embedders import TURN_VECTORS, Embedder, QueryHandover, embed_documents, embed_query, embed_replies, embed_turns
 from .forgetting import EbbinghausPolicy, ForgettingPolicy
 from .importance import rate_importance
 from .index import UserIndex
@@ -96,7 +96,7 @@ class _ReplyWorker:
             user = self._queue.get()
             try:
                 self._bank._embed_pending_replies(user)
-            except Exception as exc:   # the user was closed or deleted meanwhile: done at its next open
+            except Exception as exc:  # the user was closed or deleted meanwhile: done at its next open
                 log.warning("reply vectors of %s left for later: %s", user, exc)
             finally:
                 self._queue.task_done()
@@ -113,18 +113,25 @@ class ForgetDecision:
 
 
 class MemoryBank:
-    def __init__(self, home: Path | str, embedder: Embedder, *, policy: ForgettingPolicy | None = None,
-                 retrieval: RetrievalConfig | None = None, max_open_users: int = 64,
-                 progress: Callable | None = None):
+    def __init__(
+        self,
+        home: Path | str,
+        embedder: Embedder,
+        *,
+        policy: ForgettingPolicy | None = None,
+        retrieval: RetrievalConfig | None = None,
+        max_open_users: int = 64,
+        progress: Callable | None = None,
+    ):
         self.home = Path(home) if home is not None else None
         self.embedder = embedder
         # what every vector is made with and how; stored with each user's vectors and index
         self.vectors_id = f"{embedder.id}; {TURN_VECTORS}"
-        self._embed = QueryHandover(embedder)   # a message's query vector also makes its turn's
+        self._embed = QueryHandover(embedder)  # a message's query vector also makes its turn's
         self.policy = policy or EbbinghausPolicy()
         self.retrieval_config = retrieval or RetrievalConfig()
         self.max_open_users = max_open_users
-        self.progress = progress        # e.g. tqdm, for re-embedding
+        self.progress = progress  # e.g. tqdm, for re-embedding
         self._open: OrderedDict[str, _Open] = OrderedDict()
         self._lock = threading.RLock()
         self._replies = _ReplyWorker(self)
@@ -150,7 +157,7 @@ class MemoryBank:
             while len(self._open) > self.max_open_users:
                 _, old = self._open.popitem(last=False)
                 self._close(old, save=False)
-            if store.replies_pending(1):     # left over from a crash or a migration
+            if store.replies_pending(1):  # left over from a crash or a migration
                 self._replies.submit(user)
             return opened
 
@@ -170,8 +177,9 @@ class MemoryBank:
             return
         total = store.count()
         if stored is not None and total:
-            log.warning("memories of %s were embedded as %s; re-embedding %d as %s",
-                        store.user, stored, total, self.vectors_id)
+            log.warning(
+                "memories of %s were embedded as %s; re-embedding %d as %s", store.user, stored, total, self.vectors_id
+            )
             bar = self.progress(total=total, desc="re-embedding", unit="memory") if self.progress else None
             for batch in store.iter_texts():
                 turns = [(rid, query or text) for rid, kind, text, query in batch if kind == Kind.TURN]
@@ -227,12 +235,11 @@ class MemoryBank:
     def _embed_pending_replies(self, user: str, batch: int = 256) -> None:
         with self._lock:
             if user not in self._open and not self.has_user(user):
-                return                                        # deleted meanwhile
+                return  # deleted meanwhile
             u = self._user(user)
         while pending := u.store.replies_pending(batch):
             ids = [rid for rid, _ in pending]
-            u.store.set_vectors(ids, embed_replies(self.embedder, [text for _, text in pending]),
-                                column="reply_vector")
+            u.store.set_vectors(ids, embed_replies(self.embedder, [text for _, text in pending]), column="reply_vector")
             u.index.sync()
             if len(pending) < batch:
                 break
@@ -250,17 +257,34 @@ class MemoryBank:
             self._open.clear()
 
     # -- writing ------------------------------------------------------------------------------
-    def add_turn(self, user: str, query: str, response: str, when: datetime, *,
-                 importance: float | None = None, extra: dict | None = None) -> MemoryRecord | None:
+    def add_turn(
+        self,
+        user: str,
+        query: str,
+        response: str,
+        when: datetime,
+        *,
+        importance: float | None = None,
+        extra: dict | None = None,
+    ) -> MemoryRecord | None:
         """Store one exchange (a chat turn: its reply's vector is made afterwards, on the reply
         worker). ``importance`` 0..1, e.g. rated by the LLM; by default ``rate_importance`` of the
         message. A blank message is not stored (returns None)."""
-        return (self.add_turns(user, [(query, response, when)], importance=importance, extra=extra,
-                               replies="later") or [None])[0]
+        return (
+            self.add_turns(user, [(query, response, when)], importance=importance, extra=extra, replies="later")
+            or [None]
+        )[0]
 
-    def add_turns(self, user: str, turns: Sequence[tuple[str, str, datetime]], *, importance: float | None = None,
-                  extra: dict | None = None, states: Sequence[MemoryRecord] | None = None,
-                  replies: str = "now") -> list[MemoryRecord]:
+    def add_turns(
+        self,
+        user: str,
+        turns: Sequence[tuple[str, str, datetime]],
+        *,
+        importance: float | None = None,
+        extra: dict | None = None,
+        states: Sequence[MemoryRecord] | None = None,
+        replies: str = "now",
+    ) -> list[MemoryRecord]:
         """Store several exchanges in one transaction (imports). ``states``, if given, carries each
         turn's forgetting fields (strength, last_recall, ...) in the same order. ``importance``:
         one rating for all, or None to rate each message. ``replies``: "now" embeds the replies in
@@ -277,14 +301,24 @@ class MemoryBank:
             if day not in positions:
                 positions[day] = u.store.next_position(day)
             rated = rate_importance(query) if importance is None else min(1.0, max(0.0, float(importance)))
-            rec = MemoryRecord(user=user, kind=Kind.TURN, text=turn_text(query, response), created_at=when,
-                               day=day, query=query, response=response, position=positions[day],
-                               strength=self.policy.initial_strength(rated), importance=rated,
-                               extra=dict(extra or {}))
+            rec = MemoryRecord(
+                user=user,
+                kind=Kind.TURN,
+                text=turn_text(query, response),
+                created_at=when,
+                day=day,
+                query=query,
+                response=response,
+                position=positions[day],
+                strength=self.policy.initial_strength(rated),
+                importance=rated,
+                extra=dict(extra or {}),
+            )
             if states is not None:
                 s = states[i]
-                rec = rec.with_(strength=s.strength, last_recall=s.last_recall, recall_count=s.recall_count,
-                                importance=s.importance)
+                rec = rec.with_(
+                    strength=s.strength, last_recall=s.last_recall, recall_count=s.recall_count, importance=s.importance
+                )
             positions[day] += 1
             records.append(rec)
         if not records:
@@ -293,8 +327,11 @@ class MemoryBank:
         stored = u.store.insert(records, vectors)
         answered = [rec for rec in stored if rec.response.strip()]
         if replies == "now" and answered:
-            u.store.set_vectors([rec.id for rec in answered],
-                                embed_replies(self.embedder, [rec.response for rec in answered]), column="reply_vector")
+            u.store.set_vectors(
+                [rec.id for rec in answered],
+                embed_replies(self.embedder, [rec.response for rec in answered]),
+                column="reply_vector",
+            )
         u.index.sync()
         if replies == "later" and answered:
             self._replies.submit(user)
@@ -325,8 +362,19 @@ class MemoryBank:
                 if rec.state == State.ARCHIVED:
                     u.store.set_state([rec.id], State.ACTIVE)
             else:
-                rec = u.store.insert([MemoryRecord(user=user, kind=kind, text=text, created_at=when, day=day,
-                                                   strength=self.policy.initial_strength(0.0))], vector[None, :])[0]
+                rec = u.store.insert(
+                    [
+                        MemoryRecord(
+                            user=user,
+                            kind=kind,
+                            text=text,
+                            created_at=when,
+                            day=day,
+                            strength=self.policy.initial_strength(0.0),
+                        )
+                    ],
+                    vector[None, :],
+                )[0]
             ids.append(rec.id)
         u.index.sync()
         found = u.store.get_many(ids)
@@ -354,7 +402,7 @@ class MemoryBank:
             fields["extra"] = json.dumps({**rec.extra, **extra}, ensure_ascii=False)
         if rec.kind == Kind.TURN:
             fields["response"] = text
-            fields["reply_vector"] = None          # the new reply's vector: made by the reply worker
+            fields["reply_vector"] = None  # the new reply's vector: made by the reply worker
             text = turn_text(rec.query, text)
             vector = u.store.vectors([memory_id], self.embedder.dim)[0]
         else:
@@ -384,14 +432,32 @@ class MemoryBank:
     def count(self, user: str, **filters) -> int:
         return self._user(user).store.count(**filters)
 
-    def retrieve(self, user: str, query: str, now: datetime, *, k: int | None = None,
-                 config: RetrievalConfig | None = None, query_vector: np.ndarray | None = None) -> list[Hit]:
+    def retrieve(
+        self,
+        user: str,
+        query: str,
+        now: datetime,
+        *,
+        k: int | None = None,
+        config: RetrievalConfig | None = None,
+        query_vector: np.ndarray | None = None,
+    ) -> list[Hit]:
         u = self._user(user)
-        return retrieve(u.store, u.index, self._embed, self.policy, query, now,
-                        config or self.retrieval_config, k=k, query_vector=query_vector)
+        return retrieve(
+            u.store,
+            u.index,
+            self._embed,
+            self.policy,
+            query,
+            now,
+            config or self.retrieval_config,
+            k=k,
+            query_vector=query_vector,
+        )
 
-    def search_text(self, user: str, text: str, now: datetime, *, k: int = 20,
-                    include_archived: bool = False) -> list[Hit]:
+    def search_text(
+        self, user: str, text: str, now: datetime, *, k: int = 20, include_archived: bool = False
+    ) -> list[Hit]:
         """Search for the memory page: like retrieval, over every kind, optionally with the archived
         memories (the second tier) ranked with the rest instead of left out."""
         config = RetrievalConfig(kinds=tuple(Kind), k=k, archive_penalty=0.0 if include_archived else None)
@@ -442,8 +508,9 @@ class MemoryBank:
                 drawn.add(turns[best].id)
         return self.reinforce(user, sorted(drawn), now) if drawn else []
 
-    def forget_pass(self, user: str, now: datetime, *, rng: random.Random | None = None,
-                    dry_run: bool = False) -> list[ForgetDecision]:
+    def forget_pass(
+        self, user: str, now: datetime, *, rng: random.Random | None = None, dry_run: bool = False
+    ) -> list[ForgetDecision]:
         """Archive the active memories that the policy lets go. Global summaries never fade."""
         rng = rng or random.Random(0)
         u = self._user(user)

@@ -4,6 +4,7 @@
 ``WIDE``: every character a tokenizer tends to give a token of its own: the ideographs plus
 CJK punctuation, kana, hangul syllables and full-width forms.
 """
+
 from __future__ import annotations
 
 import re

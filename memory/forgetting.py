@@ -10,6 +10,7 @@ with the threshold 0.1 an unrecalled bit of small talk is archived after 2.3 wee
 personal fact of importance 1 after 11.5 weeks (81 days), and each recall adds 2.3 weeks.
 ``PAPER`` is the paper's own scale (t in days, S = 1, an unrecalled memory gone after 2.3 days).
 """
+
 from __future__ import annotations
 
 import math
@@ -36,10 +37,10 @@ class EbbinghausPolicy:
 
     threshold: float = 0.1
     mode: Literal["threshold", "probabilistic"] = "threshold"
-    unit_days: float = 7.0                  # t in weeks: see the module's text
-    step: float = 1.0                       # S += step per recall (linear)
+    unit_days: float = 7.0  # t in weeks: see the module's text
+    step: float = 1.0  # S += step per recall (linear)
     growth: Literal["linear", "sublinear"] = "linear"
-    importance_weight: float = 4.0          # initial S = 1 + importance_weight * importance
+    importance_weight: float = 4.0  # initial S = 1 + importance_weight * importance
 
     def __post_init__(self):
         if not 0.0 < self.threshold < 1.0:

@@ -13,6 +13,7 @@ Cues (each adds to the score, capped at 1):
 - feelings and preferences (love, hate, afraid, favourite, 喜欢, 难过);
 - substance: a message of some length says more than a greeting.
 """
+
 from __future__ import annotations
 
 import re
@@ -21,28 +22,42 @@ _EN_SELF = re.compile(r"\b(i|i'm|i've|i'd|i'll|my|me|mine|myself|we|our|us)\b", 
 _EN_PEOPLE = re.compile(
     r"\b(mom|mum|mother|dad|father|parents?|sister|brother|son|daughter|kids?|children|child|wife|husband|"
     r"girlfriend|boyfriend|partner|friend|friends|grandma|grandpa|grandmother|grandfather|aunt|uncle|cousin|"
-    r"colleague|boss|teacher|neighbou?r|family|baby|dog|cat|pet|puppy)s?\b", re.I)
+    r"colleague|boss|teacher|neighbou?r|family|baby|dog|cat|pet|puppy)s?\b",
+    re.I,
+)
 _EN_PLANS = re.compile(
     r"\b(tomorrow|yesterday|tonight|next|last|weekend|week|month|year|birthday|anniversary|wedding|plan|"
     r"planning|going to|will|trip|travel|exam|interview|job|work|school|university|college|moved?|"
     r"monday|tuesday|wednesday|thursday|friday|saturday|sunday|january|february|march|april|may|june|"
-    r"july|august|september|october|november|december)\b|\d", re.I)
+    r"july|august|september|october|november|december)\b|\d",
+    re.I,
+)
 _EN_FEEL = re.compile(
     r"\b(love|loved|hate|hated|like|liked|enjoy|enjoyed|favou?rite|afraid|scared|worried|anxious|sad|"
     r"happy|excited|angry|upset|lonely|stressed|depressed|proud|miss|missed|hope|dream|allergic|"
-    r"diagnosed|sick|ill|hurt|feel|feeling|felt)\b", re.I)
+    r"diagnosed|sick|ill|hurt|feel|feeling|felt)\b",
+    re.I,
+)
 _EN_NAME = re.compile(r"(?<=[a-z,;] )[A-Z][a-z]{2,}")
 _EN_SMALL_TALK = re.compile(
     r"^\s*(hi|hello|hey|good (morning|evening|night|afternoon)|thanks?|thank you|ok(ay)?|bye|goodbye|"
-    r"see you|how are you|what'?s up|lol|haha|nice|cool|great|sure|yes|no)\b[\s!.?,]*$", re.I)
+    r"see you|how are you|what'?s up|lol|haha|nice|cool|great|sure|yes|no)\b[\s!.?,]*$",
+    re.I,
+)
 
 _ZH_SELF = re.compile(r"我|咱")
-_ZH_PEOPLE = re.compile(r"妈|爸|父母|父亲|母亲|姐|妹|哥|弟|儿子|女儿|孩子|老婆|老公|妻子|丈夫|男朋友|女朋友|"
-                        r"对象|朋友|同学|同事|老板|老师|邻居|家人|奶奶|爷爷|外婆|外公|姥姥|姥爷|宝宝|狗|猫|宠物")
-_ZH_PLANS = re.compile(r"明天|昨天|今晚|下周|上周|周末|下个月|上个月|明年|去年|生日|纪念日|婚礼|计划|打算|准备|"
-                       r"旅行|旅游|考试|面试|工作|上班|学校|大学|搬家|星期|周[一二三四五六日天]|\d|月|号")
-_ZH_FEEL = re.compile(r"喜欢|爱|讨厌|害怕|担心|焦虑|难过|伤心|开心|高兴|兴奋|生气|孤独|压力|抑郁|骄傲|想念|"
-                      r"希望|梦想|过敏|生病|病了|感觉|觉得|心情")
+_ZH_PEOPLE = re.compile(
+    r"妈|爸|父母|父亲|母亲|姐|妹|哥|弟|儿子|女儿|孩子|老婆|老公|妻子|丈夫|男朋友|女朋友|"
+    r"对象|朋友|同学|同事|老板|老师|邻居|家人|奶奶|爷爷|外婆|外公|姥姥|姥爷|宝宝|狗|猫|宠物"
+)
+_ZH_PLANS = re.compile(
+    r"明天|昨天|今晚|下周|上周|周末|下个月|上个月|明年|去年|生日|纪念日|婚礼|计划|打算|准备|"
+    r"旅行|旅游|考试|面试|工作|上班|学校|大学|搬家|星期|周[一二三四五六日天]|\d|月|号"
+)
+_ZH_FEEL = re.compile(
+    r"喜欢|爱|讨厌|害怕|担心|焦虑|难过|伤心|开心|高兴|兴奋|生气|孤独|压力|抑郁|骄傲|想念|"
+    r"希望|梦想|过敏|生病|病了|感觉|觉得|心情"
+)
 _ZH_SMALL_TALK = re.compile(r"^\s*(你好|嗨|哈喽|早上好|晚上好|晚安|谢谢|好的|嗯+|哈+|再见|拜拜|在吗)[\s!！。？?，,]*$")
 _CJK = re.compile(r"[\u3400-\u9fff]")
 
@@ -66,5 +81,5 @@ def rate_importance(message: str) -> float:
         names = bool(_EN_NAME.search(text))
     score = 0.2 * self_ + 0.25 * (people or names) + 0.2 * plans + 0.2 * feel + 0.25 * substance
     if not self_:
-        score *= 0.6          # about the world or the companion, not about the person
+        score *= 0.6  # about the world or the companion, not about the person
     return round(min(1.0, score), 3)

@@ -12,6 +12,7 @@ process or another one are applied without a rebuild; saved atomically beside th
 rebuilt from the stored vectors (never re-embedded) when the file is missing, corrupt, made for
 another embedder, or ahead of the store.
 """
+
 from __future__ import annotations
 
 import json
@@ -28,11 +29,11 @@ from .store import UserStore
 
 log = logging.getLogger(__name__)
 
-SAVE_EVERY_CHANGES = 500      # saved after this many changes, or a twentieth of the index if more
+SAVE_EVERY_CHANGES = 500  # saved after this many changes, or a twentieth of the index if more
 MAGIC = b"SFINDEX1"
-IVF_MIN = 50_000              # from this many vectors on, an inverted file instead of exact search
-IVF_PROBE_SHARE = 1 / 3       # share of the lists searched per query
-IVF_TRAIN_PER_LIST = 40       # training sample size per list
+IVF_MIN = 50_000  # from this many vectors on, an inverted file instead of exact search
+IVF_PROBE_SHARE = 1 / 3  # share of the lists searched per query
+IVF_TRAIN_PER_LIST = 40  # training sample size per list
 
 
 def _threads(n: int) -> None:
@@ -57,7 +58,7 @@ class UserIndex:
         self._lock = threading.RLock()
         self.seq = -1
         self._unsaved = 0
-        self.rebuilt = False          # whether the last open had to rebuild (for tests / stats)
+        self.rebuilt = False  # whether the last open had to rebuild (for tests / stats)
         self.index = self._load()
         if self.index is None or not self._shape_fits():
             self.rebuilt = self.index is None
@@ -68,11 +69,12 @@ class UserIndex:
 
     def _ivf(self, vecs: np.ndarray, ids: np.ndarray) -> faiss.IndexIVF:
         nlist = _nlist(len(ids))
-        index = faiss.IndexIVFScalarQuantizer(faiss.IndexFlatIP(self.dim), self.dim, nlist,
-                                              faiss.ScalarQuantizer.QT_fp16, faiss.METRIC_INNER_PRODUCT)
+        index = faiss.IndexIVFScalarQuantizer(
+            faiss.IndexFlatIP(self.dim), self.dim, nlist, faiss.ScalarQuantizer.QT_fp16, faiss.METRIC_INNER_PRODUCT
+        )
         index.by_residual = False
         sample = vecs
-        if len(vecs) > nlist * IVF_TRAIN_PER_LIST:   # a fixed, evenly spread sample: reproducible
+        if len(vecs) > nlist * IVF_TRAIN_PER_LIST:  # a fixed, evenly spread sample: reproducible
             sample = vecs[np.linspace(0, len(vecs) - 1, nlist * IVF_TRAIN_PER_LIST).astype(np.int64)]
         index.cp.niter = 12
         _threads(os.cpu_count() or 1)
@@ -88,7 +90,7 @@ class UserIndex:
         """Whether the index is of the kind (and size of inverted file) its count calls for."""
         n = int(self.index.ntotal)
         if isinstance(self.index, faiss.IndexIVF):
-            return IVF_MIN // 2 <= n <= 4 * self.index.nlist ** 2
+            return IVF_MIN // 2 <= n <= 4 * self.index.nlist**2
         return n < IVF_MIN
 
     def _load(self) -> faiss.Index | None:
@@ -122,8 +124,11 @@ class UserIndex:
     def _rebuild(self) -> faiss.Index:
         """A new index of the kind the count calls for, from the stored vectors (no embedding)."""
         _, ids, blobs, now = self.store.index_vectors_since(-1)
-        vecs = np.frombuffer(b"".join(blobs), dtype=np.float32).reshape(len(ids), -1) if ids else \
-            np.zeros((0, self.dim), dtype=np.float32)
+        vecs = (
+            np.frombuffer(b"".join(blobs), dtype=np.float32).reshape(len(ids), -1)
+            if ids
+            else np.zeros((0, self.dim), dtype=np.float32)
+        )
         if len(ids) and vecs.shape[1] != self.dim:
             raise ValueError("stored vectors have another dimension; re-embed the memories")
         ids_arr = np.asarray(ids, dtype=np.int64)
@@ -169,8 +174,9 @@ class UserIndex:
         """One file, header and index together, replaced atomically: a reader never sees an
         index with another index's change number, whichever process wrote it."""
         with self._lock:
-            header = json.dumps({"seq": self.seq, "dim": self.dim, "embedder": self.embedder_id,
-                                 "count": int(self.index.ntotal)}).encode()
+            header = json.dumps(
+                {"seq": self.seq, "dim": self.dim, "embedder": self.embedder_id, "count": int(self.index.ntotal)}
+            ).encode()
             tmp = self.path.with_name(f"{self.path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
             with open(tmp, "wb") as fh:
                 fh.write(MAGIC + b"\n" + header + b"\n")
@@ -183,8 +189,9 @@ class UserIndex:
             self.sync()
             if self.index.ntotal == 0:
                 return []
-            scores, ids = self.index.search(np.asarray(query, dtype=np.float32).reshape(1, -1),
-                                            min(k, self.index.ntotal))
+            scores, ids = self.index.search(
+                np.asarray(query, dtype=np.float32).reshape(1, -1), min(k, self.index.ntotal)
+            )
         return [(int(i), float(s)) for i, s in zip(ids[0], scores[0]) if i >= 0]
 
     def __len__(self) -> int:

@@ -4,6 +4,7 @@ Text is reduced to lower-case word tokens; CJK runs are cut by jieba (search mod
 words and their parts match); common function words are dropped; English words get a light
 suffix stemming so that "movies" meets "movie" and "recommended" meets "recommend".
 """
+
 from __future__ import annotations
 
 import logging
@@ -16,7 +17,8 @@ from .cjk import IDEOGRAPH, IDEOGRAPHS
 
 _WORD = re.compile(f"[a-z0-9]+(?:'[a-z]+)?|[{IDEOGRAPHS}]+", re.I)
 
-EN_STOP = frozenset("""
+EN_STOP = frozenset(
+    """
 a about above after again against all am an and any are aren't as at be because been before being
 below between both but by can can't could did didn't do does doesn't doing don't down during each
 few for from further had hadn't has hasn't have haven't having he he'd he'll he's her here here's
@@ -29,14 +31,17 @@ weren't what what's when when's where where's which while who who's whom why why
 would wouldn't you you'd you'll you're you've your yours yourself yourselves
 remember recall tell told ask asked mention mentioned say said talk talked know right once ever
 before recently still also just really yes okay ok hi hello thank thanks please
-""".split())
+""".split()
+)
 
-ZH_STOP = frozenset("""
+ZH_STOP = frozenset(
+    """
 的 了 是 我 你 他 她 它 们 我们 你们 吗 呢 吧 啊 呀 哦 嗯 和 与 及 也 都 就 还 又 在 有 这 那 这个 那个 什么
 怎么 怎样 哪些 哪个 哪 一个 一些 一下 一起 一点 个 些 过 着 给 对 把 被 让 从 到 向 为 为了 以 而 但 但是 如果
 所以 因为 然后 可以 能 会 要 想 说 讲 提 提到 提过 记得 还记得 告诉 问 曾经 之前 以前 最近 上次 那天 时候 时
 吗？ 不 没 没有 很 非常 特别 太 真 真的 好 好的 谢谢 你好 请 呀 啦 么 哈 嘛 及其 关于 曾 当时 几 多少 已经
-""".split())
+""".split()
+)
 
 _lock = threading.Lock()
 _jieba = None
@@ -48,6 +53,7 @@ def _cut(text: str) -> list[str]:
         with _lock:
             if _jieba is None:
                 import jieba
+
                 jieba.setLogLevel(logging.WARNING)
                 jieba.initialize()
                 _jieba = jieba
@@ -57,8 +63,7 @@ def _cut(text: str) -> list[str]:
 def _stem(word: str) -> str:
     if word.isdigit() or len(word) <= 3:
         return word
-    for suffix, repl in (("ies", "y"), ("ied", "y"), ("ing", ""), ("ed", ""), ("es", ""), ("s", ""),
-                         ("ly", "")):
+    for suffix, repl in (("ies", "y"), ("ied", "y"), ("ing", ""), ("ed", ""), ("es", ""), ("s", ""), ("ly", "")):
         if word.endswith(suffix) and len(word) - len(suffix) >= 3:
             word = word[: len(word) - len(suffix)] + repl
             break

@@ -6,6 +6,7 @@
 stray spaces (" Jason "): names are stripped. The whole file is read and checked before anything
 is written, so a broken file imports nothing and the error names the file and the position.
 """
+
 from __future__ import annotations
 
 import json
@@ -84,8 +85,11 @@ def parse_bank(path: Path | str, only_user: str | None = None) -> list[ParsedUse
                     raise BankFormatError(f"{tw}: a turn needs a 'query'")
                 query = _text(turn.get("query"), tw)
                 response = _text(turn.get("response", "") or "", tw)
-                when = datetime.fromisoformat(turn["created_at"]) if turn.get("created_at") else \
-                    datetime.combine(day, time(12, 0)) + timedelta(minutes=i)
+                when = (
+                    datetime.fromisoformat(turn["created_at"])
+                    if turn.get("created_at")
+                    else datetime.combine(day, time(12, 0)) + timedelta(minutes=i)
+                )
                 strength = float(turn["memory_strength"] or 1) if turn.get("memory_strength") is not None else None
                 recall = turn.get("last_recall_date")
                 last = None
@@ -105,13 +109,15 @@ def parse_bank(path: Path | str, only_user: str | None = None) -> list[ParsedUse
         parsed.global_personality = _text(body.get("overall_personality", "") or "", f"{where} overall_personality")
         users.append(parsed)
     if only_user is not None and not users:
-        raise BankFormatError(f"{path}: no user {only_user!r} in the file (users: "
-                              f"{', '.join(k.strip() for k in data)})")
+        raise BankFormatError(
+            f"{path}: no user {only_user!r} in the file (users: {', '.join(k.strip() for k in data)})"
+        )
     return users
 
 
-def import_bank(bank: MemoryBank, path: Path | str, *, only_user: str | None = None,
-                rename: str | None = None, progress=None) -> dict[str, int]:
+def import_bank(
+    bank: MemoryBank, path: Path | str, *, only_user: str | None = None, rename: str | None = None, progress=None
+) -> dict[str, int]:
     """Import users from a MemoryBank file; returns turns imported per user. Turns already in
     the user's memory (same day, words and reply) are skipped, so importing twice is harmless."""
     parsed = parse_bank(path, only_user)
@@ -123,21 +129,24 @@ def import_bank(bank: MemoryBank, path: Path | str, *, only_user: str | None = N
         fresh = [t for t in p.turns if (t[2].date(), t[0], t[1]) not in existing]
         states = [_state(bank, user, t) for t in fresh]
         for start in range(0, len(fresh), 256):
-            part = fresh[start:start + 256]
-            bank.add_turns(user, [(q, r, w) for q, r, w, _, _ in part], states=states[start:start + 256])
+            part = fresh[start : start + 256]
+            bank.add_turns(user, [(q, r, w) for q, r, w, _, _ in part], states=states[start : start + 256])
             if bar:
                 bar.update(len(part))
         last_day = max((t[2] for t in p.turns), default=datetime(1970, 1, 1))
-        summaries = [(Kind.DAILY_EVENTS, text, datetime.combine(day, time(23, 59)), day)
-                     for day, text in p.daily_events.items()]
-        summaries += [(Kind.DAILY_PERSONALITY, text, datetime.combine(day, time(23, 59)), day)
-                      for day, text in p.daily_personality.items()]
+        summaries = [
+            (Kind.DAILY_EVENTS, text, datetime.combine(day, time(23, 59)), day) for day, text in p.daily_events.items()
+        ]
+        summaries += [
+            (Kind.DAILY_PERSONALITY, text, datetime.combine(day, time(23, 59)), day)
+            for day, text in p.daily_personality.items()
+        ]
         if p.global_events.strip():
             summaries.append((Kind.GLOBAL_EVENTS, p.global_events, last_day, None))
         if p.global_personality.strip():
             summaries.append((Kind.GLOBAL_PERSONALITY, p.global_personality, last_day, None))
-        for start in range(0, len(summaries), 256):   # embedded in batches, like the turns
-            bank._set_summaries(user, summaries[start:start + 256])
+        for start in range(0, len(summaries), 256):  # embedded in batches, like the turns
+            bank._set_summaries(user, summaries[start : start + 256])
         counts[user] = len(fresh)
     if bar:
         bar.close()
@@ -150,9 +159,17 @@ def _state(bank: MemoryBank, user: str, turn: tuple) -> MemoryRecord:
     query, _, when, strength, last = turn
     importance = rate_importance(query)
     recalls = max(0, int(strength) - 1) if strength is not None else 0
-    return MemoryRecord(user=user, kind=Kind.TURN, text="", created_at=when, day=when.date(),
-                        strength=bank.policy.initial_strength(importance) + recalls * getattr(bank.policy, "step", 1.0),
-                        importance=importance, last_recall=last, recall_count=recalls)
+    return MemoryRecord(
+        user=user,
+        kind=Kind.TURN,
+        text="",
+        created_at=when,
+        day=when.date(),
+        strength=bank.policy.initial_strength(importance) + recalls * getattr(bank.policy, "step", 1.0),
+        importance=importance,
+        last_recall=last,
+        recall_count=recalls,
+    )
 
 
 def export_user(bank: MemoryBank, user: str, *, include_archived: bool = True) -> dict:
@@ -160,18 +177,31 @@ def export_user(bank: MemoryBank, user: str, *, include_archived: bool = True) -
     history: dict[str, list[dict]] = {}
     summary: dict[str, dict] = {}
     personality: dict[str, str] = {}
-    out = {"name": user, "history": history, "summary": summary, "personality": personality,
-           "overall_history": "", "overall_personality": ""}
+    out = {
+        "name": user,
+        "history": history,
+        "summary": summary,
+        "personality": personality,
+        "overall_history": "",
+        "overall_personality": "",
+    }
     for rec in bank.records(user):
         if rec.state == State.ARCHIVED and not include_archived:
             continue
         day = rec.day.isoformat()
         if rec.kind == Kind.TURN:
-            history.setdefault(day, []).append({
-                "query": rec.query, "response": rec.response, "memory_strength": rec.strength,
-                "last_recall_date": (rec.last_recall or rec.created_at).date().isoformat(),
-                "created_at": rec.created_at.isoformat(), "state": rec.state.value,
-                "pinned": rec.pinned, "id": rec.id})
+            history.setdefault(day, []).append(
+                {
+                    "query": rec.query,
+                    "response": rec.response,
+                    "memory_strength": rec.strength,
+                    "last_recall_date": (rec.last_recall or rec.created_at).date().isoformat(),
+                    "created_at": rec.created_at.isoformat(),
+                    "state": rec.state.value,
+                    "pinned": rec.pinned,
+                    "id": rec.id,
+                }
+            )
         elif rec.kind == Kind.DAILY_EVENTS:
             summary[day] = {"content": rec.text}
         elif rec.kind == Kind.DAILY_PERSONALITY:

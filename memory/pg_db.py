@@ -6,6 +6,7 @@ made by a newer SiliconFriend) instead of a stack trace.
 Every statement runs on a pooled connection in autocommit mode; a write is one
 ``with db.transaction() as cur:`` block that commits whole or not at all.
 """
+
 from __future__ import annotations
 
 import logging
@@ -26,7 +27,8 @@ PGVECTOR_HELP = (
     "(Debian/Ubuntu with the PGDG repository: apt install postgresql-16-pgvector; macOS: brew install pgvector; "
     "Docker: the pgvector/pgvector:pg16 image; RDS, Cloud SQL, Supabase and Neon ship it), then run "
     "CREATE EXTENSION vector; once in this database as a user allowed to (or let SiliconFriend do it "
-    "as the database owner)")
+    "as the database owner)"
+)
 
 
 class StoreUnavailable(RuntimeError):
@@ -49,18 +51,30 @@ def is_postgres_url(url: str | None) -> bool:
 
 def _unavailable(url: str, exc: BaseException) -> StoreUnavailable:
     reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-    return StoreUnavailable(f"the database at {redact(url)} is not available ({reason}); "
-                            "nothing was lost: what was saved before is still there, try again when it is back")
+    return StoreUnavailable(
+        f"the database at {redact(url)} is not available ({reason}); "
+        "nothing was lost: what was saved before is still there, try again when it is back"
+    )
 
 
 class Database:
     """A pool of connections to one PostgreSQL database (thread-safe). ``configure`` is run on each
     new connection (pgvector's type adapters are registered when ``vectors`` is true)."""
 
-    def __init__(self, url: str, *, min_size: int = 1, max_size: int = 8, vectors: bool = True,
-                 timeout_s: float = 10.0, schema: str | None = None):
+    def __init__(
+        self,
+        url: str,
+        *,
+        min_size: int = 1,
+        max_size: int = 8,
+        vectors: bool = True,
+        timeout_s: float = 10.0,
+        schema: str | None = None,
+    ):
         if not is_postgres_url(url):
-            raise ValueError(f"not a PostgreSQL URL: {redact(url)!r} (expected postgresql://user:password@host:port/database)")
+            raise ValueError(
+                f"not a PostgreSQL URL: {redact(url)!r} (expected postgresql://user:password@host:port/database)"
+            )
         try:
             psycopg.conninfo.conninfo_to_dict(url)
         except psycopg.ProgrammingError as exc:
@@ -71,9 +85,16 @@ class Database:
         self._check_reachable()
         if vectors:
             self._ensure_pgvector()
-        self.pool = ConnectionPool(url, min_size=min_size, max_size=max_size, timeout=timeout_s,
-                                   kwargs={"autocommit": True, "connect_timeout": CONNECT_TIMEOUT_S},
-                                   configure=self._configure, open=True, name="siliconfriend")
+        self.pool = ConnectionPool(
+            url,
+            min_size=min_size,
+            max_size=max_size,
+            timeout=timeout_s,
+            kwargs={"autocommit": True, "connect_timeout": CONNECT_TIMEOUT_S},
+            configure=self._configure,
+            open=True,
+            name="siliconfriend",
+        )
         self._closed = False
         self._lock = threading.Lock()
 
@@ -94,16 +115,19 @@ class Database:
             try:
                 con.execute("CREATE EXTENSION IF NOT EXISTS vector")
             except psycopg.Error as exc:
-                raise StoreUnavailable(f"{redact(self.url)}: pgvector is installed on the server but not enabled "
-                                       f"in this database, and this user may not enable it ({str(exc).strip()}): "
-                                       "run CREATE EXTENSION vector; as the database owner or a superuser") from None
+                raise StoreUnavailable(
+                    f"{redact(self.url)}: pgvector is installed on the server but not enabled "
+                    f"in this database, and this user may not enable it ({str(exc).strip()}): "
+                    "run CREATE EXTENSION vector; as the database owner or a superuser"
+                ) from None
 
     def _configure(self, con: psycopg.Connection) -> None:
-        if self.schema:   # this component's tables in a schema of their own
+        if self.schema:  # this component's tables in a schema of their own
             con.execute(psycopg.sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(psycopg.sql.Identifier(self.schema)))
             con.execute(psycopg.sql.SQL("SET search_path TO {}, public").format(psycopg.sql.Identifier(self.schema)))
         if self.vectors:
             from pgvector.psycopg import register_vector
+
             register_vector(con)
 
     def close(self) -> None:
@@ -154,8 +178,10 @@ class Database:
         transaction, under an advisory lock (two workers starting at once migrate once). A
         database of a newer version than ``migrations`` knows is refused. Returns the version."""
         with self.transaction() as cur:
-            cur.execute("CREATE TABLE IF NOT EXISTS public.sf_schema (component TEXT PRIMARY KEY,"
-                        " version INTEGER NOT NULL, migrated_at TIMESTAMPTZ NOT NULL DEFAULT now())")
+            cur.execute(
+                "CREATE TABLE IF NOT EXISTS public.sf_schema (component TEXT PRIMARY KEY,"
+                " version INTEGER NOT NULL, migrated_at TIMESTAMPTZ NOT NULL DEFAULT now())"
+            )
         with self.transaction() as cur:
             cur.execute("SELECT pg_advisory_xact_lock(hashtext('sf_schema'))")
             row = cur.execute("SELECT version FROM public.sf_schema WHERE component = %s", (component,)).fetchone()
@@ -163,11 +189,15 @@ class Database:
             if version > len(migrations):
                 raise SchemaTooNew(
                     f"the {component} schema in {redact(self.url)} is version {version}, newer than this "
-                    f"SiliconFriend knows ({len(migrations)}): upgrade SiliconFriend (every worker) before using it")
+                    f"SiliconFriend knows ({len(migrations)}): upgrade SiliconFriend (every worker) before using it"
+                )
             for i, step in enumerate(migrations[version:], start=version + 1):
                 step(cur)
-                cur.execute("INSERT INTO public.sf_schema (component, version) VALUES (%s, %s) ON CONFLICT (component)"
-                            " DO UPDATE SET version = EXCLUDED.version, migrated_at = now()", (component, i))
+                cur.execute(
+                    "INSERT INTO public.sf_schema (component, version) VALUES (%s, %s) ON CONFLICT (component)"
+                    " DO UPDATE SET version = EXCLUDED.version, migrated_at = now()",
+                    (component, i),
+                )
                 log.info("%s schema migrated to version %d", component, i)
             return max(version, len(migrations))
 
@@ -183,7 +213,7 @@ class Database:
                 try:
                     con.execute("SELECT pg_advisory_unlock(hashtextextended(%s, 0))", (name,))
                 except psycopg.Error:
-                    pass   # a lost connection releases its locks by itself
+                    pass  # a lost connection releases its locks by itself
 
 
 def run_statements(cur: psycopg.Cursor, script: str) -> None:
@@ -196,6 +226,7 @@ def run_statements(cur: psycopg.Cursor, script: str) -> None:
 def scratch_database(url: str, *, prefix: str = "sf_scratch") -> Iterator[str]:
     """A new empty database on the server of ``url`` (its URL), dropped when the block ends."""
     import secrets
+
     name = f"{prefix}_{secrets.token_hex(6)}"
     try:
         admin = psycopg.connect(url, autocommit=True, connect_timeout=CONNECT_TIMEOUT_S)
@@ -205,16 +236,20 @@ def scratch_database(url: str, *, prefix: str = "sf_scratch") -> Iterator[str]:
         try:
             admin.execute(psycopg.sql.SQL("CREATE DATABASE {}").format(psycopg.sql.Identifier(name)))
         except psycopg.errors.InsufficientPrivilege:
-            raise StoreUnavailable(f"{redact(url)}: this user may not create a scratch database "
-                                   "(needs CREATEDB)") from None
+            raise StoreUnavailable(
+                f"{redact(url)}: this user may not create a scratch database (needs CREATEDB)"
+            ) from None
         try:
             yield psycopg.conninfo.make_conninfo(url, dbname=name) if "://" not in url else _with_dbname(url, name)
         finally:
-            admin.execute(psycopg.sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(psycopg.sql.Identifier(name)))
+            admin.execute(
+                psycopg.sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(psycopg.sql.Identifier(name))
+            )
 
 
 def _with_dbname(url: str, name: str) -> str:
     """``url`` naming database ``name`` instead (query parameters such as host= kept)."""
     from urllib.parse import urlsplit, urlunsplit
+
     parts = urlsplit(url)
     return urlunsplit((parts.scheme, parts.netloc, "/" + name, parts.query, parts.fragment))

@@ -21,6 +21,7 @@ exports run unchanged.
   Chinese, stemmed English words, the days a turn refers to), so the scores equal SQLite FTS5's
   ``bm25()`` (k1 = 1.2, b = 0.75) on the same text: the two stores rank alike.
 """
+
 from __future__ import annotations
 
 import json
@@ -36,23 +37,27 @@ import psycopg
 from psycopg import sql
 
 from .lexical import fts_document, fts_terms
-from .store import REPLY_ID_OFFSET, _days_meant
 from .pg_db import Database, run_statements
 from .records import Kind, MemoryRecord, State
+from .store import REPLY_ID_OFFSET, _days_meant
 
 log = logging.getLogger(__name__)
 
-HNSW_MIN = 20_000          # active vectors from which a user gets a partial HNSW index
-HNSW_EF_SEARCH = 100       # candidates the graph search keeps (>= the 40 retrieval asks for)
+HNSW_MIN = 20_000  # active vectors from which a user gets a partial HNSW index
+HNSW_EF_SEARCH = 100  # candidates the graph search keeps (>= the 40 retrieval asks for)
 BM25_K1, BM25_B = 1.2, 0.75
 
-_COLUMNS = ("id, kind, text, query, response, day, position, created_at, strength, last_recall, "
-            "recall_count, importance, pinned, state, extra, archived_at")
+_COLUMNS = (
+    "id, kind, text, query, response, day, position, created_at, strength, last_recall, "
+    "recall_count, importance, pinned, state, extra, archived_at"
+)
 VECTOR_COLUMNS = {"vector": "embedding", "reply_vector": "reply_embedding"}
 
 
 def _m1(cur: psycopg.Cursor) -> None:
-    run_statements(cur, """
+    run_statements(
+        cur,
+        """
     CREATE TABLE mem_users (
         name TEXT PRIMARY KEY,
         last_id BIGINT NOT NULL DEFAULT 0,
@@ -100,41 +105,77 @@ def _m1(cur: psycopg.Cursor) -> None:
         FOREIGN KEY (owner, memory_id) REFERENCES memories (owner, id) ON DELETE CASCADE
     );
     CREATE INDEX lex_postings_memory ON lex_postings (owner, memory_id)
-    """)
+    """,
+    )
 
 
 def _m2(cur: psycopg.Cursor) -> None:
     # the memory model of issue 10: a turn's second vector (its reply, written after the reply has
     # streamed), when a memory was archived, and the archive as a second tier that stays in the
     # lexical postings (so archived memories get postings and count in the BM25 statistics)
-    run_statements(cur, """
+    run_statements(
+        cur,
+        """
     ALTER TABLE memories ADD COLUMN reply_embedding vector;
     ALTER TABLE memories ADD COLUMN archived_at TEXT;
     CREATE INDEX memories_reply_pending ON memories (owner, id)
         WHERE kind = 'turn' AND response != '' AND reply_embedding IS NULL
-    """)
+    """,
+    )
     rows = cur.execute("SELECT owner, id, kind, text, day FROM memories WHERE state != 'active'").fetchall()
     for owner, rid, kind, text, day in rows:
         tf, dl = _postings(Kind(kind), text, day)
-        cur.executemany("INSERT INTO lex_postings (owner, term, memory_id, tf, dl) VALUES (%s, %s, %s, %s, %s)",
-                        [(owner, term, rid, n, dl) for term, n in tf.items()])
+        cur.executemany(
+            "INSERT INTO lex_postings (owner, term, memory_id, tf, dl) VALUES (%s, %s, %s, %s, %s)",
+            [(owner, term, rid, n, dl) for term, n in tf.items()],
+        )
         cur.execute("UPDATE memories SET lex_len = %s WHERE owner = %s AND id = %s", (dl, owner, rid))
-        cur.execute("UPDATE mem_users SET lex_docs = lex_docs + 1, lex_tokens = lex_tokens + %s WHERE name = %s",
-                    (dl, owner))
+        cur.execute(
+            "UPDATE mem_users SET lex_docs = lex_docs + 1, lex_tokens = lex_tokens + %s WHERE name = %s", (dl, owner)
+        )
 
 
 MIGRATIONS = [_m1, _m2]
 
 
 def _record(user: str, row: tuple) -> MemoryRecord:
-    (rid, kind, text, query, response, day, position, created_at, strength, last_recall, recall_count,
-     importance, pinned, state, extra, archived_at) = row
+    (
+        rid,
+        kind,
+        text,
+        query,
+        response,
+        day,
+        position,
+        created_at,
+        strength,
+        last_recall,
+        recall_count,
+        importance,
+        pinned,
+        state,
+        extra,
+        archived_at,
+    ) = row
     return MemoryRecord(
-        id=rid, user=user, kind=Kind(kind), text=text, query=query, response=response, day=day,
-        position=position, created_at=datetime.fromisoformat(created_at), strength=strength,
-        last_recall=datetime.fromisoformat(last_recall) if last_recall else None, recall_count=recall_count,
-        importance=importance, pinned=bool(pinned), state=State(state), extra=extra or {},
-        archived_at=datetime.fromisoformat(archived_at) if archived_at else None)
+        id=rid,
+        user=user,
+        kind=Kind(kind),
+        text=text,
+        query=query,
+        response=response,
+        day=day,
+        position=position,
+        created_at=datetime.fromisoformat(created_at),
+        strength=strength,
+        last_recall=datetime.fromisoformat(last_recall) if last_recall else None,
+        recall_count=recall_count,
+        importance=importance,
+        pinned=bool(pinned),
+        state=State(state),
+        extra=extra or {},
+        archived_at=datetime.fromisoformat(archived_at) if archived_at else None,
+    )
 
 
 def _postings(kind: Kind, text: str, day: date) -> tuple[Counter, int]:
@@ -164,6 +205,7 @@ def as_vector_value(value) -> np.ndarray | None:
 
 def hnsw_index_name(user: str) -> str:
     import hashlib
+
     return "mem_hnsw_" + hashlib.sha256(user.encode("utf-8")).hexdigest()[:24]
 
 
@@ -182,10 +224,12 @@ class PgUserStore:
         lexical (document count, token total)."""
         return cur.execute(
             "INSERT INTO mem_users (name) VALUES (%s) ON CONFLICT (name) DO UPDATE SET name = EXCLUDED.name"
-            " RETURNING lex_docs, lex_tokens", (self.user,)).fetchone()
+            " RETURNING lex_docs, lex_tokens",
+            (self.user,),
+        ).fetchone()
 
     def close(self) -> None:
-        pass   # the pool belongs to the bank
+        pass  # the pool belongs to the bank
 
     def get_meta(self, key: str) -> str | None:
         row = self.db.fetchone("SELECT value FROM mem_meta WHERE owner = %s AND key = %s", (self.user, key))
@@ -197,33 +241,43 @@ class PgUserStore:
     def set_meta(self, key: str, value: str) -> None:
         with self.db.transaction() as cur:
             self._lock_user(cur)
-            cur.execute("INSERT INTO mem_meta (owner, key, value) VALUES (%s, %s, %s) ON CONFLICT (owner, key)"
-                        " DO UPDATE SET value = EXCLUDED.value", (self.user, key, value))
+            cur.execute(
+                "INSERT INTO mem_meta (owner, key, value) VALUES (%s, %s, %s) ON CONFLICT (owner, key)"
+                " DO UPDATE SET value = EXCLUDED.value",
+                (self.user, key, value),
+            )
 
     def _index_text(self, cur: psycopg.Cursor, rid: int, kind: Kind, text: str, day: date) -> tuple[int, int]:
         """Postings of a memory; returns (1 document, its token count) for the counters."""
         tf, dl = _postings(kind, text, day)
         if tf:
-            cur.executemany("INSERT INTO lex_postings (owner, term, memory_id, tf, dl) VALUES (%s, %s, %s, %s, %s)",
-                            [(self.user, term, rid, n, dl) for term, n in tf.items()])
+            cur.executemany(
+                "INSERT INTO lex_postings (owner, term, memory_id, tf, dl) VALUES (%s, %s, %s, %s, %s)",
+                [(self.user, term, rid, n, dl) for term, n in tf.items()],
+            )
         cur.execute("UPDATE memories SET lex_len = %s WHERE owner = %s AND id = %s", (dl, self.user, rid))
         return 1, dl
 
     def _unindex(self, cur: psycopg.Cursor, ids: Sequence[int]) -> tuple[int, int]:
         """Postings of memories removed (deleted, or their text replaced); (-documents, -tokens)."""
-        row = cur.execute("SELECT count(*), COALESCE(sum(lex_len), 0) FROM memories WHERE owner = %s"
-                          " AND id = ANY(%s)", (self.user, list(ids))).fetchone()
+        row = cur.execute(
+            "SELECT count(*), COALESCE(sum(lex_len), 0) FROM memories WHERE owner = %s AND id = ANY(%s)",
+            (self.user, list(ids)),
+        ).fetchone()
         cur.execute("DELETE FROM lex_postings WHERE owner = %s AND memory_id = ANY(%s)", (self.user, list(ids)))
         return -int(row[0]), -int(row[1])
 
     def _count(self, cur: psycopg.Cursor, docs: int, tokens: int) -> None:
         if docs or tokens:
-            cur.execute("UPDATE mem_users SET lex_docs = lex_docs + %s, lex_tokens = lex_tokens + %s WHERE name = %s",
-                        (docs, tokens, self.user))
+            cur.execute(
+                "UPDATE mem_users SET lex_docs = lex_docs + %s, lex_tokens = lex_tokens + %s WHERE name = %s",
+                (docs, tokens, self.user),
+            )
 
     # -- writes -------------------------------------------------------------------------------
-    def insert(self, records: Sequence[MemoryRecord], vectors: np.ndarray | None, *,
-               keep_ids: bool = False) -> list[MemoryRecord]:
+    def insert(
+        self, records: Sequence[MemoryRecord], vectors: np.ndarray | None, *, keep_ids: bool = False
+    ) -> list[MemoryRecord]:
         """Store new memories; ids are the user's own (1, 2, ...; never reused, like SQLite's
         AUTOINCREMENT). ``keep_ids``: the records' ids and places are kept (copying a store)."""
         out: list[MemoryRecord] = []
@@ -231,23 +285,30 @@ class PgUserStore:
         if not records:
             return out
         with self.db.transaction() as cur:
-            self._lock_user(cur)   # ids and positions are settled under the user's lock
+            self._lock_user(cur)  # ids and positions are settled under the user's lock
             if keep_ids:
                 ids = [int(r.id) for r in records]
-                cur.execute("UPDATE mem_users SET last_id = GREATEST(last_id, %s) WHERE name = %s",
-                            (max(ids), self.user))
+                cur.execute(
+                    "UPDATE mem_users SET last_id = GREATEST(last_id, %s) WHERE name = %s", (max(ids), self.user)
+                )
             else:
-                last = cur.execute("UPDATE mem_users SET last_id = last_id + %s WHERE name = %s RETURNING last_id",
-                                   (len(records), self.user)).fetchone()[0]
+                last = cur.execute(
+                    "UPDATE mem_users SET last_id = last_id + %s WHERE name = %s RETURNING last_id",
+                    (len(records), self.user),
+                ).fetchone()[0]
                 ids = list(range(last - len(records) + 1, last + 1))
             free: dict[date, int] = {}
             for i, rec in enumerate(records):
                 vec = None if vectors is None else np.asarray(vectors[i], dtype=np.float32)
                 if rec.kind == Kind.TURN and not keep_ids:
                     if rec.day not in free:
-                        free[rec.day] = int(cur.execute(
-                            "SELECT COALESCE(MAX(position) + 1, 0) FROM memories WHERE owner = %s AND kind = 'turn'"
-                            " AND day = %s", (self.user, rec.day)).fetchone()[0])
+                        free[rec.day] = int(
+                            cur.execute(
+                                "SELECT COALESCE(MAX(position) + 1, 0) FROM memories WHERE owner = %s AND kind = 'turn'"
+                                " AND day = %s",
+                                (self.user, rec.day),
+                            ).fetchone()[0]
+                        )
                     rec = rec.with_(position=max(rec.position, free[rec.day]))
                     free[rec.day] = rec.position + 1
                 tf, dl = _postings(rec.kind, rec.text, rec.day)
@@ -256,15 +317,33 @@ class PgUserStore:
                     "INSERT INTO memories (owner, id, kind, text, query, response, day, position, created_at, strength,"
                     " last_recall, recall_count, importance, pinned, state, embedding, lex_len, extra, archived_at)"
                     " VALUES (%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s)",
-                    (self.user, rid, rec.kind.value, rec.text, rec.query, rec.response, rec.day, rec.position,
-                     rec.created_at.isoformat(), rec.strength,
-                     rec.last_recall.isoformat() if rec.last_recall else None, rec.recall_count, rec.importance,
-                     bool(rec.pinned), rec.state.value, vec, dl, json.dumps(rec.extra, ensure_ascii=False),
-                     rec.archived_at.isoformat() if rec.archived_at else None))
+                    (
+                        self.user,
+                        rid,
+                        rec.kind.value,
+                        rec.text,
+                        rec.query,
+                        rec.response,
+                        rec.day,
+                        rec.position,
+                        rec.created_at.isoformat(),
+                        rec.strength,
+                        rec.last_recall.isoformat() if rec.last_recall else None,
+                        rec.recall_count,
+                        rec.importance,
+                        bool(rec.pinned),
+                        rec.state.value,
+                        vec,
+                        dl,
+                        json.dumps(rec.extra, ensure_ascii=False),
+                        rec.archived_at.isoformat() if rec.archived_at else None,
+                    ),
+                )
                 if tf:
-                    cur.executemany("INSERT INTO lex_postings (owner, term, memory_id, tf, dl)"
-                                    " VALUES (%s, %s, %s, %s, %s)",
-                                    [(self.user, term, rid, n, dl) for term, n in tf.items()])
+                    cur.executemany(
+                        "INSERT INTO lex_postings (owner, term, memory_id, tf, dl) VALUES (%s, %s, %s, %s, %s)",
+                        [(self.user, term, rid, n, dl) for term, n in tf.items()],
+                    )
                 docs, tokens = docs + 1, tokens + dl
                 out.append(rec.with_(id=rid))
             self._count(cur, docs, tokens)
@@ -272,31 +351,39 @@ class PgUserStore:
 
     def replace_text(self, rid: int, text: str, vector: np.ndarray | None, **fields) -> None:
         """New text (and vector) for a memory: an edited summary, a regenerated reply."""
-        sets = sql.SQL("").join(sql.SQL(", {} = %s").format(sql.Identifier(VECTOR_COLUMNS.get(k, k)))
-                                for k in fields)
+        sets = sql.SQL("").join(sql.SQL(", {} = %s").format(sql.Identifier(VECTOR_COLUMNS.get(k, k))) for k in fields)
         # extra comes as JSON text, which a jsonb column takes; a vector field as bytes or an array
         values = [as_vector_value(v) if k in VECTOR_COLUMNS else v for k, v in fields.items()]
         with self.db.transaction() as cur:
             self._lock_user(cur)
-            row = cur.execute("SELECT kind, day FROM memories WHERE owner = %s AND id = %s", (self.user, rid)).fetchone()
+            row = cur.execute(
+                "SELECT kind, day FROM memories WHERE owner = %s AND id = %s", (self.user, rid)
+            ).fetchone()
             if row is None:
                 return
             docs, tokens = self._unindex(cur, [rid])
             vec = None if vector is None else np.asarray(vector, dtype=np.float32)
-            cur.execute(sql.SQL("UPDATE memories SET text = %s, embedding = %s{} WHERE owner = %s AND id = %s")
-                        .format(sets), (text, vec, *values, self.user, rid))
+            cur.execute(
+                sql.SQL("UPDATE memories SET text = %s, embedding = %s{} WHERE owner = %s AND id = %s").format(sets),
+                (text, vec, *values, self.user, rid),
+            )
             d, t = self._index_text(cur, rid, Kind(row[0]), text, row[1])
             self._count(cur, docs + d, tokens + t)
 
     def update_forgetting(self, records: Iterable[MemoryRecord]) -> None:
         """Strength / recall fields after reinforcement."""
-        rows = [(r.strength, r.last_recall.isoformat() if r.last_recall else None, r.recall_count, self.user, r.id)
-                for r in records]
+        rows = [
+            (r.strength, r.last_recall.isoformat() if r.last_recall else None, r.recall_count, self.user, r.id)
+            for r in records
+        ]
         if rows:
             with self.db.transaction() as cur:
                 self._lock_user(cur)
-                cur.executemany("UPDATE memories SET strength = %s, last_recall = %s, recall_count = %s"
-                                " WHERE owner = %s AND id = %s", rows)
+                cur.executemany(
+                    "UPDATE memories SET strength = %s, last_recall = %s, recall_count = %s"
+                    " WHERE owner = %s AND id = %s",
+                    rows,
+                )
 
     def set_state(self, ids: Sequence[int], state: State, when: datetime | None = None) -> int:
         """Archive (``when``: the time of the forgetting pass) or restore memories. Both tiers
@@ -307,14 +394,20 @@ class PgUserStore:
         archived_at = when.isoformat() if (when and state == State.ARCHIVED) else None
         with self.db.transaction() as cur:
             self._lock_user(cur)
-            return cur.execute("UPDATE memories SET state = %s, archived_at = %s WHERE owner = %s AND id = ANY(%s)"
-                               " AND state != %s", (state.value, archived_at, self.user, ids, state.value)).rowcount
+            return cur.execute(
+                "UPDATE memories SET state = %s, archived_at = %s WHERE owner = %s AND id = ANY(%s) AND state != %s",
+                (state.value, archived_at, self.user, ids, state.value),
+            ).rowcount
 
     def set_pinned(self, rid: int, pinned: bool) -> bool:
         with self.db.transaction() as cur:
             self._lock_user(cur)
-            return cur.execute("UPDATE memories SET pinned = %s WHERE owner = %s AND id = %s",
-                               (bool(pinned), self.user, rid)).rowcount > 0
+            return (
+                cur.execute(
+                    "UPDATE memories SET pinned = %s WHERE owner = %s AND id = %s", (bool(pinned), self.user, rid)
+                ).rowcount
+                > 0
+            )
 
     def delete(self, ids: Sequence[int]) -> int:
         ids = [int(i) for i in ids]
@@ -333,26 +426,42 @@ class PgUserStore:
             raise ValueError(f"no vector column {column!r}")
         with self.db.transaction() as cur:
             self._lock_user(cur)
-            cur.executemany(sql.SQL("UPDATE memories SET {} = %s WHERE owner = %s AND id = %s")
-                            .format(sql.Identifier(VECTOR_COLUMNS[column])),
-                            [(np.asarray(v, dtype=np.float32), self.user, int(rid)) for rid, v in zip(ids, vectors)])
+            cur.executemany(
+                sql.SQL("UPDATE memories SET {} = %s WHERE owner = %s AND id = %s").format(
+                    sql.Identifier(VECTOR_COLUMNS[column])
+                ),
+                [(np.asarray(v, dtype=np.float32), self.user, int(rid)) for rid, v in zip(ids, vectors)],
+            )
 
     def clear_reply_vectors(self, ids: Sequence[int]) -> None:
         """Reply vectors to be made again (by another embedder)."""
         with self.db.transaction() as cur:
             self._lock_user(cur)
-            cur.execute("UPDATE memories SET reply_embedding = NULL WHERE owner = %s AND id = ANY(%s)",
-                        (self.user, [int(i) for i in ids]))
+            cur.execute(
+                "UPDATE memories SET reply_embedding = NULL WHERE owner = %s AND id = ANY(%s)",
+                (self.user, [int(i) for i in ids]),
+            )
 
     def replies_pending(self, limit: int = 10_000) -> list[tuple[int, str]]:
         """(id, reply) of turns whose reply has no vector yet, oldest first."""
-        return [(r[0], r[1]) for r in self.db.fetchall(
-            "SELECT id, response FROM memories WHERE owner = %s AND kind = 'turn' AND response != ''"
-            " AND reply_embedding IS NULL ORDER BY id LIMIT %s", (self.user, int(limit)))]
+        return [
+            (r[0], r[1])
+            for r in self.db.fetchall(
+                "SELECT id, response FROM memories WHERE owner = %s AND kind = 'turn' AND response != ''"
+                " AND reply_embedding IS NULL ORDER BY id LIMIT %s",
+                (self.user, int(limit)),
+            )
+        ]
 
     # -- reads --------------------------------------------------------------------------------
-    def _select(self, where: str = "true", params: Sequence = (), order: str = "day, kind, position, id",
-                limit: int | None = None, offset: int = 0) -> list[MemoryRecord]:
+    def _select(
+        self,
+        where: str = "true",
+        params: Sequence = (),
+        order: str = "day, kind, position, id",
+        limit: int | None = None,
+        offset: int = 0,
+    ) -> list[MemoryRecord]:
         query = f"SELECT {_COLUMNS} FROM memories WHERE owner = %s AND ({where}) ORDER BY {order}"
         if limit is not None:
             query += f" LIMIT {int(limit)} OFFSET {int(offset)}"
@@ -368,38 +477,62 @@ class PgUserStore:
             return {}
         return {r.id: r for r in self._select("id = ANY(%s)", (ids,))}
 
-    def records(self, *, kind: Kind | None = None, state: State | None = None, day: date | None = None,
-                days: Sequence[date] | None = None, limit: int | None = None, offset: int = 0,
-                newest_first: bool = False) -> list[MemoryRecord]:
+    def records(
+        self,
+        *,
+        kind: Kind | None = None,
+        state: State | None = None,
+        day: date | None = None,
+        days: Sequence[date] | None = None,
+        limit: int | None = None,
+        offset: int = 0,
+        newest_first: bool = False,
+    ) -> list[MemoryRecord]:
         clauses, params = [], []
         if kind is not None:
-            clauses.append("kind = %s"); params.append(kind.value)
+            clauses.append("kind = %s")
+            params.append(kind.value)
         if state is not None:
-            clauses.append("state = %s"); params.append(state.value)
+            clauses.append("state = %s")
+            params.append(state.value)
         if day is not None:
             days = [day]
         if days is not None:
-            clauses.append("day = ANY(%s)"); params.append(list(days))
-        order = ('day DESC, kind COLLATE "C", position DESC, id DESC' if newest_first
-                 else 'day, kind COLLATE "C", position, id')
+            clauses.append("day = ANY(%s)")
+            params.append(list(days))
+        order = (
+            'day DESC, kind COLLATE "C", position DESC, id DESC'
+            if newest_first
+            else 'day, kind COLLATE "C", position, id'
+        )
         return self._select(" AND ".join(clauses) or "true", params, order, limit, offset)
 
     def count(self, *, kind: Kind | None = None, state: State | None = None) -> int:
         clauses, params = [], [self.user]
         if kind is not None:
-            clauses.append("kind = %s"); params.append(kind.value)
+            clauses.append("kind = %s")
+            params.append(kind.value)
         if state is not None:
-            clauses.append("state = %s"); params.append(state.value)
+            clauses.append("state = %s")
+            params.append(state.value)
         where = "".join(f" AND {c}" for c in clauses)
         return int(self.db.fetchone(f"SELECT count(*) FROM memories WHERE owner = %s{where}", params)[0])
 
     def days(self) -> list[date]:
-        return [r[0] for r in self.db.fetchall(
-            "SELECT DISTINCT day FROM memories WHERE owner = %s AND kind = 'turn' ORDER BY day", (self.user,))]
+        return [
+            r[0]
+            for r in self.db.fetchall(
+                "SELECT DISTINCT day FROM memories WHERE owner = %s AND kind = 'turn' ORDER BY day", (self.user,)
+            )
+        ]
 
     def next_position(self, day: date) -> int:
-        return int(self.db.fetchone("SELECT COALESCE(MAX(position) + 1, 0) FROM memories WHERE owner = %s"
-                                    " AND kind = 'turn' AND day = %s", (self.user, day))[0])
+        return int(
+            self.db.fetchone(
+                "SELECT COALESCE(MAX(position) + 1, 0) FROM memories WHERE owner = %s AND kind = 'turn' AND day = %s",
+                (self.user, day),
+            )[0]
+        )
 
     def vectors(self, ids: Sequence[int], dim: int, *, column: str = "vector") -> np.ndarray:
         """Stored vectors in the order of ``ids`` (zeros where a row has none)."""
@@ -407,8 +540,11 @@ class PgUserStore:
         pos = {int(rid): i for i, rid in enumerate(ids)}
         if pos:
             for rid, vec in self.db.fetchall(
-                    sql.SQL("SELECT id, {} FROM memories WHERE owner = %s AND id = ANY(%s)")
-                    .format(sql.Identifier(VECTOR_COLUMNS[column])), (self.user, list(pos))):
+                sql.SQL("SELECT id, {} FROM memories WHERE owner = %s AND id = ANY(%s)").format(
+                    sql.Identifier(VECTOR_COLUMNS[column])
+                ),
+                (self.user, list(pos)),
+            ):
                 vec = as_array(vec)
                 if vec is not None and len(vec) == dim:
                     out[pos[rid]] = vec
@@ -418,8 +554,10 @@ class PgUserStore:
         """Every memory's (id, kind, text, the user's message of a turn), in batches."""
         last = 0
         while True:
-            rows = self.db.fetchall("SELECT id, kind, text, query FROM memories WHERE owner = %s AND id > %s"
-                                    " ORDER BY id LIMIT %s", (self.user, last, batch))
+            rows = self.db.fetchall(
+                "SELECT id, kind, text, query FROM memories WHERE owner = %s AND id > %s ORDER BY id LIMIT %s",
+                (self.user, last, batch),
+            )
             if not rows:
                 return
             last = rows[-1][0]
@@ -429,8 +567,11 @@ class PgUserStore:
         """Every memory with its stored vectors (its own, its reply's), in id order (copying a store)."""
         last = 0
         while True:
-            rows = self.db.fetchall(f"SELECT {_COLUMNS}, embedding, reply_embedding FROM memories WHERE owner = %s"
-                                    " AND id > %s ORDER BY id LIMIT %s", (self.user, last, batch))
+            rows = self.db.fetchall(
+                f"SELECT {_COLUMNS}, embedding, reply_embedding FROM memories WHERE owner = %s"
+                " AND id > %s ORDER BY id LIMIT %s",
+                (self.user, last, batch),
+            )
             if not rows:
                 return
             last = rows[-1][0]
@@ -441,9 +582,10 @@ class PgUserStore:
         places = list(dict.fromkeys(places))
         if not places:
             return []
-        return self._select("kind = 'turn' AND (day, position) IN"
-                            " (SELECT * FROM unnest(%s::date[], %s::int[]))",
-                            ([d for d, _ in places], [p for _, p in places]))
+        return self._select(
+            "kind = 'turn' AND (day, position) IN (SELECT * FROM unnest(%s::date[], %s::int[]))",
+            ([d for d, _ in places], [p for _, p in places]),
+        )
 
     def lexical(self, match: str, limit: int) -> list[tuple[int, float]]:
         """(id, BM25 score, higher is better) of memories (both tiers) sharing a term with an FTS5-style
@@ -460,7 +602,8 @@ class PgUserStore:
                                        * p.tf * (%(k1)s + 1) / (p.tf + %(k1)s * (1 - %(b)s + %(b)s * p.dl / u.avgdl))) AS s
                FROM p JOIN d USING (term) CROSS JOIN u
                GROUP BY p.memory_id ORDER BY s DESC, p.memory_id LIMIT %(limit)s""",
-            {"owner": self.user, "terms": terms, "k1": BM25_K1, "b": BM25_B, "limit": int(limit)})
+            {"owner": self.user, "terms": terms, "k1": BM25_K1, "b": BM25_B, "limit": int(limit)},
+        )
         return [(int(r[0]), float(r[1])) for r in rows]
 
     # -- dense --------------------------------------------------------------------------------
@@ -483,7 +626,9 @@ class PgUserStore:
                         "SELECT id, -({col}::vector({dim}) <#> %s) FROM memories WHERE owner = {owner}"
                         " AND {col} IS NOT NULL ORDER BY {col}::vector({dim}) <#> %s LIMIT %s"
                     ).format(col=sql.Identifier(column), dim=sql.Literal(int(dim)), owner=owner)
-                    out += [(int(r[0]) + offset, float(r[1])) for r in con.execute(statement, (q, q, int(k))).fetchall()]
+                    out += [
+                        (int(r[0]) + offset, float(r[1])) for r in con.execute(statement, (q, q, int(k))).fetchall()
+                    ]
         out.sort(key=lambda t: -t[1])
         return out[:k]
 
@@ -499,7 +644,7 @@ class PgUserIndex:
     def __init__(self, store: PgUserStore, dim: int, bank: "PgMemoryBank | None" = None):
         self.store, self.dim, self.bank = store, dim, bank
         self.rebuilt = False
-        self.index = self   # for the bench's report of the index kind
+        self.index = self  # for the bench's report of the index kind
 
     def search(self, query: np.ndarray, k: int) -> list[tuple[int, float]]:
         graph = self.bank is not None and self.bank.uses_hnsw(self.store.user)
@@ -524,14 +669,23 @@ class _PgOpen:
 
 def _bank_base():
     from .bank import MemoryBank
+
     return MemoryBank
 
 
 class PgMemoryBank(_bank_base()):
     """Every user's memories in one PostgreSQL database (``url``), the ``MemoryBank`` API."""
 
-    def __init__(self, url: str, embedder, *, pool_size: int = 8, hnsw_min: int = HNSW_MIN,
-                 build_hnsw_in_background: bool = True, **kw):
+    def __init__(
+        self,
+        url: str,
+        embedder,
+        *,
+        pool_size: int = 8,
+        hnsw_min: int = HNSW_MIN,
+        build_hnsw_in_background: bool = True,
+        **kw,
+    ):
         self.db = Database(url, max_size=pool_size)
         try:
             self.db.migrate("memory", MIGRATIONS)
@@ -546,7 +700,7 @@ class PgMemoryBank(_bank_base()):
         super().__init__(None, embedder, **kw)
 
     def _prepare_home(self) -> None:
-        pass   # nothing on the app's disk
+        pass  # nothing on the app's disk
 
     # -- users --------------------------------------------------------------------------------
     def user_dir(self, user: str):
@@ -554,11 +708,12 @@ class PgMemoryBank(_bank_base()):
 
     def _user(self, user: str) -> _PgOpen:
         from .bank import user_key
+
         with self._lock:
             if user in self._open:
                 self._open.move_to_end(user)
                 return self._open[user]
-        user_key(user)   # the same names as the SQLite home accepts
+        user_key(user)  # the same names as the SQLite home accepts
         store = PgUserStore(self.db, user)
         self._reembed_if_needed(store)
         opened = _PgOpen(store, PgUserIndex(store, self.embedder.dim, self))
@@ -572,9 +727,13 @@ class PgMemoryBank(_bank_base()):
         pass
 
     def users(self) -> list[str]:
-        return [r[0] for r in self.db.fetchall(
-            "SELECT u.name FROM mem_users u WHERE EXISTS (SELECT 1 FROM mem_meta m WHERE m.owner = u.name)"
-            " OR EXISTS (SELECT 1 FROM memories m WHERE m.owner = u.name) ORDER BY u.name COLLATE \"C\"")]
+        return [
+            r[0]
+            for r in self.db.fetchall(
+                "SELECT u.name FROM mem_users u WHERE EXISTS (SELECT 1 FROM mem_meta m WHERE m.owner = u.name)"
+                ' OR EXISTS (SELECT 1 FROM memories m WHERE m.owner = u.name) ORDER BY u.name COLLATE "C"'
+            )
+        ]
 
     def has_user(self, user: str) -> bool:
         return self.db.fetchone("SELECT 1 FROM mem_users WHERE name = %s", (user,)) is not None
@@ -605,8 +764,14 @@ class PgMemoryBank(_bank_base()):
     # -- the dense index of big users ---------------------------------------------------------
     def has_hnsw(self, user: str) -> bool:
         """Whether ``user`` has a valid (completely built) partial HNSW index."""
-        found = self.db.fetchone("SELECT 1 FROM pg_class c JOIN pg_index i ON i.indexrelid = c.oid"
-                                 " WHERE c.relname = %s AND i.indisvalid", (hnsw_index_name(user),)) is not None
+        found = (
+            self.db.fetchone(
+                "SELECT 1 FROM pg_class c JOIN pg_index i ON i.indexrelid = c.oid"
+                " WHERE c.relname = %s AND i.indisvalid",
+                (hnsw_index_name(user),),
+            )
+            is not None
+        )
         with self._lock:
             (self._hnsw_users.add if found else self._hnsw_users.discard)(user)
         return found
@@ -621,6 +786,7 @@ class PgMemoryBank(_bank_base()):
         at most once a minute per user). Built concurrently: writes go on meanwhile, and searches
         are exact until it is ready. Returns whether a build was started."""
         import time
+
         now = time.monotonic()
         with self._lock:
             if user in self._hnsw_building or now - self._hnsw_checked.get(user, -1e9) < 60:
@@ -641,22 +807,28 @@ class PgMemoryBank(_bank_base()):
     def _build_hnsw(self, user: str) -> None:
         name = hnsw_index_name(user)
         try:
-            with self.db.advisory_lock(f"siliconfriend:hnsw:{user}"):   # one worker builds it
+            with self.db.advisory_lock(f"siliconfriend:hnsw:{user}"):  # one worker builds it
                 if self.has_hnsw(user):
                     return
                 log.info("building the HNSW indexes of %s", user)
                 with self.db.connection() as con:
                     con.execute("SET maintenance_work_mem = '256MB'")
                     for index_name, column in ((name + "_r", "reply_embedding"), (name, "embedding")):
-                        con.execute(sql.SQL(
-                            "CREATE INDEX CONCURRENTLY IF NOT EXISTS {name} ON memories USING hnsw"
-                            " (({col}::vector({dim})) vector_ip_ops) WHERE owner = {owner}"
-                        ).format(name=sql.Identifier(index_name), col=sql.Identifier(column),
-                                 dim=sql.Literal(int(self.embedder.dim)), owner=sql.Literal(user)))
+                        con.execute(
+                            sql.SQL(
+                                "CREATE INDEX CONCURRENTLY IF NOT EXISTS {name} ON memories USING hnsw"
+                                " (({col}::vector({dim})) vector_ip_ops) WHERE owner = {owner}"
+                            ).format(
+                                name=sql.Identifier(index_name),
+                                col=sql.Identifier(column),
+                                dim=sql.Literal(int(self.embedder.dim)),
+                                owner=sql.Literal(user),
+                            )
+                        )
                     con.execute("RESET maintenance_work_mem")
                     con.execute("ANALYZE memories")
                 self.has_hnsw(user)
-        except Exception as exc:   # searches stay exact; tried again at a later check
+        except Exception as exc:  # searches stay exact; tried again at a later check
             log.warning("HNSW index of %s not built: %s", user, exc)
             with self._lock:
                 self._hnsw_checked.pop(user, None)

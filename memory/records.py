@@ -1,4 +1,5 @@
 """What a memory is: dialogue turns and summaries, with their forgetting state."""
+
 from __future__ import annotations
 
 import enum
@@ -7,10 +8,10 @@ from datetime import date, datetime
 
 
 class Kind(str, enum.Enum):
-    TURN = "turn"                      # one exchange: the user's words and the companion's reply
-    DAILY_EVENTS = "daily_events"      # what happened on one day
-    GLOBAL_EVENTS = "global_events"    # the roll-up of all days
-    DAILY_PERSONALITY = "daily_personality"    # traits / mood / reply strategy seen on one day
+    TURN = "turn"  # one exchange: the user's words and the companion's reply
+    DAILY_EVENTS = "daily_events"  # what happened on one day
+    GLOBAL_EVENTS = "global_events"  # the roll-up of all days
+    DAILY_PERSONALITY = "daily_personality"  # traits / mood / reply strategy seen on one day
     GLOBAL_PERSONALITY = "global_personality"  # the user's overall profile and reply strategy
 
     @property
@@ -24,7 +25,7 @@ class Kind(str, enum.Enum):
 
 class State(str, enum.Enum):
     ACTIVE = "active"
-    ARCHIVED = "archived"   # forgotten: the second tier, back only on a strong cue; visible, restorable
+    ARCHIVED = "archived"  # forgotten: the second tier, back only on a strong cue; visible, restorable
 
 
 @dataclass(frozen=True)
@@ -34,20 +35,20 @@ class MemoryRecord:
     user: str
     kind: Kind
     text: str
-    created_at: datetime           # when it was said / summarised
-    day: date                      # the day it belongs to (a turn's date, a summary's day)
-    query: str = ""                # turns: the user's words
-    response: str = ""             # turns: the companion's reply
-    strength: float = 1.0          # S in R = exp(-t / S)
-    last_recall: datetime | None = None   # t is measured from here (created_at if never recalled)
+    created_at: datetime  # when it was said / summarised
+    day: date  # the day it belongs to (a turn's date, a summary's day)
+    query: str = ""  # turns: the user's words
+    response: str = ""  # turns: the companion's reply
+    strength: float = 1.0  # S in R = exp(-t / S)
+    last_recall: datetime | None = None  # t is measured from here (created_at if never recalled)
     recall_count: int = 0
-    importance: float = 0.0        # 0 small talk .. 1 a personal fact: raises the initial strength
-    pinned: bool = False           # never fades
+    importance: float = 0.0  # 0 small talk .. 1 a personal fact: raises the initial strength
+    pinned: bool = False  # never fades
     state: State = State.ACTIVE
     id: int | None = None
-    position: int = 0              # a turn's order within its day (0-based)
+    position: int = 0  # a turn's order within its day (0-based)
     extra: dict = field(default_factory=dict, compare=False)
-    archived_at: datetime | None = None   # when the forgetting pass archived it
+    archived_at: datetime | None = None  # when the forgetting pass archived it
 
     @property
     def anchor(self) -> datetime:

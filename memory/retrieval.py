@@ -16,6 +16,7 @@ penalty, so that only a strong cue brings one back (recognition rather than reca
 uses it reinforces it, which makes it active again. A turn that refers to another day ("yesterday", "last
 Friday") carries that day in the lexical table, so a question naming the day finds it too.
 """
+
 from __future__ import annotations
 
 import threading
@@ -38,18 +39,18 @@ from .store import REPLY_ID_OFFSET, UserStore
 @dataclass(frozen=True)
 class RetrievalConfig:
     k: int = 5
-    candidates: int = 40           # from each of the dense and lexical sides
-    lexical_depth: int = 400       # lexical scores kept for the pool (neighbours); see _lexical_side()
-    dense_weight: float = 0.7      # the lexical side gets 1 - dense_weight
-    previous_weight: float = 0.4   # share of the previous turn's base score
-    next_weight: float = 0.2       # share of the next turn's base score
-    date_bonus: float = 1.0        # added when a memory is on a day the query names
+    candidates: int = 40  # from each of the dense and lexical sides
+    lexical_depth: int = 400  # lexical scores kept for the pool (neighbours); see _lexical_side()
+    dense_weight: float = 0.7  # the lexical side gets 1 - dense_weight
+    previous_weight: float = 0.4  # share of the previous turn's base score
+    next_weight: float = 0.2  # share of the next turn's base score
+    date_bonus: float = 1.0  # added when a memory is on a day the query names
     retention_weight: float = 0.05
     use_dates: bool = True
-    use_replies: bool = True       # a turn's dense similarity also looks at its reply's vector
-    reply_mode: str = "max"        # how the two sides combine: "max" of the cosines, "scaled" (max
-                                   # of each side scaled over the pool), "mean"
-    archive_penalty: float | None = 0.3   # taken off an archived memory's score; None: never retrieved
+    use_replies: bool = True  # a turn's dense similarity also looks at its reply's vector
+    reply_mode: str = "max"  # how the two sides combine: "max" of the cosines, "scaled" (max
+    # of each side scaled over the pool), "mean"
+    archive_penalty: float | None = 0.3  # taken off an archived memory's score; None: never retrieved
     kinds: tuple[Kind, ...] = (Kind.TURN, Kind.DAILY_EVENTS)
 
     @property
@@ -69,10 +70,19 @@ class Hit:
 
     def as_dict(self) -> dict:
         r = self.record
-        return {"id": r.id, "kind": r.kind.value, "day": r.day.isoformat(), "text": r.text,
-                "score": round(self.score, 4), "dense": round(self.dense, 4),
-                "lexical": round(self.lexical, 4), "retention": round(self.retention, 4),
-                "strength": r.strength, "on_named_day": self.on_named_day, "reasons": self.reasons}
+        return {
+            "id": r.id,
+            "kind": r.kind.value,
+            "day": r.day.isoformat(),
+            "text": r.text,
+            "score": round(self.score, 4),
+            "dense": round(self.dense, 4),
+            "lexical": round(self.lexical, 4),
+            "retention": round(self.retention, 4),
+            "strength": r.strength,
+            "on_named_day": self.on_named_day,
+            "reasons": self.reasons,
+        }
 
 
 def _scale(values: dict[int, float]) -> dict[int, float]:
@@ -97,8 +107,9 @@ def _workers() -> ThreadPoolExecutor:
         return _pool
 
 
-def _lexical_side(store: UserStore, query: str, config: RetrievalConfig,
-                  named_days: Sequence[date] = ()) -> tuple[str | None, list[tuple[int, float]]]:
+def _lexical_side(
+    store: UserStore, query: str, config: RetrievalConfig, named_days: Sequence[date] = ()
+) -> tuple[str | None, list[tuple[int, float]]]:
     """The FTS5 query and its ranked matches. One query gives both the candidates (its best
     ``candidates``) and the lexical scores of the neighbours that join the pool (its best
     ``lexical_depth``): asking FTS5 for given rows' scores costs a full pass over each query
@@ -111,17 +122,24 @@ def _lexical_side(store: UserStore, query: str, config: RetrievalConfig,
 @dataclass
 class _Pool:
     """What one retrieval works on: the candidates, their neighbours, and the raw scores."""
+
     qvec: np.ndarray
     named_days: list[date]
-    records: dict[int, MemoryRecord]        # the candidates that may become hits
-    members: dict[int, MemoryRecord]        # the candidates and their neighbours
-    dense: dict[int, float]                 # cosine to the query (the better of message and reply)
-    lexical: dict[int, float]               # BM25 (0 when not among the lexical side's matches)
+    records: dict[int, MemoryRecord]  # the candidates that may become hits
+    members: dict[int, MemoryRecord]  # the candidates and their neighbours
+    dense: dict[int, float]  # cosine to the query (the better of message and reply)
+    lexical: dict[int, float]  # BM25 (0 when not among the lexical side's matches)
 
 
-def _search_sides(store: UserStore, index: UserIndex, embedder: Embedder, query: str, config: RetrievalConfig,
-                  query_vector: np.ndarray | None, named_days: Sequence[date]
-                  ) -> tuple[np.ndarray, list[int], list[tuple[int, float]]]:
+def _search_sides(
+    store: UserStore,
+    index: UserIndex,
+    embedder: Embedder,
+    query: str,
+    config: RetrievalConfig,
+    query_vector: np.ndarray | None,
+    named_days: Sequence[date],
+) -> tuple[np.ndarray, list[int], list[tuple[int, float]]]:
     """Phase 1: the query vector, the dense side's candidates (memory ids whose message or reply
     vector is among the nearest) and the lexical side's ranked matches.
 
@@ -139,18 +157,19 @@ def _search_sides(store: UserStore, index: UserIndex, embedder: Embedder, query:
         rid = vid - REPLY_ID_OFFSET if vid >= REPLY_ID_OFFSET else vid
         if rid not in found:
             found.append(rid)
-    return qvec, found[:config.candidates], ranked
+    return qvec, found[: config.candidates], ranked
 
 
 def _allowed(rec: MemoryRecord, config: RetrievalConfig) -> bool:
     return rec.kind in config.kinds and (rec.state == State.ACTIVE or config.archive_penalty is not None)
 
 
-def _gather(store: UserStore, dense: list[int], ranked: list[tuple[int, float]], named_days: list[date],
-            config: RetrievalConfig) -> tuple[dict[int, MemoryRecord], dict[int, MemoryRecord]]:
+def _gather(
+    store: UserStore, dense: list[int], ranked: list[tuple[int, float]], named_days: list[date], config: RetrievalConfig
+) -> tuple[dict[int, MemoryRecord], dict[int, MemoryRecord]]:
     """Phase 2: the candidates' records (dense, lexical and the days the query names) and the pool:
     the candidates plus the neighbouring turns of candidate turns, whose scores they share."""
-    ids = set(dense) | {i for i, _ in ranked[:config.candidates]}
+    ids = set(dense) | {i for i, _ in ranked[: config.candidates]}
     if named_days:
         ids |= {r.id for r in store.records(days=named_days)}
     records = {i: r for i, r in store.get_many(ids).items() if _allowed(r, config)}
@@ -161,8 +180,9 @@ def _gather(store: UserStore, dense: list[int], ranked: list[tuple[int, float]],
     return records, pool
 
 
-def _dense_sides(store: UserStore, index: UserIndex, qvec: np.ndarray, pool: dict[int, MemoryRecord],
-                 config: RetrievalConfig) -> tuple[dict[int, float], dict[int, float]]:
+def _dense_sides(
+    store: UserStore, index: UserIndex, qvec: np.ndarray, pool: dict[int, MemoryRecord], config: RetrievalConfig
+) -> tuple[dict[int, float], dict[int, float]]:
     """Phase 3: the cosine of every pool member's message (or text) and, for turns, of its reply,
     from the exact stored vectors (the index may be approximate; -1 where a turn has no reply
     vector yet)."""
@@ -178,8 +198,9 @@ def _dense_sides(store: UserStore, index: UserIndex, qvec: np.ndarray, pool: dic
     return own, reply
 
 
-def _combine_dense(own: dict[int, float], reply: dict[int, float], config: RetrievalConfig
-                   ) -> tuple[dict[int, float], dict[int, float]]:
+def _combine_dense(
+    own: dict[int, float], reply: dict[int, float], config: RetrievalConfig
+) -> tuple[dict[int, float], dict[int, float]]:
     """A pool member's dense similarity (raw, for the reasons) and its dense score in [0, 1]."""
     raw = {i: max(s, reply.get(i, -1.0)) for i, s in own.items()}
     if config.reply_mode == "scaled" and reply:
@@ -191,8 +212,9 @@ def _combine_dense(own: dict[int, float], reply: dict[int, float], config: Retri
     return raw, _scale(raw)
 
 
-def _base_scores(pool: dict[int, MemoryRecord], dense_s: dict[int, float], lexical: dict[int, float],
-                 config: RetrievalConfig) -> dict[int, float]:
+def _base_scores(
+    pool: dict[int, MemoryRecord], dense_s: dict[int, float], lexical: dict[int, float], config: RetrievalConfig
+) -> dict[int, float]:
     """Phase 4: each pool member's base score: its dense score and its lexical score (scaled to
     [0, 1] over the pool), mixed."""
     lex_s = _scale({i: lexical.get(i, 0.0) for i in pool})
@@ -214,8 +236,14 @@ def _reasons(rec: MemoryRecord, dense_s: float, dense: float, lexical: float, co
     return reasons or ["closest of what is remembered"]
 
 
-def _rank(p: _Pool, base: dict[int, float], dense_s: dict[int, float], policy: ForgettingPolicy, now: datetime,
-          config: RetrievalConfig) -> list[Hit]:
+def _rank(
+    p: _Pool,
+    base: dict[int, float],
+    dense_s: dict[int, float],
+    policy: ForgettingPolicy,
+    now: datetime,
+    config: RetrievalConfig,
+) -> list[Hit]:
     """Phase 5: a candidate's score is its base, plus shares of its neighbours' (a conversation
     runs over several turns), plus the bonus of a named day and a small retention term, less the
     archive's penalty for a memory of the second tier."""
@@ -236,16 +264,33 @@ def _rank(p: _Pool, base: dict[int, float], dense_s: dict[int, float], policy: F
         score += (config.date_bonus if on_day else 0.0) + config.retention_weight * retention
         if rec.state == State.ARCHIVED:
             score -= config.archive_penalty or 0.0
-        hits.append(Hit(rec, score, p.dense.get(rid, 0.0), p.lexical.get(rid, 0.0), retention, on_day,
-                        _reasons(rec, dense_s.get(rid, 0.0), p.dense.get(rid, 0.0), p.lexical.get(rid, 0.0),
-                                 context, on_day)))
+        hits.append(
+            Hit(
+                rec,
+                score,
+                p.dense.get(rid, 0.0),
+                p.lexical.get(rid, 0.0),
+                retention,
+                on_day,
+                _reasons(rec, dense_s.get(rid, 0.0), p.dense.get(rid, 0.0), p.lexical.get(rid, 0.0), context, on_day),
+            )
+        )
     hits.sort(key=lambda h: (-h.score, -h.record.id))
     return hits
 
 
-def retrieve(store: UserStore, index: UserIndex, embedder: Embedder, policy: ForgettingPolicy,
-             query: str, now: datetime, config: RetrievalConfig = RetrievalConfig(), *,
-             k: int | None = None, query_vector: np.ndarray | None = None) -> list[Hit]:
+def retrieve(
+    store: UserStore,
+    index: UserIndex,
+    embedder: Embedder,
+    policy: ForgettingPolicy,
+    query: str,
+    now: datetime,
+    config: RetrievalConfig = RetrievalConfig(),
+    *,
+    k: int | None = None,
+    query_vector: np.ndarray | None = None,
+) -> list[Hit]:
     """The best ``k`` memories for ``query`` at ``now``, each with its scores and reasons."""
     k = config.k if k is None else k
     if not query.strip() or k <= 0:

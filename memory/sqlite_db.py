@@ -1,6 +1,7 @@
 """SQLite plumbing shared by the memory store and the accounts database: a connection in WAL
 mode that several threads and processes can use, and write transactions that either commit
 whole or leave the old state."""
+
 from __future__ import annotations
 
 import sqlite3

@@ -13,6 +13,7 @@ has streamed, off the turn's clock; NULL until then). The index holds both, the 
 ``id + REPLY_ID_OFFSET``. Archived memories are a second tier: they stay in the lexical table and
 the index, and retrieval lets them back only on a strong cue (see ``memory/retrieval.py``).
 """
+
 from __future__ import annotations
 
 import json
@@ -29,15 +30,19 @@ from .lexical import fts_document
 from .records import Kind, MemoryRecord, State
 from .sqlite_db import connect, immediate_transaction, run_script
 
-_COLUMNS = ("id, kind, text, query, response, day, position, created_at, strength, last_recall, "
-            "recall_count, importance, pinned, state, extra, archived_at")
+_COLUMNS = (
+    "id, kind, text, query, response, day, position, created_at, strength, last_recall, "
+    "recall_count, importance, pinned, state, extra, archived_at"
+)
 
 # the index id of a turn's reply vector: its memory id plus this (memory ids stay far below it)
 REPLY_ID_OFFSET = 1 << 40
 
 
 def _m1(db: sqlite3.Connection) -> None:
-    run_script(db, """
+    run_script(
+        db,
+        """
     CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
     CREATE TABLE memories (
         id INTEGER PRIMARY KEY AUTOINCREMENT,
@@ -64,16 +69,20 @@ def _m1(db: sqlite3.Connection) -> None:
     CREATE TABLE tombstones (id INTEGER PRIMARY KEY, vseq INTEGER NOT NULL);
     CREATE VIRTUAL TABLE memories_fts USING fts5(tokens);
     INSERT INTO meta VALUES ('vseq', '0');
-    """)
+    """,
+    )
 
 
 def _m2(db: sqlite3.Connection) -> None:
     # neighbour look-ups by (day, position) without scanning every turn; the lexical table holds
     # active memories only, so that a lexical search needs no join to filter out archived ones
-    run_script(db, """
+    run_script(
+        db,
+        """
     CREATE INDEX memories_place ON memories(day, position);
     DELETE FROM memories_fts WHERE rowid IN (SELECT id FROM memories WHERE state != 'active');
-    """)
+    """,
+    )
 
 
 def _m3(db: sqlite3.Connection) -> None:
@@ -83,18 +92,22 @@ def _m3(db: sqlite3.Connection) -> None:
     # - archived_at: when the forgetting pass archived a memory (NULL while active);
     # - the archive becomes a second tier that a strong cue can still reach: archived memories go
     #   back into the lexical table (the index takes them from their vectors at its next sync).
-    run_script(db, """
+    run_script(
+        db,
+        """
     ALTER TABLE memories ADD COLUMN reply_vector BLOB;
     ALTER TABLE memories ADD COLUMN archived_at TEXT;
     CREATE INDEX memories_reply_pending ON memories(id)
         WHERE kind = 'turn' AND response != '' AND reply_vector IS NULL
-    """)
+    """,
+    )
     rows = db.execute("SELECT id, text FROM memories WHERE state != 'active'").fetchall()
-    db.executemany("INSERT INTO memories_fts (rowid, tokens) VALUES (?, ?)",
-                   [(r[0], fts_document(r[1])) for r in rows])
+    db.executemany("INSERT INTO memories_fts (rowid, tokens) VALUES (?, ?)", [(r[0], fts_document(r[1])) for r in rows])
     db.execute("UPDATE meta SET value = CAST(value AS INTEGER) + 1 WHERE key = 'vseq'")
-    db.execute("UPDATE memories SET vseq = (SELECT CAST(value AS INTEGER) FROM meta WHERE key = 'vseq')"
-               " WHERE state != 'active'")
+    db.execute(
+        "UPDATE memories SET vseq = (SELECT CAST(value AS INTEGER) FROM meta WHERE key = 'vseq')"
+        " WHERE state != 'active'"
+    )
 
 
 MIGRATIONS = [_m1, _m2, _m3]
@@ -112,12 +125,23 @@ def _dt(value: str | None) -> datetime | None:
 
 def _row_to_record(user: str, row: sqlite3.Row) -> MemoryRecord:
     return MemoryRecord(
-        id=row["id"], user=user, kind=Kind(row["kind"]), text=row["text"], query=row["query"],
-        response=row["response"], day=date.fromisoformat(row["day"]), position=row["position"],
-        created_at=datetime.fromisoformat(row["created_at"]), strength=row["strength"],
-        last_recall=_dt(row["last_recall"]), recall_count=row["recall_count"],
-        importance=row["importance"], pinned=bool(row["pinned"]), state=State(row["state"]),
-        extra=json.loads(row["extra"] or "{}"), archived_at=_dt(row["archived_at"]),
+        id=row["id"],
+        user=user,
+        kind=Kind(row["kind"]),
+        text=row["text"],
+        query=row["query"],
+        response=row["response"],
+        day=date.fromisoformat(row["day"]),
+        position=row["position"],
+        created_at=datetime.fromisoformat(row["created_at"]),
+        strength=row["strength"],
+        last_recall=_dt(row["last_recall"]),
+        recall_count=row["recall_count"],
+        importance=row["importance"],
+        pinned=bool(row["pinned"]),
+        state=State(row["state"]),
+        extra=json.loads(row["extra"] or "{}"),
+        archived_at=_dt(row["archived_at"]),
     )
 
 
@@ -146,7 +170,7 @@ class UserStore:
     # -- plumbing -----------------------------------------------------------------------------
     def _migrate(self) -> None:
         if self._db.execute("PRAGMA user_version").fetchone()[0] == len(MIGRATIONS):
-            return   # up to date: no write lock taken at every login
+            return  # up to date: no write lock taken at every login
         with self.transaction() as db:
             version = db.execute("PRAGMA user_version").fetchone()[0]
             for i, step in enumerate(MIGRATIONS[version:], start=version + 1):
@@ -181,8 +205,9 @@ class UserStore:
             db.execute("INSERT OR REPLACE INTO meta VALUES (?, ?)", (key, value))
 
     # -- writes -------------------------------------------------------------------------------
-    def insert(self, records: Sequence[MemoryRecord], vectors: np.ndarray | None, *,
-               keep_ids: bool = False) -> list[MemoryRecord]:
+    def insert(
+        self, records: Sequence[MemoryRecord], vectors: np.ndarray | None, *, keep_ids: bool = False
+    ) -> list[MemoryRecord]:
         """``keep_ids``: the records' ids and places are kept (copying a store)."""
         out: list[MemoryRecord] = []
         with self.transaction() as db:
@@ -192,22 +217,41 @@ class UserStore:
                 if rec.kind == Kind.TURN and not keep_ids:
                     # the position is settled inside the write transaction, so that two processes
                     # adding turns to the same day never give two of them one place
-                    free = db.execute("SELECT COALESCE(MAX(position) + 1, 0) FROM memories"
-                                      " WHERE kind = 'turn' AND day = ?", (rec.day.isoformat(),)).fetchone()[0]
+                    free = db.execute(
+                        "SELECT COALESCE(MAX(position) + 1, 0) FROM memories WHERE kind = 'turn' AND day = ?",
+                        (rec.day.isoformat(),),
+                    ).fetchone()[0]
                     rec = rec.with_(position=max(rec.position, int(free)))
                 cur = db.execute(
                     "INSERT INTO memories (id, kind, text, query, response, day, position, created_at,"
                     " strength, last_recall, recall_count, importance, pinned, state, vector, vseq, extra, archived_at)"
                     " VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
-                    (rec.id if keep_ids else None, rec.kind.value, rec.text, rec.query, rec.response, rec.day.isoformat(),
-                     rec.position, rec.created_at.isoformat(), rec.strength,
-                     rec.last_recall.isoformat() if rec.last_recall else None, rec.recall_count,
-                     rec.importance, int(rec.pinned), rec.state.value, blob, seq,
-                     json.dumps(rec.extra, ensure_ascii=False),
-                     rec.archived_at.isoformat() if rec.archived_at else None))
+                    (
+                        rec.id if keep_ids else None,
+                        rec.kind.value,
+                        rec.text,
+                        rec.query,
+                        rec.response,
+                        rec.day.isoformat(),
+                        rec.position,
+                        rec.created_at.isoformat(),
+                        rec.strength,
+                        rec.last_recall.isoformat() if rec.last_recall else None,
+                        rec.recall_count,
+                        rec.importance,
+                        int(rec.pinned),
+                        rec.state.value,
+                        blob,
+                        seq,
+                        json.dumps(rec.extra, ensure_ascii=False),
+                        rec.archived_at.isoformat() if rec.archived_at else None,
+                    ),
+                )
                 rid = cur.lastrowid
-                db.execute("INSERT INTO memories_fts (rowid, tokens) VALUES (?, ?)",
-                           (rid, fts_document(rec.text, _days_meant(rec.kind, rec.text, rec.day))))
+                db.execute(
+                    "INSERT INTO memories_fts (rowid, tokens) VALUES (?, ?)",
+                    (rid, fts_document(rec.text, _days_meant(rec.kind, rec.text, rec.day))),
+                )
                 out.append(rec.with_(id=rid))
         return out
 
@@ -217,8 +261,10 @@ class UserStore:
         with self.transaction() as db:
             seq = self._bump(db)
             blob = None if vector is None else np.asarray(vector, dtype=np.float32).tobytes()
-            db.execute(f"UPDATE memories SET text = ?, vector = ?, vseq = ?{', ' + sets if sets else ''}"
-                       " WHERE id = ?", (text, blob, seq, *fields.values(), rid))
+            db.execute(
+                f"UPDATE memories SET text = ?, vector = ?, vseq = ?{', ' + sets if sets else ''} WHERE id = ?",
+                (text, blob, seq, *fields.values(), rid),
+            )
             db.execute("DELETE FROM memories_fts WHERE rowid = ?", (rid,))
             row = db.execute("SELECT kind, day FROM memories WHERE id = ?", (rid,)).fetchone()
             if row:
@@ -227,12 +273,12 @@ class UserStore:
 
     def update_forgetting(self, records: Iterable[MemoryRecord]) -> None:
         """Strength / recall fields after reinforcement (the index is not affected)."""
-        rows = [(r.strength, r.last_recall.isoformat() if r.last_recall else None, r.recall_count, r.id)
-                for r in records]
+        rows = [
+            (r.strength, r.last_recall.isoformat() if r.last_recall else None, r.recall_count, r.id) for r in records
+        ]
         if rows:
             with self.transaction() as db:
-                db.executemany("UPDATE memories SET strength = ?, last_recall = ?, recall_count = ?"
-                               " WHERE id = ?", rows)
+                db.executemany("UPDATE memories SET strength = ?, last_recall = ?, recall_count = ? WHERE id = ?", rows)
 
     def set_state(self, ids: Sequence[int], state: State, when: datetime | None = None) -> int:
         """Archive (``when``: the time of the forgetting pass) or restore memories. Both tiers
@@ -242,9 +288,13 @@ class UserStore:
         archived_at = when.isoformat() if (when and state == State.ARCHIVED) else None
         with self.transaction() as db:
             seq = self._bump(db)
-            return sum(db.execute("UPDATE memories SET state = ?, archived_at = ?, vseq = ?"
-                                  " WHERE id = ? AND state != ?",
-                                  (state.value, archived_at, seq, rid, state.value)).rowcount for rid in ids)
+            return sum(
+                db.execute(
+                    "UPDATE memories SET state = ?, archived_at = ?, vseq = ? WHERE id = ? AND state != ?",
+                    (state.value, archived_at, seq, rid, state.value),
+                ).rowcount
+                for rid in ids
+            )
 
     def set_pinned(self, rid: int, pinned: bool) -> bool:
         with self.transaction() as db:
@@ -269,9 +319,10 @@ class UserStore:
             raise ValueError(f"no vector column {column!r}")
         with self.transaction() as db:
             seq = self._bump(db)
-            db.executemany(f"UPDATE memories SET {column} = ?, vseq = ? WHERE id = ?",
-                           [(np.asarray(v, dtype=np.float32).tobytes(), seq, rid)
-                            for rid, v in zip(ids, vectors)])
+            db.executemany(
+                f"UPDATE memories SET {column} = ?, vseq = ? WHERE id = ?",
+                [(np.asarray(v, dtype=np.float32).tobytes(), seq, rid) for rid, v in zip(ids, vectors)],
+            )
 
     def clear_reply_vectors(self, ids: Sequence[int]) -> None:
         """Reply vectors to be made again (by another embedder)."""
@@ -282,13 +333,22 @@ class UserStore:
     def replies_pending(self, limit: int = 10_000) -> list[tuple[int, str]]:
         """(id, reply) of turns whose reply has no vector yet, oldest first."""
         with self._lock:
-            rows = self._db.execute("SELECT id, response FROM memories WHERE kind = 'turn' AND response != ''"
-                                    " AND reply_vector IS NULL ORDER BY id LIMIT ?", (limit,)).fetchall()
+            rows = self._db.execute(
+                "SELECT id, response FROM memories WHERE kind = 'turn' AND response != ''"
+                " AND reply_vector IS NULL ORDER BY id LIMIT ?",
+                (limit,),
+            ).fetchall()
         return [(r[0], r[1]) for r in rows]
 
     # -- reads --------------------------------------------------------------------------------
-    def _select(self, where: str = "1", params: Sequence = (), order: str = "day, kind, position, id",
-                limit: int | None = None, offset: int = 0) -> list[MemoryRecord]:
+    def _select(
+        self,
+        where: str = "1",
+        params: Sequence = (),
+        order: str = "day, kind, position, id",
+        limit: int | None = None,
+        offset: int = 0,
+    ) -> list[MemoryRecord]:
         sql = f"SELECT {_COLUMNS} FROM memories WHERE {where} ORDER BY {order}"
         if limit is not None:
             sql += f" LIMIT {int(limit)} OFFSET {int(offset)}"
@@ -304,35 +364,49 @@ class UserStore:
         ids = list(dict.fromkeys(int(i) for i in ids))
         out: dict[int, MemoryRecord] = {}
         for start in range(0, len(ids), 500):
-            part = ids[start:start + 500]
+            part = ids[start : start + 500]
             for rec in self._select(f"id IN ({','.join('?' * len(part))})", part):
                 out[rec.id] = rec
         return out
 
-    def records(self, *, kind: Kind | None = None, state: State | None = None, day: date | None = None,
-                days: Sequence[date] | None = None, limit: int | None = None, offset: int = 0,
-                newest_first: bool = False) -> list[MemoryRecord]:
+    def records(
+        self,
+        *,
+        kind: Kind | None = None,
+        state: State | None = None,
+        day: date | None = None,
+        days: Sequence[date] | None = None,
+        limit: int | None = None,
+        offset: int = 0,
+        newest_first: bool = False,
+    ) -> list[MemoryRecord]:
         clauses, params = [], []
         if kind is not None:
-            clauses.append("kind = ?"); params.append(kind.value)
+            clauses.append("kind = ?")
+            params.append(kind.value)
         if state is not None:
-            clauses.append("state = ?"); params.append(state.value)
+            clauses.append("state = ?")
+            params.append(state.value)
         if day is not None:
             days = [day]
         if days is not None:
-            clauses.append(f"day IN ({','.join('?' * len(days))})"); params += [d.isoformat() for d in days]
+            clauses.append(f"day IN ({','.join('?' * len(days))})")
+            params += [d.isoformat() for d in days]
         order = "day DESC, kind, position DESC, id DESC" if newest_first else "day, kind, position, id"
         return self._select(" AND ".join(clauses) or "1", params, order, limit, offset)
 
     def count(self, *, kind: Kind | None = None, state: State | None = None) -> int:
         clauses, params = [], []
         if kind is not None:
-            clauses.append("kind = ?"); params.append(kind.value)
+            clauses.append("kind = ?")
+            params.append(kind.value)
         if state is not None:
-            clauses.append("state = ?"); params.append(state.value)
+            clauses.append("state = ?")
+            params.append(state.value)
         with self._lock:
-            return self._db.execute(f"SELECT COUNT(*) FROM memories WHERE {' AND '.join(clauses) or '1'}",
-                                    params).fetchone()[0]
+            return self._db.execute(
+                f"SELECT COUNT(*) FROM memories WHERE {' AND '.join(clauses) or '1'}", params
+            ).fetchone()[0]
 
     def days(self) -> list[date]:
         with self._lock:
@@ -341,8 +415,10 @@ class UserStore:
 
     def next_position(self, day: date) -> int:
         with self._lock:
-            row = self._db.execute("SELECT COALESCE(MAX(position) + 1, 0) FROM memories"
-                                   " WHERE kind = 'turn' AND day = ?", (day.isoformat(),)).fetchone()
+            row = self._db.execute(
+                "SELECT COALESCE(MAX(position) + 1, 0) FROM memories WHERE kind = 'turn' AND day = ?",
+                (day.isoformat(),),
+            ).fetchone()
         return int(row[0])
 
     def vectors(self, ids: Sequence[int], dim: int, *, column: str = "vector") -> np.ndarray:
@@ -353,10 +429,11 @@ class UserStore:
         out = np.zeros((len(ids), dim), dtype=np.float32)
         pos = {rid: i for i, rid in enumerate(ids)}
         for start in range(0, len(ids), 500):
-            part = list(ids[start:start + 500])
+            part = list(ids[start : start + 500])
             with self._lock:
-                rows = self._db.execute(f"SELECT id, {column} FROM memories WHERE id IN ({','.join('?' * len(part))})",
-                                        part).fetchall()
+                rows = self._db.execute(
+                    f"SELECT id, {column} FROM memories WHERE id IN ({','.join('?' * len(part))})", part
+                ).fetchall()
             for rid, blob in rows:
                 if blob is not None and len(blob) == dim * 4:
                     out[pos[rid]] = np.frombuffer(blob, dtype=np.float32)
@@ -368,8 +445,9 @@ class UserStore:
         second tier); a turn's reply vector under ``id + REPLY_ID_OFFSET``."""
         with self._lock:
             now = self.vseq()
-            changed = self._db.execute("SELECT id, vector, reply_vector FROM memories WHERE vseq > ?",
-                                       (seq,)).fetchall()
+            changed = self._db.execute(
+                "SELECT id, vector, reply_vector FROM memories WHERE vseq > ?", (seq,)
+            ).fetchall()
             gone = [r[0] for r in self._db.execute("SELECT id FROM tombstones WHERE vseq > ?", (seq,))]
         drop = [i for rid in gone + [r[0] for r in changed] for i in (rid, rid + REPLY_ID_OFFSET)]
         ids: list[int] = []
@@ -390,22 +468,32 @@ class UserStore:
         last = 0
         while True:
             with self._lock:
-                rows = self._db.execute(f"SELECT {_COLUMNS}, vector, reply_vector FROM memories WHERE id > ?"
-                                        " ORDER BY id LIMIT ?", (last, batch)).fetchall()
+                rows = self._db.execute(
+                    f"SELECT {_COLUMNS}, vector, reply_vector FROM memories WHERE id > ? ORDER BY id LIMIT ?",
+                    (last, batch),
+                ).fetchall()
             if not rows:
                 return
             last = rows[-1]["id"]
-            yield [(_row_to_record(self.user, r),
-                    *(None if r[c] is None else np.frombuffer(r[c], dtype=np.float32) for c in ("vector", "reply_vector")))
-                   for r in rows]
+            yield [
+                (
+                    _row_to_record(self.user, r),
+                    *(
+                        None if r[c] is None else np.frombuffer(r[c], dtype=np.float32)
+                        for c in ("vector", "reply_vector")
+                    ),
+                )
+                for r in rows
+            ]
 
     def iter_texts(self, batch: int = 256) -> Iterator[list[tuple[int, Kind, str, str | None]]]:
         """Every memory's (id, kind, text, the user's message of a turn), in batches."""
         last = 0
         while True:
             with self._lock:
-                rows = self._db.execute("SELECT id, kind, text, query FROM memories WHERE id > ? ORDER BY id LIMIT ?",
-                                        (last, batch)).fetchall()
+                rows = self._db.execute(
+                    "SELECT id, kind, text, query FROM memories WHERE id > ? ORDER BY id LIMIT ?", (last, batch)
+                ).fetchall()
             if not rows:
                 return
             last = rows[-1][0]
@@ -416,7 +504,7 @@ class UserStore:
         out: list[MemoryRecord] = []
         places = list(dict.fromkeys(places))
         for start in range(0, len(places), 300):
-            part = places[start:start + 300]
+            part = places[start : start + 300]
             # one index look-up per place (a row-value IN list would make SQLite scan every turn)
             where = " OR ".join("(day = ? AND position = ?)" for _ in part)
             params = [v for d, p in part for v in (d.isoformat(), p)]
@@ -428,5 +516,7 @@ class UserStore:
         with self._lock:
             rows = self._db.execute(
                 "SELECT rowid, -bm25(memories_fts) FROM memories_fts"
-                " WHERE memories_fts MATCH ? ORDER BY bm25(memories_fts) LIMIT ?", (match, limit)).fetchall()
+                " WHERE memories_fts MATCH ? ORDER BY bm25(memories_fts) LIMIT ?",
+                (match, limit),
+            ).fetchall()
         return [(r[0], float(r[1])) for r in rows]

@@ -2,6 +2,7 @@
 either way): every row with its id, place, forgetting state and stored vector (nothing is
 embedded again), and the user's meta values (which embedder made the vectors). Safe to run again:
 a user whose copy already matches is left alone; a partial copy is replaced."""
+
 from __future__ import annotations
 
 from collections import Counter
@@ -24,9 +25,9 @@ def copy_user(source: MemoryBank, target: MemoryBank, user: str) -> str:
     if target.has_user(user) and census(target, user) == want:
         return "unchanged"
     if target.has_user(user):
-        target.delete_user(user)          # an earlier, interrupted copy
+        target.delete_user(user)  # an earlier, interrupted copy
     src = source._user(user).store
-    dst = target._user(user).store        # opened empty: nothing to re-embed
+    dst = target._user(user).store  # opened empty: nothing to re-embed
     for key, value in src.all_meta().items():
         dst.set_meta(key, value)
     for batch in src.iter_rows():

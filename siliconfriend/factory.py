@@ -1,4 +1,5 @@
 """The one place that builds things from settings; everything else receives its parts."""
+
 from __future__ import annotations
 
 import threading
@@ -21,18 +22,25 @@ from .web.service import BackendPool, WebService
 
 
 def build_policy(settings: Settings) -> EbbinghausPolicy:
-    return EbbinghausPolicy(threshold=settings.forgetting_threshold, mode=settings.forgetting_mode,
-                            unit_days=settings.forgetting_unit_days, step=settings.strength_step,
-                            growth=settings.strength_growth, importance_weight=settings.importance_weight)
+    return EbbinghausPolicy(
+        threshold=settings.forgetting_threshold,
+        mode=settings.forgetting_mode,
+        unit_days=settings.forgetting_unit_days,
+        step=settings.strength_step,
+        growth=settings.strength_growth,
+        importance_weight=settings.importance_weight,
+    )
 
 
 def build_bank(settings: Settings, *, progress=None) -> MemoryBank:
     """The memory store the settings name: files under the home, or the PostgreSQL database of
     ``database_url``."""
-    parts = dict(policy=build_policy(settings), retrieval=RetrievalConfig(k=settings.retrieval_k),
-                 progress=progress or tqdm)
+    parts = dict(
+        policy=build_policy(settings), retrieval=RetrievalConfig(k=settings.retrieval_k), progress=progress or tqdm
+    )
     if settings.database_url:
         from memory.pg_store import PgMemoryBank
+
         return PgMemoryBank(settings.database_url, create_embedder(settings.embedder), **parts)
     return MemoryBank(settings.home, create_embedder(settings.embedder), **parts)
 
@@ -78,17 +86,27 @@ class LazyBackend:
         return self._get().stream(messages, max_tokens=max_tokens)
 
 
-def build_companion(settings: Settings, *, clock=None, backend=None, bank: MemoryBank | None = None,
-                    progress=None, **options) -> Companion:
+def build_companion(
+    settings: Settings, *, clock=None, backend=None, bank: MemoryBank | None = None, progress=None, **options
+) -> Companion:
     """A Companion with everything it needs, built from ``settings``. ``clock`` (default: the real
     time), ``backend`` and ``bank`` may be given (tests, scripted sessions, one model for many)."""
-    return Companion(bank or build_bank(settings, progress=progress), backend or build_backend(settings),
-                     settings=settings, clock=clock or datetime.now, **options)
+    return Companion(
+        bank or build_bank(settings, progress=progress),
+        backend or build_backend(settings),
+        settings=settings,
+        clock=clock or datetime.now,
+        **options,
+    )
 
 
 # the names users see for the local presets (an operator may give any model its own in web_models)
-FRIENDLY_MODEL_NAMES = {"smollm2": "SmolLM2 135M (built in, tiny, English)", "qwen": "Qwen2.5 7B",
-                        "chatglm": "GLM-4 9B", "belle": "BELLE 13B"}
+FRIENDLY_MODEL_NAMES = {
+    "smollm2": "SmolLM2 135M (built in, tiny, English)",
+    "qwen": "Qwen2.5 7B",
+    "chatglm": "GLM-4 9B",
+    "belle": "BELLE 13B",
+}
 
 
 def model_choices(settings: Settings) -> dict[str, list[str]]:
@@ -96,9 +114,13 @@ def model_choices(settings: Settings) -> dict[str, list[str]]:
     operator lists in ``web_models`` ("backend:model" entries, e.g. "hf:qwen", "openai:gpt-4o").
     Nothing else: which models a server downloads and loads is the operator's decision."""
     default_backend = settings.default_backend
-    default_model = settings.model or ("smollm2" if default_backend == "hf" else
-                                       settings.openai_model or OPENAI_DEFAULT_MODEL if default_backend == "openai"
-                                       else "")
+    default_model = settings.model or (
+        "smollm2"
+        if default_backend == "hf"
+        else settings.openai_model or OPENAI_DEFAULT_MODEL
+        if default_backend == "openai"
+        else ""
+    )
     choices: dict[str, list[str]] = {default_backend: [default_model] if default_model else []}
     for entry in settings.web_models:
         backend, _, model = entry.partition("=")[0].strip().partition(":")
@@ -111,7 +133,7 @@ def model_choices(settings: Settings) -> dict[str, list[str]]:
 
 
 def model_labels(settings: Settings) -> dict[str, str]:
-    """"backend:model" -> the name users see (``web_models`` may give one after "=")."""
+    """ "backend:model" -> the name users see (``web_models`` may give one after "=")."""
     labels = {}
     for backend, models in model_choices(settings).items():
         for model in models:
@@ -126,41 +148,63 @@ def model_labels(settings: Settings) -> dict[str, str]:
 def build_backend_pool(settings: Settings) -> BackendPool:
     """The backends a user may pick besides the companion's own (built on first use, each
     loaded once under a lock: see ``BackendPool``)."""
+
     def build(name: str, *, model: str | None = None, **options):
         return create_backend(name, model=model, **backend_options(settings, name), **options)
+
     return BackendPool(build)
 
 
-def build_web_service(settings: Settings, *, clock: Callable[[], datetime] | None = None,
-                      companion: Companion | None = None, bank: MemoryBank | None = None,
-                      accounts: Accounts | None = None) -> WebService:
+def build_web_service(
+    settings: Settings,
+    *,
+    clock: Callable[[], datetime] | None = None,
+    companion: Companion | None = None,
+    bank: MemoryBank | None = None,
+    accounts: Accounts | None = None,
+) -> WebService:
     """Accounts, the memory bank and (lazily, on the first chat) the companion, from settings.
     ``companion``/``bank``/``accounts`` may be given (tests, one model for many)."""
     if bank is None:
         bank = companion.bank if companion is not None else build_bank(settings)
 
-    def companion_factory():   # the same bank: one index cache, one writer per user
+    def companion_factory():  # the same bank: one index cache, one writer per user
         return build_companion(settings, clock=clock, bank=bank)
 
     if accounts is None:
         from .web.accounts_pg import open_accounts
+
         accounts = open_accounts(settings)
-    return WebService(settings, accounts, bank, companion=companion,
-                      companion_factory=None if companion is not None else companion_factory, clock=clock,
-                      backends=build_backend_pool(settings), choices=model_choices(settings),
-                      labels=model_labels(settings))
+    return WebService(
+        settings,
+        accounts,
+        bank,
+        companion=companion,
+        companion_factory=None if companion is not None else companion_factory,
+        clock=clock,
+        backends=build_backend_pool(settings),
+        choices=model_choices(settings),
+        labels=model_labels(settings),
+    )
 
 
-def build_api_service(settings: Settings, *, web: WebService | None = None,
-                      clock: Callable[[], datetime] | None = None):
+def build_api_service(
+    settings: Settings, *, web: WebService | None = None, clock: Callable[[], datetime] | None = None
+):
     """The API's service (``siliconfriend.api``): beside the web app, sharing its accounts, bank
     and companion (``web``), or alone (``serve-api``), with the companion built on the first chat."""
     from .api.keys import ApiKeys
     from .api.service import ApiService
+
     if web is None:
         web = build_web_service(settings, clock=clock)
     if web.api_keys is None:
         web.api_keys = ApiKeys(web.accounts)
-    return ApiService(settings, web.accounts, web.bank, companion=lambda: web.companion, keys=web.api_keys,
-                      clock=web.clock if clock is None else clock)
-
+    return ApiService(
+        settings,
+        web.accounts,
+        web.bank,
+        companion=lambda: web.companion,
+        keys=web.api_keys,
+        clock=web.clock if clock is None else clock,
+    )

@@ -1,4 +1,5 @@
 """Waiting for an ``app.py`` started by a test in its own process."""
+
 from __future__ import annotations
 
 import subprocess

@@ -1,5 +1,6 @@
 """Shared fixtures: the real packaged SmolLM2 (loaded once per test session) and a MemoryBank in a
 temporary home with the default e5 embedder."""
+
 from __future__ import annotations
 
 import pytest
@@ -9,6 +10,7 @@ import pytest
 def e5_embedder():
     """The default embedder, e5-small (offline, shared: embedders are read-only once loaded)."""
     from memory.embedders import create_embedder
+
     return create_embedder("e5")
 
 
@@ -16,6 +18,7 @@ def e5_embedder():
 def bank(tmp_path, e5_embedder):
     """An empty MemoryBank under ``tmp_path / "home"`` (default forgetting and retrieval settings)."""
     from memory.bank import MemoryBank
+
     bank = MemoryBank(tmp_path / "home", e5_embedder)
     yield bank
     bank.close()
@@ -29,6 +32,7 @@ def smollm2_backend():
     pytest.importorskip("torch")
     pytest.importorskip("transformers")
     from siliconfriend.backends.hf.chat import HFLocalChat
+
     return HFLocalChat("smollm2", temperature=0, max_new_tokens=32, device="cpu")
 
 

@@ -1,4 +1,5 @@
 """Stand-ins that tests set by hand (nothing here fakes a component under test)."""
+
 from __future__ import annotations
 
 from typing import Any

@@ -1,5 +1,6 @@
 """The local transformers backend: the real packaged SmolLM2, and each preset's code path on tiny
 random models built from their config classes with the SmolLM2 tokenizer (offline, no download)."""
+
 from __future__ import annotations
 
 import json
@@ -12,20 +13,34 @@ import pytest
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
-from siliconfriend.backends.base import (BackendError, BackendModelNotFound, ChatBackend, Message,
-                                         join_stream)
+from siliconfriend.backends.base import BackendError, BackendModelNotFound, ChatBackend, Message, join_stream
 from siliconfriend.backends.hf.chat import HFLocalChat, _until_stop, load_causal_lm
 from siliconfriend.backends.hf.loader import PRESETS, needs_remote_code, pick_dtype, resolve_preset, smollm2_gguf_path
 
 MESSAGES = [Message("system", "You are a warm companion."), Message("user", "Hi, I am Ann.")]
 
-TINY = dict(vocab_size=49152, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-            num_attention_heads=4, num_key_value_heads=2, head_dim=8, max_position_embeddings=1024,
-            pad_token_id=2, bos_token_id=1, eos_token_id=2, tie_word_embeddings=True)
+TINY = dict(
+    vocab_size=49152,
+    hidden_size=32,
+    intermediate_size=64,
+    num_hidden_layers=2,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    head_dim=8,
+    max_position_embeddings=1024,
+    pad_token_id=2,
+    bos_token_id=1,
+    eos_token_id=2,
+    tie_word_embeddings=True,
+)
 
-LEGACY_CONFIG = "from transformers import LlamaConfig\n\nclass ChatGLMConfig(LlamaConfig):\n    model_type = 'chatglm'\n"
-LEGACY_MODEL = ("from transformers import LlamaForCausalLM\nfrom .configuration_chatglm import ChatGLMConfig\n\n"
-                "class ChatGLMForConditionalGeneration(LlamaForCausalLM):\n    config_class = ChatGLMConfig\n")
+LEGACY_CONFIG = (
+    "from transformers import LlamaConfig\n\nclass ChatGLMConfig(LlamaConfig):\n    model_type = 'chatglm'\n"
+)
+LEGACY_MODEL = (
+    "from transformers import LlamaForCausalLM\nfrom .configuration_chatglm import ChatGLMConfig\n\n"
+    "class ChatGLMForConditionalGeneration(LlamaForCausalLM):\n    config_class = ChatGLMConfig\n"
+)
 
 
 @pytest.fixture(scope="module")
@@ -34,11 +49,13 @@ def tiny(tmp_path_factory):
     root = tmp_path_factory.mktemp("tiny_models")
     gguf = smollm2_gguf_path()
     tokenizer = transformers.AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
-    kinds = {"glm": (transformers.GlmConfig, transformers.GlmForCausalLM, {}),
-             "llama": (transformers.LlamaConfig, transformers.LlamaForCausalLM, {}),
-             "qwen": (transformers.Qwen2Config, transformers.Qwen2ForCausalLM, {"hidden_size": 48, "head_dim": 12}),
-             "legacy_chatglm": (transformers.LlamaConfig, transformers.LlamaForCausalLM, {}),
-             "no_template": (transformers.LlamaConfig, transformers.LlamaForCausalLM, {})}
+    kinds = {
+        "glm": (transformers.GlmConfig, transformers.GlmForCausalLM, {}),
+        "llama": (transformers.LlamaConfig, transformers.LlamaForCausalLM, {}),
+        "qwen": (transformers.Qwen2Config, transformers.Qwen2ForCausalLM, {"hidden_size": 48, "head_dim": 12}),
+        "legacy_chatglm": (transformers.LlamaConfig, transformers.LlamaForCausalLM, {}),
+        "no_template": (transformers.LlamaConfig, transformers.LlamaForCausalLM, {}),
+    }
     folders = {}
     for name, (config_cls, model_cls, extra) in kinds.items():
         torch.manual_seed(0)
@@ -51,9 +68,14 @@ def tiny(tmp_path_factory):
     # the original ChatGLM-6B layout: model_type "chatglm", code in the folder, only AutoModel mapped
     legacy = folders["legacy_chatglm"]
     config = json.loads((legacy / "config.json").read_text())
-    config.update(model_type="chatglm", architectures=["ChatGLMForConditionalGeneration"],
-                  auto_map={"AutoConfig": "configuration_chatglm.ChatGLMConfig",
-                            "AutoModel": "modeling_chatglm.ChatGLMForConditionalGeneration"})
+    config.update(
+        model_type="chatglm",
+        architectures=["ChatGLMForConditionalGeneration"],
+        auto_map={
+            "AutoConfig": "configuration_chatglm.ChatGLMConfig",
+            "AutoModel": "modeling_chatglm.ChatGLMForConditionalGeneration",
+        },
+    )
     (legacy / "config.json").write_text(json.dumps(config))
     (legacy / "configuration_chatglm.py").write_text(LEGACY_CONFIG)
     (legacy / "modeling_chatglm.py").write_text(LEGACY_MODEL)
@@ -79,8 +101,10 @@ def test_chatglm_legacy_remote_code_with_its_prompt_format(tiny):
     backend = tiny_chat(tiny["legacy_chatglm"], "chatglm")
     assert type(backend.hf_model).__name__ == "ChatGLMForConditionalGeneration"
     history = MESSAGES + [Message("assistant", "Hello Ann!"), Message("user", "How are you?")]
-    assert backend.render(history) == ("You are a warm companion.\n\n[Round 1]\n\n问：Hi, I am Ann.\n\n"
-                                       "答：Hello Ann!\n\n[Round 2]\n\n问：How are you?\n\n答：")
+    assert backend.render(history) == (
+        "You are a warm companion.\n\n[Round 1]\n\n问：Hi, I am Ann.\n\n"
+        "答：Hello Ann!\n\n[Round 2]\n\n问：How are you?\n\n答："
+    )
     assert isinstance(join_stream(backend.stream(MESSAGES)), str)
 
 
@@ -126,20 +150,23 @@ def test_lora_adapter_is_loaded_and_checked(tiny, tmp_path):
 
 def test_the_companion_opens_with_the_system_prompt_the_adapter_was_trained_with(tiny, tmp_path):
     peft = pytest.importorskip("peft")
-    from siliconfriend.backends.hf.adapter_meta import base_identity, write_adapter_meta
     from finetune.persona import COUNSELLOR_SYSTEM_PROMPT_EN, COUNSELLOR_SYSTEM_PROMPT_ZH
     from memory.bank import MemoryBank
     from memory.embedders import create_embedder
-    from siliconfriend.core.companion import Companion
+    from siliconfriend.backends.hf.adapter_meta import base_identity, write_adapter_meta
     from siliconfriend.config import Settings
+    from siliconfriend.core.companion import Companion
 
     base = transformers.AutoModelForCausalLM.from_pretrained(tiny["llama"])
     config = peft.LoraConfig(r=2, lora_alpha=4, target_modules=["q_proj", "v_proj"], task_type="CAUSAL_LM")
     peft.get_peft_model(base, config).save_pretrained(tmp_path / "adapter")
-    write_adapter_meta(tmp_path / "adapter", base=base_identity(base), metrics={},
-                       training={"system_prompts_used": {COUNSELLOR_SYSTEM_PROMPT_ZH: 40,
-                                                         COUNSELLOR_SYSTEM_PROMPT_EN: 2}},
-                       system_prompt=COUNSELLOR_SYSTEM_PROMPT_ZH)
+    write_adapter_meta(
+        tmp_path / "adapter",
+        base=base_identity(base),
+        metrics={},
+        training={"system_prompts_used": {COUNSELLOR_SYSTEM_PROMPT_ZH: 40, COUNSELLOR_SYSTEM_PROMPT_EN: 2}},
+        system_prompt=COUNSELLOR_SYSTEM_PROMPT_ZH,
+    )
     tuned = tiny_chat(tiny["llama"], "belle", adapter=tmp_path / "adapter")
     assert tuned.system_prompts == {"zh": COUNSELLOR_SYSTEM_PROMPT_ZH, "en": COUNSELLOR_SYSTEM_PROMPT_EN}
     plain = tiny_chat(tiny["llama"], "belle")
@@ -231,8 +258,10 @@ def test_smollm2_two_concurrent_streams(smol):
     def talk(i: int, text: str) -> None:
         results[i] = join_stream(backend.stream([Message("user", text)]))
 
-    threads = [threading.Thread(target=talk, args=(i, q)) for i, q in
-               enumerate(["What is the capital of France?", "Name a color."])]
+    threads = [
+        threading.Thread(target=talk, args=(i, q))
+        for i, q in enumerate(["What is the capital of France?", "Name a color."])
+    ]
     for t in threads:
         t.start()
     for t in threads:
@@ -254,6 +283,7 @@ def test_smollm2_stream_closed_early_frees_the_model(smol):
 @pytest.mark.slow
 def test_registry_default_is_smollm2_with_a_notice(smol, monkeypatch, caplog):
     from siliconfriend.backends.registry import create_backend
+
     monkeypatch.delenv("OPENAI_API_KEY", raising=False)
     with caplog.at_level(logging.WARNING, logger="siliconfriend.backends"):
         backend = create_backend(loaded=(smol.hf_model, smol.tokenizer, smol.model), max_new_tokens=3)

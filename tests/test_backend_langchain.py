@@ -1,21 +1,37 @@
 """The langchain backend with real langchain-core fake chat models."""
+
 from __future__ import annotations
 
 import pytest
 
 pytest.importorskip("langchain_core")
 
-from langchain_core.language_models.fake_chat_models import (FakeListChatModel, GenericFakeChatModel,
-                                                             ParrotFakeChatModel)
+from langchain_core.language_models.fake_chat_models import FakeListChatModel, GenericFakeChatModel, ParrotFakeChatModel
 from langchain_core.messages import AIMessage, HumanMessage, SystemMessage
 
-from siliconfriend.backends.base import (BackendAuthError, BackendError, BackendRateLimited,
-                                         BackendUnavailable, ChatBackend, Message, join_stream)
-from siliconfriend.backends.langchain_chat import (LangChainChat, chunk_text, load_chat_model,
-                                                   to_langchain_messages, translate_error)
+from siliconfriend.backends.base import (
+    BackendAuthError,
+    BackendError,
+    BackendRateLimited,
+    BackendUnavailable,
+    ChatBackend,
+    Message,
+    join_stream,
+)
+from siliconfriend.backends.langchain_chat import (
+    LangChainChat,
+    chunk_text,
+    load_chat_model,
+    to_langchain_messages,
+    translate_error,
+)
 
-MESSAGES = [Message("system", "Be warm."), Message("user", "I love jazz."),
-            Message("assistant", "Nice!"), Message("user", "What do I love?")]
+MESSAGES = [
+    Message("system", "Be warm."),
+    Message("user", "I love jazz."),
+    Message("assistant", "Nice!"),
+    Message("user", "What do I love?"),
+]
 
 
 def test_streams_chunks_from_a_fake_list_model():
@@ -42,14 +58,21 @@ def test_messages_are_mapped_and_reach_the_model():
 
 
 def test_import_path_factory():
-    backend = LangChainChat("langchain_core.language_models.fake_chat_models:FakeListChatModel",
-                            responses=["from a factory"])
+    backend = LangChainChat(
+        "langchain_core.language_models.fake_chat_models:FakeListChatModel", responses=["from a factory"]
+    )
     assert join_stream(backend.stream(MESSAGES)) == "from a factory"
     assert isinstance(load_chat_model(backend.chat_model), FakeListChatModel)
 
 
-@pytest.mark.parametrize("target", ["no_colon_here", "siliconfriend_missing_pkg.mod:make",
-                                    "langchain_core.language_models.fake_chat_models:NoSuchModel"])
+@pytest.mark.parametrize(
+    "target",
+    [
+        "no_colon_here",
+        "siliconfriend_missing_pkg.mod:make",
+        "langchain_core.language_models.fake_chat_models:NoSuchModel",
+    ],
+)
 def test_bad_import_paths_are_explained(target):
     with pytest.raises(BackendError):
         LangChainChat(target)

@@ -1,4 +1,5 @@
 """The openai backend against a real local HTTP server speaking /v1/chat/completions."""
+
 from __future__ import annotations
 
 import json
@@ -9,8 +10,15 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from siliconfriend.backends.base import (BackendAuthError, BackendError, BackendModelNotFound,
-                                         BackendRateLimited, BackendUnavailable, Message, join_stream)
+from siliconfriend.backends.base import (
+    BackendAuthError,
+    BackendError,
+    BackendModelNotFound,
+    BackendRateLimited,
+    BackendUnavailable,
+    Message,
+    join_stream,
+)
 from siliconfriend.backends.openai_chat import OpenAIChat, estimate_tokens
 
 MESSAGES = [Message("system", "You are kind."), Message("user", "Hello!")]
@@ -45,8 +53,7 @@ class _Handler(BaseHTTPRequestHandler):
 
     def do_POST(self) -> None:  # noqa: N802 - http.server API
         body = json.loads(self.rfile.read(int(self.headers.get("content-length", 0))) or b"{}")
-        self.server.requests.append({"path": self.path, "body": body,
-                                     "auth": self.headers.get("authorization")})
+        self.server.requests.append({"path": self.path, "body": body, "auth": self.headers.get("authorization")})
         step = self.server.next_step()
         try:
             if "sleep" in step:
@@ -54,15 +61,29 @@ class _Handler(BaseHTTPRequestHandler):
             if self.path != "/v1/chat/completions":
                 return self._json(404, {"error": {"message": f"no route {self.path}"}})
             if "status" in step:
-                return self._json(step["status"], {"error": {"message": step.get("message", "scripted"),
-                                                             "code": step.get("code")}},
-                                  step.get("headers"))
+                return self._json(
+                    step["status"],
+                    {"error": {"message": step.get("message", "scripted"), "code": step.get("code")}},
+                    step.get("headers"),
+                )
             if body.get("stream"):
                 return self._sse(body["model"], step["reply"])
-            return self._json(200, {
-                "id": "c1", "object": "chat.completion", "created": 0, "model": body["model"],
-                "choices": [{"index": 0, "finish_reason": "stop",
-                             "message": {"role": "assistant", "content": step["reply"]}}]})
+            return self._json(
+                200,
+                {
+                    "id": "c1",
+                    "object": "chat.completion",
+                    "created": 0,
+                    "model": body["model"],
+                    "choices": [
+                        {
+                            "index": 0,
+                            "finish_reason": "stop",
+                            "message": {"role": "assistant", "content": step["reply"]},
+                        }
+                    ],
+                },
+            )
         except (BrokenPipeError, ConnectionResetError):
             pass  # the client gave up (timeout test)
 
@@ -83,13 +104,28 @@ class _Handler(BaseHTTPRequestHandler):
         words = [w + " " for w in reply.split(" ")]
         words[-1] = words[-1].rstrip(" ")
         for i, word in enumerate(words):
-            chunk = {"id": "c1", "object": "chat.completion.chunk", "created": 0, "model": model,
-                     "choices": [{"index": 0, "delta": {"content": word} if i else
-                                  {"role": "assistant", "content": word}, "finish_reason": None}]}
+            chunk = {
+                "id": "c1",
+                "object": "chat.completion.chunk",
+                "created": 0,
+                "model": model,
+                "choices": [
+                    {
+                        "index": 0,
+                        "delta": {"content": word} if i else {"role": "assistant", "content": word},
+                        "finish_reason": None,
+                    }
+                ],
+            }
             self.wfile.write(f"data: {json.dumps(chunk)}\n\n".encode())
             self.wfile.flush()
-        done = {"id": "c1", "object": "chat.completion.chunk", "created": 0, "model": model,
-                "choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]}
+        done = {
+            "id": "c1",
+            "object": "chat.completion.chunk",
+            "created": 0,
+            "model": model,
+            "choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}],
+        }
         self.wfile.write(f"data: {json.dumps(done)}\n\ndata: [DONE]\n\n".encode())
         self.wfile.flush()
 
@@ -203,8 +239,9 @@ def test_unreachable_port_is_unavailable():
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
-    backend = OpenAIChat("m", api_key="k", base_url=f"http://127.0.0.1:{port}/v1", retries=1,
-                         retry_base_delay=0.01, timeout=2)
+    backend = OpenAIChat(
+        "m", api_key="k", base_url=f"http://127.0.0.1:{port}/v1", retries=1, retry_base_delay=0.01, timeout=2
+    )
     with pytest.raises(BackendUnavailable, match="cannot reach") as info:
         join_stream(backend.stream(MESSAGES))
     assert "OPENAI_BASE_URL" in str(info.value)

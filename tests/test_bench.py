@@ -1,5 +1,6 @@
 """The benchmark's code paths at a tiny size: the JSON it prints and that its numbers make sense.
 No timing thresholds here (the machine is shared); docs/benchmarks.md has the real numbers."""
+
 import json
 from datetime import date, datetime
 
@@ -22,7 +23,7 @@ def test_the_dialogue_is_fixed_by_its_seed_and_mixes_english_and_chinese():
     zh = [t for t in turns if any("\u4e00" <= c <= "\u9fff" for c in t[0])]
     assert 50 < len(zh) < 150
     lengths = [len(q) + len(r) for q, r in turns]
-    assert min(lengths) < 60 and max(lengths) > 250          # short and long turns
+    assert min(lengths) < 60 and max(lengths) > 250  # short and long turns
 
 
 def test_a_synthetic_history_looks_like_a_real_one(tmp_path):
@@ -44,14 +45,19 @@ def test_a_synthetic_history_looks_like_a_real_one(tmp_path):
 
 def _tiny_eval_set(folder):
     """A MemoryBank file and labels in the layout of the evaluation sets, for en and cn."""
-    for lang, (q, r, ask) in {"en": ("I adopted a cat named Miso", "Lovely name!", "What is my cat called?"),
-                              "cn": ("我养了一只叫米索的猫", "好可爱的名字！", "我的猫叫什么？")}.items():
+    for lang, (q, r, ask) in {
+        "en": ("I adopted a cat named Miso", "Lovely name!", "What is my cat called?"),
+        "cn": ("我养了一只叫米索的猫", "好可爱的名字！", "我的猫叫什么？"),
+    }.items():
         d = folder / lang
         d.mkdir(parents=True)
-        history = {"2024-05-01": [{"query": "I like tea", "response": "Nice."}, {"query": q, "response": r}],
-                   "2024-05-02": [{"query": "Work was long today", "response": "Rest well."}]}
-        (d / f"memory_bank_{lang}.json").write_text(json.dumps({"amy": {"name": "amy", "history": history}}),
-                                                     encoding="utf-8")
+        history = {
+            "2024-05-01": [{"query": "I like tea", "response": "Nice."}, {"query": q, "response": r}],
+            "2024-05-02": [{"query": "Work was long today", "response": "Rest well."}],
+        }
+        (d / f"memory_bank_{lang}.json").write_text(
+            json.dumps({"amy": {"name": "amy", "history": history}}), encoding="utf-8"
+        )
         label = {"bank_user": "amy", "question": ask, "evidence": [{"date": "2024-05-01", "turn": 1}]}
         (d / f"labels_dev_{lang}.jsonl").write_text(json.dumps(label, ensure_ascii=False) + "\n", encoding="utf-8")
 
@@ -60,19 +66,38 @@ def _tiny_eval_set(folder):
 def tiny_result(tmp_path_factory):
     folder = tmp_path_factory.mktemp("eval")
     _tiny_eval_set(folder)
-    config = with_overrides(QUICK, name="tiny", single=(("1k", 400),), many=(12, 150), turns=12, warmup=2,
-                            pool=8, ingest_turns=16, reembed_sample=5, recall=True, eval_dir=folder,
-                            max_open_users=4, api_memories=150)
+    config = with_overrides(
+        QUICK,
+        name="tiny",
+        single=(("1k", 400),),
+        many=(12, 150),
+        turns=12,
+        warmup=2,
+        pool=8,
+        ingest_turns=16,
+        reembed_sample=5,
+        recall=True,
+        eval_dir=folder,
+        max_open_users=4,
+        api_memories=150,
+    )
     return run_bench(config, workdir=tmp_path_factory.mktemp("work"))
 
 
 def test_the_result_has_every_key_the_issue_asks_for(tiny_result):
     r = tiny_result
-    for key in ("turn_ms", "ingest_turns_per_s", "restart_s", "restart_reembed_s", "cold_start_s",
-                "rss_mb_100k", "recall_at_5"):
+    for key in (
+        "turn_ms",
+        "ingest_turns_per_s",
+        "restart_s",
+        "restart_reembed_s",
+        "cold_start_s",
+        "rss_mb_100k",
+        "recall_at_5",
+    ):
         assert key in r, key
     assert set(r["turn_ms"]) == set(TURN_KEYS)
-    assert r["turn_ms"]["10k"] is None and r["turn_ms"]["100k"] is None    # not run at this size
+    assert r["turn_ms"]["10k"] is None and r["turn_ms"]["100k"] is None  # not run at this size
     for key in ("1k", "1000x1k"):
         t = r["turn_ms"][key]
         assert t["n"] == 12 and 0 < t["p50"] <= t["p95"]
@@ -80,14 +105,14 @@ def test_the_result_has_every_key_the_issue_asks_for(tiny_result):
         # each turn embeds its message once, as the query; the stored turn's vector is that one
         assert 0 < t["embed_query"]["p50"] < t["p50"] and t["embed_document"]["p95"] == 0
         assert key in r["sizes"]
-    json.dumps(r)                                   # plain JSON all through
+    json.dumps(r)  # plain JSON all through
 
 
 def test_the_numbers_make_sense(tiny_result):
     r = tiny_result
     assert r["turn_path"] in ("companion", "bank")
     assert r["ingest"]["turns"] == 16 and r["ingest_turns_per_s"] > 0
-    assert r["ingest"]["turns_embedded"] == 16           # one embedding per turn: the message
+    assert r["ingest"]["turns_embedded"] == 16  # one embedding per turn: the message
     assert 0 < r["ingest"]["embed_s"] <= r["ingest"]["seconds"]
     run = r["process"]["runs"][0]
     assert run["hits"] > 0 and not run["index_rebuilt"] and run["indexed"] > 0
@@ -111,5 +136,6 @@ def test_the_api_overhead_is_measured_on_all_three_paths(tiny_result):
 
 def test_the_cli_registers_bench():
     from siliconfriend.cli.main import build_parser
+
     args = build_parser().parse_args(["bench", "--quick", "--json"])
     assert args.quick and args.json and args.func.__name__ == "cmd_bench"

@@ -1,5 +1,6 @@
 """``siliconfriend replay | probe | consolidate | chat`` with a temporary --home and the real
 SmolLM2 (the session's copy is handed to the CLI instead of loading a second one)."""
+
 from __future__ import annotations
 
 import json
@@ -19,24 +20,30 @@ DATA = Path(__file__).resolve().parent.parent / "data"
 @pytest.fixture
 def model(monkeypatch, smollm2_backend):
     import siliconfriend.factory as factory
+
     monkeypatch.setattr(factory, "build_backend", lambda settings, **options: smollm2_backend)
     monkeypatch.delenv("SILICONFRIEND_HOME", raising=False)
     return smollm2_backend
 
 
 def write(path: Path, lines: list) -> Path:
-    path.write_text("\n".join(json.dumps(x, ensure_ascii=False) if not isinstance(x, str) else x for x in lines)
-                    + "\n", encoding="utf-8")
+    path.write_text(
+        "\n".join(json.dumps(x, ensure_ascii=False) if not isinstance(x, str) else x for x in lines) + "\n",
+        encoding="utf-8",
+    )
     return path
 
 
 def test_replay_then_consolidate_then_probe(tmp_path, model, capsys, e5_embedder):
     home = tmp_path / "home"
-    script = write(tmp_path / "s.jsonl", [
-        {"date": "2024-05-01", "time": "19:30", "text": "I adopted a grey kitten and named her Pixel."},
-        "",
-        {"date": "2024-05-02", "text": "I signed up for a pottery class."},
-    ])
+    script = write(
+        tmp_path / "s.jsonl",
+        [
+            {"date": "2024-05-01", "time": "19:30", "text": "I adopted a grey kitten and named her Pixel."},
+            "",
+            {"date": "2024-05-02", "text": "I signed up for a pottery class."},
+        ],
+    )
     assert cli.main(["replay", str(script), "--user", "Maya", "--home", str(home), "--max-new-tokens", "6"]) == 0
     out = capsys.readouterr().out
     assert "=== Maya · 2024-05-01 (Wednesday) ===" in out and "=== Maya · 2024-05-02 (Thursday) ===" in out
@@ -44,13 +51,34 @@ def test_replay_then_consolidate_then_probe(tmp_path, model, capsys, e5_embedder
     assert "(summarised 2024-05-01)" in out
 
     # the last day, summarised on demand (global --home this time)
-    assert cli.main(["--home", str(home), "consolidate", "--user", "Maya", "--date", "2024-05-02",
-                     "--now", "2024-05-02T22:00", "--max-new-tokens", "6", "--show"]) == 0
+    assert (
+        cli.main(
+            [
+                "--home",
+                str(home),
+                "consolidate",
+                "--user",
+                "Maya",
+                "--date",
+                "2024-05-02",
+                "--now",
+                "2024-05-02T22:00",
+                "--max-new-tokens",
+                "6",
+                "--show",
+            ]
+        )
+        == 0
+    )
     out = capsys.readouterr().out
     assert "Maya: summarised 2024-05-02; updated global_events, global_personality" in out
     assert "What happened so far: " in out
-    assert cli.main(["--home", str(home), "consolidate", "--user", "Maya", "--date", "2024-05-02",
-                     "--now", "2024-05-02T22:05"]) == 0
+    assert (
+        cli.main(
+            ["--home", str(home), "consolidate", "--user", "Maya", "--date", "2024-05-02", "--now", "2024-05-02T22:05"]
+        )
+        == 0
+    )
     assert "Maya: summarised nothing new" in capsys.readouterr().out
 
     bank = MemoryBank(home, e5_embedder)
@@ -58,17 +86,32 @@ def test_replay_then_consolidate_then_probe(tmp_path, model, capsys, e5_embedder
         turns = [t for d in bank.days("Maya") for t in bank.turns_on("Maya", d)]
         assert [(t.created_at, t.query) for t in turns] == [
             (datetime(2024, 5, 1, 19, 30), "I adopted a grey kitten and named her Pixel."),
-            (datetime(2024, 5, 2, 9, 0), "I signed up for a pottery class.")]
+            (datetime(2024, 5, 2, 9, 0), "I signed up for a pottery class."),
+        ]
         assert bank.get_summary("Maya", Kind.DAILY_EVENTS, turns[1].day) is not None
         stored = bank.count("Maya")
     finally:
         bank.close()
 
-    questions = write(tmp_path / "q.jsonl", [{"Maya": ["What is my kitten called?"]},
-                                             {"Tom": ["Not for Maya."]}])
+    questions = write(tmp_path / "q.jsonl", [{"Maya": ["What is my kitten called?"]}, {"Tom": ["Not for Maya."]}])
     answers = tmp_path / "answers.jsonl"
-    assert cli.main(["--home", str(home), "probe", str(questions), "--user", "Maya", "--out", str(answers),
-                     "--max-new-tokens", "6"]) == 0
+    assert (
+        cli.main(
+            [
+                "--home",
+                str(home),
+                "probe",
+                str(questions),
+                "--user",
+                "Maya",
+                "--out",
+                str(answers),
+                "--max-new-tokens",
+                "6",
+            ]
+        )
+        == 0
+    )
     out = capsys.readouterr().out
     assert "Maya [2024-05-03]: What is my kitten called?" in out and "Not for Maya" not in out
     (line,) = answers.read_text(encoding="utf-8").splitlines()
@@ -78,7 +121,7 @@ def test_replay_then_consolidate_then_probe(tmp_path, model, capsys, e5_embedder
     assert any("Pixel" in m["text"] and m["day"] == "2024-05-01" for m in record["memories"])
     bank = MemoryBank(home, e5_embedder)
     try:
-        assert bank.count("Maya") == stored            # probing stores nothing
+        assert bank.count("Maya") == stored  # probing stores nothing
     finally:
         bank.close()
 
@@ -117,22 +160,39 @@ def test_bad_script_is_a_clean_cli_error(tmp_path, capsys):
 
 
 def test_script_times_and_users(tmp_path):
-    script = write(tmp_path / "s.jsonl", [
-        {"date": "2024-05-01", "text": "a", "user": "Ann"},
-        {"date": "2024-05-01", "text": "b", "user": "Ann"},
-        {"date": "2024-05-01", "text": "c", "user": "Bo", "time": "21:15"},
-    ])
-    assert read_script(script, None) == [("Ann", datetime(2024, 5, 1, 9, 0), "a"),
-                                         ("Ann", datetime(2024, 5, 1, 9, 2), "b"),
-                                         ("Bo", datetime(2024, 5, 1, 21, 15), "c")]
+    script = write(
+        tmp_path / "s.jsonl",
+        [
+            {"date": "2024-05-01", "text": "a", "user": "Ann"},
+            {"date": "2024-05-01", "text": "b", "user": "Ann"},
+            {"date": "2024-05-01", "text": "c", "user": "Bo", "time": "21:15"},
+        ],
+    )
+    assert read_script(script, None) == [
+        ("Ann", datetime(2024, 5, 1, 9, 0), "a"),
+        ("Ann", datetime(2024, 5, 1, 9, 2), "b"),
+        ("Bo", datetime(2024, 5, 1, 21, 15), "c"),
+    ]
 
 
 def test_question_files(tmp_path):
-    q = write(tmp_path / "q.jsonl", ['"plain?"', {"question": "dated?", "date": "2024-05-04"},
-                                     {"question": "Tom's?", "user": "Tom"}, {"Maya": ["a?", "b?"]}])
+    q = write(
+        tmp_path / "q.jsonl",
+        [
+            '"plain?"',
+            {"question": "dated?", "date": "2024-05-04"},
+            {"question": "Tom's?", "user": "Tom"},
+            {"Maya": ["a?", "b?"]},
+        ],
+    )
     from datetime import date
-    assert read_questions(q, "Maya") == [("Maya", "plain?", None), ("Maya", "dated?", date(2024, 5, 4)),
-                                         ("Maya", "a?", None), ("Maya", "b?", None)]
+
+    assert read_questions(q, "Maya") == [
+        ("Maya", "plain?", None),
+        ("Maya", "dated?", date(2024, 5, 4)),
+        ("Maya", "a?", None),
+        ("Maya", "b?", None),
+    ]
     with pytest.raises(ValueError, match="no user"):
         read_questions(q, None)
 

@@ -1,4 +1,5 @@
 """The command line takes options anywhere, as users type them."""
+
 from __future__ import annotations
 
 import pytest
@@ -6,12 +7,15 @@ import pytest
 from siliconfriend.cli.main import build_parser
 
 
-@pytest.mark.parametrize("argv", [
-    ["memories", "search", "--user", "U", "some", "words"],
-    ["memories", "search", "some", "words", "--user", "U"],
-    ["memories", "--user", "U", "search", "some", "words"],
-    ["--home", "H", "memories", "search", "some", "--user", "U", "words"],
-])
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["memories", "search", "--user", "U", "some", "words"],
+        ["memories", "search", "some", "words", "--user", "U"],
+        ["memories", "--user", "U", "search", "some", "words"],
+        ["--home", "H", "memories", "search", "some", "--user", "U", "words"],
+    ],
+)
 def test_memories_search_options_anywhere(argv):
     args, extra = build_parser().parse_known_args(argv)
     assert extra == []

@@ -1,5 +1,6 @@
 """The turn with the real packaged SmolLM2 (a few tokens a reply): storing, the meta-prompt,
 reinforcement, regenerate, delete, stop, concurrent tabs and very long messages."""
+
 from __future__ import annotations
 
 import threading
@@ -7,13 +8,12 @@ import time
 from datetime import datetime, timedelta
 
 import pytest
+from fakes import Clock
 
 from memory.bank import UnknownMemory
 from memory.records import Kind
-from siliconfriend.core.companion import Companion, ReplyStream, TurnResult
 from siliconfriend.config import Settings
-
-from fakes import Clock
+from siliconfriend.core.companion import Companion, ReplyStream, TurnResult
 
 DAY1 = datetime(2024, 5, 1, 19, 30)
 DAY2 = datetime(2024, 5, 2, 20, 0)
@@ -33,10 +33,13 @@ def companion(bank, smollm2_backend, clock, tmp_path):
 def seed_day1(bank):
     """Day 1 already talked about and summarised (no LLM needed to get there)."""
     bank.add_turn("Maya", "I adopted a grey kitten today and named her Pixel.", "What a lovely name!", DAY1)
-    bank.add_turn("Maya", "I also booked a pottery class for Thursdays.", "That sounds fun.", DAY1 + timedelta(minutes=3))
+    bank.add_turn(
+        "Maya", "I also booked a pottery class for Thursdays.", "That sounds fun.", DAY1 + timedelta(minutes=3)
+    )
     for kind in (Kind.DAILY_EVENTS, Kind.DAILY_PERSONALITY):
-        bank.set_summary("Maya", kind, f"Maya adopted a kitten, Pixel ({kind.value}).", DAY2 - timedelta(hours=12),
-                         day=DAY1.date())
+        bank.set_summary(
+            "Maya", kind, f"Maya adopted a kitten, Pixel ({kind.value}).", DAY2 - timedelta(hours=12), day=DAY1.date()
+        )
     bank.set_summary("Maya", Kind.GLOBAL_EVENTS, "Maya has a kitten called Pixel.", DAY2 - timedelta(hours=12))
     bank.set_summary("Maya", Kind.GLOBAL_PERSONALITY, "Maya is warm; reply gently.", DAY2 - timedelta(hours=12))
 
@@ -68,8 +71,7 @@ def test_the_global_summaries_reach_the_prompt_and_used_memories_are_reinforced(
     assert "Maya has a kitten called Pixel." in system and "Maya is warm; reply gently." in system
     pixel = [h for h in result.used if h.record.kind == Kind.TURN and "Pixel" in h.record.query]
     assert pixel, [h.as_dict() for h in result.used]
-    assert ('- On Wednesday, May 1, 2024, Maya said: "I adopted a grey kitten today and named her Pixel."'
-            in system)
+    assert '- On Wednesday, May 1, 2024, Maya said: "I adopted a grey kitten today and named her Pixel."' in system
     assert [u["id"] for u in result.turn.extra["used"]] == [h.record.id for h in result.used]
     after = bank.get("Maya", pixel[0].record.id)
     assert after.strength == pixel[0].record.strength + 1 and after.recall_count == 1
@@ -91,8 +93,9 @@ def test_blank_messages_and_bad_user_names_are_refused(companion, bank):
 
 
 def test_a_100kb_message_is_accepted_and_shortened_in_the_prompt(bank, smollm2_backend, clock, tmp_path):
-    companion = Companion(bank, smollm2_backend, settings=Settings(home=tmp_path, max_new_tokens=4), clock=clock,
-                          prompt_budget=700)
+    companion = Companion(
+        bank, smollm2_backend, settings=Settings(home=tmp_path, max_new_tokens=4), clock=clock, prompt_budget=700
+    )
     text = "Dear diary. " + "Today I walked by the river and thought about everything. " * 1800 + "The end."
     assert len(text.encode()) > 100_000
     result = companion.respond("Maya", text).collect()
@@ -104,8 +107,7 @@ def test_a_100kb_message_is_accepted_and_shortened_in_the_prompt(bank, smollm2_b
 
 
 def test_regenerate_replaces_the_last_turn_of_today(companion, bank):
-    first = TurnResult("", [], bank.add_turn("Maya", "I love rainy days.", "Me too!", DAY1 - timedelta(minutes=5)),
-                       [])
+    first = TurnResult("", [], bank.add_turn("Maya", "I love rainy days.", "Me too!", DAY1 - timedelta(minutes=5)), [])
     second = companion.respond("Maya", "Do you like rain?").collect()
     stream = companion.regenerate("Maya")
     result = stream.collect()
@@ -123,7 +125,7 @@ def test_regenerate_records_the_memories_the_new_reply_used(companion, bank, clo
     first = companion.respond("Maya", "How is my kitten Pixel doing?").collect()
     used_before = [u["id"] for u in first.turn.extra["used"]]
     assert used_before
-    bank.delete("Maya", [used_before[0]])              # forgotten before the reply is regenerated
+    bank.delete("Maya", [used_before[0]])  # forgotten before the reply is regenerated
     result = companion.regenerate("Maya").collect()
     assert result.error is None
     stored = bank.get("Maya", result.turn.id)
@@ -193,7 +195,7 @@ def run_tabs(companion, tabs: list[list[str]]) -> list[TurnResult]:
             start.wait()
             for text in texts:
                 results.append(companion.respond("Maya", text).collect())
-        except BaseException as exc:   # noqa: BLE001 - reported below
+        except BaseException as exc:  # noqa: BLE001 - reported below
             errors.append(exc)
 
     threads = [threading.Thread(target=tab, args=(texts,)) for texts in tabs]
@@ -243,6 +245,11 @@ def test_profile_lists_the_summaries(companion, bank):
     profile = companion.profile("Maya")
     assert profile["global_events"] == "Maya has a kitten called Pixel."
     assert profile["global_personality"] == "Maya is warm; reply gently."
-    assert profile["daily"] == [{"day": "2024-05-01", "events": "Maya adopted a kitten, Pixel (daily_events).",
-                                 "personality": "Maya adopted a kitten, Pixel (daily_personality)."}]
+    assert profile["daily"] == [
+        {
+            "day": "2024-05-01",
+            "events": "Maya adopted a kitten, Pixel (daily_events).",
+            "personality": "Maya adopted a kitten, Pixel (daily_personality).",
+        }
+    ]
     assert companion.profile("Nobody") == {"global_events": "", "global_personality": "", "daily": []}

@@ -1,13 +1,14 @@
 """End to end with the real packaged SmolLM2: three scripted days. The finished days are summarised
 at the first turn of the next day, the global summary and personality exist and reach the prompt,
 and on day 3 the meta-prompt carries a day-1 fact, retrieved, with its date."""
+
 from __future__ import annotations
 
 from datetime import date, datetime
 
 from memory.records import Kind
-from siliconfriend.core.companion import Companion
 from siliconfriend.config import Settings
+from siliconfriend.core.companion import Companion
 
 SCRIPT = [
     (datetime(2024, 5, 1, 19, 30), "Hi! I'm Maya. I just adopted a grey kitten and named her Pixel."),
@@ -19,8 +20,9 @@ D1, D2, D3 = date(2024, 5, 1), date(2024, 5, 2), date(2024, 5, 3)
 
 def test_three_scripted_days(bank, smollm2_backend, tmp_path):
     now = {"t": SCRIPT[0][0]}
-    companion = Companion(bank, smollm2_backend, settings=Settings(home=tmp_path, max_new_tokens=8),
-                          clock=lambda: now["t"])
+    companion = Companion(
+        bank, smollm2_backend, settings=Settings(home=tmp_path, max_new_tokens=8), clock=lambda: now["t"]
+    )
     results, rollovers = [], []
     for when, text in SCRIPT:
         now["t"] = when

@@ -1,5 +1,6 @@
 """When the LLM fails: nothing half-stored, a readable error, the message kept for a retry, and a
 day whose summary failed stays pending until a later turn succeeds."""
+
 from __future__ import annotations
 
 import json
@@ -8,13 +9,12 @@ from datetime import datetime, timedelta
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
+from fakes import Clock
 
 from memory.records import Kind
 from siliconfriend.backends.base import BackendUnavailable
-from siliconfriend.core.companion import Companion
 from siliconfriend.config import Settings
-
-from fakes import Clock
+from siliconfriend.core.companion import Companion
 
 DAY1 = datetime(2024, 5, 1, 19, 30)
 DAY2 = datetime(2024, 5, 2, 20, 0)
@@ -118,11 +118,13 @@ class _Status500(BaseHTTPRequestHandler):
 def test_an_openai_server_answering_500(bank, clock, tmp_path):
     pytest.importorskip("openai")
     from siliconfriend.backends.openai_chat import OpenAIChat
+
     server = ThreadingHTTPServer(("127.0.0.1", 0), _Status500)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     try:
-        backend = OpenAIChat("test-model", api_key="sk-test", base_url=f"http://127.0.0.1:{server.server_port}/v1",
-                             retries=0, timeout=10)
+        backend = OpenAIChat(
+            "test-model", api_key="sk-test", base_url=f"http://127.0.0.1:{server.server_port}/v1", retries=0, timeout=10
+        )
         result = make(bank, backend, clock, tmp_path).respond("Maya", "Hi there").collect()
     finally:
         server.shutdown()
@@ -137,7 +139,7 @@ def test_a_failed_summary_leaves_the_day_pending_and_it_is_retried(bank, smollm2
     clock.now = DAY2
     stream = companion.respond("Maya", "Good evening!")
     result = stream.collect()
-    assert result.error is None and result.turn is not None       # the reply still came
+    assert result.error is None and result.turn is not None  # the reply still came
     report = stream.consolidation
     assert list(report.failed) == [DAY1.date()] and "timed out" in report.failed[DAY1.date()]
     assert not report.forgot and bank.get_summary("Maya", Kind.DAILY_EVENTS, DAY1.date()) is None

@@ -1,5 +1,6 @@
 """Day rollover: which days are pending, daily and global summaries with the real SmolLM2,
 idempotence, failures that leave work pending, chunked global folds, and the forgetting pass."""
+
 from __future__ import annotations
 
 from datetime import date, datetime, timedelta
@@ -75,7 +76,7 @@ def test_pending_days(bank):
     for kind in (Kind.DAILY_EVENTS, Kind.DAILY_PERSONALITY):
         bank.set_summary("Maya", kind, "Maya adopted a kitten.", at(D2, 8), day=D1)
     bank.set_summary("Maya", Kind.DAILY_EVENTS, "Maya went to pottery.", at(D3, 8), day=D2)
-    assert c.pending_days("Maya", D3) == [D2]              # half done is still pending
+    assert c.pending_days("Maya", D3) == [D2]  # half done is still pending
     bank.set_summary("Maya", Kind.DAILY_PERSONALITY, "Maya is creative.", at(D3, 8), day=D2)
     assert c.pending_days("Maya", D3) == []
     # summarised while the day went on (consolidate --date today), then more was said
@@ -95,7 +96,7 @@ def test_days_are_summarised_folded_and_never_twice(bank, smollm2_backend):
     report = c.run("Maya", at(D2, 9))
     assert report.ok and report.summarised == [D1] and report.forgot
     assert report.global_updated == [Kind.GLOBAL_EVENTS, Kind.GLOBAL_PERSONALITY]
-    assert len(model.prompts) == 2                          # one day: its summaries are the global ones
+    assert len(model.prompts) == 2  # one day: its summaries are the global ones
     assert "Maya: I adopted a grey kitten today and named her Pixel." in model.prompts[0]
     assert "Wednesday, May 1, 2024" in model.prompts[0]
     events = bank.get_summary("Maya", Kind.DAILY_EVENTS, D1)
@@ -160,14 +161,20 @@ def test_the_forgetting_pass_archives_what_faded_but_never_the_global_summaries(
     for kind in (Kind.GLOBAL_EVENTS, Kind.GLOBAL_PERSONALITY):
         bank.set_summary("Maya", kind, "Maya has a kitten.", at(D2, 8))
     c = Consolidator(bank, Down())
-    assert not c.run("Maya", at(D3, 9)).forgot           # nothing new: no pass
-    report = c.run("Maya", at(D1 + timedelta(days=120), 9), forget=True)   # past a personal fact's weeks
+    assert not c.run("Maya", at(D3, 9)).forgot  # nothing new: no pass
+    report = c.run("Maya", at(D1 + timedelta(days=120), 9), forget=True)  # past a personal fact's weeks
     assert report.ok and report.forgot and report.archived == 3
-    assert {r.kind for r in bank.records("Maya", state=State.ARCHIVED)} == {Kind.TURN, Kind.DAILY_EVENTS,
-                                                                              Kind.DAILY_PERSONALITY}
-    assert all(r.state == State.ACTIVE for k in (Kind.GLOBAL_EVENTS, Kind.GLOBAL_PERSONALITY)
-               for r in bank.summaries("Maya", k))
-    assert c.pending_days("Maya", D3) == []               # an archived summary still counts as done
+    assert {r.kind for r in bank.records("Maya", state=State.ARCHIVED)} == {
+        Kind.TURN,
+        Kind.DAILY_EVENTS,
+        Kind.DAILY_PERSONALITY,
+    }
+    assert all(
+        r.state == State.ACTIVE
+        for k in (Kind.GLOBAL_EVENTS, Kind.GLOBAL_PERSONALITY)
+        for r in bank.summaries("Maya", k)
+    )
+    assert c.pending_days("Maya", D3) == []  # an archived summary still counts as done
 
 
 def test_invalidate_day(bank):

@@ -1,11 +1,11 @@
 """Loaders of finetune.datasets: each format, bad records with file and line, no usable data."""
+
 import json
 from pathlib import Path
 
 import pytest
 
-from finetune.datasets import (BadRecord, NoUsableData, load_dialogues, normalise,
-                               record_messages, split_eval)
+from finetune.datasets import BadRecord, NoUsableData, load_dialogues, normalise, record_messages, split_eval
 from finetune.persona import COUNSELLOR_SYSTEM_PROMPT_ZH, counsellor_system_prompt
 from memory.cjk import language_of
 
@@ -13,15 +13,18 @@ REPO = Path(__file__).resolve().parents[1]
 SAMPLE = REPO / "data" / "psych_sample.jsonl"
 SHARED = REPO.parent / "shared" / "data" / "psych" / "smilechat_2k.jsonl"
 
-SMILE = [{"role": "client", "content": "我最近睡不好"},
-         {"role": "counselor", "content": "听起来你很疲惫，愿意说说发生了什么吗？"},
-         {"role": "client", "content": "工作压力大"},
-         {"role": "counselor", "content": "压力大的时候失眠很常见，我们一起想想办法。"}]
+SMILE = [
+    {"role": "client", "content": "我最近睡不好"},
+    {"role": "counselor", "content": "听起来你很疲惫，愿意说说发生了什么吗？"},
+    {"role": "client", "content": "工作压力大"},
+    {"role": "counselor", "content": "压力大的时候失眠很常见，我们一起想想办法。"},
+]
 
 
 def write_jsonl(path: Path, rows) -> Path:
-    path.write_text("\n".join(r if isinstance(r, str) else json.dumps(r, ensure_ascii=False)
-                              for r in rows) + "\n", encoding="utf-8")
+    path.write_text(
+        "\n".join(r if isinstance(r, str) else json.dumps(r, ensure_ascii=False) for r in rows) + "\n", encoding="utf-8"
+    )
     return path
 
 
@@ -48,59 +51,88 @@ def test_smilechat_folder_of_json_files(tmp_path):
 
 
 def test_input_output_pairs_with_history_and_instruction(tmp_path):
-    f = write_jsonl(tmp_path / "p.jsonl", [
-        {"input": "I feel lonely.", "output": "I'm here with you."},
-        {"instruction": "Be kind.", "input": "Bad day", "output": "Tell me more?",
-         "history": [["hi", "hello"]], "system": "sys"},
-    ])
+    f = write_jsonl(
+        tmp_path / "p.jsonl",
+        [
+            {"input": "I feel lonely.", "output": "I'm here with you."},
+            {
+                "instruction": "Be kind.",
+                "input": "Bad day",
+                "output": "Tell me more?",
+                "history": [["hi", "hello"]],
+                "system": "sys",
+            },
+        ],
+    )
     (a, b), _ = load_dialogues([f])
-    assert a.messages == [{"role": "user", "content": "I feel lonely."},
-                          {"role": "assistant", "content": "I'm here with you."}]
+    assert a.messages == [
+        {"role": "user", "content": "I feel lonely."},
+        {"role": "assistant", "content": "I'm here with you."},
+    ]
     assert [m["role"] for m in b.messages] == ["system", "user", "assistant", "user", "assistant"]
     assert b.messages[3]["content"] == "Be kind.\nBad day"
 
 
 def test_chat_messages_and_sharegpt(tmp_path):
-    f = write_jsonl(tmp_path / "c.jsonl", [
-        {"messages": [{"role": "system", "content": "S"}, {"role": "user", "content": "u"},
-                      {"role": "assistant", "content": "a"}]},
-        {"conversations": [{"from": "human", "value": "q"}, {"from": "gpt", "value": "r"}]},
-    ])
+    f = write_jsonl(
+        tmp_path / "c.jsonl",
+        [
+            {
+                "messages": [
+                    {"role": "system", "content": "S"},
+                    {"role": "user", "content": "u"},
+                    {"role": "assistant", "content": "a"},
+                ]
+            },
+            {"conversations": [{"from": "human", "value": "q"}, {"from": "gpt", "value": "r"}]},
+        ],
+    )
     (a, b), _ = load_dialogues([f])
     assert [m["role"] for m in a.messages] == ["system", "user", "assistant"]
     assert b.messages == [{"role": "user", "content": "q"}, {"role": "assistant", "content": "r"}]
 
 
 def test_normalise_merges_and_trims():
-    msgs = normalise([{"role": "counselor", "content": "opening"},  # leading reply dropped
-                      {"role": "client", "content": "a"}, {"role": "client", "content": "b"},
-                      {"role": "counselor", "content": "  "},        # empty dropped
-                      {"role": "counselor", "content": "c"},
-                      {"role": "client", "content": "dangling"}])   # trailing user dropped
+    msgs = normalise(
+        [
+            {"role": "counselor", "content": "opening"},  # leading reply dropped
+            {"role": "client", "content": "a"},
+            {"role": "client", "content": "b"},
+            {"role": "counselor", "content": "  "},  # empty dropped
+            {"role": "counselor", "content": "c"},
+            {"role": "client", "content": "dangling"},
+        ]
+    )  # trailing user dropped
     assert msgs == [{"role": "user", "content": "a\nb"}, {"role": "assistant", "content": "c"}]
 
 
-@pytest.mark.parametrize("record, reason", [
-    ({"dialogue": [{"role": "client", "content": "only a question"}]}, "no counsellor"),
-    ({"dialogue": [{"role": "doctor", "content": "x"}]}, "unknown role"),
-    ({"dialogue": [{"role": "client", "content": 3}]}, "not text"),
-    ({"dialogue": "text"}, "not a list"),
-    ({"text": "hello"}, "unknown record format"),
-    ({"input": "x"}, '"output"'),
-    ([1, 2], "not an object"),
-])
+@pytest.mark.parametrize(
+    "record, reason",
+    [
+        ({"dialogue": [{"role": "client", "content": "only a question"}]}, "no counsellor"),
+        ({"dialogue": [{"role": "doctor", "content": "x"}]}, "unknown role"),
+        ({"dialogue": [{"role": "client", "content": 3}]}, "not text"),
+        ({"dialogue": "text"}, "not a list"),
+        ({"text": "hello"}, "unknown record format"),
+        ({"input": "x"}, '"output"'),
+        ([1, 2], "not an object"),
+    ],
+)
 def test_bad_records_raise_with_reason(record, reason):
     with pytest.raises(BadRecord, match=reason):
         record_messages(record)
 
 
 def test_bad_records_reported_with_file_and_line_and_skipped(tmp_path):
-    f = write_jsonl(tmp_path / "mixed.jsonl", [
-        {"dialogue": SMILE},
-        "{not json",
-        {"dialogue": [{"role": "client", "content": "alone"}]},
-        {"input": "q", "output": "a"},
-    ])
+    f = write_jsonl(
+        tmp_path / "mixed.jsonl",
+        [
+            {"dialogue": SMILE},
+            "{not json",
+            {"dialogue": [{"role": "client", "content": "alone"}]},
+            {"input": "q", "output": "a"},
+        ],
+    )
     seen = []
     dialogues, report = load_dialogues([f], on_bad=seen.append)
     assert len(dialogues) == 2 and report.records == 4 and len(report.bad) == 2

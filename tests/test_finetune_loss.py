@@ -1,5 +1,6 @@
 """The training loss: logits only at the counsellor's positions, in chunks, equal to the plain
 full-vocabulary loss, gradients included."""
+
 from __future__ import annotations
 
 import pytest
@@ -13,17 +14,27 @@ from finetune.trainer import masked_loss_sum  # noqa: E402
 
 def tiny_model():
     torch.manual_seed(0)
-    config = transformers.LlamaConfig(vocab_size=300, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                                      num_attention_heads=4, num_key_value_heads=2, head_dim=8,
-                                      max_position_embeddings=64, pad_token_id=0, tie_word_embeddings=True)
+    config = transformers.LlamaConfig(
+        vocab_size=300,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=8,
+        max_position_embeddings=64,
+        pad_token_id=0,
+        tie_word_embeddings=True,
+    )
     return transformers.LlamaForCausalLM(config)
 
 
 def plain_loss(model, batch):
     logits = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits[:, :-1].float()
     target = batch["labels"][:, 1:]
-    return torch.nn.functional.cross_entropy(logits.reshape(-1, logits.size(-1)), target.reshape(-1),
-                                             ignore_index=IGNORE_INDEX, reduction="sum")
+    return torch.nn.functional.cross_entropy(
+        logits.reshape(-1, logits.size(-1)), target.reshape(-1), ignore_index=IGNORE_INDEX, reduction="sum"
+    )
 
 
 def test_chunked_loss_equals_the_full_logits_loss():
@@ -40,7 +51,7 @@ def test_chunked_loss_equals_the_full_logits_loss():
     want_grads = [p.grad.clone() for p in model.parameters()]
     model.zero_grad()
 
-    got, count = masked_loss_sum(model, batch, chunk_tokens=3)   # several chunks
+    got, count = masked_loss_sum(model, batch, chunk_tokens=3)  # several chunks
     got.backward()
     assert count == 7 + 5
     assert torch.allclose(got, want, rtol=1e-5, atol=1e-5)

@@ -1,18 +1,23 @@
 """Loss masks: only the assistant's tokens are learned, in the chat format used at inference."""
+
 from pathlib import Path
 
 import pytest
 
 from finetune.datasets import Dialogue, load_dialogues
-from finetune.masking import (IGNORE_INDEX, ChatRenderer, TemplateError, build_examples, collate)
+from finetune.masking import IGNORE_INDEX, ChatRenderer, TemplateError, build_examples, collate
 from finetune.persona import COUNSELLOR_SYSTEM_PROMPT_EN
 
 SAMPLE = Path(__file__).resolve().parents[1] / "data" / "psych_sample.jsonl"
-DIALOGUE = Dialogue([{"role": "user", "content": "I can't sleep lately."},
-                     {"role": "assistant", "content": "That sounds exhausting. What keeps you up?"},
-                     {"role": "user", "content": "Work, mostly."},
-                     {"role": "assistant", "content": "Work stress often follows us to bed."}],
-                    "test:1")
+DIALOGUE = Dialogue(
+    [
+        {"role": "user", "content": "I can't sleep lately."},
+        {"role": "assistant", "content": "That sounds exhausting. What keeps you up?"},
+        {"role": "user", "content": "Work, mostly."},
+        {"role": "assistant", "content": "Work stress often follows us to bed."},
+    ],
+    "test:1",
+)
 
 
 @pytest.fixture(scope="module")
@@ -71,7 +76,7 @@ def test_long_dialogues_split_into_windows_that_each_start_with_the_system(token
     long = max(dialogues[:10], key=lambda d: len(d.text))
     probe = ChatRenderer(tokenizer, max_length=4096, system_prompt="Be kind.")
     msgs = probe.with_system(long)
-    pair_lengths = [len(probe.encode(msgs[:1] + msgs[i:i + 2])[0]) for i in range(1, len(msgs), 2)]
+    pair_lengths = [len(probe.encode(msgs[:1] + msgs[i : i + 2])[0]) for i in range(1, len(msgs), 2)]
     limit = max(pair_lengths) + 8  # every (client, counsellor) pair fits, the dialogue does not
     assert len(probe.encode(msgs)[0]) > limit
     r = ChatRenderer(tokenizer, max_length=limit, system_prompt="Be kind.")
@@ -87,8 +92,7 @@ def test_long_dialogues_split_into_windows_that_each_start_with_the_system(token
 
 
 def test_truncation_and_dropping_are_counted(tokenizer):
-    huge = Dialogue([{"role": "user", "content": "word " * 400},
-                     {"role": "assistant", "content": "reply"}], "huge:1")
+    huge = Dialogue([{"role": "user", "content": "word " * 400}, {"role": "assistant", "content": "reply"}], "huge:1")
     ok = DIALOGUE
     r = ChatRenderer(tokenizer, max_length=64, system_prompt=None)
     examples, stats = build_examples([huge, ok], r)
@@ -104,8 +108,8 @@ def test_collate_pads_right_with_ignored_labels(tokenizer):
     batch = collate([a, b], tokenizer.pad_token_id)
     assert batch["input_ids"].shape == (2, len(a))
     assert batch["attention_mask"][1].sum() == len(b)
-    assert (batch["labels"][1, len(b):] == IGNORE_INDEX).all()
-    assert (batch["input_ids"][1, len(b):] == tokenizer.pad_token_id).all()
+    assert (batch["labels"][1, len(b) :] == IGNORE_INDEX).all()
+    assert (batch["input_ids"][1, len(b) :] == tokenizer.pad_token_id).all()
 
 
 class SlowProxy:

@@ -1,26 +1,50 @@
 """Prompt templates: strict loading and rendering, and fitting a turn into a token budget."""
+
 from __future__ import annotations
 
 from datetime import date
 
 import pytest
 
-from siliconfriend.core.prompting import (PROMPTS_DIR, TEMPLATE_NAMES, PromptError, PromptSet, Template, fit_block,
-                                     fit_chat, load_prompts, truncate_tokens)
+from siliconfriend.core.prompting import (
+    PROMPTS_DIR,
+    TEMPLATE_NAMES,
+    PromptError,
+    PromptSet,
+    Template,
+    fit_block,
+    fit_chat,
+    load_prompts,
+    truncate_tokens,
+)
 
 
 def words(text: str) -> int:
     return len(text.split())
 
 
-META_FIELDS = {"trained_prompt", "companion_name", "user_name", "today", "persona", "global_events",
-               "global_personality", "memories"}
+META_FIELDS = {
+    "trained_prompt",
+    "companion_name",
+    "user_name",
+    "today",
+    "persona",
+    "global_events",
+    "global_personality",
+    "memories",
+}
 
 
 def meta_values(**over):
-    values = dict(trained_prompt="", companion_name="SiliconFriend", user_name="Maya", today="Friday, May 3, 2024",
-                  persona="",
-                  global_events="Maya adopted a kitten called Pixel.", global_personality="Maya is kind.")
+    values = dict(
+        trained_prompt="",
+        companion_name="SiliconFriend",
+        user_name="Maya",
+        today="Friday, May 3, 2024",
+        persona="",
+        global_events="Maya adopted a kitten called Pixel.",
+        global_personality="Maya is kind.",
+    )
     values.update(over)
     return values
 
@@ -41,7 +65,7 @@ def test_every_template_loads_and_renders(lang):
 def test_languages_share_their_phrases():
     en, zh = load_prompts("en"), load_prompts("zh")
     assert set(en.fragments) == set(zh.fragments)
-    for key in set(en.fragments) - {"date"}:   # a date is written with other parts in each language
+    for key in set(en.fragments) - {"date"}:  # a date is written with other parts in each language
         assert en.fragments[key].fields == zh.fragments[key].fields, key
 
 
@@ -52,17 +76,24 @@ def test_dates_are_written_for_each_language():
 
 def test_a_missing_variable_is_an_error():
     with pytest.raises(PromptError, match="needs .*global_events"):
-        load_prompts("en").render("meta", **{k: v for k, v in meta_values(memories="").items()
-                                             if k != "global_events"})
+        load_prompts("en").render("meta", **{k: v for k, v in meta_values(memories="").items() if k != "global_events"})
     with pytest.raises(PromptError, match="no 'nope'"):
         load_prompts("en").fragment("nope")
     with pytest.raises(PromptError, match="unknown template"):
         load_prompts("en").render("nope")
 
 
-@pytest.mark.parametrize("text, why", [("{0}", "plain variable"), ("{a.b}", "plain variable"),
-                                       ("{x:>5}", "plain variable"), ("{x!r}", "plain variable"),
-                                       ("a { b", "literal braces"), ("a } b", "literal braces")])
+@pytest.mark.parametrize(
+    "text, why",
+    [
+        ("{0}", "plain variable"),
+        ("{a.b}", "plain variable"),
+        ("{x:>5}", "plain variable"),
+        ("{x!r}", "plain variable"),
+        ("a { b", "literal braces"),
+        ("a } b", "literal braces"),
+    ],
+)
 def test_anything_but_a_plain_name_is_an_error(text, why):
     with pytest.raises(PromptError, match=why):
         Template.parse("t", text, "t.txt")
@@ -87,7 +118,7 @@ def test_missing_language_file_or_bad_fragment(tmp_path):
 
 
 # -- fitting --------------------------------------------------------------------------------------
-MEMORIES = [f"- memory number {i} " + "word " * 20 for i in range(6)]          # best first
+MEMORIES = [f"- memory number {i} " + "word " * 20 for i in range(6)]  # best first
 HISTORY = [(f"question {i} " + "word " * 15, f"answer {i} " + "word " * 15) for i in range(6)]  # oldest first
 
 
@@ -109,9 +140,9 @@ def test_oldest_history_and_lowest_memories_go_first_and_instructions_stay():
     assert 0 < fitted.kept_memories < 6 and 0 < fitted.kept_history < 6
     system = fitted.messages[0].content
     kept = [m for m in MEMORIES if m in system]
-    assert kept == MEMORIES[:fitted.kept_memories]            # the best ones stay
+    assert kept == MEMORIES[: fitted.kept_memories]  # the best ones stay
     contents = [m.content for m in fitted.messages[1:-1]]
-    assert contents[0].startswith(f"question {6 - fitted.kept_history} ")   # the most recent ones stay
+    assert contents[0].startswith(f"question {6 - fitted.kept_history} ")  # the most recent ones stay
     assert contents[-1].startswith("answer 5 ")
     assert "Never invent a memory." in system and "Pixel" in system
 
@@ -119,8 +150,9 @@ def test_oldest_history_and_lowest_memories_go_first_and_instructions_stay():
 def test_when_nothing_else_fits_the_summaries_then_the_message_are_shortened():
     prompts = load_prompts("en")
     long_summary = "Maya likes tea. " * 300
-    fitted = fit_chat(prompts, meta_values(global_events=long_summary), MEMORIES, HISTORY, "Hello there",
-                      budget=400, count=words)
+    fitted = fit_chat(
+        prompts, meta_values(global_events=long_summary), MEMORIES, HISTORY, "Hello there", budget=400, count=words
+    )
     assert fitted.kept_memories == 0 and fitted.kept_history == 0
     assert fitted.shortened == ["global_events"] and fitted.tokens <= 400
     assert "No memories about this yet." in fitted.messages[0].content
@@ -138,10 +170,14 @@ def test_a_budget_smaller_than_the_instructions_is_an_error():
 
 
 def test_a_turn_without_reply_keeps_roles_alternating():
-    fitted = fit_chat(load_prompts("en"), meta_values(), [], [("first", ""), ("second", "ok")], "third",
-                      budget=10_000, count=words)
+    fitted = fit_chat(
+        load_prompts("en"), meta_values(), [], [("first", ""), ("second", "ok")], "third", budget=10_000, count=words
+    )
     assert [(m.role, m.content) for m in fitted.messages[1:]] == [
-        ("user", "first\n\nsecond"), ("assistant", "ok"), ("user", "third")]
+        ("user", "first\n\nsecond"),
+        ("assistant", "ok"),
+        ("user", "third"),
+    ]
 
 
 def test_fit_block_cuts_every_item_evenly():

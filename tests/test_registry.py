@@ -1,4 +1,5 @@
 """Choosing and building backends by name, with lazy imports and clear errors."""
+
 from __future__ import annotations
 
 import logging
@@ -8,8 +9,14 @@ import sys
 import pytest
 
 from siliconfriend.backends.base import BackendError, ChatBackend
-from siliconfriend.backends.registry import (BACKENDS, backend_class, backend_names, create_backend,
-                                             default_backend_name, require)
+from siliconfriend.backends.registry import (
+    BACKENDS,
+    backend_class,
+    backend_names,
+    create_backend,
+    default_backend_name,
+    require,
+)
 
 
 class Recorder:
@@ -31,14 +38,17 @@ class Recorder:
 @pytest.fixture
 def fake_hf(monkeypatch):
     import siliconfriend.backends.hf.chat as hf_local
+
     monkeypatch.setattr(hf_local, "HFLocalChat", Recorder)
     return Recorder
 
 
 def test_registry_names_and_paths():
-    assert BACKENDS == {"openai": "siliconfriend.backends.openai_chat:OpenAIChat",
-                        "hf": "siliconfriend.backends.hf.chat:HFLocalChat",
-                        "langchain": "siliconfriend.backends.langchain_chat:LangChainChat"}
+    assert BACKENDS == {
+        "openai": "siliconfriend.backends.openai_chat:OpenAIChat",
+        "hf": "siliconfriend.backends.hf.chat:HFLocalChat",
+        "langchain": "siliconfriend.backends.langchain_chat:LangChainChat",
+    }
     assert backend_names() == ["hf", "langchain", "openai"]
     for name in BACKENDS:
         assert backend_class(name).name == name
@@ -86,8 +96,9 @@ def test_langchain_needs_a_model_and_builds_one():
     pytest.importorskip("langchain_core")
     with pytest.raises(BackendError, match="needs a chat model"):
         create_backend("langchain")
-    backend = create_backend("langchain", model="langchain_core.language_models.fake_chat_models:FakeListChatModel",
-                             responses=["hi"])
+    backend = create_backend(
+        "langchain", model="langchain_core.language_models.fake_chat_models:FakeListChatModel", responses=["hi"]
+    )
     assert backend.name == "langchain" and "".join(backend.stream([])) == "hi"
 
 
@@ -106,8 +117,10 @@ def test_a_broken_backend_path_is_not_hidden(monkeypatch):
 
 
 def test_importing_the_registry_loads_no_heavy_dependency():
-    code = ("import sys, siliconfriend.backends.registry, siliconfriend.backends.openai_chat;"
-            "heavy = [m for m in ('torch', 'transformers', 'openai', 'langchain_core') if m in sys.modules];"
-            "print(','.join(heavy))")
+    code = (
+        "import sys, siliconfriend.backends.registry, siliconfriend.backends.openai_chat;"
+        "heavy = [m for m in ('torch', 'transformers', 'openai', 'langchain_core') if m in sys.modules];"
+        "print(','.join(heavy))"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == ""

@@ -10,6 +10,7 @@ client by the accounts' login limiter (``web/rate_limit.py``, its events in the 
 and a client over its limits is refused until its failures age out; a valid key may make at most
 ``requests_per_minute`` requests (a sliding window kept in this process).
 """
+
 from __future__ import annotations
 
 import secrets
@@ -24,16 +25,15 @@ from ..web.accounts import secret_digest as digest
 from ..web.rate_limit import Attempt, TooManyAttempts
 
 KEY_PREFIX = "sf-"
-SHOWN_CHARS = 10            # the part of a key shown in lists ("sf-AbCdEfG")
+SHOWN_CHARS = 10  # the part of a key shown in lists ("sf-AbCdEfG")
 MAX_LABEL = 80
 MAX_KEYS_PER_USER = 50
-LAST_USED_EVERY_S = 60.0    # "last used" is written at most once a minute per key
+LAST_USED_EVERY_S = 60.0  # "last used" is written at most once a minute per key
 
 SQL = {
     "insert": "INSERT INTO api_keys (key_hash, prefix, name, label, created_at) VALUES (?, ?, ?, ?, ?)",
     "count_live": "SELECT COUNT(*) FROM api_keys WHERE name = ? AND revoked_at IS NULL",
-    "list": "SELECT id, prefix, label, created_at, last_used_at, revoked_at FROM api_keys WHERE name = ? "
-            "ORDER BY id",
+    "list": "SELECT id, prefix, label, created_at, last_used_at, revoked_at FROM api_keys WHERE name = ? ORDER BY id",
     "lookup": "SELECT id, name, revoked_at, last_used_at FROM api_keys WHERE key_hash = ?",
     "touch": "UPDATE api_keys SET last_used_at = ? WHERE id = ?",
     "revoke": "UPDATE api_keys SET revoked_at = ? WHERE id = ? AND name = ? AND revoked_at IS NULL",
@@ -56,7 +56,7 @@ class RateLimited(Exception):
 @dataclass(frozen=True)
 class ApiKeyInfo:
     id: int
-    prefix: str            # the first characters, to tell keys apart (never enough to use one)
+    prefix: str  # the first characters, to tell keys apart (never enough to use one)
     label: str
     created_at: float
     last_used_at: float | None
@@ -67,13 +67,20 @@ class ApiKeyInfo:
         return self.revoked_at is None
 
     def as_dict(self) -> dict:
-        return {"id": self.id, "prefix": self.prefix, "label": self.label, "created_at": self.created_at,
-                "last_used_at": self.last_used_at, "revoked_at": self.revoked_at, "active": self.active}
+        return {
+            "id": self.id,
+            "prefix": self.prefix,
+            "label": self.label,
+            "created_at": self.created_at,
+            "last_used_at": self.last_used_at,
+            "revoked_at": self.revoked_at,
+            "active": self.active,
+        }
 
 
 @dataclass(frozen=True)
 class NewKey:
-    key: str               # shown once, never stored
+    key: str  # shown once, never stored
     info: ApiKeyInfo
 
 
@@ -142,9 +149,9 @@ class ApiKeys:
 class KeyLimiter(Protocol):
     """What the API asks of a rate limiter (swappable for the web app's login limiter)."""
 
-    def check_client(self, client: str | None) -> None: ...      # RateLimited when blocked
+    def check_client(self, client: str | None) -> None: ...  # RateLimited when blocked
     def failed(self, client: str | None) -> None: ...
-    def allow_request(self, key_id: int) -> None: ...            # RateLimited when over the rate
+    def allow_request(self, key_id: int) -> None: ...  # RateLimited when over the rate
 
 
 class LoginStyleLimiter:
@@ -154,8 +161,9 @@ class LoginStyleLimiter:
     The accounts' limiter (``accounts.limiter``, a ``RateLimiter``) is used as it is. Each client
     is its own "name" here, so that wrong keys from one client never hold back the keys of another."""
 
-    def __init__(self, accounts: Accounts, *, requests_per_minute: int = 60,
-                 clock: Callable[[], float] = time.monotonic):
+    def __init__(
+        self, accounts: Accounts, *, requests_per_minute: int = 60, clock: Callable[[], float] = time.monotonic
+    ):
         self.accounts = accounts
         self.requests_per_minute = requests_per_minute
         self.clock = clock
@@ -183,10 +191,22 @@ class LoginStyleLimiter:
             while recent and recent[0] <= now - 60.0:
                 recent.popleft()
             if len(recent) >= self.requests_per_minute:
-                raise RateLimited(f"this key may make {self.requests_per_minute} requests a minute",
-                                  recent[0] + 60.0 - now)
+                raise RateLimited(
+                    f"this key may make {self.requests_per_minute} requests a minute", recent[0] + 60.0 - now
+                )
             recent.append(now)
 
 
-__all__ = ["ApiKeys", "ApiKeyInfo", "NewKey", "KeyOwner", "KeyLimiter", "LoginStyleLimiter", "ApiKeyError",
-           "RateLimited", "looks_like_key", "digest", "SQL"]
+__all__ = [
+    "ApiKeys",
+    "ApiKeyInfo",
+    "NewKey",
+    "KeyOwner",
+    "KeyLimiter",
+    "LoginStyleLimiter",
+    "ApiKeyError",
+    "RateLimited",
+    "looks_like_key",
+    "digest",
+    "SQL",
+]

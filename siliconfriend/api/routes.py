@@ -6,6 +6,7 @@ OpenAI's chat-completions protocol (``POST /chat/completions``, streaming as ser
 ``{"error": {"message", "type", "param", "code"}}`` and 400 / 401 / 404 / 429 / 503. The
 description is at ``/v1/openapi.json``, a page at ``/v1/docs``.
 """
+
 from __future__ import annotations
 
 import json
@@ -37,6 +38,7 @@ class ChatMessageIn(BaseModel):
 
 class ChatCompletionRequest(BaseModel):
     """OpenAI's request; fields the companion does not use (temperature, top_p...) are accepted."""
+
     model_config = ConfigDict(extra="allow")
     model: str = Field(MODEL_ID, description="any name; the companion answers with the configured backend")
     messages: list[ChatMessageIn] = Field(description="the chat so far; the last one is the user's turn")
@@ -45,10 +47,18 @@ class ChatCompletionRequest(BaseModel):
     stream_options: dict[str, Any] | None = None
 
 
-def openai_error(status: int, message: str, *, type: str = "invalid_request_error", code: str | None = None,
-                 param: str | None = None, headers: dict | None = None) -> JSONResponse:
-    return JSONResponse(ApiError(status, message, type=type, code=code, param=param).body(), status_code=status,
-                        headers=headers)
+def openai_error(
+    status: int,
+    message: str,
+    *,
+    type: str = "invalid_request_error",
+    code: str | None = None,
+    param: str | None = None,
+    headers: dict | None = None,
+) -> JSONResponse:
+    return JSONResponse(
+        ApiError(status, message, type=type, code=code, param=param).body(), status_code=status, headers=headers
+    )
 
 
 def client_of(request: Request) -> str | None:
@@ -57,11 +67,16 @@ def client_of(request: Request) -> str | None:
 
 def build_api(api: ApiService) -> FastAPI:
     """The API's FastAPI app (its paths without the ``/v1`` prefix; ``mount`` adds it)."""
-    app = FastAPI(title="SiliconFriend API", version="1",
-                  description="An OpenAI-compatible chat endpoint whose companion remembers (MemoryBank: "
-                              "retrieval, daily summaries, personality, forgetting), and the memory API. "
-                              "Authenticate with a per-user key: `Authorization: Bearer sf-...`.",
-                  openapi_url="/openapi.json", docs_url="/docs", redoc_url=None)
+    app = FastAPI(
+        title="SiliconFriend API",
+        version="1",
+        description="An OpenAI-compatible chat endpoint whose companion remembers (MemoryBank: "
+        "retrieval, daily summaries, personality, forgetting), and the memory API. "
+        "Authenticate with a per-user key: `Authorization: Bearer sf-...`.",
+        openapi_url="/openapi.json",
+        docs_url="/docs",
+        redoc_url=None,
+    )
     bearer = HTTPBearer(auto_error=False, description="a per-user API key, sf-...")
 
     @app.exception_handler(ApiError)
@@ -84,15 +99,20 @@ def build_api(api: ApiService) -> FastAPI:
     @app.exception_handler(Exception)
     async def on_crash(request: Request, exc: Exception):
         log.exception("API request %s %s failed", request.method, request.url.path)
-        return openai_error(500, "the server failed on this request (it is logged); nothing was changed "
-                                 "by it unless the reply said so", type="server_error", code="internal_error")
+        return openai_error(
+            500,
+            "the server failed on this request (it is logged); nothing was changed by it unless the reply said so",
+            type="server_error",
+            code="internal_error",
+        )
 
     @app.middleware("http")
     async def limit_body(request: Request, call_next):
         size = request.headers.get("content-length")
         if size and size.isdigit() and int(size) > MAX_BODY_BYTES:
-            return openai_error(413, f"the request is too large (at most {MAX_BODY_BYTES // 2**20} MiB)",
-                                code="request_too_large")
+            return openai_error(
+                413, f"the request is too large (at most {MAX_BODY_BYTES // 2**20} MiB)", code="request_too_large"
+            )
         return await call_next(request)
 
     async def owner(request: Request, _=Depends(bearer)) -> KeyOwner:
@@ -120,19 +140,31 @@ def build_api(api: ApiService) -> FastAPI:
         if not body.stream:
             return JSONResponse(api.finish(completion))
         usage = bool((body.stream_options or {}).get("include_usage"))
-        return StreamingResponse(sse_chunks(api, completion, usage), media_type="text/event-stream",
-                                 headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
+        return StreamingResponse(
+            sse_chunks(api, completion, usage),
+            media_type="text/event-stream",
+            headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
+        )
 
     # -- memories -----------------------------------------------------------------------------
     @app.get("/memories", summary="The user's memories, newest day first, a page at a time")
-    def memories(who: KeyOwner = Depends(owner), kind: str | None = None, state: str | None = None,
-                 day: str | None = Query(None, description="YYYY-MM-DD"),
-                 limit: int = Query(50, description="1 to 200"), offset: int = 0):
+    def memories(
+        who: KeyOwner = Depends(owner),
+        kind: str | None = None,
+        state: str | None = None,
+        day: str | None = Query(None, description="YYYY-MM-DD"),
+        limit: int = Query(50, description="1 to 200"),
+        offset: int = 0,
+    ):
         return api.list_memories(who.user, kind=kind, state=state, day=day, limit=limit, offset=offset)
 
     @app.get("/memories/search", summary="Search the user's memories (the companion's retrieval, with reasons)")
-    def search(q: str = Query(..., description="what to look for"), limit: int = 10,
-               include_archived: bool = False, who: KeyOwner = Depends(owner)):
+    def search(
+        q: str = Query(..., description="what to look for"),
+        limit: int = 10,
+        include_archived: bool = False,
+        who: KeyOwner = Depends(owner),
+    ):
         return api.search(who.user, q, limit=limit, include_archived=include_archived)
 
     @app.get("/memories/export", summary="Everything of the user: MemoryBank JSON plus SiliconFriend's fields")
@@ -174,10 +206,16 @@ def sse_chunks(api: ApiService, completion: Completion, usage: bool) -> Iterator
     """The turn as OpenAI's ``chat.completion.chunk`` events: the first carries the role and the
     memories used, the last the finish reason and the stored turn; a backend failure mid-reply
     is an ``error`` event (the OpenAI SDK raises it)."""
+
     def chunk(delta: dict, finish: str | None = None, **extra) -> dict:
-        return {"id": completion.id, "object": "chat.completion.chunk", "created": completion.created,
-                "model": completion.model, "choices": [{"index": 0, "delta": delta, "finish_reason": finish,
-                                                        "logprobs": None}], **extra}
+        return {
+            "id": completion.id,
+            "object": "chat.completion.chunk",
+            "created": completion.created,
+            "model": completion.model,
+            "choices": [{"index": 0, "delta": delta, "finish_reason": finish, "logprobs": None}],
+            **extra,
+        }
 
     stream = completion.stream
     chunks = iter(stream)
@@ -185,26 +223,34 @@ def sse_chunks(api: ApiService, completion: Completion, usage: bool) -> Iterator
     try:
         first = completion.first or ""
         parts.append(first)
-        yield _event(chunk({"role": "assistant", "content": first},
-                           siliconfriend={"memories": completion.remembered}))
+        yield _event(chunk({"role": "assistant", "content": first}, siliconfriend={"memories": completion.remembered}))
         for piece in chunks:
             parts.append(piece)
             yield _event(chunk({"content": piece}))
         result = stream.result
         if result is None or result.error:
             message = result.error if result else "the reply did not finish"
-            yield _event({"error": {"message": message, "type": "server_error", "param": None,
-                                    "code": "backend_unavailable"}})
+            yield _event(
+                {"error": {"message": message, "type": "server_error", "param": None, "code": "backend_unavailable"}}
+            )
             return
         end = _event(chunk({}, "stop", siliconfriend=api.extension(completion)))
         if usage:
-            end += _event({"id": completion.id, "object": "chat.completion.chunk", "created": completion.created,
-                           "model": completion.model, "choices": [], "usage": api.usage(completion, result.reply)})
-        yield end + _event("[DONE]")        # one write for the end (each chunk is a hop to a thread)
+            end += _event(
+                {
+                    "id": completion.id,
+                    "object": "chat.completion.chunk",
+                    "created": completion.created,
+                    "model": completion.model,
+                    "choices": [],
+                    "usage": api.usage(completion, result.reply),
+                }
+            )
+        yield end + _event("[DONE]")  # one write for the end (each chunk is a hop to a thread)
     finally:
         close = getattr(chunks, "close", None)
         if close is not None:
-            close()        # a client that went away: the companion keeps what came so far
+            close()  # a client that went away: the companion keeps what came so far
 
 
 def mount(api: ApiService) -> Mount:
@@ -214,8 +260,7 @@ def mount(api: ApiService) -> Mount:
 
 def standalone_app(api: ApiService) -> FastAPI:
     """The API alone (``siliconfriend serve-api``): ``/v1/...``, and ``/`` saying where it is."""
-    root = FastAPI(title="SiliconFriend API", openapi_url=None, docs_url=None, redoc_url=None,
-                   routes=[mount(api)])
+    root = FastAPI(title="SiliconFriend API", openapi_url=None, docs_url=None, redoc_url=None, routes=[mount(api)])
 
     @root.get("/")
     def index():

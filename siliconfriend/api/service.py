@@ -4,6 +4,7 @@ turn, and the memory calls touch only that user's memories.
 ``ApiService`` shares the companion (and so the memory bank, its locks and the day rollover)
 with the web app when both run in one process; ``routes.py`` only adapts it to HTTP.
 """
+
 from __future__ import annotations
 
 import time
@@ -21,9 +22,9 @@ from ..web.accounts import Accounts
 from ..web.service import MAX_MESSAGE_CHARS, user_export
 from .keys import ApiKeys, KeyLimiter, KeyOwner, LoginStyleLimiter, RateLimited
 
-MODEL_ID = "siliconfriend"          # the one model /v1/models lists: the companion with its memory
-MAX_PERSONA_CHARS = 4000            # a client's system prompt, used as the persona for the turn
-MAX_REQUEST_CHARS = 2_000_000       # all the messages of one request together
+MODEL_ID = "siliconfriend"  # the one model /v1/models lists: the companion with its memory
+MAX_PERSONA_CHARS = 4000  # a client's system prompt, used as the persona for the turn
+MAX_REQUEST_CHARS = 2_000_000  # all the messages of one request together
 MAX_PAGE = 200
 MAX_SEARCH = 50
 MAX_QUERY_CHARS = 2000
@@ -32,8 +33,16 @@ MAX_QUERY_CHARS = 2000
 class ApiError(Exception):
     """A refusal in OpenAI's shape: HTTP ``status``, error ``type`` and ``code``."""
 
-    def __init__(self, status: int, message: str, *, type: str = "invalid_request_error",
-                 code: str | None = None, param: str | None = None, headers: dict | None = None):
+    def __init__(
+        self,
+        status: int,
+        message: str,
+        *,
+        type: str = "invalid_request_error",
+        code: str | None = None,
+        param: str | None = None,
+        headers: dict | None = None,
+    ):
         self.status, self.message, self.type, self.code, self.param = status, message, type, code, param
         self.headers = headers or {}
         super().__init__(message)
@@ -51,8 +60,13 @@ def unauthorized(message: str) -> ApiError:
 
 
 def rate_limited(exc: RateLimited) -> ApiError:
-    return ApiError(429, str(exc), type="rate_limit_error", code="rate_limit_exceeded",
-                    headers={"Retry-After": str(int(exc.retry_after) + 1)})
+    return ApiError(
+        429,
+        str(exc),
+        type="rate_limit_error",
+        code="rate_limit_exceeded",
+        headers={"Retry-After": str(int(exc.retry_after) + 1)},
+    )
 
 
 def not_found(memory_id: Any) -> ApiError:
@@ -84,9 +98,10 @@ def content_text(content: Any) -> str:
 @dataclass
 class ChatTurn:
     """What the companion makes of a chat request."""
-    text: str                                   # the last user message: the turn
-    history: list[tuple[str, str]]              # the client's earlier exchanges (never stored again)
-    persona: str | None                         # the client's system prompt, if any
+
+    text: str  # the last user message: the turn
+    history: list[tuple[str, str]]  # the client's earlier exchanges (never stored again)
+    persona: str | None  # the client's system prompt, if any
 
 
 def read_messages(messages: Sequence[dict]) -> ChatTurn:
@@ -104,8 +119,9 @@ def read_messages(messages: Sequence[dict]) -> ChatTurn:
         text = content_text(m.get("content"))
         total += len(text)
         if total > MAX_REQUEST_CHARS:
-            raise bad_request(f"the messages are too long together (at most {MAX_REQUEST_CHARS:,} characters)",
-                              "messages")
+            raise bad_request(
+                f"the messages are too long together (at most {MAX_REQUEST_CHARS:,} characters)", "messages"
+            )
         items.append((role, text))
     role, text = items[-1]
     if role != "user":
@@ -123,10 +139,10 @@ def read_messages(messages: Sequence[dict]) -> ChatTurn:
         if r == "user":
             if t:
                 pending.append(t)
-        elif r == "assistant" and pending:     # (a greeting before the user's first words is left out)
+        elif r == "assistant" and pending:  # (a greeting before the user's first words is left out)
             history.append(("\n".join(pending), t))
             pending = []
-    if pending:                       # the user spoke twice in a row: one turn of the conversation
+    if pending:  # the user spoke twice in a row: one turn of the conversation
         text = "\n".join([*pending, text])[-MAX_MESSAGE_CHARS:]
     return ChatTurn(text, history, system[:MAX_PERSONA_CHARS] or None)
 
@@ -134,19 +150,28 @@ def read_messages(messages: Sequence[dict]) -> ChatTurn:
 @dataclass
 class Completion:
     """A running or finished chat completion."""
+
     id: str
     created: int
     model: str
     stream: ReplyStream
-    first: str | None = None                    # the first chunk, taken before the answer starts
+    first: str | None = None  # the first chunk, taken before the answer starts
     remembered: list[dict] = field(default_factory=list)
 
 
 # -- the service --------------------------------------------------------------------------------------
 class ApiService:
-    def __init__(self, settings: Settings, accounts: Accounts, bank: MemoryBank, *,
-                 companion: Callable[[], Any] | Any, keys: ApiKeys | None = None,
-                 limiter: KeyLimiter | None = None, clock: Callable[[], datetime] | None = None):
+    def __init__(
+        self,
+        settings: Settings,
+        accounts: Accounts,
+        bank: MemoryBank,
+        *,
+        companion: Callable[[], Any] | Any,
+        keys: ApiKeys | None = None,
+        limiter: KeyLimiter | None = None,
+        clock: Callable[[], datetime] | None = None,
+    ):
         self.settings = settings
         self.accounts = accounts
         self.bank = bank
@@ -176,8 +201,10 @@ class ApiService:
             raise rate_limited(exc) from None
         scheme, _, key = (authorization or "").strip().partition(" ")
         if scheme.lower() != "bearer" or not key.strip():
-            raise unauthorized("no API key: send `Authorization: Bearer sf-...` (make a key on the account page "
-                               "or with `siliconfriend keys create --user NAME`)")
+            raise unauthorized(
+                "no API key: send `Authorization: Bearer sf-...` (make a key on the account page "
+                "or with `siliconfriend keys create --user NAME`)"
+            )
         owner = self.keys.owner(key.strip())
         if owner is None:
             self.limiter.failed(client)
@@ -221,11 +248,22 @@ class ApiService:
         return self.completion_body(completion, result.reply)
 
     def completion_body(self, completion: Completion, reply: str) -> dict:
-        return {"id": completion.id, "object": "chat.completion", "created": completion.created,
-                "model": completion.model,
-                "choices": [{"index": 0, "message": {"role": "assistant", "content": reply},
-                             "finish_reason": "stop", "logprobs": None}],
-                "usage": self.usage(completion, reply), "siliconfriend": self.extension(completion)}
+        return {
+            "id": completion.id,
+            "object": "chat.completion",
+            "created": completion.created,
+            "model": completion.model,
+            "choices": [
+                {
+                    "index": 0,
+                    "message": {"role": "assistant", "content": reply},
+                    "finish_reason": "stop",
+                    "logprobs": None,
+                }
+            ],
+            "usage": self.usage(completion, reply),
+            "siliconfriend": self.extension(completion),
+        }
 
     def usage(self, completion: Completion, reply: str) -> dict:
         backend = getattr(self.companion, "backend", None)
@@ -239,20 +277,36 @@ class ApiService:
         the stored turn, and what a day rollover before this turn summarised."""
         result = completion.stream.result
         report = completion.stream.consolidation
-        return {"memories": completion.remembered,
-                "turn_id": result.turn.id if result is not None and result.turn is not None else None,
-                "day_rollover": None if report is None else
-                {"summarised": [d.isoformat() for d in report.summarised], "archived": report.archived,
-                 "failed": {d.isoformat(): why for d, why in report.failed.items()}}}
+        return {
+            "memories": completion.remembered,
+            "turn_id": result.turn.id if result is not None and result.turn is not None else None,
+            "day_rollover": None
+            if report is None
+            else {
+                "summarised": [d.isoformat() for d in report.summarised],
+                "archived": report.archived,
+                "failed": {d.isoformat(): why for d, why in report.failed.items()},
+            },
+        }
 
     # -- memories -----------------------------------------------------------------------------
     def memory_json(self, rec: MemoryRecord, now: datetime, hit: Any = None) -> dict:
-        out = {"id": rec.id, "object": "memory", "kind": rec.kind.value,
-               "day": None if rec.kind.is_global else rec.day.isoformat(), "text": rec.text,
-               "query": rec.query, "response": rec.response, "created_at": rec.created_at.isoformat(),
-               "state": rec.state.value, "pinned": rec.pinned, "strength": round(rec.strength, 3),
-               "retention": round(self.bank.retention(rec, now), 4), "recall_count": rec.recall_count,
-               "last_recall": rec.last_recall.isoformat() if rec.last_recall else None}
+        out = {
+            "id": rec.id,
+            "object": "memory",
+            "kind": rec.kind.value,
+            "day": None if rec.kind.is_global else rec.day.isoformat(),
+            "text": rec.text,
+            "query": rec.query,
+            "response": rec.response,
+            "created_at": rec.created_at.isoformat(),
+            "state": rec.state.value,
+            "pinned": rec.pinned,
+            "strength": round(rec.strength, 3),
+            "retention": round(self.bank.retention(rec, now), 4),
+            "recall_count": rec.recall_count,
+            "last_recall": rec.last_recall.isoformat() if rec.last_recall else None,
+        }
         if hit is not None:
             out["score"] = round(hit.score, 4)
             out["why"] = "; ".join(hit.reasons)
@@ -275,8 +329,16 @@ class ApiService:
         except UnknownMemory:
             raise not_found(memory_id) from None
 
-    def list_memories(self, user: str, *, kind: str | None = None, state: str | None = None,
-                      day: str | None = None, limit: int = 50, offset: int = 0) -> dict:
+    def list_memories(
+        self,
+        user: str,
+        *,
+        kind: str | None = None,
+        state: str | None = None,
+        day: str | None = None,
+        limit: int = 50,
+        offset: int = 0,
+    ) -> dict:
         """One page of the user's memories, newest day first."""
         if not 1 <= limit <= MAX_PAGE:
             raise bad_request(f"limit is 1 to {MAX_PAGE}", "limit")
@@ -297,14 +359,24 @@ class ApiService:
         now = self.now()
         page: list[MemoryRecord] = []
         total = 0
-        if self.bank.has_user(user):     # the page is read in SQL: a 100k-memory user costs one page
+        if self.bank.has_user(user):  # the page is read in SQL: a 100k-memory user costs one page
             filters = {"kind": kind_v, "state": state_v}
             page = self.bank.records(user, **filters, day=day_v, limit=limit, offset=offset, newest_first=True)
-            total = self.bank.count(user, **filters) if day_v is None else \
-                len(self.bank.records(user, **filters, day=day_v))
+            total = (
+                self.bank.count(user, **filters)
+                if day_v is None
+                else len(self.bank.records(user, **filters, day=day_v))
+            )
         more = offset + limit < total
-        return {"object": "list", "data": [self.memory_json(r, now) for r in page], "total": total,
-                "limit": limit, "offset": offset, "has_more": more, "next_offset": offset + limit if more else None}
+        return {
+            "object": "list",
+            "data": [self.memory_json(r, now) for r in page],
+            "total": total,
+            "limit": limit,
+            "offset": offset,
+            "has_more": more,
+            "next_offset": offset + limit if more else None,
+        }
 
     def search(self, user: str, query: str, *, limit: int = 10, include_archived: bool = False) -> dict:
         query = (query or "").strip()
@@ -336,8 +408,7 @@ class ApiService:
     def restore(self, user: str, memory_id: Any) -> dict:
         rec = self._get(user, memory_id)
         if rec.state != State.ARCHIVED:
-            raise ApiError(409, f"memory {rec.id} is not archived: there is nothing to restore",
-                           code="not_archived")
+            raise ApiError(409, f"memory {rec.id} is not archived: there is nothing to restore", code="not_archived")
         return self.memory_json(self.bank.restore(user, rec.id, self.now()), self.now())
 
     def delete(self, user: str, memory_id: Any) -> dict:

@@ -1,4 +1,5 @@
 """What every chat backend is: messages in, streamed text out, and the errors it may raise."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -18,8 +19,8 @@ class Message:
 
 @runtime_checkable
 class ChatBackend(Protocol):
-    name: str            # registry name, e.g. "openai", "hf"
-    model: str           # what is being run (model id, path or preset)
+    name: str  # registry name, e.g. "openai", "hf"
+    model: str  # what is being run (model id, path or preset)
     context_tokens: int  # how many tokens the prompt plus reply may take
 
     def stream(self, messages: Sequence[Message], *, max_tokens: int | None = None) -> Iterator[str]:

@@ -1,11 +1,11 @@
 """Any LangChain chat model as a backend, for users who already have one configured."""
+
 from __future__ import annotations
 
 import importlib
 from typing import Any, Iterator, Sequence
 
-from .base import (BackendAuthError, BackendError, BackendModelNotFound, BackendRateLimited,
-                   BackendUnavailable, Message)
+from .base import BackendAuthError, BackendError, BackendModelNotFound, BackendRateLimited, BackendUnavailable, Message
 from .openai_chat import estimate_tokens
 from .registry import require
 
@@ -32,8 +32,10 @@ def load_chat_model(target: Any, **kwargs: Any) -> Any:
     try:
         factory = getattr(importlib.import_module(module_name), attr)
     except ModuleNotFoundError as exc:
-        raise BackendError(f"cannot import {module_name!r} for the LangChain model {target!r}: {exc}; "
-                           f"install the package that provides it") from exc
+        raise BackendError(
+            f"cannot import {module_name!r} for the LangChain model {target!r}: {exc}; "
+            f"install the package that provides it"
+        ) from exc
     except AttributeError:
         raise BackendError(f"{module_name!r} has no {attr!r} (LangChain model {target!r})") from None
     return factory(**kwargs) if callable(factory) else factory
@@ -48,14 +50,18 @@ class LangChainChat:
 
     name = "langchain"
 
-    def __init__(self, chat_model: Any, *, context_tokens: int = 8192, pass_max_tokens: bool = True,
-                 **factory_kwargs: Any) -> None:
+    def __init__(
+        self, chat_model: Any, *, context_tokens: int = 8192, pass_max_tokens: bool = True, **factory_kwargs: Any
+    ) -> None:
         require("langchain_core", "langchain-core")
         self.chat_model = load_chat_model(chat_model, **factory_kwargs)
         if not callable(getattr(self.chat_model, "stream", None)):
             raise BackendError(f"{type(self.chat_model).__name__} is not a LangChain chat model (it has no .stream)")
-        self.model = str(getattr(self.chat_model, "model_name", None) or getattr(self.chat_model, "model", None)
-                         or type(self.chat_model).__name__)
+        self.model = str(
+            getattr(self.chat_model, "model_name", None)
+            or getattr(self.chat_model, "model", None)
+            or type(self.chat_model).__name__
+        )
         self.context_tokens = context_tokens
         self.pass_max_tokens = pass_max_tokens
 
@@ -74,10 +80,13 @@ class LangChainChat:
 
     def _has_own_tokenizer(self) -> bool:
         from langchain_core.language_models import BaseLanguageModel
+
         cls = type(self.chat_model)
-        return (getattr(self.chat_model, "custom_get_token_ids", None) is not None
-                or getattr(cls, "get_num_tokens", None) is not BaseLanguageModel.get_num_tokens
-                or getattr(cls, "get_token_ids", None) is not BaseLanguageModel.get_token_ids)
+        return (
+            getattr(self.chat_model, "custom_get_token_ids", None) is not None
+            or getattr(cls, "get_num_tokens", None) is not BaseLanguageModel.get_num_tokens
+            or getattr(cls, "get_token_ids", None) is not BaseLanguageModel.get_token_ids
+        )
 
     def stream(self, messages: Sequence[Message], *, max_tokens: int | None = None) -> Iterator[str]:
         kwargs = {"max_tokens": max_tokens} if (max_tokens is not None and self.pass_max_tokens) else {}
@@ -119,7 +128,11 @@ def translate_error(exc: Exception, model: str) -> BackendError:
         return BackendModelNotFound(f"the LangChain model {model!r} was not found ({detail}); check the model name")
     if status == 429 or "RateLimit" in kind:
         return BackendRateLimited(f"the LangChain model {model!r} is rate limited ({detail}); wait and try again")
-    if (isinstance(status, int) and status >= 500) or isinstance(exc, (ConnectionError, TimeoutError)) \
-            or "Connection" in kind or "Timeout" in kind:
+    if (
+        (isinstance(status, int) and status >= 500)
+        or isinstance(exc, (ConnectionError, TimeoutError))
+        or "Connection" in kind
+        or "Timeout" in kind
+    ):
         return BackendUnavailable(f"the LangChain model {model!r} is unavailable ({detail}); try again later")
     return BackendError(f"the LangChain model {model!r} failed ({detail})")

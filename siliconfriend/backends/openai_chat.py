@@ -4,6 +4,7 @@ The SDK's own retries are turned off: this backend retries 429, 5xx and refused 
 with exponential backoff (honouring Retry-After), only before the first chunk reached the caller,
 and turns every failure into a BackendError subclass whose message says what to do.
 """
+
 from __future__ import annotations
 
 import logging
@@ -15,14 +16,12 @@ from typing import Any, Iterator, Sequence
 
 from memory.cjk import count_wide
 
-from .base import (BackendAuthError, BackendError, BackendModelNotFound, BackendRateLimited,
-                   BackendUnavailable, Message)
+from .base import BackendAuthError, BackendError, BackendModelNotFound, BackendRateLimited, BackendUnavailable, Message
 
 log = logging.getLogger("siliconfriend.backends.openai")
 
 DEFAULT_MODEL = "gpt-4o-mini"
 DEFAULT_BASE_URL = "https://api.openai.com/v1"
-
 
 
 def estimate_tokens(text: str) -> int:
@@ -43,20 +42,35 @@ class OpenAIChat:
 
     name = "openai"
 
-    def __init__(self, model: str = DEFAULT_MODEL, *, api_key: str | None = None, base_url: str | None = None,
-                 temperature: float | None = 0.7, max_tokens: int | None = 1024, streaming: bool = True,
-                 timeout: float = 60.0, retries: int = 3, retry_base_delay: float = 1.0,
-                 retry_max_delay: float = 30.0, context_tokens: int = 8192,
-                 max_tokens_param: str = "max_tokens", extra_body: dict | None = None) -> None:
+    def __init__(
+        self,
+        model: str = DEFAULT_MODEL,
+        *,
+        api_key: str | None = None,
+        base_url: str | None = None,
+        temperature: float | None = 0.7,
+        max_tokens: int | None = 1024,
+        streaming: bool = True,
+        timeout: float = 60.0,
+        retries: int = 3,
+        retry_base_delay: float = 1.0,
+        retry_max_delay: float = 30.0,
+        context_tokens: int = 8192,
+        max_tokens_param: str = "max_tokens",
+        extra_body: dict | None = None,
+    ) -> None:
         from .registry import require
+
         openai = require("openai")
         self.model = model or DEFAULT_MODEL
         self.base_url = (base_url or os.environ.get("OPENAI_BASE_URL") or DEFAULT_BASE_URL).rstrip("/")
         api_key = api_key or os.environ.get("OPENAI_API_KEY")
         if not api_key:
             if self.base_url == DEFAULT_BASE_URL:
-                raise BackendAuthError("No OpenAI API key: set OPENAI_API_KEY (or api_key in the settings), "
-                                       "or set OPENAI_BASE_URL to a local OpenAI-compatible server")
+                raise BackendAuthError(
+                    "No OpenAI API key: set OPENAI_API_KEY (or api_key in the settings), "
+                    "or set OPENAI_BASE_URL to a local OpenAI-compatible server"
+                )
             api_key = "not-needed"  # local servers (Ollama, vLLM, llama.cpp) accept any key
         self.temperature = temperature
         self.max_tokens = max_tokens
@@ -97,8 +111,9 @@ class OpenAIChat:
                 if yielded or attempt >= self.retries or not self._retryable(exc):
                     raise self._translate(exc, attempt) from exc
                 delay = self._delay(attempt, exc)
-                log.info("%s from %s, retry %d/%d in %.2fs", _describe(exc), self.base_url, attempt + 1,
-                         self.retries, delay)
+                log.info(
+                    "%s from %s, retry %d/%d in %.2fs", _describe(exc), self.base_url, attempt + 1, self.retries, delay
+                )
                 time.sleep(delay)
                 attempt += 1
 
@@ -145,7 +160,7 @@ class OpenAIChat:
         return False
 
     def _delay(self, attempt: int, exc: Exception) -> float:
-        delay = self.retry_base_delay * (2 ** attempt) * (1 + 0.25 * random.random())
+        delay = self.retry_base_delay * (2**attempt) * (1 + 0.25 * random.random())
         retry_after = _retry_after(exc)
         if retry_after is not None:
             delay = max(delay, retry_after)
@@ -158,31 +173,37 @@ class OpenAIChat:
         if isinstance(exc, o.APITimeoutError):
             return BackendUnavailable(
                 f"{where} did not answer within {self.timeout:g}s: the server may be overloaded or still "
-                f"loading the model; try again, or raise the backend timeout")
+                f"loading the model; try again, or raise the backend timeout"
+            )
         if isinstance(exc, o.APIConnectionError):
             return BackendUnavailable(
                 f"cannot reach the model server at {where}{tries}: is it running? Check OPENAI_BASE_URL "
-                f"(or base_url in the settings) and your network")
+                f"(or base_url in the settings) and your network"
+            )
         if not isinstance(exc, o.APIStatusError):
             return BackendError(f"{where} failed: {exc}")
         status, detail = exc.status_code, _server_message(exc)
         if status in (401, 403):
             return BackendAuthError(
                 f"{where} refused the API key (HTTP {status}: {detail}). Check OPENAI_API_KEY "
-                f"(or api_key in the settings) and that it is valid for this server")
+                f"(or api_key in the settings) and that it is valid for this server"
+            )
         if status == 404:
             return BackendModelNotFound(
                 f"model {self.model!r} was not found at {where} (HTTP 404: {detail}). Check the model name "
-                f"(the server lists them at {where}/models) and that base_url ends in /v1")
+                f"(the server lists them at {where}/models) and that base_url ends in /v1"
+            )
         if status == 429:
             if _error_code(exc) == "insufficient_quota":
                 return BackendRateLimited(f"{where}: quota exhausted ({detail}); check your plan and billing")
             return BackendRateLimited(
                 f"{where} is still rate limiting requests (HTTP 429){tries}: wait a minute and try again, "
-                f"or lower the request rate")
+                f"or lower the request rate"
+            )
         if status >= 500:
             return BackendUnavailable(
-                f"the model server at {where} failed (HTTP {status}: {detail}){tries}; try again later")
+                f"the model server at {where} failed (HTTP {status}: {detail}){tries}; try again later"
+            )
         if status in (400, 413, 422) and "context" in detail.lower():
             return BackendError(f"the prompt is too long for {self.model!r} ({detail}); lower context_tokens")
         return BackendError(f"{where} rejected the request (HTTP {status}: {detail})")

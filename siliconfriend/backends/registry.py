@@ -3,6 +3,7 @@
 ``create_backend()`` with no name picks the OpenAI-compatible backend when ``OPENAI_API_KEY`` is
 set, and otherwise the tiny embedded SmolLM2 model, saying so in one line.
 """
+
 from __future__ import annotations
 
 import importlib
@@ -32,8 +33,10 @@ _INSTALL_HINTS = {
 }
 
 DEFAULT_PRESET = "smollm2"
-EMBEDDED_NOTICE = ("Using the embedded SmolLM2-135M model: tiny and English-only. For real conversations "
-                   "set OPENAI_API_KEY (any OpenAI-compatible server) or choose --backend hf --model qwen.")
+EMBEDDED_NOTICE = (
+    "Using the embedded SmolLM2-135M model: tiny and English-only. For real conversations "
+    "set OPENAI_API_KEY (any OpenAI-compatible server) or choose --backend hf --model qwen."
+)
 
 
 def require(module: str, pip_name: str | None = None) -> Any:
@@ -44,8 +47,9 @@ def require(module: str, pip_name: str | None = None) -> Any:
         top = (exc.name or module).split(".")[0]
         if top != module.split(".")[0]:
             raise
-        raise BackendError(f"{module} is not installed: run `pip install {pip_name or _INSTALL_HINTS.get(top, top)}`"
-                           ) from exc
+        raise BackendError(
+            f"{module} is not installed: run `pip install {pip_name or _INSTALL_HINTS.get(top, top)}`"
+        ) from exc
 
 
 def backend_names() -> list[str]:
@@ -73,8 +77,9 @@ def default_backend_name() -> str:
     return "openai" if os.environ.get("OPENAI_API_KEY") else "hf"
 
 
-def create_backend(name: str | None = None, *, model: Any = None, adapter: str | os.PathLike | None = None,
-                   **options: Any) -> ChatBackend:
+def create_backend(
+    name: str | None = None, *, model: Any = None, adapter: str | os.PathLike | None = None, **options: Any
+) -> ChatBackend:
     """Build a chat backend.
 
     ``name``: a key of ``BACKENDS``, or None for the default (openai when OPENAI_API_KEY is set,
@@ -95,8 +100,10 @@ def create_backend(name: str | None = None, *, model: Any = None, adapter: str |
         return cls(model, adapter=adapter, **options)
     if name == "langchain":
         if model is None:
-            raise BackendError("the 'langchain' backend needs a chat model: pass model=<BaseChatModel> "
-                               "or model='package.module:factory'")
+            raise BackendError(
+                "the 'langchain' backend needs a chat model: pass model=<BaseChatModel> "
+                "or model='package.module:factory'"
+            )
         return cls(model, **options)
     if model is not None:
         options["model"] = model

@@ -14,6 +14,7 @@ stream), so the turn's own variation (the embedding, the search) cancels out; p5
 those. ``*_minus_direct``: the API path's p50 (p95) minus the direct path's, which also carries
 the turns' own spread.
 """
+
 from __future__ import annotations
 
 import threading
@@ -32,8 +33,11 @@ PATHS = ("direct", "api", "api_stream")
 
 
 def _pct(values: Sequence[float]) -> dict:
-    return {"p50": round(float(np.percentile(values, 50)), 2), "p95": round(float(np.percentile(values, 95)), 2),
-            "n": len(values)}
+    return {
+        "p50": round(float(np.percentile(values, 50)), 2),
+        "p95": round(float(np.percentile(values, 95)), 2),
+        "n": len(values),
+    }
 
 
 class _TimedCompanion:
@@ -77,6 +81,7 @@ def _serve(app) -> tuple[object, threading.Thread, int]:
     import socket
 
     import uvicorn
+
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
@@ -91,8 +96,9 @@ def _serve(app) -> tuple[object, threading.Thread, int]:
     return server, thread, port
 
 
-def measure_api_overhead(bank: MemoryBank, home: Path, user: str, gen: DialogueGenerator, *, turns: int,
-                         warmup: int, start) -> dict:
+def measure_api_overhead(
+    bank: MemoryBank, home: Path, user: str, gen: DialogueGenerator, *, turns: int, warmup: int, start
+) -> dict:
     """``turns`` timed turns per path (after ``warmup`` each) for ``user`` of ``bank``."""
     import httpx
 
@@ -107,6 +113,7 @@ def measure_api_overhead(bank: MemoryBank, home: Path, user: str, gen: DialogueG
     if runner.companion is None:
         return {"note": "the companion is not installed: API overhead not measured"}
     from argon2 import PasswordHasher
+
     accounts = Accounts(home / "accounts.db", hasher=PasswordHasher(time_cost=1, memory_cost=1024, parallelism=1))
     accounts.signup(user, "bench-password")
     settings = Settings(home=home, api_requests_per_minute=0)
@@ -116,7 +123,7 @@ def measure_api_overhead(bank: MemoryBank, home: Path, user: str, gen: DialogueG
     server, thread, port = _serve(standalone_app(api))
     url = f"http://127.0.0.1:{port}/v1/chat/completions"
     times: dict[str, list[float]] = {p: [] for p in PATHS}
-    inside: dict[str, list[float]] = {p: [] for p in PATHS[1:]}     # ms in the companion, per API request
+    inside: dict[str, list[float]] = {p: [] for p in PATHS[1:]}  # ms in the companion, per API request
     try:
         with httpx.Client(headers={"Authorization": f"Bearer {key}"}, timeout=60) as http:
             for i in range(3 * (warmup + turns)):

@@ -7,6 +7,7 @@ sentence to several, as a companion's do. Some live messages name a day ("on May
 so the named-day path of retrieval is exercised. Everything comes from ``random.Random(seed)``:
 the same seed gives the same dialogue on every machine.
 """
+
 from __future__ import annotations
 
 import random
@@ -14,38 +15,174 @@ from datetime import date, datetime, time, timedelta
 from typing import Iterator
 
 # -- English -----------------------------------------------------------------------------------
-EN_PEOPLE = ["my sister Anna", "my brother Leo", "my mom", "my dad", "my grandmother", "my friend Priya",
-             "my roommate Jake", "my boss Mr. Chen", "my colleague Sofia", "my neighbour Tom", "my cousin Mia",
-             "my husband Daniel", "my best friend Olivia", "my teacher Mrs. Park", "my son Max",
-             "my daughter Lily", "my uncle Omar", "my friend Hiro", "my coach Ben", "my aunt Rosa"]
-EN_PLACES = ["Xiamen", "Kyoto", "Lisbon", "the lake house", "Chengdu", "Barcelona", "the mountains near Denver",
-             "Vancouver", "my hometown", "the night market", "Hangzhou", "Iceland", "the old library",
-             "the seaside in Qingdao", "Seoul", "Gulangyu Island", "the museum downtown", "Paris", "Yunnan",
-             "the hiking trail behind our house", "Singapore", "the farmers market", "Edinburgh", "Guilin"]
+EN_PEOPLE = [
+    "my sister Anna",
+    "my brother Leo",
+    "my mom",
+    "my dad",
+    "my grandmother",
+    "my friend Priya",
+    "my roommate Jake",
+    "my boss Mr. Chen",
+    "my colleague Sofia",
+    "my neighbour Tom",
+    "my cousin Mia",
+    "my husband Daniel",
+    "my best friend Olivia",
+    "my teacher Mrs. Park",
+    "my son Max",
+    "my daughter Lily",
+    "my uncle Omar",
+    "my friend Hiro",
+    "my coach Ben",
+    "my aunt Rosa",
+]
+EN_PLACES = [
+    "Xiamen",
+    "Kyoto",
+    "Lisbon",
+    "the lake house",
+    "Chengdu",
+    "Barcelona",
+    "the mountains near Denver",
+    "Vancouver",
+    "my hometown",
+    "the night market",
+    "Hangzhou",
+    "Iceland",
+    "the old library",
+    "the seaside in Qingdao",
+    "Seoul",
+    "Gulangyu Island",
+    "the museum downtown",
+    "Paris",
+    "Yunnan",
+    "the hiking trail behind our house",
+    "Singapore",
+    "the farmers market",
+    "Edinburgh",
+    "Guilin",
+]
 EN_THINGS = {
-    "pet": ["a cat named Miso", "a golden retriever called Biscuit", "two goldfish", "a parrot named Kiwi",
-            "a rescue dog called Pepper", "a hamster named Bao", "a tortoise called Sheldon"],
-    "book": ["The Three-Body Problem", "Pride and Prejudice", "Sapiens", "One Hundred Years of Solitude",
-             "Atomic Habits", "The Little Prince", "Norwegian Wood", "Dune", "The Kite Runner", "Educated"],
-    "film": ["Spirited Away", "Interstellar", "Parasite", "La La Land", "Coco", "Inception",
-             "Everything Everywhere All at Once", "Your Name", "The Godfather", "Up"],
-    "food": ["hot pot", "dumplings", "sourdough bread", "mapo tofu", "ramen", "a lemon cake", "beef noodles",
-             "sushi", "curry", "mooncakes", "pancakes", "tomato and egg stir-fry", "lasagna"],
-    "hobby": ["painting", "playing the piano", "tea tasting", "rock climbing", "photography", "knitting",
-              "running", "chess", "gardening", "calligraphy", "yoga", "baking", "learning Spanish",
-              "playing the guitar", "birdwatching", "swimming"],
-    "work": ["a presentation for the quarterly review", "a deadline on the new app release",
-             "an interview for a data analyst job", "the night shifts at the hospital",
-             "a tough client meeting", "my thesis proposal", "the marketing campaign", "a budget report",
-             "the team reorganisation", "a job offer from a startup", "my exams in organic chemistry"],
-    "health": ["a headache that won't go away", "trouble sleeping", "a sprained ankle", "a cold",
-               "back pain from sitting all day", "feeling anxious before meetings", "a new diet",
-               "my knee surgery recovery", "seasonal allergies"],
+    "pet": [
+        "a cat named Miso",
+        "a golden retriever called Biscuit",
+        "two goldfish",
+        "a parrot named Kiwi",
+        "a rescue dog called Pepper",
+        "a hamster named Bao",
+        "a tortoise called Sheldon",
+    ],
+    "book": [
+        "The Three-Body Problem",
+        "Pride and Prejudice",
+        "Sapiens",
+        "One Hundred Years of Solitude",
+        "Atomic Habits",
+        "The Little Prince",
+        "Norwegian Wood",
+        "Dune",
+        "The Kite Runner",
+        "Educated",
+    ],
+    "film": [
+        "Spirited Away",
+        "Interstellar",
+        "Parasite",
+        "La La Land",
+        "Coco",
+        "Inception",
+        "Everything Everywhere All at Once",
+        "Your Name",
+        "The Godfather",
+        "Up",
+    ],
+    "food": [
+        "hot pot",
+        "dumplings",
+        "sourdough bread",
+        "mapo tofu",
+        "ramen",
+        "a lemon cake",
+        "beef noodles",
+        "sushi",
+        "curry",
+        "mooncakes",
+        "pancakes",
+        "tomato and egg stir-fry",
+        "lasagna",
+    ],
+    "hobby": [
+        "painting",
+        "playing the piano",
+        "tea tasting",
+        "rock climbing",
+        "photography",
+        "knitting",
+        "running",
+        "chess",
+        "gardening",
+        "calligraphy",
+        "yoga",
+        "baking",
+        "learning Spanish",
+        "playing the guitar",
+        "birdwatching",
+        "swimming",
+    ],
+    "work": [
+        "a presentation for the quarterly review",
+        "a deadline on the new app release",
+        "an interview for a data analyst job",
+        "the night shifts at the hospital",
+        "a tough client meeting",
+        "my thesis proposal",
+        "the marketing campaign",
+        "a budget report",
+        "the team reorganisation",
+        "a job offer from a startup",
+        "my exams in organic chemistry",
+    ],
+    "health": [
+        "a headache that won't go away",
+        "trouble sleeping",
+        "a sprained ankle",
+        "a cold",
+        "back pain from sitting all day",
+        "feeling anxious before meetings",
+        "a new diet",
+        "my knee surgery recovery",
+        "seasonal allergies",
+    ],
 }
-EN_FEELINGS = ["really happy", "a bit stressed", "exhausted", "excited", "nervous", "proud", "lonely",
-               "relaxed", "frustrated", "grateful", "worried", "curious", "sad", "hopeful"]
-EN_TIMES = ["this morning", "last weekend", "yesterday", "tonight", "after work", "on Saturday",
-            "during lunch", "last month", "over the holiday", "this afternoon"]
+EN_FEELINGS = [
+    "really happy",
+    "a bit stressed",
+    "exhausted",
+    "excited",
+    "nervous",
+    "proud",
+    "lonely",
+    "relaxed",
+    "frustrated",
+    "grateful",
+    "worried",
+    "curious",
+    "sad",
+    "hopeful",
+]
+EN_TIMES = [
+    "this morning",
+    "last weekend",
+    "yesterday",
+    "tonight",
+    "after work",
+    "on Saturday",
+    "during lunch",
+    "last month",
+    "over the holiday",
+    "this afternoon",
+]
 
 EN_STATEMENTS = [
     "I went to {place} {when} with {person}, and honestly I felt {feeling} the whole time.",
@@ -70,9 +207,14 @@ EN_STATEMENTS = [
     "I want to learn more about {hobby}. Where should I start?",
 ]
 EN_REPLIES = [
-    "That sounds wonderful!", "I'm sorry you're going through that.", "How exciting!",
-    "It makes sense that you feel that way.", "Thank you for telling me.", "That's a lovely memory.",
-    "I'm really glad you shared this with me.", "Oh no, that must have been hard.",
+    "That sounds wonderful!",
+    "I'm sorry you're going through that.",
+    "How exciting!",
+    "It makes sense that you feel that way.",
+    "Thank you for telling me.",
+    "That's a lovely memory.",
+    "I'm really glad you shared this with me.",
+    "Oh no, that must have been hard.",
 ]
 EN_FOLLOW = [
     "{place} is famous for its food and old streets, and spring is a great time to visit.",
@@ -88,44 +230,188 @@ EN_FOLLOW = [
     "I remember you mentioned {hobby} before; it seems to really matter to you.",
 ]
 EN_QUESTIONS = [
-    "What did you enjoy the most?", "How are you feeling about it now?", "Would you like some tips?",
-    "Do you want to tell me more?", "What happened next?", "Is there anything I can do to help?",
+    "What did you enjoy the most?",
+    "How are you feeling about it now?",
+    "Would you like some tips?",
+    "Do you want to tell me more?",
+    "What happened next?",
+    "Is there anything I can do to help?",
     "How did {person} react?",
 ]
 EN_PROBES = [
-    "Do you remember what I told you about {place}?", "What book did you recommend to me?",
-    "What was the name of my pet?", "How was I feeling about {work}?", "What do I like to eat?",
-    "What did {person} and I do {when}?", "Remind me what hobby I started.",
-    "What did we talk about on {month} {day}?", "What did I tell you yesterday?",
-    "Any ideas for this weekend? I'm feeling {feeling}.", "I'm back from {place}! It was amazing.",
-    "Can you recommend a film like {film}?", "My {health} is better today.",
+    "Do you remember what I told you about {place}?",
+    "What book did you recommend to me?",
+    "What was the name of my pet?",
+    "How was I feeling about {work}?",
+    "What do I like to eat?",
+    "What did {person} and I do {when}?",
+    "Remind me what hobby I started.",
+    "What did we talk about on {month} {day}?",
+    "What did I tell you yesterday?",
+    "Any ideas for this weekend? I'm feeling {feeling}.",
+    "I'm back from {place}! It was amazing.",
+    "Can you recommend a film like {film}?",
+    "My {health} is better today.",
 ]
-EN_MONTHS = ["January", "February", "March", "April", "May", "June", "July", "August", "September",
-             "October", "November", "December"]
+EN_MONTHS = [
+    "January",
+    "February",
+    "March",
+    "April",
+    "May",
+    "June",
+    "July",
+    "August",
+    "September",
+    "October",
+    "November",
+    "December",
+]
 
 # -- Chinese -----------------------------------------------------------------------------------
-ZH_PEOPLE = ["我妹妹小雨", "我哥哥阿明", "我妈妈", "我爸爸", "我奶奶", "我的朋友小林", "我室友阿杰", "我的老板陈总",
-             "我同事苏菲", "邻居王叔叔", "我表妹米娅", "我老公大伟", "我闺蜜晓晓", "我的老师朴老师", "我儿子豆豆",
-             "我女儿莉莉", "我舅舅", "我的朋友浩然", "我的教练", "我姑姑"]
-ZH_PLACES = ["厦门", "京都", "成都", "鼓浪屿", "杭州西湖", "青岛海边", "云南大理", "桂林", "老家", "夜市", "首尔",
-             "北京故宫", "上海外滩", "西安", "三亚", "丽江古城", "香港", "苏州园林", "重庆", "哈尔滨"]
+ZH_PEOPLE = [
+    "我妹妹小雨",
+    "我哥哥阿明",
+    "我妈妈",
+    "我爸爸",
+    "我奶奶",
+    "我的朋友小林",
+    "我室友阿杰",
+    "我的老板陈总",
+    "我同事苏菲",
+    "邻居王叔叔",
+    "我表妹米娅",
+    "我老公大伟",
+    "我闺蜜晓晓",
+    "我的老师朴老师",
+    "我儿子豆豆",
+    "我女儿莉莉",
+    "我舅舅",
+    "我的朋友浩然",
+    "我的教练",
+    "我姑姑",
+]
+ZH_PLACES = [
+    "厦门",
+    "京都",
+    "成都",
+    "鼓浪屿",
+    "杭州西湖",
+    "青岛海边",
+    "云南大理",
+    "桂林",
+    "老家",
+    "夜市",
+    "首尔",
+    "北京故宫",
+    "上海外滩",
+    "西安",
+    "三亚",
+    "丽江古城",
+    "香港",
+    "苏州园林",
+    "重庆",
+    "哈尔滨",
+]
 ZH_THINGS = {
     "pet": ["一只叫米索的猫", "一只金毛叫饼干", "两条金鱼", "一只叫奇异果的鹦鹉", "一只叫胡椒的小狗", "一只仓鼠叫包子"],
-    "book": ["《三体》", "《活着》", "《人类简史》", "《百年孤独》", "《原子习惯》", "《小王子》", "《挪威的森林》",
-             "《平凡的世界》", "《围城》", "《追风筝的人》"],
-    "film": ["《千与千寻》", "《星际穿越》", "《寄生虫》", "《你的名字》", "《寻梦环游记》", "《霸王别姬》",
-             "《流浪地球》", "《哪吒》", "《盗梦空间》"],
-    "food": ["火锅", "饺子", "麻婆豆腐", "拉面", "柠檬蛋糕", "牛肉面", "寿司", "月饼", "番茄炒蛋", "小笼包",
-             "烤鸭", "酸菜鱼", "螺蛳粉"],
-    "hobby": ["画画", "弹钢琴", "品茶", "攀岩", "摄影", "织毛衣", "跑步", "下象棋", "种花", "书法", "瑜伽",
-              "烘焙", "学西班牙语", "弹吉他", "游泳", "钓鱼"],
-    "work": ["季度汇报的演讲", "新版本上线的截止日期", "数据分析师的面试", "医院的夜班", "一个难缠的客户",
-             "毕业论文开题", "市场推广活动", "预算报告", "部门调整", "一家创业公司的offer", "有机化学考试"],
-    "health": ["头疼一直不好", "失眠", "脚踝扭伤", "感冒", "久坐腰疼", "开会前很焦虑", "在节食", "膝盖手术后的恢复",
-               "过敏"],
+    "book": [
+        "《三体》",
+        "《活着》",
+        "《人类简史》",
+        "《百年孤独》",
+        "《原子习惯》",
+        "《小王子》",
+        "《挪威的森林》",
+        "《平凡的世界》",
+        "《围城》",
+        "《追风筝的人》",
+    ],
+    "film": [
+        "《千与千寻》",
+        "《星际穿越》",
+        "《寄生虫》",
+        "《你的名字》",
+        "《寻梦环游记》",
+        "《霸王别姬》",
+        "《流浪地球》",
+        "《哪吒》",
+        "《盗梦空间》",
+    ],
+    "food": [
+        "火锅",
+        "饺子",
+        "麻婆豆腐",
+        "拉面",
+        "柠檬蛋糕",
+        "牛肉面",
+        "寿司",
+        "月饼",
+        "番茄炒蛋",
+        "小笼包",
+        "烤鸭",
+        "酸菜鱼",
+        "螺蛳粉",
+    ],
+    "hobby": [
+        "画画",
+        "弹钢琴",
+        "品茶",
+        "攀岩",
+        "摄影",
+        "织毛衣",
+        "跑步",
+        "下象棋",
+        "种花",
+        "书法",
+        "瑜伽",
+        "烘焙",
+        "学西班牙语",
+        "弹吉他",
+        "游泳",
+        "钓鱼",
+    ],
+    "work": [
+        "季度汇报的演讲",
+        "新版本上线的截止日期",
+        "数据分析师的面试",
+        "医院的夜班",
+        "一个难缠的客户",
+        "毕业论文开题",
+        "市场推广活动",
+        "预算报告",
+        "部门调整",
+        "一家创业公司的offer",
+        "有机化学考试",
+    ],
+    "health": [
+        "头疼一直不好",
+        "失眠",
+        "脚踝扭伤",
+        "感冒",
+        "久坐腰疼",
+        "开会前很焦虑",
+        "在节食",
+        "膝盖手术后的恢复",
+        "过敏",
+    ],
 }
-ZH_FEELINGS = ["特别开心", "有点压力", "很累", "很兴奋", "紧张", "很自豪", "孤单", "放松", "烦躁", "很感激",
-               "担心", "好奇", "难过", "充满希望"]
+ZH_FEELINGS = [
+    "特别开心",
+    "有点压力",
+    "很累",
+    "很兴奋",
+    "紧张",
+    "很自豪",
+    "孤单",
+    "放松",
+    "烦躁",
+    "很感激",
+    "担心",
+    "好奇",
+    "难过",
+    "充满希望",
+]
 ZH_TIMES = ["今天早上", "上周末", "昨天", "今晚", "下班后", "周六", "午饭时", "上个月", "放假的时候", "今天下午"]
 
 ZH_STATEMENTS = [
@@ -149,8 +435,16 @@ ZH_STATEMENTS = [
     "今天好漫长，{work}把我累坏了。",
     "我想多了解一下{hobby}，应该从哪里开始？",
 ]
-ZH_REPLIES = ["听起来真棒！", "很抱歉你经历了这些。", "太令人兴奋了！", "你这样想很正常。", "谢谢你告诉我。",
-              "这是很美好的回忆。", "很高兴你愿意和我分享。", "哎呀，那一定很辛苦。"]
+ZH_REPLIES = [
+    "听起来真棒！",
+    "很抱歉你经历了这些。",
+    "太令人兴奋了！",
+    "你这样想很正常。",
+    "谢谢你告诉我。",
+    "这是很美好的回忆。",
+    "很高兴你愿意和我分享。",
+    "哎呀，那一定很辛苦。",
+]
 ZH_FOLLOW = [
     "{place}以美食和老街闻名，春天去特别合适。",
     "很多人发现{hobby}能帮助他们在忙碌的一天后放松。",
@@ -164,12 +458,30 @@ ZH_FOLLOW = [
     "可以先报一个入门班，或者每天看一个短视频，慢慢来。",
     "我记得你之前提到过{hobby}，看得出来你很在意它。",
 ]
-ZH_QUESTIONS = ["你最喜欢哪一部分？", "你现在感觉怎么样？", "需要我给你一些建议吗？", "愿意多和我说说吗？",
-                "后来怎么样了？", "有什么我能帮你的吗？", "{person}是什么反应？"]
-ZH_PROBES = ["你还记得我说过的{place}吗？", "你给我推荐过什么书？", "我的宠物叫什么名字？", "我对{work}是什么感觉？",
-             "我喜欢吃什么？", "{person}和我{when}做了什么？", "提醒我一下，我开始了什么爱好？",
-             "{month}月{day}日我们聊了什么？", "我前天跟你说了什么？", "这个周末有什么建议吗？我{feeling}。",
-             "我从{place}回来啦！太棒了。", "能推荐一部像{film}的电影吗？", "我的{health}今天好多了。"]
+ZH_QUESTIONS = [
+    "你最喜欢哪一部分？",
+    "你现在感觉怎么样？",
+    "需要我给你一些建议吗？",
+    "愿意多和我说说吗？",
+    "后来怎么样了？",
+    "有什么我能帮你的吗？",
+    "{person}是什么反应？",
+]
+ZH_PROBES = [
+    "你还记得我说过的{place}吗？",
+    "你给我推荐过什么书？",
+    "我的宠物叫什么名字？",
+    "我对{work}是什么感觉？",
+    "我喜欢吃什么？",
+    "{person}和我{when}做了什么？",
+    "提醒我一下，我开始了什么爱好？",
+    "{month}月{day}日我们聊了什么？",
+    "我前天跟你说了什么？",
+    "这个周末有什么建议吗？我{feeling}。",
+    "我从{place}回来啦！太棒了。",
+    "能推荐一部像{film}的电影吗？",
+    "我的{health}今天好多了。",
+]
 
 
 class DialogueGenerator:
@@ -188,16 +500,24 @@ class DialogueGenerator:
         person = r.choice(ZH_PEOPLE if lang == "zh" else EN_PEOPLE)
         books = r.sample(things["book"], 2)
         work = r.choice(things["work"])
-        return {"person": person, "person_cap": person[:1].upper() + person[1:],
-                "place": r.choice(ZH_PLACES if lang == "zh" else EN_PLACES),
-                "when": r.choice(ZH_TIMES if lang == "zh" else EN_TIMES),
-                "feeling": r.choice(ZH_FEELINGS if lang == "zh" else EN_FEELINGS),
-                "book": books[0], "book2": books[1], "film": r.choice(things["film"]),
-                "food": r.choice(things["food"]), "hobby": r.choice(things["hobby"]),
-                "pet": r.choice(things["pet"]), "health": r.choice(things["health"]),
-                "work": work, "work_cap": work[:1].upper() + work[1:],
-                "month": str(r.randint(1, 12)) if lang == "zh" else r.choice(EN_MONTHS),
-                "day": str(r.randint(1, 28))}
+        return {
+            "person": person,
+            "person_cap": person[:1].upper() + person[1:],
+            "place": r.choice(ZH_PLACES if lang == "zh" else EN_PLACES),
+            "when": r.choice(ZH_TIMES if lang == "zh" else EN_TIMES),
+            "feeling": r.choice(ZH_FEELINGS if lang == "zh" else EN_FEELINGS),
+            "book": books[0],
+            "book2": books[1],
+            "film": r.choice(things["film"]),
+            "food": r.choice(things["food"]),
+            "hobby": r.choice(things["hobby"]),
+            "pet": r.choice(things["pet"]),
+            "health": r.choice(things["health"]),
+            "work": work,
+            "work_cap": work[:1].upper() + work[1:],
+            "month": str(r.randint(1, 12)) if lang == "zh" else r.choice(EN_MONTHS),
+            "day": str(r.randint(1, 28)),
+        }
 
     def turn(self, lang: str | None = None) -> tuple[str, str]:
         """One exchange (the user's words, the companion's reply); replies of 1 to 5 sentences."""
@@ -206,7 +526,7 @@ class DialogueGenerator:
         zh = lang == "zh"
         first = r.choice(ZH_STATEMENTS if zh else EN_STATEMENTS)
         query = first.format(**s)
-        if r.random() < 0.3:   # a second sentence now and then
+        if r.random() < 0.3:  # a second sentence now and then
             query += ("" if zh else " ") + r.choice(ZH_STATEMENTS if zh else EN_STATEMENTS).format(**self._slots(lang))
         parts = [r.choice(ZH_REPLIES if zh else EN_REPLIES)]
         for _ in range(r.choice((0, 1, 1, 2, 2, 3))):
@@ -236,11 +556,14 @@ class DialogueGenerator:
         s = self._slots(lang)
         if lang == "zh":
             return f"用户今天{s['feeling']}，喜欢{s['hobby']}。回复策略：多倾听，给予温暖的鼓励。"
-        return (f"The user seemed {s['feeling']} and keeps coming back to {s['hobby']}. "
-                "Reply strategy: listen first, then encourage warmly.")
+        return (
+            f"The user seemed {s['feeling']} and keeps coming back to {s['hobby']}. "
+            "Reply strategy: listen first, then encourage warmly."
+        )
 
-    def days(self, n_memories: int, start: date, per_day: tuple[int, int] = (8, 30),
-             summaries: bool = True) -> Iterator[tuple[date, str, list[tuple[str, str]], str, str]]:
+    def days(
+        self, n_memories: int, start: date, per_day: tuple[int, int] = (8, 30), summaries: bool = True
+    ) -> Iterator[tuple[date, str, list[tuple[str, str]], str, str]]:
         """Days of history until ``n_memories`` memories (turns, plus two summaries a day when
         ``summaries``): (day, language, turns, daily event summary, daily personality)."""
         made, day = 0, start
@@ -267,8 +590,14 @@ class DialogueGenerator:
                 history[day.isoformat()] = [{"query": q, "response": a} for q, a in turns]
                 summary[day.isoformat()] = {"content": self.summary(turns, lang)}
                 personality[day.isoformat()] = self.personality(lang)
-            out[f"user{u:03d}"] = {"name": f"user{u:03d}", "history": history, "summary": summary,
-                                   "personality": personality, "overall_history": "", "overall_personality": ""}
+            out[f"user{u:03d}"] = {
+                "name": f"user{u:03d}",
+                "history": history,
+                "summary": summary,
+                "personality": personality,
+                "overall_history": "",
+                "overall_personality": "",
+            }
         return out
 
 

@@ -8,6 +8,7 @@ generated turns, two of them mixed with a little noise. Such vectors have the sh
 search recall depend on. Forgetting fields vary (strength, recalls, some memories archived).
 A home of many users is made by copying a few such users' files under other names.
 """
+
 from __future__ import annotations
 
 import random
@@ -24,7 +25,7 @@ from memory.records import Kind, MemoryRecord, State, turn_text
 
 from .data import DialogueGenerator, turn_times
 
-CHUNK = 4000          # memories written per transaction
+CHUNK = 4000  # memories written per transaction
 
 
 def vector_pool(bank: MemoryBank, gen: DialogueGenerator, size: int) -> np.ndarray:
@@ -46,8 +47,18 @@ def synthetic_vectors(pool: np.ndarray, n: int, rng: np.random.Generator) -> np.
     return (v / np.linalg.norm(v, axis=1, keepdims=True)).astype(np.float32)
 
 
-def fill_user(bank: MemoryBank, user: str, n_memories: int, gen: DialogueGenerator, pool: np.ndarray, *,
-              end: date, seed: int = 0, archived_share: float = 0.1, reply_pool: np.ndarray | None = None) -> dict:
+def fill_user(
+    bank: MemoryBank,
+    user: str,
+    n_memories: int,
+    gen: DialogueGenerator,
+    pool: np.ndarray,
+    *,
+    end: date,
+    seed: int = 0,
+    archived_share: float = 0.1,
+    reply_pool: np.ndarray | None = None,
+) -> dict:
     """Write ``n_memories`` memories (turns and daily summaries) for ``user``, ending the day
     before ``end``; every turn with a reply gets a reply vector too (mixed from ``reply_pool``,
     default ``pool``), as the reply worker would have made it; the index is synced (built) and
@@ -55,7 +66,7 @@ def fill_user(bank: MemoryBank, user: str, n_memories: int, gen: DialogueGenerat
     rng = random.Random(seed)
     nrng = np.random.default_rng(seed)
     days = list(gen.days(n_memories, date(2000, 1, 1)))
-    shift = (end - timedelta(days=1)) - days[-1][0]      # so that the history ends yesterday
+    shift = (end - timedelta(days=1)) - days[-1][0]  # so that the history ends yesterday
     store = bank._user(user).store
     records: list[MemoryRecord] = []
     counts = {"turns": 0, "summaries": 0, "days": len(days)}
@@ -64,8 +75,11 @@ def fill_user(bank: MemoryBank, user: str, n_memories: int, gen: DialogueGenerat
         if records:
             stored = store.insert(records, synthetic_vectors(pool, len(records), nrng))
             answered = [r.id for r in stored if r.kind == Kind.TURN and r.response]
-            store.set_vectors(answered, synthetic_vectors(pool if reply_pool is None else reply_pool,
-                                                          len(answered), nrng), column="reply_vector")
+            store.set_vectors(
+                answered,
+                synthetic_vectors(pool if reply_pool is None else reply_pool, len(answered), nrng),
+                column="reply_vector",
+            )
             records.clear()
 
     for day, _lang, turns, events, persona in days:
@@ -74,9 +88,22 @@ def fill_user(bank: MemoryBank, user: str, n_memories: int, gen: DialogueGenerat
             strength = float(rng.choice((1, 1, 1, 2, 2, 3, 5, 8)))
             recalled = when + timedelta(days=rng.randint(1, 30)) if strength > 1 else None
             state = State.ARCHIVED if rng.random() < archived_share else State.ACTIVE
-            records.append(MemoryRecord(user=user, kind=Kind.TURN, text=turn_text(q, a), created_at=when,
-                                        day=day, query=q, response=a, position=pos, strength=strength,
-                                        last_recall=recalled, recall_count=int(strength) - 1, state=state))
+            records.append(
+                MemoryRecord(
+                    user=user,
+                    kind=Kind.TURN,
+                    text=turn_text(q, a),
+                    created_at=when,
+                    day=day,
+                    query=q,
+                    response=a,
+                    position=pos,
+                    strength=strength,
+                    last_recall=recalled,
+                    recall_count=int(strength) - 1,
+                    state=state,
+                )
+            )
         counts["turns"] += len(turns)
         night = datetime.combine(day, time(23, 59))
         for kind, text in ((Kind.DAILY_EVENTS, events), (Kind.DAILY_PERSONALITY, persona)):
@@ -104,9 +131,17 @@ def clone_user(bank: MemoryBank, source: str, target: str) -> None:
         con.close()
 
 
-def many_users(bank: MemoryBank, users: int, per_user: int, gen: DialogueGenerator, pool: np.ndarray, *,
-               reply_pool: np.ndarray | None = None,
-               end: date, templates: int = 8) -> list[str]:
+def many_users(
+    bank: MemoryBank,
+    users: int,
+    per_user: int,
+    gen: DialogueGenerator,
+    pool: np.ndarray,
+    *,
+    reply_pool: np.ndarray | None = None,
+    end: date,
+    templates: int = 8,
+) -> list[str]:
     """A home of ``users`` users of ``per_user`` memories each: ``templates`` users are written,
     the others are copies of them under their own names."""
     names = [f"member{i:05d}" for i in range(users)]
@@ -122,6 +157,7 @@ def many_users(bank: MemoryBank, users: int, per_user: int, gen: DialogueGenerat
 def write_memorybank_file(path: Path, gen: DialogueGenerator, users: int, turns_per_user: int) -> int:
     """A MemoryBank JSON file to import; returns its number of turns."""
     import json
+
     data = gen.memorybank_file(users, turns_per_user)
     path.write_text(json.dumps(data, ensure_ascii=False), encoding="utf-8")
     return sum(len(t) for u in data.values() for t in u["history"].values())

@@ -5,6 +5,7 @@ daily summaries), into a fresh home. The embedder is wrapped to time its calls, 
 result says where the time goes: embedding (the turns' messages and the daily summaries), or
 everything else.
 """
+
 from __future__ import annotations
 
 import tempfile
@@ -34,12 +35,16 @@ def measure_ingest(embedder, turns: int, *, users: int = 2, seed: int = 7) -> di
         finally:
             bank.close()
     stored = sum(counts.values())
-    embed_s = timed.seconds["document"] + timed.seconds["query"]    # turns are on the query side
-    return {"turns": stored, "file_turns": n, "seconds": round(wall, 3),
-            "turns_per_s": round(stored / wall, 1) if wall else None,
-            "embed_s": round(embed_s, 3), "turns_embedded": timed.texts["query"],
-            "summaries_embedded": timed.texts["document"],
-            "embed_ms_per_turn": round(1000 * embed_s / max(1, stored), 2),
-            "other_s": round(wall - embed_s, 3),
-            "turns_per_s_without_embedding": round(stored / (wall - embed_s), 1) if wall > embed_s else None}
-
+    embed_s = timed.seconds["document"] + timed.seconds["query"]  # turns are on the query side
+    return {
+        "turns": stored,
+        "file_turns": n,
+        "seconds": round(wall, 3),
+        "turns_per_s": round(stored / wall, 1) if wall else None,
+        "embed_s": round(embed_s, 3),
+        "turns_embedded": timed.texts["query"],
+        "summaries_embedded": timed.texts["document"],
+        "embed_ms_per_turn": round(1000 * embed_s / max(1, stored), 2),
+        "other_s": round(wall - embed_s, 3),
+        "turns_per_s_without_embedding": round(stored / (wall - embed_s), 1) if wall > embed_s else None,
+    }

@@ -7,6 +7,7 @@ simulated users talking at once through two worker processes, each with its own 
 and companion, as two ``app.py`` workers would. Histories are written as ``bench.fixtures``
 writes them (real generated text, vectors mixed from real e5 vectors).
 """
+
 from __future__ import annotations
 
 import multiprocessing as mp
@@ -15,7 +16,8 @@ import tempfile
 import threading
 import time
 from dataclasses import dataclass
-from datetime import datetime, time as dtime, timedelta
+from datetime import datetime, timedelta
+from datetime import time as dtime
 from pathlib import Path
 from typing import Callable
 
@@ -35,40 +37,70 @@ TARGETS = {"p50": 40.0, "p95": 100.0}
 class PgBenchConfig:
     name: str
     single: tuple[tuple[str, int], ...]
-    many: tuple[int, int]              # users x memories each
+    many: tuple[int, int]  # users x memories each
     turns: int
     warmup: int
     pool: int
-    concurrent_users: int              # simulated users talking at once ...
-    workers: int                       # ... through this many worker processes
+    concurrent_users: int  # simulated users talking at once ...
+    workers: int  # ... through this many worker processes
     turns_per_user: int
     embedder: str = "e5"
 
 
-PG_FULL = PgBenchConfig("full", single=(("10k", 10_000), ("100k", 100_000)), many=(1_000, 100), turns=200,
-                        warmup=10, pool=384, concurrent_users=20, workers=2, turns_per_user=10)
-PG_QUICK = PgBenchConfig("quick", single=(("2k", 2_000),), many=(100, 50), turns=30, warmup=5, pool=32,
-                         concurrent_users=4, workers=2, turns_per_user=3)
+PG_FULL = PgBenchConfig(
+    "full",
+    single=(("10k", 10_000), ("100k", 100_000)),
+    many=(1_000, 100),
+    turns=200,
+    warmup=10,
+    pool=384,
+    concurrent_users=20,
+    workers=2,
+    turns_per_user=10,
+)
+PG_QUICK = PgBenchConfig(
+    "quick",
+    single=(("2k", 2_000),),
+    many=(100, 50),
+    turns=30,
+    warmup=5,
+    pool=32,
+    concurrent_users=4,
+    workers=2,
+    turns_per_user=3,
+)
 
 
 def _copy_user(bank, source: str, target: str) -> None:
     """``target`` gets a copy of ``source``'s rows, inside the database (no round trips)."""
     with bank.db.transaction() as cur:
-        cur.execute("INSERT INTO mem_users (name, last_id, lex_docs, lex_tokens) SELECT %s, last_id, lex_docs,"
-                    " lex_tokens FROM mem_users WHERE name = %s", (target, source))
-        cur.execute("INSERT INTO mem_meta (owner, key, value) SELECT %s, key, value FROM mem_meta WHERE owner = %s",
-                    (target, source))
-        cur.execute("INSERT INTO memories SELECT %s, id, kind, text, query, response, day, position, created_at,"
-                    " strength, last_recall, recall_count, importance, pinned, state, embedding, lex_len, extra,"
-                    " reply_embedding, archived_at FROM memories WHERE owner = %s", (target, source))
-        cur.execute("INSERT INTO lex_postings SELECT %s, term, memory_id, tf, dl FROM lex_postings WHERE owner = %s",
-                    (target, source))
+        cur.execute(
+            "INSERT INTO mem_users (name, last_id, lex_docs, lex_tokens) SELECT %s, last_id, lex_docs,"
+            " lex_tokens FROM mem_users WHERE name = %s",
+            (target, source),
+        )
+        cur.execute(
+            "INSERT INTO mem_meta (owner, key, value) SELECT %s, key, value FROM mem_meta WHERE owner = %s",
+            (target, source),
+        )
+        cur.execute(
+            "INSERT INTO memories SELECT %s, id, kind, text, query, response, day, position, created_at,"
+            " strength, last_recall, recall_count, importance, pinned, state, embedding, lex_len, extra,"
+            " reply_embedding, archived_at FROM memories WHERE owner = %s",
+            (target, source),
+        )
+        cur.execute(
+            "INSERT INTO lex_postings SELECT %s, term, memory_id, tf, dl FROM lex_postings WHERE owner = %s",
+            (target, source),
+        )
 
 
-def _throughput_worker(url: str, embedder: str, users: list[str], turns: int, seed: int,
-                       ready: mp.Barrier, out: mp.Queue) -> None:
+def _throughput_worker(
+    url: str, embedder: str, users: list[str], turns: int, seed: int, ready: mp.Barrier, out: mp.Queue
+) -> None:
     """One worker process: its own pool and companion; one thread per simulated user."""
     from memory.pg_store import PgMemoryBank
+
     try:
         bank = PgMemoryBank(url, create_embedder(embedder), pool_size=len(users) + 2)
     except BaseException as exc:
@@ -107,12 +139,16 @@ def _throughput_worker(url: str, embedder: str, users: list[str], turns: int, se
 
 
 def measure_throughput(url: str, names: list[str], config: PgBenchConfig) -> dict:
-    users = names[:config.concurrent_users]
+    users = names[: config.concurrent_users]
     ctx = mp.get_context("spawn")
     ready, out = ctx.Barrier(config.workers + 1), ctx.Queue()
-    share = [users[i::config.workers] for i in range(config.workers)]
-    procs = [ctx.Process(target=_throughput_worker, args=(url, config.embedder, part, config.turns_per_user,
-                                                          SEED + i, ready, out)) for i, part in enumerate(share)]
+    share = [users[i :: config.workers] for i in range(config.workers)]
+    procs = [
+        ctx.Process(
+            target=_throughput_worker, args=(url, config.embedder, part, config.turns_per_user, SEED + i, ready, out)
+        )
+        for i, part in enumerate(share)
+    ]
     for p in procs:
         p.start()
     try:
@@ -125,17 +161,32 @@ def measure_throughput(url: str, names: list[str], config: PgBenchConfig) -> dic
     for p in procs:
         p.join(30)
     turns = sum(r["turns"] for r in results)
-    return {"turns": turns, "seconds": round(wall, 2), "turns_per_s": round(turns / wall, 1),
-            "users": len(users), "workers": config.workers, "errors": [e for r in results for e in r["errors"]]}
+    return {
+        "turns": turns,
+        "seconds": round(wall, 2),
+        "turns_per_s": round(turns / wall, 1),
+        "users": len(users),
+        "workers": config.workers,
+        "errors": [e for r in results for e in r["errors"]],
+    }
 
 
 def run_pg_bench(url: str, config: PgBenchConfig = PG_FULL, *, log: Callable[[str], None] = lambda s: None) -> dict:
     from memory.pg_store import PgMemoryBank
+
     started = time.perf_counter()
     gen = DialogueGenerator(SEED)
     embedder = create_embedder(config.embedder)
-    result: dict = {"config": config.name, "store": "postgresql", "embedder": embedder.id, "machine": machine(),
-                    "turn_ms": {}, "sizes": {}, "phases_s": {}, "notes": []}
+    result: dict = {
+        "config": config.name,
+        "store": "postgresql",
+        "embedder": embedder.id,
+        "machine": machine(),
+        "turn_ms": {},
+        "sizes": {},
+        "phases_s": {},
+        "notes": [],
+    }
     with tempfile.TemporaryDirectory(prefix="sf-pgbench-") as tmp, scratch_database(url, prefix="sf_bench") as db_url:
         log(f"embedding {config.pool} generated turns for the vector pool")
         scratch = MemoryBank(Path(tmp) / "scratch", embedder)
@@ -177,7 +228,9 @@ def run_pg_bench(url: str, config: PgBenchConfig = PG_FULL, *, log: Callable[[st
         log(f"{config.turns} turns over {users:,} users")
         times, _ = run_turns(bank, lambda i: rng.choice(names), config.turns, config.warmup, gen, start=start_turns)
         result["turn_ms"][key] = times.summary()
-        result["sizes"][key] = f"{users:,} users x {per_user:,} memories (plus the single users above), a random user each turn"
+        result["sizes"][key] = (
+            f"{users:,} users x {per_user:,} memories (plus the single users above), a random user each turn"
+        )
         log(f"{key}: {result['turn_ms'][key]}")
         bank.close()
         log(f"{config.concurrent_users} users talking at once through {config.workers} worker processes")
@@ -198,16 +251,24 @@ def _ok(value, target) -> str:
 
 
 def format_pg_table(r: dict) -> str:
-    lines = [f"SiliconFriend bench over PostgreSQL ({r['config']}, {r['embedder']}; {r['machine']['cpus']} CPUs, "
-             f"load {r['machine']['load_avg_1m']} -> {r['machine'].get('load_avg_1m_end')}; {r['seconds']} s)", "",
-             f"{'turn overhead (ms)':<20}{'p50':>7}{'p95':>7}{'before reply':>14}{'after reply':>13}{'e5 query':>10}   size"]
+    lines = [
+        f"SiliconFriend bench over PostgreSQL ({r['config']}, {r['embedder']}; {r['machine']['cpus']} CPUs, "
+        f"load {r['machine']['load_avg_1m']} -> {r['machine'].get('load_avg_1m_end')}; {r['seconds']} s)",
+        "",
+        f"{'turn overhead (ms)':<20}{'p50':>7}{'p95':>7}{'before reply':>14}{'after reply':>13}{'e5 query':>10}   size",
+    ]
     for key, t in r["turn_ms"].items():
         mark = (_ok(t["p50"], TARGETS["p50"]) + _ok(t["p95"], TARGETS["p95"])) if key == "100k" else ""
-        lines.append(f"{key:<20}{t['p50']:>7.1f}{t['p95']:>7.1f}{t['before_reply']['p50']:>14.1f}"
-                     f"{t['after_reply']['p50']:>13.1f}{t['embed_query']['p50']!s:>10}   {r['sizes'][key]}{mark}")
+        lines.append(
+            f"{key:<20}{t['p50']:>7.1f}{t['p95']:>7.1f}{t['before_reply']['p50']:>14.1f}"
+            f"{t['after_reply']['p50']:>13.1f}{t['embed_query']['p50']!s:>10}   {r['sizes'][key]}{mark}"
+        )
     tp = r.get("throughput", {})
-    lines += ["", f"throughput: {tp.get('turns_per_s')} turns/s ({tp.get('turns')} turns in {tp.get('seconds')} s, "
-                  f"{tp.get('users')} users at once through {tp.get('workers')} workers, instant backend)"
-                  + (f"; {len(tp['errors'])} failed: {tp['errors'][:2]}" if tp.get("errors") else ""),
-              "phases (s): " + ", ".join(f"{k} {v}" for k, v in r["phases_s"].items())]
+    lines += [
+        "",
+        f"throughput: {tp.get('turns_per_s')} turns/s ({tp.get('turns')} turns in {tp.get('seconds')} s, "
+        f"{tp.get('users')} users at once through {tp.get('workers')} workers, instant backend)"
+        + (f"; {len(tp['errors'])} failed: {tp['errors'][:2]}" if tp.get("errors") else ""),
+        "phases (s): " + ", ".join(f"{k} {v}" for k, v in r["phases_s"].items()),
+    ]
     return "\n".join(lines)

@@ -9,6 +9,7 @@ parent's clock from spawning the child to that answer; restart is the child's cl
 that answer. The OS file cache is warm (the files were just written), as on a server that
 restarts; a machine just booted would also read the files from disk.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -27,8 +28,9 @@ def _rss_mb() -> dict[str, float]:
                 if line.startswith(("VmRSS:", "VmHWM:")):
                     key, value = line.split(":", 1)
                     out[key] = round(int(value.split()[0]) / 1024, 1)
-    except OSError:   # not Linux: the peak from getrusage
+    except OSError:  # not Linux: the peak from getrusage
         import resource
+
         peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
         out["VmHWM"] = round(peak / (1024 * 1024 if sys.platform == "darwin" else 1024), 1)
     return out
@@ -41,19 +43,28 @@ def _child(args: argparse.Namespace) -> dict:
     from memory.lexical import tokenize
     from siliconfriend.config import Settings
     from siliconfriend.factory import build_bank
+
     t_models = time.perf_counter()
     bank = build_bank(Settings(home=args.home, embedder=args.embedder), progress=lambda **kw: None)
-    tokenize("warm up 热身")                   # jieba's dictionary, loaded once per process
+    tokenize("warm up 热身")  # jieba's dictionary, loaded once per process
     t_login = time.perf_counter()
     now = datetime.fromisoformat(args.now)
     hits = bank.retrieve(args.user, args.query, now)
     t_first = time.perf_counter()
     wall_first = time.time()
     u = bank._user(args.user)
-    out = {"wall_first": wall_first, "imports_s": t_models - t_imports, "models_s": t_login - t_models,
-           "restart_s": t_first - t_login, "hits": len(hits), "memories": u.store.count(),
-           "indexed": len(u.index), "index_kind": type(u.index.index).__name__,
-           "index_rebuilt": u.index.rebuilt, "rss_mb": _rss_mb()}
+    out = {
+        "wall_first": wall_first,
+        "imports_s": t_models - t_imports,
+        "models_s": t_login - t_models,
+        "restart_s": t_first - t_login,
+        "hits": len(hits),
+        "memories": u.store.count(),
+        "indexed": len(u.index),
+        "index_kind": type(u.index.index).__name__,
+        "index_rebuilt": u.index.rebuilt,
+        "rss_mb": _rss_mb(),
+    }
     if args.reembed_sample:
         out |= _reembed(bank, u, args.reembed_sample)
     bank.close()
@@ -67,6 +78,7 @@ def _reembed(bank, opened, sample: int) -> dict:
     import numpy as np
 
     from memory.embedders import embed_documents
+
     total = opened.store.count()
     step = max(1, total // sample)
     texts = []
@@ -82,15 +94,34 @@ def _reembed(bank, opened, sample: int) -> dict:
     index.add(fake)
     index.search(fake[:1], 5)
     build = time.perf_counter() - start
-    return {"reembed_sample": len(texts), "reembed_ms_per_memory": per_memory * 1000,
-            "restart_reembed_s": per_memory * total + build}
+    return {
+        "reembed_sample": len(texts),
+        "reembed_ms_per_memory": per_memory * 1000,
+        "restart_reembed_s": per_memory * total + build,
+    }
 
 
-def measure_process(home, user: str, query: str, now: str, *, embedder: str = "e5",
-                    reembed_sample: int = 0, timeout: float = 600) -> dict:
+def measure_process(
+    home, user: str, query: str, now: str, *, embedder: str = "e5", reembed_sample: int = 0, timeout: float = 600
+) -> dict:
     """Runs the child once; adds ``cold_start_s`` (spawn to first retrieval, parent's clock)."""
-    cmd = [sys.executable, "-m", "siliconfriend.bench.process", "--home", str(home), "--user", user,
-           "--query", query, "--now", now, "--embedder", embedder, "--reembed-sample", str(reembed_sample)]
+    cmd = [
+        sys.executable,
+        "-m",
+        "siliconfriend.bench.process",
+        "--home",
+        str(home),
+        "--user",
+        user,
+        "--query",
+        query,
+        "--now",
+        now,
+        "--embedder",
+        embedder,
+        "--reembed-sample",
+        str(reembed_sample),
+    ]
     env = dict(os.environ, PYTHONDONTWRITEBYTECODE="1")
     spawned = time.time()
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env)

@@ -17,15 +17,16 @@ Two ways to load the bank:
   asked when its time comes, so that it sees only what was said before it; one asked after the
   last day comes with a forgetting pass at its time, as the companion's rollover would run.
 """
+
 from __future__ import annotations
 
 import json
 import re
 import tempfile
 from collections import defaultdict
+from contextlib import contextmanager
 from datetime import date, datetime, time, timedelta
 from pathlib import Path
-from contextlib import contextmanager
 from typing import Callable, Iterator
 
 from memory.bank import MemoryBank
@@ -52,8 +53,9 @@ def parse_asked_at(value: str) -> datetime:
             return datetime.combine(date.fromisoformat(text), time(9, 0))
         return datetime.fromisoformat(text)
     except ValueError:
-        raise BankFormatError(f"asked_at {value!r} is not a date (YYYY-MM-DD[THH:MM] or YYYY/MM/DD (Day) HH:MM)") \
-            from None
+        raise BankFormatError(
+            f"asked_at {value!r} is not a date (YYYY-MM-DD[THH:MM] or YYYY/MM/DD (Day) HH:MM)"
+        ) from None
 
 
 def load_labels(path: Path | str) -> list[dict]:
@@ -77,11 +79,21 @@ def evaluate_retrieval(bank_file: Path | str, labels_file: Path | str, embedder:
     return evaluate_label_sets(bank_file, [labels_file], embedder, **kw)[0]
 
 
-def evaluate_label_sets(bank_file: Path | str, labels_files: list[Path | str], embedder: Embedder, *,
-                        policy: ForgettingPolicy | None = None, config: RetrievalConfig | None = None,
-                        ks: tuple[int, ...] = KS, progress: Callable | None = None,
-                        details: list | None = None, as_used: bool = False, backend=None,
-                        lang: str = "en", database_url: str | None = None) -> list[dict]:
+def evaluate_label_sets(
+    bank_file: Path | str,
+    labels_files: list[Path | str],
+    embedder: Embedder,
+    *,
+    policy: ForgettingPolicy | None = None,
+    config: RetrievalConfig | None = None,
+    ks: tuple[int, ...] = KS,
+    progress: Callable | None = None,
+    details: list | None = None,
+    as_used: bool = False,
+    backend=None,
+    lang: str = "en",
+    database_url: str | None = None,
+) -> list[dict]:
     """Load the bank once (plain or ``as_used``), then score each label file on it. With
     ``database_url`` the bank goes into a scratch database on that PostgreSQL server (dropped
     afterwards), not a temporary home."""
@@ -94,6 +106,7 @@ def evaluate_label_sets(bank_file: Path | str, labels_files: list[Path | str], e
     with _scratch_store(database_url) as where:
         if database_url:
             from memory.pg_store import PgMemoryBank
+
             bank = PgMemoryBank(where, embedder, policy=policy, retrieval=config)
         else:
             bank = MemoryBank(where, embedder, policy=policy, retrieval=config)
@@ -103,8 +116,10 @@ def evaluate_label_sets(bank_file: Path | str, labels_files: list[Path | str], e
             else:
                 import_bank(bank, bank_file, progress=progress)
                 bank.settle()
-                rankings = [[_ask(bank, label, label.get("asked_at") or default_now, depth) for label in labels]
-                            for labels in label_sets]
+                rankings = [
+                    [_ask(bank, label, label.get("asked_at") or default_now, depth) for label in labels]
+                    for labels in label_sets
+                ]
         finally:
             bank.close()
     return [_score(labels, ranked, ks, depth, details) for labels, ranked in zip(label_sets, rankings)]
@@ -118,6 +133,7 @@ def _scratch_store(database_url: str | None) -> Iterator[str]:
             yield home
         return
     from memory.pg_db import scratch_database
+
     with scratch_database(database_url, prefix="sf_eval") as url:
         yield url
 
@@ -134,8 +150,16 @@ def _ask(bank: MemoryBank, label: dict, now: datetime, depth: int) -> list[tuple
     return turns[:depth]
 
 
-def _live_and_ask(bank: MemoryBank, parsed: list[ParsedUser], label_sets: list[list[dict]], default_now: datetime,
-                  depth: int, backend, lang: str, progress: Callable | None) -> list[list]:
+def _live_and_ask(
+    bank: MemoryBank,
+    parsed: list[ParsedUser],
+    label_sets: list[list[dict]],
+    default_now: datetime,
+    depth: int,
+    backend,
+    lang: str,
+    progress: Callable | None,
+) -> list[list]:
     """Each user's days lived in order with the day rollover, each question asked at its time."""
     rankings: list[list] = [[None] * len(labels) for labels in label_sets]
     asked: dict[str, list[tuple[datetime, int, int]]] = defaultdict(list)
@@ -145,6 +169,7 @@ def _live_and_ask(bank: MemoryBank, parsed: list[ParsedUser], label_sets: list[l
     consolidator = None
     if backend is not None:
         from ..core.consolidate import Consolidator
+
         consolidator = Consolidator(bank, backend)
     bar = progress(total=sum(len(p.turns) for p in parsed), desc="living the days", unit="turn") if progress else None
     for p in parsed:
@@ -171,8 +196,15 @@ def _live_and_ask(bank: MemoryBank, parsed: list[ParsedUser], label_sets: list[l
             if bar:
                 bar.update(len(by_day[day]))
         if previous is not None:
-            _rollover(bank, p, previous, datetime.combine(previous + timedelta(days=1), time(0, 0)),
-                      consolidator, lang, ask_until)
+            _rollover(
+                bank,
+                p,
+                previous,
+                datetime.combine(previous + timedelta(days=1), time(0, 0)),
+                consolidator,
+                lang,
+                ask_until,
+            )
         while queue:
             # a later question comes with the rollover of its own day: the forgetting pass at its
             # time (without recalls in between, one pass then archives what daily passes would)
@@ -183,8 +215,15 @@ def _live_and_ask(bank: MemoryBank, parsed: list[ParsedUser], label_sets: list[l
     return rankings
 
 
-def _rollover(bank: MemoryBank, p: ParsedUser, day: date, at: datetime, consolidator, lang: str,
-              ask_until: Callable[[datetime], None]) -> None:
+def _rollover(
+    bank: MemoryBank,
+    p: ParsedUser,
+    day: date,
+    at: datetime,
+    consolidator,
+    lang: str,
+    ask_until: Callable[[datetime], None],
+) -> None:
     """The end of ``day``: its summary, the rehearsal, the forgetting pass (as ``Consolidator.run``)."""
     ask_until(at - timedelta(seconds=1))
     if consolidator is not None:
@@ -199,7 +238,7 @@ def _rollover(bank: MemoryBank, p: ParsedUser, day: date, at: datetime, consolid
 
 def _score(labels: list[dict], rankings: list, ks: tuple[int, ...], depth: int, details: list | None) -> dict:
     sums = {f"recall@{k}": 0.0 for k in ks} | {f"hit@{k}": 0.0 for k in ks}
-    per_category: dict[str, list[float]] = defaultdict(lambda: [0.0, 0.0, 0.0])   # n, recall@5, recall@10
+    per_category: dict[str, list[float]] = defaultdict(lambda: [0.0, 0.0, 0.0])  # n, recall@5, recall@10
     for label, turns in zip(labels, rankings):
         evidence = {(e["date"], int(e["turn"])) for e in label["evidence"]}
         turns = turns or []
@@ -213,8 +252,14 @@ def _score(labels: list[dict], rankings: list, ks: tuple[int, ...], depth: int, 
             c[1] += len(evidence & set(turns[:5])) / len(evidence)
             c[2] += len(evidence & set(turns[:10])) / len(evidence)
         if details is not None:
-            details.append({"qid": label.get("qid"), "question": label["question"],
-                            "evidence": sorted(evidence), "retrieved": turns[:depth]})
+            details.append(
+                {
+                    "qid": label.get("qid"),
+                    "question": label["question"],
+                    "evidence": sorted(evidence),
+                    "retrieved": turns[:depth],
+                }
+            )
     n = len(labels)
     out: dict = {"n": n}
     for k in ks:
@@ -222,6 +267,8 @@ def _score(labels: list[dict], rankings: list, ks: tuple[int, ...], depth: int, 
     for k in ks:
         out[f"hit@{k}"] = round(sums[f"hit@{k}"] / n, 4) if n else 0.0
     if per_category:
-        out["by_category"] = {c: {"n": int(v[0]), "recall@5": round(v[1] / v[0], 4), "recall@10": round(v[2] / v[0], 4)}
-                              for c, v in sorted(per_category.items())}
+        out["by_category"] = {
+            c: {"n": int(v[0]), "recall@5": round(v[1] / v[0], 4), "recall@10": round(v[2] / v[0], 4)}
+            for c, v in sorted(per_category.items())
+        }
     return out

@@ -5,6 +5,7 @@ home of 1,000 users x 1,000 memories; ingest; restart, cold start and resident m
 processes with the 100k user; and recall@5 on the MemoryBank evaluation sets. ``QUICK`` does the
 same paths at small sizes; ``sizes`` in the result says what each number was measured on.
 """
+
 from __future__ import annotations
 
 import os
@@ -13,7 +14,8 @@ import random
 import tempfile
 import time
 from dataclasses import dataclass, replace
-from datetime import date, datetime, time as dtime
+from datetime import date, datetime
+from datetime import time as dtime
 from pathlib import Path
 from typing import Callable
 
@@ -27,34 +29,53 @@ from .ingest import measure_ingest
 from .process import measure_process
 from .turns import TimedEmbedder, run_turns
 
-END = date(2030, 1, 1)     # the synthetic histories end the day before; benchmark turns start here
+END = date(2030, 1, 1)  # the synthetic histories end the day before; benchmark turns start here
 SEED = 20240501
 
 
 @dataclass(frozen=True)
 class BenchConfig:
     name: str
-    single: tuple[tuple[str, int], ...]        # (key, memories) of single-user runs
-    many: tuple[int, int]                      # users x memories each, for the "1000x1k" key
-    turns: int                                 # timed turns per run
+    single: tuple[tuple[str, int], ...]  # (key, memories) of single-user runs
+    many: tuple[int, int]  # users x memories each, for the "1000x1k" key
+    turns: int  # timed turns per run
     warmup: int
-    pool: int                                  # real document vectors the synthetic ones are made of
+    pool: int  # real document vectors the synthetic ones are made of
     ingest_turns: int
-    restart_runs: int                          # fresh processes; the median is reported
+    restart_runs: int  # fresh processes; the median is reported
     reembed_sample: int
     recall: bool
-    eval_dir: Path | None = None               # the MemoryBank evaluation sets (en/, cn/)
+    eval_dir: Path | None = None  # the MemoryBank evaluation sets (en/, cn/)
     labels: str = "labels_dev_{lang}.jsonl"
     max_open_users: int = 64
     embedder: str = "e5"
-    api_memories: int = 1_000                  # the user the API's overhead is measured on
+    api_memories: int = 1_000  # the user the API's overhead is measured on
 
 
-FULL = BenchConfig("full", single=(("1k", 1_000), ("10k", 10_000), ("100k", 100_000)), many=(1_000, 1_000),
-                   turns=200, warmup=10, pool=384, ingest_turns=600, restart_runs=3, reembed_sample=200,
-                   recall=True)
-QUICK = BenchConfig("quick", single=(("1k", 1_000),), many=(100, 1_000), turns=40, warmup=5, pool=32,
-                    ingest_turns=60, restart_runs=1, reembed_sample=20, recall=False)
+FULL = BenchConfig(
+    "full",
+    single=(("1k", 1_000), ("10k", 10_000), ("100k", 100_000)),
+    many=(1_000, 1_000),
+    turns=200,
+    warmup=10,
+    pool=384,
+    ingest_turns=600,
+    restart_runs=3,
+    reembed_sample=200,
+    recall=True,
+)
+QUICK = BenchConfig(
+    "quick",
+    single=(("1k", 1_000),),
+    many=(100, 1_000),
+    turns=40,
+    warmup=5,
+    pool=32,
+    ingest_turns=60,
+    restart_runs=1,
+    reembed_sample=20,
+    recall=False,
+)
 TURN_KEYS = ("1k", "10k", "100k", "1000x1k")
 
 
@@ -70,8 +91,12 @@ def default_eval_dir() -> Path | None:
 
 def machine() -> dict:
     load = os.getloadavg() if hasattr(os, "getloadavg") else (None, None, None)
-    return {"cpus": os.cpu_count(), "python": platform.python_version(), "platform": platform.platform(),
-            "load_avg_1m": round(load[0], 2) if load[0] is not None else None}
+    return {
+        "cpus": os.cpu_count(),
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+        "load_avg_1m": round(load[0], 2) if load[0] is not None else None,
+    }
 
 
 def _recall(config: BenchConfig, embedder) -> tuple[dict, str | None]:
@@ -81,6 +106,7 @@ def _recall(config: BenchConfig, embedder) -> tuple[dict, str | None]:
     if folder is None or not folder.is_dir():
         return {"en": None, "cn": None}, "recall skipped: no ../shared/data/memorybank_eval folder here"
     from .retrieval_eval import evaluate_retrieval
+
     out, missing = {}, []
     for lang in ("en", "cn"):
         bank_file, labels = folder / lang / f"memory_bank_{lang}.json", folder / lang / config.labels.format(lang=lang)
@@ -92,13 +118,21 @@ def _recall(config: BenchConfig, embedder) -> tuple[dict, str | None]:
     return out, (f"recall skipped for {', '.join(missing)}: evaluation files missing" if missing else None)
 
 
-def run_bench(config: BenchConfig = FULL, *, log: Callable[[str], None] = lambda s: None,
-              workdir: Path | None = None) -> dict:
+def run_bench(
+    config: BenchConfig = FULL, *, log: Callable[[str], None] = lambda s: None, workdir: Path | None = None
+) -> dict:
     started = time.perf_counter()
     gen = DialogueGenerator(SEED)
     embedder = create_embedder(config.embedder)
-    result: dict = {"config": config.name, "embedder": embedder.id, "machine": machine(),
-                    "turn_ms": {k: None for k in TURN_KEYS}, "sizes": {}, "notes": [], "phases_s": {}}
+    result: dict = {
+        "config": config.name,
+        "embedder": embedder.id,
+        "machine": machine(),
+        "turn_ms": {k: None for k in TURN_KEYS},
+        "sizes": {},
+        "notes": [],
+        "phases_s": {},
+    }
     tmp = tempfile.TemporaryDirectory(prefix="sf-bench-", dir=workdir)
     root = Path(tmp.name)
     try:
@@ -138,21 +172,26 @@ def run_bench(config: BenchConfig = FULL, *, log: Callable[[str], None] = lambda
         times, _ = run_turns(bank, lambda i: rng.choice(names), config.turns, config.warmup, gen, start=start_turns)
         bank.close()
         result["turn_ms"]["1000x1k"] = times.summary()
-        result["sizes"]["1000x1k"] = (f"{users:,} users x {per_user:,} memories, a random user each turn, "
-                                      f"{config.max_open_users} kept open")
+        result["sizes"]["1000x1k"] = (
+            f"{users:,} users x {per_user:,} memories, a random user each turn, {config.max_open_users} kept open"
+        )
         result["phases_s"]["1000x1k"] = round(time.perf_counter() - tick, 1)
 
         tick = time.perf_counter()
         home = root / "api"
         bank = MemoryBank(home, embedder, max_open_users=config.max_open_users)
-        log(f"{config.turns} turns each: direct, through the API, through the API streaming "
-            f"({config.api_memories:,} memories)")
+        log(
+            f"{config.turns} turns each: direct, through the API, through the API streaming "
+            f"({config.api_memories:,} memories)"
+        )
         fill_user(bank, "big", config.api_memories, gen, pool, end=END, seed=7)
-        result["api_ms"] = measure_api_overhead(bank, home, "big", gen, turns=config.turns, warmup=config.warmup,
-                                                start=start_turns)
+        result["api_ms"] = measure_api_overhead(
+            bank, home, "big", gen, turns=config.turns, warmup=config.warmup, start=start_turns
+        )
         bank.close()
-        result["sizes"]["api"] = (f"1 user, {config.api_memories:,} memories; HTTP on 127.0.0.1, client and "
-                                  f"server in one process")
+        result["sizes"]["api"] = (
+            f"1 user, {config.api_memories:,} memories; HTTP on 127.0.0.1, client and server in one process"
+        )
         result["phases_s"]["api"] = round(time.perf_counter() - tick, 1)
 
         tick = time.perf_counter()
@@ -165,9 +204,17 @@ def run_bench(config: BenchConfig = FULL, *, log: Callable[[str], None] = lambda
         tick = time.perf_counter()
         home, size = largest
         log(f"restart and cold start in {config.restart_runs} fresh process(es), {size:,} memories")
-        runs = [measure_process(home, "big", gen.message(), start_turns.isoformat(), embedder=config.embedder,
-                                reembed_sample=config.reembed_sample if i == 0 else 0)
-                for i in range(config.restart_runs)]
+        runs = [
+            measure_process(
+                home,
+                "big",
+                gen.message(),
+                start_turns.isoformat(),
+                embedder=config.embedder,
+                reembed_sample=config.reembed_sample if i == 0 else 0,
+            )
+            for i in range(config.restart_runs)
+        ]
         mid = sorted(runs, key=lambda r: r["restart_s"])[len(runs) // 2]
         result["restart_s"] = round(mid["restart_s"], 4)
         result["restart_reembed_s"] = round(runs[0]["restart_reembed_s"], 1)
@@ -175,11 +222,14 @@ def run_bench(config: BenchConfig = FULL, *, log: Callable[[str], None] = lambda
         result["cold_start_s"] = round(sorted(r["cold_start_s"] for r in runs)[len(runs) // 2], 3)
         result["rss_mb_100k"] = mid["rss_mb"].get("VmRSS", mid["rss_mb"].get("VmHWM"))
         result["process"] = {"runs": runs}
-        result["sizes"]["restart"] = f"1 user, {mid['memories']:,} memories ({mid['indexed']:,} active, " \
-                                     f"{mid['index_kind']})"
-        result["sizes"]["restart_reembed"] = (f"{runs[0]['reembed_sample']} memories re-embedded "
-                                              f"({runs[0]['reembed_ms_per_memory']:.1f} ms each), "
-                                              f"scaled to {mid['memories']:,}")
+        result["sizes"]["restart"] = (
+            f"1 user, {mid['memories']:,} memories ({mid['indexed']:,} active, {mid['index_kind']})"
+        )
+        result["sizes"]["restart_reembed"] = (
+            f"{runs[0]['reembed_sample']} memories re-embedded "
+            f"({runs[0]['reembed_ms_per_memory']:.1f} ms each), "
+            f"scaled to {mid['memories']:,}"
+        )
         result["phases_s"]["process"] = round(time.perf_counter() - tick, 1)
 
         tick = time.perf_counter()
@@ -195,7 +245,16 @@ def run_bench(config: BenchConfig = FULL, *, log: Callable[[str], None] = lambda
     return result
 
 
-TARGETS = {"p50": 30.0, "p95": 80.0, "api_overhead": 5.0, "ingest": 200.0, "restart": 0.5, "speedup": 100.0, "cold": 3.0, "rss": 1024.0}
+TARGETS = {
+    "p50": 30.0,
+    "p95": 80.0,
+    "api_overhead": 5.0,
+    "ingest": 200.0,
+    "restart": 0.5,
+    "speedup": 100.0,
+    "cold": 3.0,
+    "rss": 1024.0,
+}
 
 
 def _ok(value, target, *, low: bool = True) -> str:
@@ -206,12 +265,15 @@ def _ok(value, target, *, low: bool = True) -> str:
 
 def format_table(r: dict) -> str:
     """The result as a plain-text table with the targets."""
-    lines = [f"SiliconFriend bench ({r['config']}, {r['embedder']}, turns via {r.get('turn_path', '?')}; "
-             f"{r['machine']['cpus']} CPUs, load {r['machine']['load_avg_1m']} -> {r['machine'].get('load_avg_1m_end')}; "
-             f"{r['seconds']} s)", "",
-             f"{'turn overhead (ms)':<20}{'p50':>7}{'p95':>7}{'before reply':>14}{'after reply':>13}"
-             f"{'e5 query':>10}{'e5 turn':>9}   size",
-             f"{'':<20}{'':>7}{'':>7}{'(p50)':>14}{'(p50)':>13}{'(p50)':>10}{'(p50)':>9}"]
+    lines = [
+        f"SiliconFriend bench ({r['config']}, {r['embedder']}, turns via {r.get('turn_path', '?')}; "
+        f"{r['machine']['cpus']} CPUs, load {r['machine']['load_avg_1m']} -> {r['machine'].get('load_avg_1m_end')}; "
+        f"{r['seconds']} s)",
+        "",
+        f"{'turn overhead (ms)':<20}{'p50':>7}{'p95':>7}{'before reply':>14}{'after reply':>13}"
+        f"{'e5 query':>10}{'e5 turn':>9}   size",
+        f"{'':<20}{'':>7}{'':>7}{'(p50)':>14}{'(p50)':>13}{'(p50)':>10}{'(p50)':>9}",
+    ]
     for key in TURN_KEYS:
         t = r["turn_ms"].get(key)
         if not t:
@@ -219,32 +281,38 @@ def format_table(r: dict) -> str:
             continue
         mark = (_ok(t["p50"], TARGETS["p50"]) + _ok(t["p95"], TARGETS["p95"])) if key == "100k" else ""
         eq, ed = t.get("embed_query", {}).get("p50"), t.get("embed_document", {}).get("p50")
-        lines.append(f"{key:<20}{t['p50']:>7.1f}{t['p95']:>7.1f}{t['before_reply']['p50']:>14.1f}"
-                     f"{t['after_reply']['p50']:>13.1f}{eq if eq is not None else '-':>10}"
-                     f"{ed if ed is not None else '-':>9}   {r['sizes'].get(key, '')}{mark}")
+        lines.append(
+            f"{key:<20}{t['p50']:>7.1f}{t['p95']:>7.1f}{t['before_reply']['p50']:>14.1f}"
+            f"{t['after_reply']['p50']:>13.1f}{eq if eq is not None else '-':>10}"
+            f"{ed if ed is not None else '-':>9}   {r['sizes'].get(key, '')}{mark}"
+        )
     api = r.get("api_ms") or {}
     if api.get("direct"):
         lines += [""]
         for path, label in (("api", "API (JSON)"), ("api_stream", "API (streaming)")):
             over, diff = api[f"{path}_overhead"], api[f"{path}_minus_direct"]
-            lines.append(f"{label + ' overhead':<26}{over['p50']:>7.2f}{over['p95']:>7.2f} ms (p50 / p95)"
-                         f"{_ok(over['p50'], TARGETS['api_overhead'])}{_ok(over['p95'], TARGETS['api_overhead'])}"
-                         f"   turn {api[path]['p50']:.1f} / {api[path]['p95']:.1f} ms vs direct "
-                         f"{api['direct']['p50']:.1f} / {api['direct']['p95']:.1f} ms "
-                         f"({diff['p50']:+.1f} / {diff['p95']:+.1f})")
+            lines.append(
+                f"{label + ' overhead':<26}{over['p50']:>7.2f}{over['p95']:>7.2f} ms (p50 / p95)"
+                f"{_ok(over['p50'], TARGETS['api_overhead'])}{_ok(over['p95'], TARGETS['api_overhead'])}"
+                f"   turn {api[path]['p50']:.1f} / {api[path]['p95']:.1f} ms vs direct "
+                f"{api['direct']['p50']:.1f} / {api['direct']['p95']:.1f} ms "
+                f"({diff['p50']:+.1f} / {diff['p95']:+.1f})"
+            )
         lines.append(f"{'':<26}{r['sizes'].get('api', '')}")
     ing = r.get("ingest", {})
     rec = r.get("recall_at_5", {})
-    lines += ["",
-              f"{'ingest_turns_per_s':<22}{r.get('ingest_turns_per_s')!s:>10}{_ok(r.get('ingest_turns_per_s'), 200, low=False)}"
-              f"   (embedding {ing.get('embed_ms_per_turn')} ms/turn = {ing.get('embed_s')} of "
-              f"{ing.get('seconds')} s; {ing.get('turns_per_s_without_embedding')} turns/s without it)",
-              f"{'restart_s':<22}{r.get('restart_s')!s:>10}{_ok(r.get('restart_s'), 0.5)}   {r['sizes'].get('restart', '')}",
-              f"{'restart_reembed_s':<22}{r.get('restart_reembed_s')!s:>10}   x{r.get('restart_speedup')}"
-              f"{_ok(r.get('restart_speedup'), 100, low=False)}   {r['sizes'].get('restart_reembed', '')}",
-              f"{'cold_start_s':<22}{r.get('cold_start_s')!s:>10}{_ok(r.get('cold_start_s'), 3.0)}",
-              f"{'rss_mb_100k':<22}{r.get('rss_mb_100k')!s:>10}{_ok(r.get('rss_mb_100k'), 1024)}",
-              f"{'recall_at_5 en / cn':<22}{rec.get('en')!s:>10} / {rec.get('cn')!s}"]
+    lines += [
+        "",
+        f"{'ingest_turns_per_s':<22}{r.get('ingest_turns_per_s')!s:>10}{_ok(r.get('ingest_turns_per_s'), 200, low=False)}"
+        f"   (embedding {ing.get('embed_ms_per_turn')} ms/turn = {ing.get('embed_s')} of "
+        f"{ing.get('seconds')} s; {ing.get('turns_per_s_without_embedding')} turns/s without it)",
+        f"{'restart_s':<22}{r.get('restart_s')!s:>10}{_ok(r.get('restart_s'), 0.5)}   {r['sizes'].get('restart', '')}",
+        f"{'restart_reembed_s':<22}{r.get('restart_reembed_s')!s:>10}   x{r.get('restart_speedup')}"
+        f"{_ok(r.get('restart_speedup'), 100, low=False)}   {r['sizes'].get('restart_reembed', '')}",
+        f"{'cold_start_s':<22}{r.get('cold_start_s')!s:>10}{_ok(r.get('cold_start_s'), 3.0)}",
+        f"{'rss_mb_100k':<22}{r.get('rss_mb_100k')!s:>10}{_ok(r.get('rss_mb_100k'), 1024)}",
+        f"{'recall_at_5 en / cn':<22}{rec.get('en')!s:>10} / {rec.get('cn')!s}",
+    ]
     lines += [f"note: {n}" for n in r.get("notes", [])]
     return "\n".join(lines)
 

@@ -11,6 +11,7 @@ Each turn is split where the user sees it: ``before`` (message in, prompt ready:
 first token) and ``after`` (reply complete, turn stored). Where the companion is not installed,
 the same steps run through the memory bank directly (``path: "bank"``).
 """
+
 from __future__ import annotations
 
 import threading
@@ -25,7 +26,6 @@ from memory.bank import MemoryBank
 
 from ..backends.openai_chat import estimate_tokens
 from .data import DialogueGenerator
-
 
 _TIMED_KINDS = ("document", "query", "document_background", "query_background")
 
@@ -81,9 +81,9 @@ class _NothingToConsolidate:
 
 @dataclass
 class TurnTimes:
-    before: list[float] = field(default_factory=list)   # ms, message in -> prompt ready
-    after: list[float] = field(default_factory=list)    # ms, reply complete -> turn stored
-    embed_query: list[float] = field(default_factory=list)      # ms of each turn in the embedder
+    before: list[float] = field(default_factory=list)  # ms, message in -> prompt ready
+    after: list[float] = field(default_factory=list)  # ms, reply complete -> turn stored
+    embed_query: list[float] = field(default_factory=list)  # ms of each turn in the embedder
     embed_document: list[float] = field(default_factory=list)
 
     @property
@@ -92,11 +92,19 @@ class TurnTimes:
 
     def summary(self) -> dict:
         def pct(values: Sequence[float]) -> dict:
-            return {"p50": round(float(np.percentile(values, 50)), 2),
-                    "p95": round(float(np.percentile(values, 95)), 2)} if values else {"p50": None, "p95": None}
-        return pct(self.total) | {"n": len(self.before), "before_reply": pct(self.before),
-                                  "after_reply": pct(self.after), "embed_query": pct(self.embed_query),
-                                  "embed_document": pct(self.embed_document)}
+            return (
+                {"p50": round(float(np.percentile(values, 50)), 2), "p95": round(float(np.percentile(values, 95)), 2)}
+                if values
+                else {"p50": None, "p95": None}
+            )
+
+        return pct(self.total) | {
+            "n": len(self.before),
+            "before_reply": pct(self.before),
+            "after_reply": pct(self.after),
+            "embed_query": pct(self.embed_query),
+            "embed_document": pct(self.embed_document),
+        }
 
 
 class TurnRunner:
@@ -108,16 +116,21 @@ class TurnRunner:
         self.now = datetime(2030, 1, 1, 19, 0)
         self.path = "companion"
         try:
-            from ..core.companion import Companion
             from ..config import Settings
+            from ..core.companion import Companion
             from ..core.consolidate import ConsolidationReport
         except ImportError:
             self.companion = None
             self.path = "bank"
         else:
             settings = Settings(home=bank.home, lang=lang, max_new_tokens=256)
-            self.companion = Companion(bank, self.backend, settings=settings, clock=lambda: self.now,
-                                       consolidator=_NothingToConsolidate(ConsolidationReport))
+            self.companion = Companion(
+                bank,
+                self.backend,
+                settings=settings,
+                clock=lambda: self.now,
+                consolidator=_NothingToConsolidate(ConsolidationReport),
+            )
 
     def turn(self, user: str, message: str, reply: str, lang: str = "en") -> tuple[float, float]:
         """One turn; returns (before, after) in milliseconds."""
@@ -127,7 +140,7 @@ class TurnRunner:
         start = time.perf_counter()
         stream = self.companion.respond(user, message, lang=lang)
         chunks = iter(stream)
-        next(chunks)                       # the prompt is built: the reply's first token
+        next(chunks)  # the prompt is built: the reply's first token
         ready = time.perf_counter()
         for _ in chunks:
             pass
@@ -143,8 +156,9 @@ class TurnRunner:
         history = self.bank.turns_on(user, self.now.date())[-20:]
         exclude = {t.id for t in history}
         k = self.bank.retrieval_config.k
-        hits = [h for h in self.bank.retrieve(user, message, self.now, k=k + len(exclude))
-                if h.record.id not in exclude][:k]
+        hits = [
+            h for h in self.bank.retrieve(user, message, self.now, k=k + len(exclude)) if h.record.id not in exclude
+        ][:k]
         lines = [f"- {h.record.day.isoformat()}: {h.record.text[:400]}" for h in hits]
         turns = [f"{t.query}\n{t.response}" for t in history]
         prompt = "\n".join(["Memories:", *lines, "Today:", *turns, message])
@@ -164,8 +178,16 @@ class TurnRunner:
             self.now += timedelta(minutes=3)
 
 
-def run_turns(bank: MemoryBank, pick_user: Callable[[int], str], turns: int, warmup: int,
-              gen: DialogueGenerator, *, start: datetime, turns_per_day: int = 20) -> tuple[TurnTimes, str]:
+def run_turns(
+    bank: MemoryBank,
+    pick_user: Callable[[int], str],
+    turns: int,
+    warmup: int,
+    gen: DialogueGenerator,
+    *,
+    start: datetime,
+    turns_per_day: int = 20,
+) -> tuple[TurnTimes, str]:
     """``warmup`` untimed turns, then ``turns`` timed ones; ``pick_user(i)`` names each turn's user.
     With a ``TimedEmbedder`` in the bank, each turn's time in the embedder is recorded too."""
     runner = TurnRunner(bank)

@@ -1,4 +1,5 @@
 """``python -m siliconfriend.cli``: the same as the ``siliconfriend`` command."""
+
 import sys
 
 from .main import main

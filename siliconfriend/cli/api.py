@@ -1,5 +1,6 @@
 """``siliconfriend keys create|list|revoke`` and ``siliconfriend serve-api``: per-user API keys, and
 the OpenAI-compatible API served alone (the web app serves it too, under /v1)."""
+
 from __future__ import annotations
 
 import argparse
@@ -9,12 +10,14 @@ from datetime import datetime
 
 def _settings(args: argparse.Namespace):
     from ..config import Settings
+
     return Settings.load(home=getattr(args, "home", None))
 
 
 def _keys(args: argparse.Namespace):
     from ..api.keys import ApiKeys
     from ..web.accounts import Accounts
+
     settings = _settings(args)
     accounts = Accounts(settings.home / "accounts.db", signup_open=settings.signup_open)
     if accounts.canonical(args.user) is None:
@@ -34,8 +37,11 @@ def cmd_keys_create(args) -> int:
     finally:
         accounts.close()
     print(new.key)
-    print(f"key {new.info.id} for {args.user}: shown this once, keep it safe (it is stored hashed); "
-          f"revoke it with `siliconfriend keys revoke {new.info.id} --user {args.user}`", file=sys.stderr)
+    print(
+        f"key {new.info.id} for {args.user}: shown this once, keep it safe (it is stored hashed); "
+        f"revoke it with `siliconfriend keys revoke {new.info.id} --user {args.user}`",
+        file=sys.stderr,
+    )
     return 0
 
 
@@ -69,6 +75,7 @@ def cmd_serve_api(args) -> int:
     import logging
 
     from ..api.serve import serve
+
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     return serve(_settings(args), host=args.host, port=args.port)
 

@@ -1,4 +1,5 @@
 """``siliconfriend bench``: speed, memory and scale of the memory pipeline (see docs/benchmarks.md)."""
+
 from __future__ import annotations
 
 import argparse
@@ -11,8 +12,13 @@ def cmd_bench(args) -> int:
     if args.database_url:
         return _bench_pg(args)
     from ..bench.run import FULL, QUICK, format_table, run_bench, with_overrides
-    config = with_overrides(QUICK if args.quick else FULL, turns=args.turns, embedder=args.embedder,
-                            eval_dir=Path(args.eval_dir) if args.eval_dir else None)
+
+    config = with_overrides(
+        QUICK if args.quick else FULL,
+        turns=args.turns,
+        embedder=args.embedder,
+        eval_dir=Path(args.eval_dir) if args.eval_dir else None,
+    )
     if args.no_recall:
         config = with_overrides(config, recall=False)
 
@@ -34,6 +40,7 @@ def _bench_pg(args) -> int:
     from dataclasses import replace
 
     from ..bench.pg import PG_FULL, PG_QUICK, format_pg_table, run_pg_bench
+
     config = PG_QUICK if args.quick else PG_FULL
     config = replace(config, **{k: v for k, v in (("turns", args.turns), ("embedder", args.embedder)) if v})
 
@@ -49,20 +56,28 @@ def _bench_pg(args) -> int:
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("bench", help="benchmark turn overhead, ingest, restart, cold start, memory, recall",
-                       description="Measures the memory pipeline on synthetic en/zh dialogue (fixed seed): "
-                                   "turn overhead at 1k/10k/100k memories and 1,000 users, ingest, restart, "
-                                   "cold start, resident memory, recall@5. The full run takes ~10 minutes.")
+    p = sub.add_parser(
+        "bench",
+        help="benchmark turn overhead, ingest, restart, cold start, memory, recall",
+        description="Measures the memory pipeline on synthetic en/zh dialogue (fixed seed): "
+        "turn overhead at 1k/10k/100k memories and 1,000 users, ingest, restart, "
+        "cold start, resident memory, recall@5. The full run takes ~10 minutes.",
+    )
     p.add_argument("--quick", action="store_true", help="small sizes only (under a minute)")
     p.add_argument("--json", action="store_true", help="print one JSON object instead of the table")
     p.add_argument("--out", help="also write the JSON result to this file")
     p.add_argument("--turns", type=int, help="timed turns per run (default: 200, quick: 40)")
     p.add_argument("--embedder", help="embedder spec (default: e5)")
-    p.add_argument("--eval-dir", help="folder of the MemoryBank evaluation sets (default: ../shared/data/memorybank_eval)")
+    p.add_argument(
+        "--eval-dir", help="folder of the MemoryBank evaluation sets (default: ../shared/data/memorybank_eval)"
+    )
     p.add_argument("--no-recall", action="store_true", help="skip the recall@5 evaluation")
     p.add_argument("--workdir", help="where the temporary homes are made (default: the system's temp folder)")
-    p.add_argument("--database-url", help="measure the PostgreSQL store instead, in a scratch database on this "
-                   "server: turn overhead at 10k / 100k memories and over 1,000 users, turns/s of 20 users "
-                   "through 2 workers")
+    p.add_argument(
+        "--database-url",
+        help="measure the PostgreSQL store instead, in a scratch database on this "
+        "server: turn overhead at 10k / 100k memories and over 1,000 users, turns/s of 20 users "
+        "through 2 workers",
+    )
     p.add_argument("-v", "--verbose", action="store_true", help="progress on stderr with --json too")
     p.set_defaults(func=cmd_bench)

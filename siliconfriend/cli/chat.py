@@ -5,6 +5,7 @@ replay       a scripted multi-day session (JSONL: {"date", "text", optional "tim
 probe        answer probing questions (the paper's evaluation) without storing them; JSONL out
 consolidate  summarise finished days and fold them into the global summaries, then forget
 """
+
 from __future__ import annotations
 
 import argparse
@@ -17,7 +18,7 @@ from typing import Any
 
 from .jsonl_files import read_jsonl
 
-FIRST_TURN = time(9, 0)           # a scripted line without "time" is said at 09:00, 09:02, ...
+FIRST_TURN = time(9, 0)  # a scripted line without "time" is said at 09:00, 09:02, ...
 TURN_GAP = timedelta(minutes=2)
 
 
@@ -39,8 +40,10 @@ def _add_common(p: argparse.ArgumentParser, *, model_options: bool = True) -> No
     p.add_argument("--home", default=argparse.SUPPRESS, help="data folder (same as the global --home)")
     p.add_argument("--lang", choices=["en", "zh"], help="language of the prompts (default: settings, en)")
     if model_options:
-        p.add_argument("--backend", help="openai | hf | langchain (default: openai if OPENAI_API_KEY is set, "
-                                         "else the embedded SmolLM2)")
+        p.add_argument(
+            "--backend",
+            help="openai | hf | langchain (default: openai if OPENAI_API_KEY is set, else the embedded SmolLM2)",
+        )
         p.add_argument("--model", help="model name, Hugging Face id, path or preset (smollm2, qwen, chatglm, belle)")
         p.add_argument("--adapter", help="LoRA adapter folder (hf backend)")
         p.add_argument("--max-new-tokens", type=int, help="longest reply or summary, in tokens")
@@ -48,14 +51,21 @@ def _add_common(p: argparse.ArgumentParser, *, model_options: bool = True) -> No
 
 def _settings(args: argparse.Namespace):
     from ..config import Settings
-    return Settings.load(home=getattr(args, "home", None), backend=getattr(args, "backend", None),
-                         model=getattr(args, "model", None), adapter=getattr(args, "adapter", None),
-                         lang=getattr(args, "lang", None), max_new_tokens=getattr(args, "max_new_tokens", None))
+
+    return Settings.load(
+        home=getattr(args, "home", None),
+        backend=getattr(args, "backend", None),
+        model=getattr(args, "model", None),
+        adapter=getattr(args, "adapter", None),
+        lang=getattr(args, "lang", None),
+        max_new_tokens=getattr(args, "max_new_tokens", None),
+    )
 
 
 def _companion(args: argparse.Namespace, clock: Clock, *, lazy: bool = False):
     """The companion for a command; ``lazy``: load the model only if something is generated."""
     from .. import factory
+
     logging.basicConfig(level=logging.WARNING, format="%(message)s")
     settings = _settings(args)
     backend = factory.build_backend(settings, lazy=lazy)
@@ -95,8 +105,11 @@ def _stream_reply(stream, out=None) -> Any:
 
 
 def _memory_lines(hits) -> list[str]:
-    return [f"  [{h.record.day.isoformat()} {h.record.kind.value} S={h.record.strength:.1f} R={h.retention:.2f} "
-            f"score={h.score:.2f}] {' '.join(h.record.text.split())[:160]}" for h in hits]
+    return [
+        f"  [{h.record.day.isoformat()} {h.record.kind.value} S={h.record.strength:.1f} R={h.retention:.2f} "
+        f"score={h.score:.2f}] {' '.join(h.record.text.split())[:160]}"
+        for h in hits
+    ]
 
 
 def _report_rollover(report, out=None) -> None:
@@ -104,8 +117,10 @@ def _report_rollover(report, out=None) -> None:
     if report is None:
         return
     if report.summarised:
-        out.write(f"  (summarised {', '.join(d.isoformat() for d in report.summarised)}"
-                  f"{'; ' + str(report.archived) + ' memories faded' if report.archived else ''})\n")
+        out.write(
+            f"  (summarised {', '.join(d.isoformat() for d in report.summarised)}"
+            f"{'; ' + str(report.archived) + ' memories faded' if report.archived else ''})\n"
+        )
     _report_failures(report, out)
 
 
@@ -118,8 +133,10 @@ def _report_failures(report, out=None) -> None:
 
 
 # -- chat -----------------------------------------------------------------------------------------
-HELP = "/memories  what was remembered for the last reply (S strength, R retention)\n" \
-       "/summary   what I know about you\n/regenerate  a new reply to your last message\n/quit"
+HELP = (
+    "/memories  what was remembered for the last reply (S strength, R retention)\n"
+    "/summary   what I know about you\n/regenerate  a new reply to your last message\n/quit"
+)
 
 
 def cmd_chat(args: argparse.Namespace) -> int:
@@ -255,7 +272,7 @@ def read_questions(path: Path, user: str | None) -> list[tuple[str, str, date | 
             day = _parse_date(str(item["date"]), f"{path}:{n}: date") if item.get("date") else None
             out.append((who, str(item["question"]), day))
             continue
-        for who, questions in item.items():   # {"Name": [questions]}
+        for who, questions in item.items():  # {"Name": [questions]}
             if user and who != user:
                 continue
             if not isinstance(questions, list):
@@ -305,8 +322,14 @@ def cmd_probe(args: argparse.Namespace) -> int:
             if result.error:
                 failures += 1
                 print(f"  ({result.error})", file=sys.stderr)
-            record = {"user": user, "question": question, "date": when.date().isoformat(), "answer": result.reply,
-                      "error": result.error, "memories": [h.as_dict() for h in result.used]}
+            record = {
+                "user": user,
+                "question": question,
+                "date": when.date().isoformat(),
+                "answer": result.reply,
+                "error": result.error,
+                "memories": [h.as_dict() for h in result.used],
+            }
             fh.write(json.dumps(record, ensure_ascii=False) + "\n")
             fh.flush()
     print(f"answers written to {out_path}")
@@ -329,8 +352,11 @@ def cmd_consolidate(args: argparse.Namespace) -> int:
         report = companion.consolidation(user, until=until)
         done = ", ".join(d.isoformat() for d in report.summarised) or "nothing new"
         glob = ", ".join(k.value for k in report.global_updated)
-        print(f"{user}: summarised {done}" + (f"; updated {glob}" if glob else "")
-              + (f"; {report.archived} memories faded" if report.forgot else ""))
+        print(
+            f"{user}: summarised {done}"
+            + (f"; updated {glob}" if glob else "")
+            + (f"; {report.archived} memories faded" if report.forgot else "")
+        )
         _report_failures(report)
         failures += len(report.failed) + len(report.global_failed)
         if args.show:
@@ -345,8 +371,10 @@ def register(sub: Any) -> None:
     p.set_defaults(func=cmd_chat)
 
     p = sub.add_parser("replay", help="play a scripted multi-day session (JSONL)")
-    p.add_argument("script", help='JSONL, one message a line: {"date": "YYYY-MM-DD", "text": ..., '
-                                  'optional "time": "HH:MM", "user": ...}')
+    p.add_argument(
+        "script",
+        help='JSONL, one message a line: {"date": "YYYY-MM-DD", "text": ..., optional "time": "HH:MM", "user": ...}',
+    )
     p.add_argument("--user", help='the user for every line (default: each line\'s "user")')
     p.add_argument("--show-memories", action="store_true", help="print the memories used for each reply")
     p.add_argument("--finish", action="store_true", help="also summarise the last day at the end")
@@ -356,8 +384,7 @@ def register(sub: Any) -> None:
     p = sub.add_parser("probe", help="answer probing questions with memories (nothing is stored)")
     p.add_argument("questions", help='JSONL: {"question": ..., optional "user", "date"} or {"Name": [questions]}')
     p.add_argument("--user", help="only this user's questions (and the user of lines that name none)")
-    p.add_argument("--date", help="when the questions are asked (default: the day after the user's last "
-                                  "conversation)")
+    p.add_argument("--date", help="when the questions are asked (default: the day after the user's last conversation)")
     p.add_argument("--out", help="where to write the answers as JSONL (default: HOME/probes/probe-TIME.jsonl)")
     _add_common(p)
     p.set_defaults(func=cmd_probe)

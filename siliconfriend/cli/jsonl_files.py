@@ -1,4 +1,5 @@
 """Reading JSON Lines files whose errors name the file and the line."""
+
 from __future__ import annotations
 
 import json

@@ -1,5 +1,6 @@
 """``siliconfriend``: the command line. Each group of commands lives in its own module and
 registers its sub-commands here; heavy imports happen inside the commands."""
+
 from __future__ import annotations
 
 import argparse
@@ -7,12 +8,12 @@ import importlib
 import sys
 
 COMMAND_MODULES = [
-    "siliconfriend.cli.memory",     # import-memorybank, export-memorybank, memories, forget, eval
-    "siliconfriend.cli.chat",       # chat, replay, probe, consolidate
-    "siliconfriend.cli.finetune",   # finetune
-    "siliconfriend.cli.bench",      # bench
-    "siliconfriend.cli.store",      # migrate-store
-    "siliconfriend.cli.api",        # keys, serve-api
+    "siliconfriend.cli.memory",  # import-memorybank, export-memorybank, memories, forget, eval
+    "siliconfriend.cli.chat",  # chat, replay, probe, consolidate
+    "siliconfriend.cli.finetune",  # finetune
+    "siliconfriend.cli.bench",  # bench
+    "siliconfriend.cli.store",  # migrate-store
+    "siliconfriend.cli.api",  # keys, serve-api
 ]
 
 
@@ -26,7 +27,7 @@ class OptionsAnywhere(argparse.ArgumentParser):
         passes_on = any(a.nargs in (argparse.REMAINDER, argparse.PARSER) for a in self._actions)
         if self._intermixing or passes_on:
             return super().parse_known_args(args, namespace)
-        self._intermixing = True   # parse_known_intermixed_args calls back into this method
+        self._intermixing = True  # parse_known_intermixed_args calls back into this method
         try:
             return self.parse_known_intermixed_args(args, namespace)
         finally:
@@ -34,15 +35,16 @@ class OptionsAnywhere(argparse.ArgumentParser):
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="siliconfriend",
-                                     description="A companion with long-term memory (MemoryBank).")
+    parser = argparse.ArgumentParser(
+        prog="siliconfriend", description="A companion with long-term memory (MemoryBank)."
+    )
     parser.add_argument("--home", help="data folder (default: $SILICONFRIEND_HOME or ~/.siliconfriend)")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=OptionsAnywhere)
     for name in COMMAND_MODULES:
         try:
             module = importlib.import_module(name)
         except ModuleNotFoundError as exc:
-            if exc.name == name:   # a command group not present in this build
+            if exc.name == name:  # a command group not present in this build
                 continue
             raise
         module.register(sub)
@@ -61,7 +63,8 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     from ..config import home_dir
     from ..core.private_files import make_private
-    make_private(args.home or home_dir())   # everything written under the home is 0600 / 0700
+
+    make_private(args.home or home_dir())  # everything written under the home is 0600 / 0700
     try:
         return int(args.func(args) or 0)
     except KeyboardInterrupt:
@@ -69,8 +72,9 @@ def main(argv: list[str] | None = None) -> int:
     except (ValueError, FileNotFoundError, PermissionError) as exc:
         print(f"siliconfriend: error: {exc}", file=sys.stderr)
         return 1
-    except RuntimeError as exc:   # the store: unreachable database, missing pgvector, newer schema
+    except RuntimeError as exc:  # the store: unreachable database, missing pgvector, newer schema
         from memory.pg_db import SchemaTooNew, StoreUnavailable
+
         if not isinstance(exc, (StoreUnavailable, SchemaTooNew)):
             raise
         print(f"siliconfriend: error: {exc}", file=sys.stderr)

@@ -1,5 +1,6 @@
 """Memory commands: import / export of MemoryBank files, listing and searching memories, the
 forgetting pass, and the retrieval evaluation."""
+
 from __future__ import annotations
 
 import argparse
@@ -13,6 +14,7 @@ from pathlib import Path
 def _bank(args):
     from ..config import Settings
     from ..factory import build_bank
+
     settings = Settings.load(home=args.home)
     return build_bank(settings)
 
@@ -29,8 +31,10 @@ def _now(args) -> datetime:
 
 
 def cmd_import(args) -> int:
-    from memory.memorybank_format import BankFormatError, import_bank
     from tqdm import tqdm
+
+    from memory.memorybank_format import BankFormatError, import_bank
+
     bank = _bank(args)
     try:
         counts = import_bank(bank, args.file, only_user=args.user, rename=args.as_user, progress=tqdm)
@@ -46,6 +50,7 @@ def cmd_import(args) -> int:
 
 def cmd_export(args) -> int:
     from memory.memorybank_format import export_bank
+
     bank = _bank(args)
     try:
         users = [args.user] if args.user else None
@@ -69,11 +74,14 @@ def _fmt(rec, retention: float, extra: str = "") -> str:
     text = rec.text.replace("\n", " / ")
     if len(text) > 100:
         text = text[:97] + "..."
-    return f"#{rec.id:<5} {rec.day}  {rec.kind.value:<18} S={rec.strength:<4g} R={retention:.3f} {flag:<8} {extra}{text}"
+    return (
+        f"#{rec.id:<5} {rec.day}  {rec.kind.value:<18} S={rec.strength:<4g} R={retention:.3f} {flag:<8} {extra}{text}"
+    )
 
 
 def cmd_memories(args) -> int:
     from memory.records import Kind, State
+
     bank = _bank(args)
     now = _now(args)
     try:
@@ -83,8 +91,7 @@ def cmd_memories(args) -> int:
             if not args.query:
                 print("siliconfriend: memories search needs a query", file=sys.stderr)
                 return 2
-            for hit in bank.search_text(args.user, " ".join(args.query), now, k=args.k,
-                                        include_archived=args.all):
+            for hit in bank.search_text(args.user, " ".join(args.query), now, k=args.k, include_archived=args.all):
                 print(_fmt(hit.record, hit.retention, f"score={hit.score:.3f} "))
                 print(f"        why: {'; '.join(hit.reasons)}")
         else:
@@ -114,8 +121,7 @@ def cmd_forget(args) -> int:
             print(f"{mark} {_fmt(d.record, d.retention)}")
         n = sum(d.archived for d in decisions)
         verb = "would be archived" if args.dry_run else "archived"
-        print(f"{n} of {len(decisions)} memories {verb} (threshold {bank.policy.threshold},"
-              f" mode {bank.policy.mode})")
+        print(f"{n} of {len(decisions)} memories {verb} (threshold {bank.policy.threshold}, mode {bank.policy.mode})")
         if args.purge and not args.dry_run:
             print(f"{bank.purge_archived(args.user)} archived memories deleted for good")
     finally:
@@ -125,6 +131,7 @@ def cmd_forget(args) -> int:
 
 def _ablations():
     from dataclasses import replace
+
     return {
         "hybrid": lambda c: c,
         "dense-only": lambda c: replace(c, dense_weight=1.0, previous_weight=0, next_weight=0, use_dates=False),
@@ -141,11 +148,14 @@ ABLATIONS = _ablations()
 
 def cmd_eval(args) -> int:
     from dataclasses import replace
+
     from memory.embedders import create_embedder
-    from ..config import Settings
-    from ..bench.retrieval_eval import evaluate_retrieval
-    from ..factory import build_policy
     from memory.retrieval import RetrievalConfig
+
+    from ..bench.retrieval_eval import evaluate_retrieval
+    from ..config import Settings
+    from ..factory import build_policy
+
     settings = Settings.load(home=args.home)
     ks = tuple(sorted({1, 2, 3, 5, 10, args.k}))
     details: list | None = [] if args.details else None
@@ -153,12 +163,24 @@ def cmd_eval(args) -> int:
     backend = None
     if args.backend:
         from ..factory import build_backend
+
         backend = build_backend(replace(settings, backend=args.backend, model=args.model or settings.model))
     from tqdm import tqdm
-    result = evaluate_retrieval(args.bank, args.labels, create_embedder(args.embedder or settings.embedder),
-                                policy=build_policy(settings), config=config, ks=ks, details=details,
-                                as_used=args.as_used, backend=backend, lang=args.lang or settings.lang,
-                                progress=tqdm if args.as_used else None, database_url=args.database_url)
+
+    result = evaluate_retrieval(
+        args.bank,
+        args.labels,
+        create_embedder(args.embedder or settings.embedder),
+        policy=build_policy(settings),
+        config=config,
+        ks=ks,
+        details=details,
+        as_used=args.as_used,
+        backend=backend,
+        lang=args.lang or settings.lang,
+        progress=tqdm if args.as_used else None,
+        database_url=args.database_url,
+    )
     if args.json:
         print(json.dumps(result))
     else:
@@ -167,7 +189,9 @@ def cmd_eval(args) -> int:
         print("recall " + "  ".join(f"{result[f'recall@{k}']:6.3f}" for k in ks))
         print("hit    " + "  ".join(f"{result[f'hit@{k}']:6.3f}" for k in ks))
         for category, c in result.get("by_category", {}).items():
-            print(f"category {category}: {c['n']} questions, recall@5 {c['recall@5']:.3f}, recall@10 {c['recall@10']:.3f}")
+            print(
+                f"category {category}: {c['n']} questions, recall@5 {c['recall@5']:.3f}, recall@10 {c['recall@10']:.3f}"
+            )
     if details is not None:
         for d in details:
             print(json.dumps(d, ensure_ascii=False), file=sys.stderr)
@@ -191,8 +215,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("query", nargs="*")
     p.add_argument("--user", required=True)
     p.add_argument("--day", help="only this day (YYYY-MM-DD)")
-    p.add_argument("--kind", choices=["turn", "daily_events", "global_events", "daily_personality",
-                                      "global_personality"])
+    p.add_argument(
+        "--kind", choices=["turn", "daily_events", "global_events", "daily_personality", "global_personality"]
+    )
     p.add_argument("--all", action="store_true", help="include archived memories")
     p.add_argument("-k", type=int, default=10)
     p.add_argument("--now", help="the time to compute retention at (default: now)")
@@ -215,15 +240,27 @@ def register(sub: argparse._SubParsersAction) -> None:
     e.add_argument("--embedder", help="override the configured embedder")
     e.add_argument("--json", action="store_true")
     e.add_argument("--details", action="store_true", help="per-question rankings on stderr")
-    e.add_argument("--ablation", choices=sorted(ABLATIONS), default="hybrid",
-                   help="switch parts of retrieval off, to see what each one brings")
-    e.add_argument("--database-url", help="evaluate the PostgreSQL store: the bank goes into a scratch "
-                   "database on this server (dropped afterwards)")
-    e.add_argument("--as-used", action="store_true",
-                   help="live the bank's days as the companion does (importance, rehearsal, the default "
-                        "forgetting at each day's end), then ask each question at its time")
-    e.add_argument("--backend", help="with --as-used: write the daily summaries with this backend "
-                                     "(default: the summaries the bank file carries)")
+    e.add_argument(
+        "--ablation",
+        choices=sorted(ABLATIONS),
+        default="hybrid",
+        help="switch parts of retrieval off, to see what each one brings",
+    )
+    e.add_argument(
+        "--database-url",
+        help="evaluate the PostgreSQL store: the bank goes into a scratch database on this server (dropped afterwards)",
+    )
+    e.add_argument(
+        "--as-used",
+        action="store_true",
+        help="live the bank's days as the companion does (importance, rehearsal, the default "
+        "forgetting at each day's end), then ask each question at its time",
+    )
+    e.add_argument(
+        "--backend",
+        help="with --as-used: write the daily summaries with this backend "
+        "(default: the summaries the bank file carries)",
+    )
     e.add_argument("--model", help="with --backend: the model")
     e.add_argument("--lang", choices=["en", "zh"], help="language of the summaries written with --backend")
     e.set_defaults(func=cmd_eval)

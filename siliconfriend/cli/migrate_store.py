@@ -2,14 +2,15 @@
 database, or back. Accounts (names, password hashes, preferences, sessions, so that nobody has
 to log in again) and every user's memories with their stored vectors; counts verified; safe to
 run again (what is already there is left alone)."""
+
 from __future__ import annotations
 
 import dataclasses
 from pathlib import Path
 from typing import Callable
 
-from memory.store_copy import copy_user
 from memory.pg_db import is_postgres_url
+from memory.store_copy import copy_user
 
 from ..config import Settings
 
@@ -26,10 +27,15 @@ def _copy_accounts(source, target) -> tuple[int, int]:
     users = source._db.execute("SELECT name, pw_hash, created_at, prefs FROM users").fetchall()
     sessions = source._db.execute("SELECT token_hash, name, created_at, expires_at FROM sessions").fetchall()
     with target._tx() as db:
-        db.executemany("INSERT INTO users (name, pw_hash, created_at, prefs) VALUES (?, ?, ?, ?)"
-                       " ON CONFLICT DO NOTHING", [tuple(u) for u in users])
-        db.executemany("INSERT INTO sessions (token_hash, name, created_at, expires_at) VALUES (?, ?, ?, ?)"
-                       " ON CONFLICT DO NOTHING", [tuple(s) for s in sessions])
+        db.executemany(
+            "INSERT INTO users (name, pw_hash, created_at, prefs) VALUES (?, ?, ?, ?) ON CONFLICT DO NOTHING",
+            [tuple(u) for u in users],
+        )
+        db.executemany(
+            "INSERT INTO sessions (token_hash, name, created_at, expires_at) VALUES (?, ?, ?, ?)"
+            " ON CONFLICT DO NOTHING",
+            [tuple(s) for s in sessions],
+        )
     have_users = len(target.users())
     have_sessions = target._db.execute("SELECT count(*) FROM sessions").fetchone()[0]
     missing = {u[0] for u in users} - set(target.users())
@@ -38,18 +44,24 @@ def _copy_accounts(source, target) -> tuple[int, int]:
     return have_users, int(have_sessions)
 
 
-def migrate_store(settings: Settings, source: str, target: str, *,
-                  log: Callable[[str], None] = print, progress=None) -> dict:
+def migrate_store(
+    settings: Settings, source: str, target: str, *, log: Callable[[str], None] = print, progress=None
+) -> dict:
     """Copy accounts and memories from ``source`` to ``target`` (each a home folder or a
     postgresql:// URL). Returns what was done, per user."""
     from ..factory import build_bank
     from ..web.accounts_pg import open_accounts as build_accounts
-    if (is_postgres_url(source) and source == target) or \
-            (not is_postgres_url(source) and not is_postgres_url(target) and Path(source).resolve() == Path(target).resolve()):
+
+    if (is_postgres_url(source) and source == target) or (
+        not is_postgres_url(source) and not is_postgres_url(target) and Path(source).resolve() == Path(target).resolve()
+    ):
         raise ValueError("the source and the target are the same store")
     src_settings, dst_settings = _settings_for(settings, source), _settings_for(settings, target)
-    if not is_postgres_url(source) and not (Path(source).expanduser() / "users").is_dir() \
-            and not (Path(source).expanduser() / "accounts.db").exists():
+    if (
+        not is_postgres_url(source)
+        and not (Path(source).expanduser() / "users").is_dir()
+        and not (Path(source).expanduser() / "accounts.db").exists()
+    ):
         raise FileNotFoundError(f"{source}: no SiliconFriend home there (no users/ folder, no accounts.db)")
     report: dict = {"users": {}, "accounts": 0, "sessions": 0}
     src_acc, dst_acc = build_accounts(src_settings), build_accounts(dst_settings)
@@ -73,6 +85,8 @@ def migrate_store(settings: Settings, source: str, target: str, *,
         src_bank.close()
         dst_bank.close()
     copied = sum(v == "copied" for v in report["users"].values())
-    log(f"{len(report['users'])} users ({copied} copied, {len(report['users']) - copied} already there, counts "
-        f"verified), {report['accounts']} accounts and {report['sessions']} sessions in the target")
+    log(
+        f"{len(report['users'])} users ({copied} copied, {len(report['users']) - copied} already there, counts "
+        f"verified), {report['accounts']} accounts and {report['sessions']} sessions in the target"
+    )
     return report

@@ -6,6 +6,7 @@ personality, memories with their dates, today's conversation) into the model's c
 the reply, and when the reply is complete stores the turn and reinforces the memories that were in
 the prompt. An LLM failure stores nothing and says what went wrong in ``result.error``.
 """
+
 from __future__ import annotations
 
 import logging
@@ -28,14 +29,14 @@ from .prompting import PromptSet, fit_chat, load_prompts
 
 log = logging.getLogger("siliconfriend.core.companion")
 
-QUERY_CHARS = 2000        # what of a (very long) message is used as the retrieval query
-MEMORY_CHARS = 400        # a remembered message or reply is cut to this many characters in the prompt
+QUERY_CHARS = 2000  # what of a (very long) message is used as the retrieval query
+MEMORY_CHARS = 400  # a remembered message or reply is cut to this many characters in the prompt
 # today's conversation in the prompt: each earlier message (and reply) of the day is cut to this
 # many characters, and the day's turns, newest first, fill at most HISTORY_TOKENS; so one long
 # message does not ride along in every later prompt of the day
 HISTORY_CHARS = 1000
 HISTORY_TOKENS = 1200
-TODAY = "today"           # the kind of a "what I remembered" entry that is a line of today's talk
+TODAY = "today"  # the kind of a "what I remembered" entry that is a line of today's talk
 
 
 def used_entry(hit: Hit) -> dict:
@@ -43,16 +44,30 @@ def used_entry(hit: Hit) -> dict:
     shown in the panel."""
     rec = hit.record
     text = rec.text if len(rec.text) <= MEMORY_CHARS else rec.text[:MEMORY_CHARS] + "…"
-    return {"id": rec.id, "kind": rec.kind.value, "day": rec.day.isoformat(), "strength": round(rec.strength, 2),
-            "retention": round(hit.retention, 3), "why": "; ".join(hit.reasons), "text": text}
+    return {
+        "id": rec.id,
+        "kind": rec.kind.value,
+        "day": rec.day.isoformat(),
+        "strength": round(rec.strength, 2),
+        "retention": round(hit.retention, 3),
+        "why": "; ".join(hit.reasons),
+        "text": text,
+    }
 
 
 def today_entry(turn: MemoryRecord) -> dict:
     """The "what I remembered" entry of one of today's turns that was in the prompt (today's
     conversation is in the prompt as it is, not retrieved)."""
     text = turn.query if len(turn.query) <= MEMORY_CHARS else turn.query[:MEMORY_CHARS] + "…"
-    return {"id": turn.id, "kind": TODAY, "day": turn.day.isoformat(), "strength": round(turn.strength, 2),
-            "retention": 1.0, "why": "today's conversation, in the prompt", "text": text}
+    return {
+        "id": turn.id,
+        "kind": TODAY,
+        "day": turn.day.isoformat(),
+        "strength": round(turn.strength, 2),
+        "retention": 1.0,
+        "why": "today's conversation, in the prompt",
+        "text": text,
+    }
 
 
 def _clip(text: str, n: int, marker: str) -> str:
@@ -61,14 +76,14 @@ def _clip(text: str, n: int, marker: str) -> str:
 
 @dataclass
 class TurnResult:
-    reply: str                 # the whole reply (what was generated before a failure, if one happened)
-    used: list[Hit]            # the memories put into the prompt (reinforced when the turn was stored)
+    reply: str  # the whole reply (what was generated before a failure, if one happened)
+    used: list[Hit]  # the memories put into the prompt (reinforced when the turn was stored)
     turn: MemoryRecord | None  # the stored turn (None if nothing was stored)
-    messages: list[Message]    # the exact prompt sent
-    error: str | None = None   # a user-readable message when the LLM failed; nothing was stored
-    text: str = ""             # the user's message, kept so that it can be sent again
-    stopped: bool = False      # the reply was stopped early (what came so far is the reply)
-    today: list[MemoryRecord] = field(default_factory=list)   # today's turns that were in the prompt
+    messages: list[Message]  # the exact prompt sent
+    error: str | None = None  # a user-readable message when the LLM failed; nothing was stored
+    text: str = ""  # the user's message, kept so that it can be sent again
+    stopped: bool = False  # the reply was stopped early (what came so far is the reply)
+    today: list[MemoryRecord] = field(default_factory=list)  # today's turns that were in the prompt
 
 
 class ReplyStream:
@@ -80,7 +95,7 @@ class ReplyStream:
         self.result: TurnResult | None = None
         self.messages: list[Message] = []
         self.used: list[Hit] = []
-        self.today: list[MemoryRecord] = []    # today's turns in the prompt
+        self.today: list[MemoryRecord] = []  # today's turns in the prompt
         self.consolidation: ConsolidationReport | None = None
         self._stop = threading.Event()
         self._chunks = run(self)
@@ -111,20 +126,29 @@ class _Turn:
     now: datetime
     lang: str
     backend: ChatBackend
-    replace: MemoryRecord | None = None   # regenerate: the turn whose reply is replaced
+    replace: MemoryRecord | None = None  # regenerate: the turn whose reply is replaced
     store: bool = True
     history: list[MemoryRecord] = field(default_factory=list)
-    given_history: list[tuple[str, str]] | None = None   # the client's own earlier exchanges (API)
-    persona: str | None = None                           # replaces the settings' persona for this turn
+    given_history: list[tuple[str, str]] | None = None  # the client's own earlier exchanges (API)
+    persona: str | None = None  # replaces the settings' persona for this turn
 
 
-ROLLOVER_MARK = "rollover_mark"   # changed whenever a summarised day becomes pending again
+ROLLOVER_MARK = "rollover_mark"  # changed whenever a summarised day becomes pending again
 
 
 class Companion:
-    def __init__(self, bank: MemoryBank, backend: ChatBackend, *, settings: Settings,
-                 clock: Callable[[], datetime] = datetime.now, consolidator: Consolidator | None = None,
-                 summary_tokens: int | None = None, prompt_budget: int | None = None, history_turns: int = 20):
+    def __init__(
+        self,
+        bank: MemoryBank,
+        backend: ChatBackend,
+        *,
+        settings: Settings,
+        clock: Callable[[], datetime] = datetime.now,
+        consolidator: Consolidator | None = None,
+        summary_tokens: int | None = None,
+        prompt_budget: int | None = None,
+        history_turns: int = 20,
+    ):
         self.bank = bank
         self.backend = backend
         self.settings = settings
@@ -133,9 +157,12 @@ class Companion:
         self.prompt_budget = prompt_budget
         self.history_turns = history_turns
         self.consolidator = consolidator or Consolidator(
-            bank, backend, companion_name=settings.companion_name,
+            bank,
+            backend,
+            companion_name=settings.companion_name,
             summary_tokens=summary_tokens or settings.max_new_tokens,
-            prompt_budget=prompt_budget)
+            prompt_budget=prompt_budget,
+        )
         self._guard = threading.Lock()
         self._store_locks: dict[str, threading.Lock] = defaultdict(threading.Lock)
         self._rollover_locks: dict[str, threading.Lock] = defaultdict(threading.Lock)
@@ -145,20 +172,35 @@ class Companion:
         self._rolled: dict[str, tuple[date, str | None]] = {}
 
     # -- the turn -----------------------------------------------------------------------------
-    def respond(self, user: str, text: str, *, lang: str | None = None, backend: ChatBackend | None = None,
-                store: bool = True, history: Sequence[tuple[str, str]] | None = None,
-                persona: str | None = None) -> ReplyStream:
+    def respond(
+        self,
+        user: str,
+        text: str,
+        *,
+        lang: str | None = None,
+        backend: ChatBackend | None = None,
+        store: bool = True,
+        history: Sequence[tuple[str, str]] | None = None,
+        persona: str | None = None,
+    ) -> ReplyStream:
         """Answer ``text``. Nothing happens until the stream is iterated. ``store=False`` answers
         without writing the turn or reinforcing (probing questions). ``history``: the earlier
         exchanges (user's words, reply) as a client keeps them (a chat app resending its chat),
         used as the conversation so far instead of today's stored turns, and never stored again;
         ``persona`` replaces the configured persona for this turn."""
-        user_key(user)   # a bad user name is a ValueError now, not halfway through
+        user_key(user)  # a bad user name is a ValueError now, not halfway through
         if not isinstance(text, str) or not text.strip():
             raise ValueError("the message is empty: type something to say")
-        turn = _Turn(user, text.strip(), self.clock(), self._lang(lang), backend or self.backend, store=store,
-                     given_history=None if history is None else [(str(q), str(a)) for q, a in history],
-                     persona=persona)
+        turn = _Turn(
+            user,
+            text.strip(),
+            self.clock(),
+            self._lang(lang),
+            backend or self.backend,
+            store=store,
+            given_history=None if history is None else [(str(q), str(a)) for q, a in history],
+            persona=persona,
+        )
         return ReplyStream(lambda stream: self._run(stream, turn))
 
     def regenerate(self, user: str, *, lang: str | None = None, backend: ChatBackend | None = None) -> ReplyStream:
@@ -173,7 +215,7 @@ class Companion:
 
     def _lang(self, lang: str | None) -> str:
         lang = lang or self.settings.lang
-        load_prompts(lang)   # an unknown language fails here, clearly
+        load_prompts(lang)  # an unknown language fails here, clearly
         return lang
 
     def _run(self, stream: ReplyStream, turn: _Turn) -> Iterator[str]:
@@ -187,7 +229,7 @@ class Companion:
             said = {" ".join(q.split()) for q, _ in turn.given_history}
             turn.history = [t for t in today if " ".join(t.query.split()) in said]
         else:
-            turn.history = today[-self.history_turns:] if self.history_turns else []
+            turn.history = today[-self.history_turns :] if self.history_turns else []
         stream.messages, stream.used, stream.today = self._prompt(turn, prompts)
         parts: list[str] = []
         error = None
@@ -204,11 +246,11 @@ class Companion:
             finally:
                 close = getattr(chunks, "close", None)
                 if close is not None:
-                    close()   # a local model stops generating at its next token
+                    close()  # a local model stops generating at its next token
         except BackendError as exc:
             log.warning("reply for %s failed: %s", turn.user, exc)
             error = f"No reply: {exc}. Your message was not lost; send it again to retry."
-        except GeneratorExit:   # the consumer went away mid-reply (a closed tab): keep what came
+        except GeneratorExit:  # the consumer went away mid-reply (a closed tab): keep what came
             stream.stop()
             stream.result = self._finish(stream, turn, "".join(parts), None)
             raise
@@ -216,19 +258,27 @@ class Companion:
 
     def _finish(self, stream: ReplyStream, turn: _Turn, reply: str, error: str | None) -> TurnResult:
         reply = reply.strip()
-        result = TurnResult(reply, list(stream.used), None, list(stream.messages), error, turn.text, stream.stopped,
-                            today=list(stream.today))
+        result = TurnResult(
+            reply,
+            list(stream.used),
+            None,
+            list(stream.messages),
+            error,
+            turn.text,
+            stream.stopped,
+            today=list(stream.today),
+        )
         if error is None and not reply and not stream.stopped:
             result.error = "No reply: the model returned nothing. Your message was not lost; send it again to retry."
         if result.error or not turn.store:
             return result
         try:
             return self._store(turn, result, reply)
-        except StoreUnavailable as exc:   # the database went away mid-turn
+        except StoreUnavailable as exc:  # the database went away mid-turn
             log.warning("turn of %s not (completely) stored: %s", turn.user, exc)
-            if result.turn is None:       # nothing of this turn was committed: the user may resend
+            if result.turn is None:  # nothing of this turn was committed: the user may resend
                 result.error = f"Your message and this reply could not be saved: {exc}"
-            return result                 # else the turn is stored; only its recall counts were not
+            return result  # else the turn is stored; only its recall counts were not
 
     def _store(self, turn: _Turn, result: TurnResult, reply: str) -> TurnResult:
         with self._store_lock(turn.user):
@@ -278,33 +328,50 @@ class Companion:
         if turn.replace is not None:
             exclude.add(turn.replace.id)
         k = self.bank.retrieval_config.k
-        query = turn.text if len(turn.text) <= QUERY_CHARS else \
-            f"{turn.text[:QUERY_CHARS // 2]}\n{turn.text[-QUERY_CHARS // 2:]}"
-        hits = [h for h in self.bank.retrieve(turn.user, query, turn.now, k=k + len(exclude))
-                if h.record.id not in exclude][:k]
+        query = (
+            turn.text
+            if len(turn.text) <= QUERY_CHARS
+            else f"{turn.text[: QUERY_CHARS // 2]}\n{turn.text[-QUERY_CHARS // 2 :]}"
+        )
+        hits = [
+            h for h in self.bank.retrieve(turn.user, query, turn.now, k=k + len(exclude)) if h.record.id not in exclude
+        ][:k]
         if turn.given_history is not None:
-            pairs = turn.given_history[-self.history_turns:] if self.history_turns else []
+            pairs = turn.given_history[-self.history_turns :] if self.history_turns else []
         else:
             pairs = self._history(turn, prompts)
-        fitted = fit_chat(prompts, self.meta_values(turn.user, turn.now, prompts, turn.backend, persona=turn.persona),
-                          [self.memory_line(h.record, prompts) for h in hits], pairs, turn.text,
-                          budget=self._budget(turn.backend), count=turn.backend.count_tokens)
+        fitted = fit_chat(
+            prompts,
+            self.meta_values(turn.user, turn.now, prompts, turn.backend, persona=turn.persona),
+            [self.memory_line(h.record, prompts) for h in hits],
+            pairs,
+            turn.text,
+            budget=self._budget(turn.backend),
+            count=turn.backend.count_tokens,
+        )
         if fitted.shortened:
             log.info("prompt for %s shortened to fit: %s", turn.user, ", ".join(fitted.shortened))
-        kept = pairs[len(pairs) - fitted.kept_history:] if fitted.kept_history else []
+        kept = pairs[len(pairs) - fitted.kept_history :] if fitted.kept_history else []
         if turn.given_history is not None:
             said = {" ".join(q.split()) for q, _ in kept}
             today = [t for t in turn.history if " ".join(t.query.split()) in said]
         else:
-            today = turn.history[len(turn.history) - len(kept):] if kept else []
-        return fitted.messages, hits[:fitted.kept_memories], today
+            today = turn.history[len(turn.history) - len(kept) :] if kept else []
+        return fitted.messages, hits[: fitted.kept_memories], today
 
     def _budget(self, backend: ChatBackend) -> int:
         room = backend.context_tokens - self.max_new_tokens - 32
         return min(room, self.prompt_budget) if self.prompt_budget else room
 
-    def meta_values(self, user: str, now: datetime, prompts: PromptSet,
-                    backend: ChatBackend | None = None, *, persona: str | None = None) -> dict[str, str]:
+    def meta_values(
+        self,
+        user: str,
+        now: datetime,
+        prompts: PromptSet,
+        backend: ChatBackend | None = None,
+        *,
+        persona: str | None = None,
+    ) -> dict[str, str]:
         """What fills the meta-prompt besides the memories, for ``user`` at ``now``. With a
         fine-tuned adapter that was trained with a system prompt in this language, the meta-prompt
         opens with that prompt (``trained_prompt``)."""
@@ -334,8 +401,9 @@ class Companion:
 
         if rec.kind == Kind.TURN:
             if rec.response.strip():
-                return prompts.fragment("memory_turn", date=when, user_name=rec.user, query=short(rec.query),
-                                        response=short(rec.response))
+                return prompts.fragment(
+                    "memory_turn", date=when, user_name=rec.user, query=short(rec.query), response=short(rec.response)
+                )
             return prompts.fragment("memory_user_only", date=when, user_name=rec.user, query=short(rec.query))
         if rec.kind == Kind.DAILY_EVENTS:
             return prompts.fragment("memory_daily_events", date=when, text=short(rec.text))
@@ -362,8 +430,15 @@ class Companion:
                 self._rolled[user] = (today, mark)
         return report
 
-    def consolidation(self, user: str, *, until: date | None = None, lang: str | None = None,
-                      backend: ChatBackend | None = None, forget: bool | None = None) -> ConsolidationReport:
+    def consolidation(
+        self,
+        user: str,
+        *,
+        until: date | None = None,
+        lang: str | None = None,
+        backend: ChatBackend | None = None,
+        forget: bool | None = None,
+    ) -> ConsolidationReport:
         """Summarise the days up to ``until`` (inclusive; default: every day before today) and fold
         them into the global summaries, then forget what faded. The full report."""
         user_key(user)
@@ -371,8 +446,9 @@ class Companion:
         with self._guard:
             lock = self._rollover_locks[user]
         with lock, self.bank.exclusive(user, "rollover"):
-            report = self.consolidator.run(user, now, until=until, lang=self._lang(lang),
-                                           backend=backend or self.backend, forget=forget)
+            report = self.consolidator.run(
+                user, now, until=until, lang=self._lang(lang), backend=backend or self.backend, forget=forget
+            )
             if report.ok and (until is None or until >= now.date()):
                 self._rolled[user] = (now.date(), self.bank.user_meta(user, ROLLOVER_MARK))
         return report
@@ -384,7 +460,7 @@ class Companion:
     def _invalidate_if_summarised(self, user: str, day: date) -> None:
         if any(self.bank.get_summary(user, kind, day) for kind in (Kind.DAILY_EVENTS, Kind.DAILY_PERSONALITY)):
             self.consolidator.invalidate_day(user, day)
-            self.bank.set_user_meta(user, ROLLOVER_MARK, secrets.token_hex(8))   # for every worker
+            self.bank.set_user_meta(user, ROLLOVER_MARK, secrets.token_hex(8))  # for every worker
             self._rolled.pop(user, None)
 
     def forget_user(self, user: str) -> None:
@@ -416,6 +492,8 @@ class Companion:
         return {
             "global_events": glob[Kind.GLOBAL_EVENTS].text if glob[Kind.GLOBAL_EVENTS] else "",
             "global_personality": glob[Kind.GLOBAL_PERSONALITY].text if glob[Kind.GLOBAL_PERSONALITY] else "",
-            "daily": [{"day": d.isoformat(), "events": events.get(d, ""), "personality": persona.get(d, "")}
-                      for d in sorted(set(events) | set(persona))],
+            "daily": [
+                {"day": d.isoformat(), "events": events.get(d, ""), "personality": persona.get(d, "")}
+                for d in sorted(set(events) | set(persona))
+            ],
         }

@@ -9,6 +9,7 @@ done once both its summaries exist; a failed LLM call leaves that day (or the gl
 and it is retried on the next run. A summary is a memory with its day, so it can be retrieved.
 Finally the forgetting pass archives what has faded.
 """
+
 from __future__ import annotations
 
 import logging
@@ -27,21 +28,23 @@ from .prompting import PromptSet, fit_block, load_prompts
 log = logging.getLogger("siliconfriend.core.consolidate")
 
 DAILY = {Kind.DAILY_EVENTS: "daily_events", Kind.DAILY_PERSONALITY: "daily_personality"}
-GLOBAL = {Kind.GLOBAL_EVENTS: ("global_events", Kind.DAILY_EVENTS),
-          Kind.GLOBAL_PERSONALITY: ("global_personality", Kind.DAILY_PERSONALITY)}
+GLOBAL = {
+    Kind.GLOBAL_EVENTS: ("global_events", Kind.DAILY_EVENTS),
+    Kind.GLOBAL_PERSONALITY: ("global_personality", Kind.DAILY_PERSONALITY),
+}
 _SENTENCE_END = re.compile(r"[.!?](?=[\s\"'”’)）]|$)|[。！？]")
 
 
 @dataclass
 class ConsolidationReport:
     user: str
-    summarised: list[date] = field(default_factory=list)        # days whose summaries were (re)written
-    failed: dict[date, str] = field(default_factory=dict)        # day -> why it is still pending
-    global_updated: list[Kind] = field(default_factory=list)     # GLOBAL_EVENTS / GLOBAL_PERSONALITY
+    summarised: list[date] = field(default_factory=list)  # days whose summaries were (re)written
+    failed: dict[date, str] = field(default_factory=dict)  # day -> why it is still pending
+    global_updated: list[Kind] = field(default_factory=list)  # GLOBAL_EVENTS / GLOBAL_PERSONALITY
     global_failed: dict[Kind, str] = field(default_factory=dict)
-    rehearsed: int = 0                                           # turns the new daily summaries reinforced
-    archived: int = 0                                            # memories the forgetting pass archived
-    forgot: bool = False                                         # whether the forgetting pass ran
+    rehearsed: int = 0  # turns the new daily summaries reinforced
+    archived: int = 0  # memories the forgetting pass archived
+    forgot: bool = False  # whether the forgetting pass ran
 
     @property
     def ok(self) -> bool:
@@ -55,7 +58,7 @@ def tidy(text: str) -> str:
         return text
     ends = list(_SENTENCE_END.finditer(text))
     if ends and ends[-1].end() > len(text) // 3:
-        return text[:ends[-1].end()].strip()
+        return text[: ends[-1].end()].strip()
     return text
 
 
@@ -63,9 +66,16 @@ class Consolidator:
     """Writes the summaries of finished days with ``backend``. ``summary_tokens`` caps each
     summary; ``prompt_budget`` caps a summary prompt (default: what the model's context allows)."""
 
-    def __init__(self, bank: MemoryBank, backend: ChatBackend, *, companion_name: str = "SiliconFriend",
-                 summary_tokens: int = 200, prompt_budget: int | None = None,
-                 prompts: Callable[[str], PromptSet] = load_prompts):
+    def __init__(
+        self,
+        bank: MemoryBank,
+        backend: ChatBackend,
+        *,
+        companion_name: str = "SiliconFriend",
+        summary_tokens: int = 200,
+        prompt_budget: int | None = None,
+        prompts: Callable[[str], PromptSet] = load_prompts,
+    ):
         self.bank = bank
         self.backend = backend
         self.companion_name = companion_name
@@ -85,7 +95,7 @@ class Consolidator:
             recs = [have[kind].get(day) for kind in DAILY]
             if any(r is None for r in recs):
                 pending.append(day)
-            elif any(r.created_at.date() <= day for r in recs):   # summarised while the day went on
+            elif any(r.created_at.date() <= day for r in recs):  # summarised while the day went on
                 last = max(t.created_at for t in self.bank.turns_on(user, day))
                 if any(r.created_at < last for r in recs):
                     pending.append(day)
@@ -109,9 +119,17 @@ class Consolidator:
             self.bank.delete(user, ids)
 
     # -- the run ------------------------------------------------------------------------------
-    def run(self, user: str, now: datetime, *, until: date | None = None, lang: str = "en",
-            backend: ChatBackend | None = None, forget: bool | None = None,
-            rng: random.Random | None = None) -> ConsolidationReport:
+    def run(
+        self,
+        user: str,
+        now: datetime,
+        *,
+        until: date | None = None,
+        lang: str = "en",
+        backend: ChatBackend | None = None,
+        forget: bool | None = None,
+        rng: random.Random | None = None,
+    ) -> ConsolidationReport:
         """Summarise the pending days up to ``until`` (default: the day before ``now``), fold them into
         the global summaries, then run the forgetting pass (``forget``: always / never; by default
         when something was summarised)."""
@@ -154,39 +172,63 @@ class Consolidator:
         for t in turns:
             lines.append(prompts.fragment("dialogue_user", user_name=user, text=t.query.strip()))
             if t.response.strip():
-                lines.append(prompts.fragment("dialogue_companion", companion_name=self.companion_name,
-                                              text=t.response.strip()))
+                lines.append(
+                    prompts.fragment("dialogue_companion", companion_name=self.companion_name, text=t.response.strip())
+                )
         values = dict(user_name=user, companion_name=self.companion_name, date=prompts.format_date(day))
         for kind, name in DAILY.items():
             existing = self.bank.get_summary(user, kind, day)
             if existing is not None and existing.created_at >= max(t.created_at for t in turns):
-                continue   # this half was done on an earlier run
-            prompt = fit_block(lambda block, name=name: prompts.render(name, **values, dialogue=block), lines,
-                               budget=self._budget(backend), count=backend.count_tokens,
-                               marker=prompts.fragment("cut"))
+                continue  # this half was done on an earlier run
+            prompt = fit_block(
+                lambda block, name=name: prompts.render(name, **values, dialogue=block),
+                lines,
+                budget=self._budget(backend),
+                count=backend.count_tokens,
+                marker=prompts.fragment("cut"),
+            )
             text = self._generate(prompts, prompt, backend)
             self.bank.set_summary(user, kind, text, now, day=day)
 
-    def _fold(self, user: str, kind: Kind, new: Sequence[MemoryRecord], now: datetime, prompts: PromptSet,
-              backend: ChatBackend) -> None:
+    def _fold(
+        self,
+        user: str,
+        kind: Kind,
+        new: Sequence[MemoryRecord],
+        now: datetime,
+        prompts: PromptSet,
+        backend: ChatBackend,
+    ) -> None:
         name, _ = GLOBAL[kind]
         current = self.bank.get_summary(user, kind)
         lines = [prompts.fragment("day_line", date=prompts.format_date(r.day), text=r.text.strip()) for r in new]
-        if current is None and len(lines) == 1:   # one day: its summary is the whole story so far
+        if current is None and len(lines) == 1:  # one day: its summary is the whole story so far
             self.bank.set_summary(user, kind, lines[0], now)
             return
         previous = current.text if current is not None else prompts.fragment("nothing_yet")
         values = dict(user_name=user, companion_name=self.companion_name)
         budget = self._budget(backend)
         for chunk in self._chunks(lines, previous, prompts, name, values, budget, backend):
-            prompt = fit_block(lambda block, previous=previous: prompts.render(name, **values, previous=previous,
-                                                                              days=block), chunk,
-                               budget=budget, count=backend.count_tokens, marker=prompts.fragment("cut"))
+            prompt = fit_block(
+                lambda block, previous=previous: prompts.render(name, **values, previous=previous, days=block),
+                chunk,
+                budget=budget,
+                count=backend.count_tokens,
+                marker=prompts.fragment("cut"),
+            )
             previous = self._generate(prompts, prompt, backend)
         self.bank.set_summary(user, kind, previous, now)
 
-    def _chunks(self, lines: list[str], previous: str, prompts: PromptSet, name: str, values: dict,
-                budget: int, backend: ChatBackend) -> list[list[str]]:
+    def _chunks(
+        self,
+        lines: list[str],
+        previous: str,
+        prompts: PromptSet,
+        name: str,
+        values: dict,
+        budget: int,
+        backend: ChatBackend,
+    ) -> list[list[str]]:
         """Days grouped so that each fold fits (room is left for the summary that comes before)."""
         base = backend.count_tokens(prompts.render(name, **values, previous=previous, days=""))
         room = max(budget - max(base, self.summary_tokens + 64), 64)

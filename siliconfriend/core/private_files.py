@@ -4,6 +4,7 @@
 private) and tightens what an older version left readable. The app and the command line call it
 at start, before anything is opened.
 """
+
 from __future__ import annotations
 
 import os
@@ -42,5 +43,5 @@ def _chmod(path: Path, mode: int) -> None:
         return
     try:
         path.chmod(mode)
-    except PermissionError:   # not ours (a shared folder): left as it is
+    except PermissionError:  # not ours (a shared folder): left as it is
         pass

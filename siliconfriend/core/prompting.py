@@ -9,6 +9,7 @@ language (``key = text`` lines): how a memory line, a dialogue line or a date is
 the lowest-ranked memories go first, then the global summaries are shortened, then the user's
 message (its middle is cut); the instructions are never cut.
 """
+
 from __future__ import annotations
 
 import string
@@ -21,9 +22,9 @@ from typing import Callable, Sequence
 
 from ..backends.base import Message
 
-PROMPTS_DIR: Traversable = resources.files("prompts")   # package data: prompts/<lang>/*.txt
+PROMPTS_DIR: Traversable = resources.files("prompts")  # package data: prompts/<lang>/*.txt
 TEMPLATE_NAMES = ("meta", "daily_events", "daily_personality", "global_events", "global_personality")
-MESSAGE_OVERHEAD = 8   # tokens a chat template adds around each message (role markers, newlines)
+MESSAGE_OVERHEAD = 8  # tokens a chat template adds around each message (role markers, newlines)
 
 Counter = Callable[[str], int]
 
@@ -42,8 +43,10 @@ def _fields(text: str, where: str) -> frozenset[str]:
         if name is None:
             continue
         if not name.isidentifier() or spec or conversion:
-            raise PromptError(f"{where}: {{{name}{'!' + conversion if conversion else ''}"
-                              f"{':' + spec if spec else ''}}} is not a plain variable name")
+            raise PromptError(
+                f"{where}: {{{name}{'!' + conversion if conversion else ''}"
+                f"{':' + spec if spec else ''}}} is not a plain variable name"
+            )
         names.add(name)
     return frozenset(names)
 
@@ -52,7 +55,7 @@ def _fields(text: str, where: str) -> frozenset[str]:
 class Template:
     name: str
     text: str
-    where: str                      # for error messages: the file (and key)
+    where: str  # for error messages: the file (and key)
     fields: frozenset[str] = field(default=frozenset())
 
     @classmethod
@@ -62,8 +65,9 @@ class Template:
     def render(self, **values: object) -> str:
         missing = self.fields - values.keys()
         if missing:
-            raise PromptError(f"{self.where} needs {', '.join(sorted(missing))}; given: "
-                              f"{', '.join(sorted(values)) or 'nothing'}")
+            raise PromptError(
+                f"{self.where} needs {', '.join(sorted(missing))}; given: {', '.join(sorted(values)) or 'nothing'}"
+            )
         return self.text.format_map({k: values[k] for k in self.fields})
 
 
@@ -96,8 +100,10 @@ class PromptSet:
             raise PromptError(f"no prompts for language {lang!r}; available: {', '.join(known)}")
         self.lang = lang
         self.folder = folder
-        self.templates = {name: Template.parse(name, _read(folder / f"{name}.txt").strip(), str(folder / f"{name}.txt"))
-                          for name in TEMPLATE_NAMES}
+        self.templates = {
+            name: Template.parse(name, _read(folder / f"{name}.txt").strip(), str(folder / f"{name}.txt"))
+            for name in TEMPLATE_NAMES
+        }
         self.fragments = _parse_fragments(_read(folder / "fragments.txt"), str(folder / "fragments.txt"))
         self._weekdays = self._names("weekdays", 7)
         self._months = self._names("months", 12)
@@ -123,8 +129,14 @@ class PromptSet:
         return template.render(**values)
 
     def format_date(self, d: date) -> str:
-        return self.fragment("date", year=d.year, month=d.month, day=d.day, weekday=self._weekdays[d.weekday()],
-                             month_name=self._months[d.month - 1])
+        return self.fragment(
+            "date",
+            year=d.year,
+            month=d.month,
+            day=d.day,
+            weekday=self._weekdays[d.weekday()],
+            month_name=self._months[d.month - 1],
+        )
 
 
 @lru_cache(maxsize=8)
@@ -137,8 +149,7 @@ def load_prompts(lang: str = "en", root: Traversable | None = None) -> PromptSet
 
 
 # -- fitting --------------------------------------------------------------------------------------
-def truncate_tokens(text: str, max_tokens: int, count: Counter, *, marker: str = "[...]",
-                    middle: bool = False) -> str:
+def truncate_tokens(text: str, max_tokens: int, count: Counter, *, marker: str = "[...]", middle: bool = False) -> str:
     """``text`` shortened to about ``max_tokens`` tokens: its end is cut (or its middle, keeping the
     head and the tail), with ``marker`` where text was taken out."""
     if max_tokens <= 0:
@@ -146,7 +157,7 @@ def truncate_tokens(text: str, max_tokens: int, count: Counter, *, marker: str =
     if count(text) <= max_tokens:
         return text
     keep = len(text)
-    for _ in range(12):   # shrink by the measured ratio until it fits
+    for _ in range(12):  # shrink by the measured ratio until it fits
         keep = int(keep * max_tokens / max(count(_cut(text, keep, marker, middle)), 1) * 0.97)
         if keep <= 0:
             return ""
@@ -161,21 +172,29 @@ def _cut(text: str, keep: int, marker: str, middle: bool) -> str:
         return text
     if middle:
         head = keep * 2 // 3
-        return f"{text[:head].rstrip()} {marker} {text[len(text) - (keep - head):].lstrip()}"
+        return f"{text[:head].rstrip()} {marker} {text[len(text) - (keep - head) :].lstrip()}"
     return f"{text[:keep].rstrip()} {marker}"
 
 
 @dataclass
 class FittedChat:
     messages: list[Message]
-    kept_memories: int          # how many of the memories (best first) are in the prompt
-    kept_history: int           # how many of the history turns (most recent) are in the prompt
-    shortened: list[str]        # what had to be shortened: "global_events", "message", ...
-    tokens: int                 # estimated prompt tokens
+    kept_memories: int  # how many of the memories (best first) are in the prompt
+    kept_history: int  # how many of the history turns (most recent) are in the prompt
+    shortened: list[str]  # what had to be shortened: "global_events", "message", ...
+    tokens: int  # estimated prompt tokens
 
 
-def fit_chat(prompts: PromptSet, values: dict[str, str], memories: Sequence[str],
-             history: Sequence[tuple[str, str]], message: str, *, budget: int, count: Counter) -> FittedChat:
+def fit_chat(
+    prompts: PromptSet,
+    values: dict[str, str],
+    memories: Sequence[str],
+    history: Sequence[tuple[str, str]],
+    message: str,
+    *,
+    budget: int,
+    count: Counter,
+) -> FittedChat:
     """The messages of one turn: the meta-prompt (``values`` fill it; ``memories`` are the rendered
     memory lines, best first), the ``history`` turns (oldest first, as (user, reply)) and the user's
     ``message``, all within ``budget`` tokens (as counted by ``count``)."""
@@ -210,14 +229,16 @@ def fit_chat(prompts: PromptSet, values: dict[str, str], memories: Sequence[str]
     if over > 0:
         room = count(message) - over
         if room < 16:
-            raise PromptError(f"the instructions alone take {system_cost()} tokens, more than the prompt budget "
-                              f"of {budget}: use a model with a longer context or lower max_new_tokens")
+            raise PromptError(
+                f"the instructions alone take {system_cost()} tokens, more than the prompt budget "
+                f"of {budget}: use a model with a longer context or lower max_new_tokens"
+            )
         message = truncate_tokens(message, room, count, marker=marker, middle=True)
         shortened.append("message")
     system = prompts.render("meta", **dict(values, memories="\n".join(mem) if mem else no_memories))
     messages = [Message("system", system)]
     for query, reply in hist:
-        if messages[-1].role == "user":   # a turn stored without a reply: keep the roles alternating
+        if messages[-1].role == "user":  # a turn stored without a reply: keep the roles alternating
             messages[-1] = Message("user", f"{messages[-1].content}\n\n{query}")
         else:
             messages.append(Message("user", query))
@@ -231,8 +252,15 @@ def fit_chat(prompts: PromptSet, values: dict[str, str], memories: Sequence[str]
     return FittedChat(messages, len(mem), len(hist), shortened, tokens)
 
 
-def fit_block(render: Callable[[str], str], items: Sequence[str], *, budget: int, count: Counter,
-              marker: str = "[...]", sep: str = "\n") -> str:
+def fit_block(
+    render: Callable[[str], str],
+    items: Sequence[str],
+    *,
+    budget: int,
+    count: Counter,
+    marker: str = "[...]",
+    sep: str = "\n",
+) -> str:
     """The prompt ``render(block)`` where ``block`` joins ``items``; when it is over ``budget`` each
     item is cut to the same, largest length that fits, so that every item keeps its beginning."""
     block = sep.join(items)

@@ -4,6 +4,7 @@ after the download or within minutes); delete my account and every trace of it.
 
 ``AccountHandlers`` holds the handlers as named methods; ``build_account`` wires them.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -17,7 +18,7 @@ from .common import guard, lang_of
 from .i18n import Translator, t
 from .service import WebService
 
-EXPORT_ROUTE = "/sf-export"       # + "/<ticket>": served by app.py, once, to the session that asked
+EXPORT_ROUTE = "/sf-export"  # + "/<ticket>": served by app.py, once, to the session that asked
 
 
 class AccountHandlers:
@@ -42,11 +43,13 @@ class AccountHandlers:
         """A one-time download link (relative to the app's root) for this session's export."""
         lang = lang_of(self.service, token_v)
         ticket = self.service.export_file(token_v)
-        return t("export_link", lang, url=f"{EXPORT_ROUTE.lstrip('/')}/{ticket}",
-                 minutes=self.service.export_seconds / 60)
+        return t(
+            "export_link", lang, url=f"{EXPORT_ROUTE.lstrip('/')}/{ticket}", minutes=self.service.export_seconds / 60
+        )
 
     def delete(self, token_v, password_v, request: gr.Request = None) -> list:
         from .client import request_client
+
         lang = lang_of(self.service, token_v)
         client = request_client(request, self.service.trusted_proxies)
         self.service.delete_account(token_v, password_v or "", extra_dirs=self.cache_dirs(), client=client)
@@ -69,8 +72,16 @@ class AccountHandlers:
         """Values for the tab's outputs: settings, export link, password box, the API keys section."""
         p = self.service.prefs(token_v)
         lang = p.get("lang", "en")
-        return [p["companion_name"], p["persona"], f"{p['backend']}:{p['model']}", "", "",
-                t("keys_intro", lang, base="/v1"), keys_markdown(self.service, token_v, lang), ""]
+        return [
+            p["companion_name"],
+            p["persona"],
+            f"{p['backend']}:{p['model']}",
+            "",
+            "",
+            t("keys_intro", lang, base="/v1"),
+            keys_markdown(self.service, token_v, lang),
+            "",
+        ]
 
     @staticmethod
     def blank() -> list:
@@ -81,7 +92,7 @@ class AccountHandlers:
 class AccountParts:
     handlers: AccountHandlers
     outputs: list
-    deleted: object                      # the delete event, for the app to chain "show the login"
+    deleted: object  # the delete event, for the app to chain "show the login"
 
     def fill(self, token: str) -> list:
         return self.handlers.fill(token)
@@ -90,18 +101,32 @@ class AccountParts:
         return self.handlers.blank()
 
 
-def build_account(service: WebService, tr: Translator, token: gr.BrowserState, notice: gr.Markdown,
-                  cache_dirs: Callable[[], list[Path]]) -> AccountParts:
+def build_account(
+    service: WebService,
+    tr: Translator,
+    token: gr.BrowserState,
+    notice: gr.Markdown,
+    cache_dirs: Callable[[], list[Path]],
+) -> AccountParts:
     """``notice``: the login box's message, where "your account was deleted" is said."""
     guarded = guard(service)
     h = AccountHandlers(service, cache_dirs)
     options = h.model_options()
     tr(gr.Markdown(tr.text("prefs_intro")), value="prefs_intro")
     with gr.Row():
-        name = tr(gr.Textbox(label=tr.text("companion_name"), elem_id="companion_name", max_length=80),
-                  label="companion_name")
-        model = tr(gr.Dropdown(options, value=options[0][1] if options else None, label=tr.text("model"),
-                               allow_custom_value=False, elem_id="model"), label="model")
+        name = tr(
+            gr.Textbox(label=tr.text("companion_name"), elem_id="companion_name", max_length=80), label="companion_name"
+        )
+        model = tr(
+            gr.Dropdown(
+                options,
+                value=options[0][1] if options else None,
+                label=tr.text("model"),
+                allow_custom_value=False,
+                elem_id="model",
+            ),
+            label="model",
+        )
     persona = tr(gr.Textbox(label=tr.text("persona"), lines=3, elem_id="persona", max_length=2000), label="persona")
     save = tr(gr.Button(tr.text("save_prefs"), variant="primary", elem_id="save_prefs"), value="save_prefs")
     prefs_status = gr.Markdown()
@@ -113,8 +138,9 @@ def build_account(service: WebService, tr: Translator, token: gr.BrowserState, n
     keys_intro = gr.Markdown(tr.text("keys_intro", base="/v1"))
     keys_table = gr.Markdown(elem_id="api_keys")
     with gr.Row():
-        key_label = tr(gr.Textbox(label=tr.text("key_label"), elem_id="key_label", max_length=80, scale=3),
-                       label="key_label")
+        key_label = tr(
+            gr.Textbox(label=tr.text("key_label"), elem_id="key_label", max_length=80, scale=3), label="key_label"
+        )
         key_create = tr(gr.Button(tr.text("key_create"), elem_id="key_create", scale=1), value="key_create")
     new_key = gr.Markdown(elem_id="new_key")
     with gr.Row():
@@ -123,13 +149,18 @@ def build_account(service: WebService, tr: Translator, token: gr.BrowserState, n
 
     tr(gr.Markdown(tr.text("danger_intro")), value="danger_intro")
     with gr.Row():
-        confirm = tr(gr.Textbox(label=tr.text("confirm_password"), type="password", elem_id="delete_password",
-                                scale=3), label="confirm_password")
-        delete = tr(gr.Button(tr.text("delete_account"), variant="stop", elem_id="delete_account", scale=2),
-                    value="delete_account")
+        confirm = tr(
+            gr.Textbox(label=tr.text("confirm_password"), type="password", elem_id="delete_password", scale=3),
+            label="confirm_password",
+        )
+        delete = tr(
+            gr.Button(tr.text("delete_account"), variant="stop", elem_id="delete_account", scale=2),
+            value="delete_account",
+        )
 
-    key_create.click(guarded(h.create_key), [token, key_label], [keys_table, new_key, key_label],
-                     api_name="api_key_create")
+    key_create.click(
+        guarded(h.create_key), [token, key_label], [keys_table, new_key, key_label], api_name="api_key_create"
+    )
     key_revoke.click(guarded(h.revoke_key), [token, key_id], [keys_table, new_key], api_name="api_key_revoke")
     save.click(guarded(h.save), [token, name, persona, model], prefs_status, api_name="save_settings")
     export.click(guarded(h.export), [token], export_status, api_name="export")
@@ -148,6 +179,9 @@ def keys_markdown(service: WebService, token: str, lang: str) -> str:
     def when(ts: float | None) -> str:
         return datetime.fromtimestamp(ts).strftime("%Y-%m-%d %H:%M") if ts else "-"
 
-    rows = [f"| {k.id} | `{k.prefix}…` | {t('key_active' if k.active else 'key_is_revoked', lang)} | "
-            f"{when(k.created_at)} | {when(k.last_used_at)} | {k.label.replace('|', '/')} |" for k in keys]
+    rows = [
+        f"| {k.id} | `{k.prefix}…` | {t('key_active' if k.active else 'key_is_revoked', lang)} | "
+        f"{when(k.created_at)} | {when(k.last_used_at)} | {k.label.replace('|', '/')} |"
+        for k in keys
+    ]
     return "\n".join([t("keys_table", lang), *rows])

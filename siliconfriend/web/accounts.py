@@ -13,6 +13,7 @@ matches an existing one is refused as taken. Sign-up says when a name is taken, 
 whether a name exists: accepted (a login says only "wrong user name or password"; rate limits
 bound the guessing).
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -35,7 +36,7 @@ from memory.sqlite_db import connect, immediate_transaction, run_script
 from . import rate_limit
 from .rate_limit import Attempt, Limits, RateLimiter, RateLimitStore, SQLiteRateLimitStore
 
-USERNAME_RE = re.compile(r"^[\w.@+-]{2,32}$")   # \w is Unicode: 小明 is a fine name
+USERNAME_RE = re.compile(r"^[\w.@+-]{2,32}$")  # \w is Unicode: 小明 is a fine name
 MIN_PASSWORD = 8
 MAX_PASSWORD = 256
 SESSION_DAYS = 30
@@ -58,14 +59,50 @@ class TooManyAttempts(AccountError, rate_limit.TooManyAttempts):
 
 # letters of other scripts that look like Latin ones (after casefolding), from Unicode's
 # confusables (TR39) for the scripts a name could be faked with, and the digits 0 and 1
-_LOOKALIKES = str.maketrans({
-    "а": "a", "в": "b", "е": "e", "ё": "e", "к": "k", "м": "m", "н": "h", "о": "o", "р": "p", "с": "c",
-    "т": "t", "у": "y", "х": "x", "ѕ": "s", "і": "i", "ї": "i", "ј": "j", "ԁ": "d", "һ": "h", "ӏ": "l",
-    "ԛ": "q", "ԝ": "w", "ь": "b",
-    "α": "a", "β": "b", "ε": "e", "η": "n", "ι": "i", "κ": "k", "μ": "u", "ν": "v", "ο": "o", "ρ": "p",
-    "τ": "t", "υ": "u", "χ": "x", "ω": "w", "γ": "y",
-    "0": "o", "1": "l",
-})
+_LOOKALIKES = str.maketrans(
+    {
+        "а": "a",
+        "в": "b",
+        "е": "e",
+        "ё": "e",
+        "к": "k",
+        "м": "m",
+        "н": "h",
+        "о": "o",
+        "р": "p",
+        "с": "c",
+        "т": "t",
+        "у": "y",
+        "х": "x",
+        "ѕ": "s",
+        "і": "i",
+        "ї": "i",
+        "ј": "j",
+        "ԁ": "d",
+        "һ": "h",
+        "ӏ": "l",
+        "ԛ": "q",
+        "ԝ": "w",
+        "ь": "b",
+        "α": "a",
+        "β": "b",
+        "ε": "e",
+        "η": "n",
+        "ι": "i",
+        "κ": "k",
+        "μ": "u",
+        "ν": "v",
+        "ο": "o",
+        "ρ": "p",
+        "τ": "t",
+        "υ": "u",
+        "χ": "x",
+        "ω": "w",
+        "γ": "y",
+        "0": "o",
+        "1": "l",
+    }
+)
 _FAKING_SCRIPTS = ("LATIN", "CYRILLIC", "GREEK")
 
 
@@ -137,9 +174,16 @@ _MIGRATIONS = [
 class Accounts:
     """The users of one SiliconFriend home. Thread-safe (one connection, one lock)."""
 
-    def __init__(self, path: Path | str, *, signup_open: bool = True, hasher: PasswordHasher | None = None,
-                 clock: Callable[[], float] = time.time, limits: Limits = Limits(),
-                 session_days: float = SESSION_DAYS):
+    def __init__(
+        self,
+        path: Path | str,
+        *,
+        signup_open: bool = True,
+        hasher: PasswordHasher | None = None,
+        clock: Callable[[], float] = time.time,
+        limits: Limits = Limits(),
+        session_days: float = SESSION_DAYS,
+    ):
         self.path = Path(path)
         self.signup_open = signup_open
         self.hasher = hasher or PasswordHasher()
@@ -160,8 +204,10 @@ class Accounts:
     def _migrate(self) -> None:
         with self._tx() as db:
             version = db.execute("PRAGMA user_version").fetchone()[0]
-            if version == 2 and not db.execute(
-                    "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'api_keys'").fetchone():
+            if (
+                version == 2
+                and not db.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'api_keys'").fetchone()
+            ):
                 # made by the web branch before the merge, whose migration 2 is 3 here
                 run_script(db, _MIGRATIONS[1])
                 version = 3
@@ -236,8 +282,10 @@ class Accounts:
             with self._tx() as db:
                 if db.execute("SELECT 1 FROM users WHERE skeleton = ?", (skeleton(name),)).fetchone():
                     raise sqlite3.IntegrityError("a look-alike name exists")
-                db.execute("INSERT INTO users (name, pw_hash, created_at, skeleton) VALUES (?, ?, ?, ?)",
-                           (name, pw_hash, self.clock(), skeleton(name)))
+                db.execute(
+                    "INSERT INTO users (name, pw_hash, created_at, skeleton) VALUES (?, ?, ?, ?)",
+                    (name, pw_hash, self.clock(), skeleton(name)),
+                )
         except sqlite3.IntegrityError:
             raise AccountError("that user name is taken (or looks like one that is)") from None
         return self._new_session(name)
@@ -280,8 +328,10 @@ class Accounts:
         now = self.clock()
         with self._tx() as db:
             db.execute("DELETE FROM sessions WHERE expires_at < ?", (now,))
-            db.execute("INSERT INTO sessions (token_hash, name, created_at, expires_at) VALUES (?, ?, ?, ?)",
-                       (secret_digest(token), name, now, now + self.session_s))
+            db.execute(
+                "INSERT INTO sessions (token_hash, name, created_at, expires_at) VALUES (?, ?, ?, ?)",
+                (secret_digest(token), name, now, now + self.session_s),
+            )
         return Session(name, token)
 
     def user_for(self, token: str | None) -> str | None:
@@ -299,7 +349,7 @@ class Accounts:
             with self._tx() as db:
                 db.execute("DELETE FROM sessions WHERE token_hash = ?", (digest,))
             return None
-        if row[1] - now < self.session_s / 2:   # written at most about once in 15 days per session
+        if row[1] - now < self.session_s / 2:  # written at most about once in 15 days per session
             with self._tx() as db:
                 db.execute("UPDATE sessions SET expires_at = ? WHERE token_hash = ?", (now + self.session_s, digest))
         return row[0]

@@ -9,6 +9,7 @@ lower(...)`` (a unique index on ``lower(name)`` keeps names unique regardless of
 SQLite-only ``PRAGMA`` statements are skipped, and a unique violation is raised as
 ``sqlite3.IntegrityError``, which the account logic catches.
 """
+
 from __future__ import annotations
 
 import re
@@ -24,7 +25,9 @@ from .accounts import Accounts
 
 
 def _m1(cur: psycopg.Cursor) -> None:
-    run_statements(cur, """
+    run_statements(
+        cur,
+        """
     CREATE TABLE users (
         name TEXT PRIMARY KEY,
         pw_hash TEXT NOT NULL,
@@ -42,13 +45,16 @@ def _m1(cur: psycopg.Cursor) -> None:
     CREATE TABLE failures (key TEXT NOT NULL, at DOUBLE PRECISION NOT NULL);
     CREATE INDEX failures_by_key ON failures (key, at);
     CREATE TABLE web_secrets (name TEXT PRIMARY KEY, value TEXT NOT NULL)
-    """)
+    """,
+    )
 
 
 def _m2(cur: psycopg.Cursor) -> None:
     # API keys (siliconfriend/api/keys.py): only the SHA-256 of a key is stored, and its first
     # characters to tell the keys apart in lists
-    run_statements(cur, """
+    run_statements(
+        cur,
+        """
     CREATE TABLE api_keys (
         id BIGSERIAL PRIMARY KEY,
         key_hash TEXT NOT NULL UNIQUE,
@@ -60,23 +66,27 @@ def _m2(cur: psycopg.Cursor) -> None:
         revoked_at DOUBLE PRECISION
     );
     CREATE INDEX api_keys_by_name ON api_keys (lower(name))
-    """)
+    """,
+    )
 
 
 def _m3(cur: psycopg.Cursor) -> None:
     # the rate limiter's events (rate_limit.py) replace the failures; a look-alike skeleton per name
-    run_statements(cur, """
+    run_statements(
+        cur,
+        """
     DROP TABLE failures;
     ALTER TABLE users ADD COLUMN skeleton TEXT;
     CREATE INDEX users_by_skeleton ON users (skeleton);
     CREATE TABLE rate_events (key TEXT NOT NULL, kind TEXT NOT NULL, at DOUBLE PRECISION NOT NULL);
     CREATE INDEX rate_events_by_key ON rate_events (key, kind, at)
-    """)
+    """,
+    )
 
 
 # one PostgreSQL step for each SQLite step of accounts.py (a test checks that they stay in step)
 MIGRATIONS = [_m1, _m2, _m3]
-_SERIAL_TABLES = ("api_keys",)     # tables whose new rows' ids the callers read (``lastrowid``)
+_SERIAL_TABLES = ("api_keys",)  # tables whose new rows' ids the callers read (``lastrowid``)
 
 _NAME_EQ = re.compile(r"\bname = \?")
 
@@ -90,8 +100,11 @@ def translate(statement: str) -> str:
 
 def _returns_id(statement: str) -> bool:
     head = statement.lstrip().upper()
-    return (head.startswith("INSERT INTO") and "RETURNING" not in head
-            and any(head.startswith(f"INSERT INTO {t.upper()} ") for t in _SERIAL_TABLES))
+    return (
+        head.startswith("INSERT INTO")
+        and "RETURNING" not in head
+        and any(head.startswith(f"INSERT INTO {t.upper()} ") for t in _SERIAL_TABLES)
+    )
 
 
 class _Result:
@@ -130,7 +143,9 @@ class _Dialect:
         if statement.lstrip().upper().startswith("PRAGMA"):
             return _Result()
         pg = translate(statement)
-        return self._run(lambda cur: (cur.execute(pg, tuple(params)), _Result(cur, returns_id=pg.endswith("RETURNING id")))[1])
+        return self._run(
+            lambda cur: (cur.execute(pg, tuple(params)), _Result(cur, returns_id=pg.endswith("RETURNING id")))[1]
+        )
 
     def executemany(self, statement: str, rows) -> None:
         self._run(lambda cur: cur.executemany(translate(statement), [tuple(r) for r in rows]))
@@ -148,12 +163,14 @@ class PgRateLimitStore:
 
     def add(self, keys: Iterable[str], kind: str, at: float) -> None:
         with self.db.transaction() as cur:
-            cur.executemany("INSERT INTO rate_events (key, kind, at) VALUES (%s, %s, %s)",
-                            [(k, kind, at) for k in keys])
+            cur.executemany(
+                "INSERT INTO rate_events (key, kind, at) VALUES (%s, %s, %s)", [(k, kind, at) for k in keys]
+            )
 
     def events(self, key: str, kind: str, since: float) -> list[float]:
-        rows = self.db.fetchall("SELECT at FROM rate_events WHERE key = %s AND kind = %s AND at >= %s ORDER BY at",
-                                (key, kind, since))
+        rows = self.db.fetchall(
+            "SELECT at FROM rate_events WHERE key = %s AND kind = %s AND at >= %s ORDER BY at", (key, kind, since)
+        )
         return [r[0] for r in rows]
 
     def clear(self, keys: Iterable[str], kind: str) -> None:
@@ -208,8 +225,10 @@ class PgAccounts(Accounts):
         """The key that encrypts the session token in the browser, the same for every worker (a
         browser whose requests reach another worker stays logged in)."""
         import secrets
-        with self._db.db.transaction() as cur:
-            cur.execute("INSERT INTO web_secrets (name, value) VALUES ('browser', %s) ON CONFLICT (name) DO NOTHING",
-                        (secrets.token_urlsafe(32),))
-            return cur.execute("SELECT value FROM web_secrets WHERE name = 'browser'").fetchone()[0]
 
+        with self._db.db.transaction() as cur:
+            cur.execute(
+                "INSERT INTO web_secrets (name, value) VALUES ('browser', %s) ON CONFLICT (name) DO NOTHING",
+                (secrets.token_urlsafe(32),),
+            )
+            return cur.execute("SELECT value FROM web_secrets WHERE name = 'browser'").fetchone()[0]

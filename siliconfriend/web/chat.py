@@ -5,6 +5,7 @@ today's conversation that were in the prompt).
 ``ChatHandlers`` holds the handlers as named methods (tests call them without a browser);
 ``build_chat`` lays out the components and wires the events to them.
 """
+
 from __future__ import annotations
 
 import html
@@ -43,9 +44,11 @@ def remembered_markdown(items: list[dict], lang: str) -> str:
     for it in memories:
         day = it["day"] if not it["day"].startswith("1970") else "—"
         why = it["why"] or "—"
-        lines.append(f"- **{day}** · {t('kind_' + it['kind'], lang)} · S {it['strength']:g} · "
-                     f"R {it['retention']:.2f} · #{it['id']}  \n  _{html.escape(why)}_  \n"
-                     f"  > {html.escape(_clip(it['text']))}")
+        lines.append(
+            f"- **{day}** · {t('kind_' + it['kind'], lang)} · S {it['strength']:g} · "
+            f"R {it['retention']:.2f} · #{it['id']}  \n  _{html.escape(why)}_  \n"
+            f"  > {html.escape(_clip(it['text']))}"
+        )
     if not memories:
         lines.append(t("remembered_none_today" if today else "remembered_none", lang))
     if today:
@@ -64,8 +67,13 @@ def remembered_title(items: list[dict], lang: str) -> str:
 def turn_messages(query: str, reply: str, remembered: list[dict] | None, lang: str) -> list[dict]:
     out = [{"role": "user", "content": shown(query)}]
     if remembered is not None:
-        out.append({"role": "assistant", "content": remembered_markdown(remembered, lang),
-                    "metadata": {"title": remembered_title(remembered, lang), "status": "done"}})
+        out.append(
+            {
+                "role": "assistant",
+                "content": remembered_markdown(remembered, lang),
+                "metadata": {"title": remembered_title(remembered, lang), "status": "done"},
+            }
+        )
     out.append({"role": "assistant", "content": reply})
     return out
 
@@ -111,7 +119,7 @@ class ChatHandlers:
         try:
             stream = start()
             ahead = service.ahead(token)
-            if ahead:     # the model answers one reply at a time: say where this one stands
+            if ahead:  # the model answers one reply at a time: say where this one stands
                 msgs[-1] = {"role": "assistant", "content": t("waiting_model", lang, n=ahead)}
                 yield msgs, gr.skip(), gr.skip(), gr.skip(), screen
             shown_panel = False
@@ -119,7 +127,7 @@ class ChatHandlers:
                 reply += chunk
                 msgs[-1] = {"role": "assistant", "content": reply + " ▌"}
                 panel = gr.skip()
-                if not shown_panel and getattr(stream, "messages", None):   # the prompt is built
+                if not shown_panel and getattr(stream, "messages", None):  # the prompt is built
                     panel = remembered_markdown(self._entries(stream), lang)
                     shown_panel = True
                 yield msgs, gr.skip(), panel, gr.skip(), screen
@@ -127,7 +135,7 @@ class ChatHandlers:
             error = getattr(result, "error", None)
         except (gr.Error, PermissionError):
             raise
-        except Exception as exc:   # BackendError and friends: the user must read it
+        except Exception as exc:  # BackendError and friends: the user must read it
             log.warning("chat failed: %s", exc)
             error, result = str(exc) or type(exc).__name__, None
         finally:
@@ -141,14 +149,16 @@ class ChatHandlers:
         if getattr(result, "stopped", False) or getattr(stream, "stopped", False):
             final = f"{final} {t('stopped', lang)}".strip()
         used = self._entries(result)
-        asked = msgs[-2] if len(msgs) >= 2 else {"role": "user", "content": ""}   # already as shown
+        asked = msgs[-2] if len(msgs) >= 2 else {"role": "user", "content": ""}  # already as shown
         msgs[-2:] = [asked, *turn_messages("", final, used, lang)[1:]]
         yield msgs, gr.skip(), remembered_markdown(used, lang), {}, screen
 
     def _entries(self, source: Any) -> list[dict]:
         """The panel's entries of a stream or a result: memories used and today's lines."""
-        return [*self.service.remembered(getattr(source, "used", None) or []),
-                *(today_entry(r) for r in getattr(source, "today", None) or [])]
+        return [
+            *self.service.remembered(getattr(source, "used", None) or []),
+            *(today_entry(r) for r in getattr(source, "today", None) or []),
+        ]
 
     @staticmethod
     def _ask(msgs: list, query: str) -> list:
@@ -170,8 +180,10 @@ class ChatHandlers:
             notify(str(exc))
             yield gr.skip(), gr.skip(), gr.skip(), gr.skip(), gr.skip()
             return
-        msgs = list(self.mine(view_v, user, "messages", [])) + [{"role": "user", "content": shown(text)},
-                                                                {"role": "assistant", "content": THINKING}]
+        msgs = list(self.mine(view_v, user, "messages", [])) + [
+            {"role": "user", "content": shown(text)},
+            {"role": "assistant", "content": THINKING},
+        ]
         yield msgs, "", gr.skip(), {}, {"user": user, "messages": msgs}
         yield from self._run(token_v, user, lambda: service.respond(token_v, text), msgs, text)
 
@@ -181,7 +193,7 @@ class ChatHandlers:
         lang = lang_of(service, token_v)
         msgs = list(self.mine(view_v, user, "messages", []))
         retry = self.mine(failed_v, user, "text", "")
-        if retry:   # the last reply failed: send the kept message again
+        if retry:  # the last reply failed: send the kept message again
             msgs = self._ask(msgs, retry)
             yield msgs, "", gr.skip(), {}, {"user": user, "messages": msgs}
             yield from self._run(token_v, user, lambda: service.respond(token_v, retry), msgs, retry)
@@ -218,7 +230,7 @@ class ChatHandlers:
             turns = service.today(token_v)
         except PermissionError:
             raise
-        except Exception as exc:   # no companion yet (model missing...): an empty screen, logged
+        except Exception as exc:  # no companion yet (model missing...): an empty screen, logged
             log.warning("could not restore today's conversation: %s", exc)
             turns = []
         for turn in turns:
@@ -249,20 +261,31 @@ def ungated(trigger: Callable) -> Callable:
     return trigger
 
 
-def build_chat(service: WebService, tr: Translator, token: gr.BrowserState,
-               gate: Callable[[Callable], Callable] = ungated) -> ChatParts:
+def build_chat(
+    service: WebService, tr: Translator, token: gr.BrowserState, gate: Callable[[Callable], Callable] = ungated
+) -> ChatParts:
     """``gate(trigger)``: the trigger, behind a check that the tab's session still holds (see
     app.py: a lost one sends the page to the login box, the typed text kept)."""
     guarded = guard(service)
     handlers = ChatHandlers(service)
     with gr.Row(equal_height=False):
         with gr.Column(scale=3):
-            chatbot = gr.Chatbot(show_label=False, height=480, elem_id="chatbot", buttons=["copy"],
-                                 feedback_options=None)
+            chatbot = gr.Chatbot(
+                show_label=False, height=480, elem_id="chatbot", buttons=["copy"], feedback_options=None
+            )
             # lines=1 grows up to max_lines: Enter sends, Shift+Enter starts a new line
-            message = tr(gr.Textbox(label=tr.text("message"), placeholder=tr.text("message_ph"), lines=1,
-                                    max_lines=8, elem_id="message", submit_btn=False), label="message",
-                         placeholder="message_ph")
+            message = tr(
+                gr.Textbox(
+                    label=tr.text("message"),
+                    placeholder=tr.text("message_ph"),
+                    lines=1,
+                    max_lines=8,
+                    elem_id="message",
+                    submit_btn=False,
+                ),
+                label="message",
+                placeholder="message_ph",
+            )
             counter = gr.Markdown(counter_text(""), elem_id="message_counter", elem_classes=["sf-note"])
             with gr.Row():
                 send = tr(gr.Button(tr.text("send"), variant="primary", elem_id="send"), value="send")
@@ -272,26 +295,32 @@ def build_chat(service: WebService, tr: Translator, token: gr.BrowserState,
             tr(gr.Markdown(tr.text("clear_note"), elem_classes=["sf-note"]), value="clear_note")
         with gr.Column(scale=2, min_width=260):
             tr(gr.Markdown(f"### {tr.text('remembered')}"), value="remembered_h")
-            remembered = tr(gr.Markdown(tr.text("remembered_empty"), elem_id="remembered",
-                                        elem_classes=["sf-remembered"]), value="remembered_empty")
+            remembered = tr(
+                gr.Markdown(tr.text("remembered_empty"), elem_id="remembered", elem_classes=["sf-remembered"]),
+                value="remembered_empty",
+            )
     view = gr.State({})
     failed = gr.State({})
 
     outputs = [chatbot, message, remembered, failed, view]
     send_fn, regen_fn = guarded(handlers.send), guarded(handlers.regenerate)
-    gate(send.click)(send_fn, [token, message, view], outputs, api_name="chat", concurrency_limit=4,
-                     concurrency_id="chat")
-    gate(message.submit)(send_fn, [token, message, view], outputs, api_visibility="private", concurrency_limit=4,
-                         concurrency_id="chat")
-    gate(regen.click)(regen_fn, [token, view, failed], outputs, api_name="regenerate",
-                      concurrency_limit=4, concurrency_id="chat")
-    gate(chatbot.retry)(regen_fn, [token, view, failed], outputs, api_visibility="private",
-                        concurrency_limit=4, concurrency_id="chat")
+    gate(send.click)(
+        send_fn, [token, message, view], outputs, api_name="chat", concurrency_limit=4, concurrency_id="chat"
+    )
+    gate(message.submit)(
+        send_fn, [token, message, view], outputs, api_visibility="private", concurrency_limit=4, concurrency_id="chat"
+    )
+    gate(regen.click)(
+        regen_fn, [token, view, failed], outputs, api_name="regenerate", concurrency_limit=4, concurrency_id="chat"
+    )
+    gate(chatbot.retry)(
+        regen_fn, [token, view, failed], outputs, api_visibility="private", concurrency_limit=4, concurrency_id="chat"
+    )
     clear_fn = guarded(handlers.clear)
     chatbot.clear(clear_fn, [token], [chatbot, remembered, failed, view], api_visibility="private")
     stop.click(guarded(handlers.stop), [token], None, api_name="stop", concurrency_limit=None)
-    clear.click(clear_fn, [token], [chatbot, remembered, failed, view], api_name="clear_screen",
-                concurrency_limit=None)
-    message.change(handlers.count, [token, message], counter, api_visibility="private", show_progress="hidden",
-                   queue=False)
+    clear.click(clear_fn, [token], [chatbot, remembered, failed, view], api_name="clear_screen", concurrency_limit=None)
+    message.change(
+        handlers.count, [token, message], counter, api_visibility="private", show_progress="hidden", queue=False
+    )
     return ChatParts(handlers, chatbot, message, outputs)

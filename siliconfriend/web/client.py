@@ -5,6 +5,7 @@ the operator lists in ``trusted_proxies``, the address that proxy says it forwar
 from, so the first address from the right that is not a trusted proxy is the client. A header
 from anyone else is ignored (it is whatever the sender wanted it to be).
 """
+
 from __future__ import annotations
 
 import ipaddress
@@ -43,7 +44,7 @@ def client_address(peer: str | None, forwarded_for: str | None, trusted: tuple[N
             try:
                 return str(ipaddress.ip_address(hop))
             except ValueError:
-                return peer     # a malformed entry: the last proxy we trust is who we know
+                return peer  # a malformed entry: the last proxy we trust is who we know
     return hops[0] if hops else peer
 
 
@@ -55,6 +56,11 @@ def request_client(request, trusted: tuple[Network, ...]) -> str | None:
     peer = getattr(client, "host", None)
     headers = getattr(request, "headers", None) or {}
     getall = getattr(headers, "getlist", None) or getattr(headers, "get_list", None)
-    values = getall("x-forwarded-for") if getall else [headers.get("x-forwarded-for")] if headers.get(
-        "x-forwarded-for") else []
+    values = (
+        getall("x-forwarded-for")
+        if getall
+        else [headers.get("x-forwarded-for")]
+        if headers.get("x-forwarded-for")
+        else []
+    )
     return client_address(peer, ",".join(v for v in values if v) or None, trusted)

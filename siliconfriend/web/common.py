@@ -1,4 +1,5 @@
 """What the Gradio handlers share: turning refusals into messages the user reads."""
+
 from __future__ import annotations
 
 import functools
@@ -29,7 +30,7 @@ def notify(message: str, *, level: str = "warning") -> None:
     """A note that pops up in the page (a log line outside a request, e.g. in tests)."""
     try:
         (gr.Info if level == "info" else gr.Warning)(message)
-    except Exception:   # no request context
+    except Exception:  # no request context
         log.info("%s", message)
 
 
@@ -57,6 +58,7 @@ def guard(service: WebService) -> Callable[[Callable], Callable]:
 
     def decorate(fn: Callable) -> Callable:
         if inspect.isgeneratorfunction(fn):
+
             @functools.wraps(fn)
             def gen_wrapper(*args, **kwargs):
                 try:
@@ -65,6 +67,7 @@ def guard(service: WebService) -> Callable[[Callable], Callable]:
                     raise
                 except Exception as exc:
                     raise as_gr_error(fn, args, exc) from None
+
             return gen_wrapper
 
         @functools.wraps(fn)
@@ -75,6 +78,7 @@ def guard(service: WebService) -> Callable[[Callable], Callable]:
                 raise
             except Exception as exc:
                 raise as_gr_error(fn, args, exc) from None
+
         return wrapper
 
     return decorate

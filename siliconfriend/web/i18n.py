@@ -1,5 +1,6 @@
 """The web app's words in English and Chinese, and a registry that relabels components when the
 user switches language."""
+
 from __future__ import annotations
 
 from typing import Any
@@ -8,8 +9,10 @@ LANGS = {"en": "English", "zh": "中文"}
 
 TEXT: dict[str, dict[str, str]] = {
     "title": {"en": "# SiliconFriend", "zh": "# 硅基朋友 SiliconFriend"},
-    "tagline": {"en": "A companion that remembers, and lets you see and control what it remembers.",
-                "zh": "一个会记住你的伙伴：它记得什么，你都能看到、都能管。"},
+    "tagline": {
+        "en": "A companion that remembers, and lets you see and control what it remembers.",
+        "zh": "一个会记住你的伙伴：它记得什么，你都能看到、都能管。",
+    },
     "loading": {"en": "Loading…", "zh": "加载中…"},
     "login_intro": {"en": "### Log in or sign up", "zh": "### 登录或注册"},
     "username": {"en": "User name", "zh": "用户名"},
@@ -29,34 +32,50 @@ TEXT: dict[str, dict[str, str]] = {
     # chat
     "chat": {"en": "Conversation", "zh": "对话"},
     "message": {"en": "Message", "zh": "消息"},
-    "message_ph": {"en": "Say something… (Enter to send, Shift+Enter for a new line)",
-                   "zh": "说点什么…（回车发送，Shift+回车换行）"},
+    "message_ph": {
+        "en": "Say something… (Enter to send, Shift+Enter for a new line)",
+        "zh": "说点什么…（回车发送，Shift+回车换行）",
+    },
     "counter": {"en": "{n} / {limit} characters", "zh": "{n} / {limit} 字"},
-    "waiting_model": {"en": "⏳ Waiting for the model: {n} reply(ies) ahead of yours…",
-                      "zh": "⏳ 正在等待模型：前面还有 {n} 条回复…"},
-    "session_lost": {"en": "Your session ended (logged out in another tab, or expired). Log in again: what you "
-                           "typed is kept.",
-                     "zh": "你的登录已失效（在别的标签页退出了，或已过期）。请重新登录：你输入的内容还在。"},
+    "waiting_model": {
+        "en": "⏳ Waiting for the model: {n} reply(ies) ahead of yours…",
+        "zh": "⏳ 正在等待模型：前面还有 {n} 条回复…",
+    },
+    "session_lost": {
+        "en": "Your session ended (logged out in another tab, or expired). Log in again: what you typed is kept.",
+        "zh": "你的登录已失效（在别的标签页退出了，或已过期）。请重新登录：你输入的内容还在。",
+    },
     "send": {"en": "Send", "zh": "发送"},
     "stop": {"en": "Stop", "zh": "停止"},
     "regenerate": {"en": "Regenerate / retry", "zh": "重新生成 / 重试"},
     "clear": {"en": "Clear screen", "zh": "清屏"},
-    "clear_note": {"en": "Clearing the screen keeps the memories; manage them on the Memory tab.",
-                   "zh": "清屏不会删除记忆；记忆可在「记忆」页管理。"},
+    "clear_note": {
+        "en": "Clearing the screen keeps the memories; manage them on the Memory tab.",
+        "zh": "清屏不会删除记忆；记忆可在「记忆」页管理。",
+    },
     "remembered": {"en": "What I remembered", "zh": "我想起了什么"},
     "remembered_h": {"en": "### What I remembered", "zh": "### 我想起了什么"},
-    "remembered_none_today": {"en": "_No older memory was retrieved for this reply._",
-                              "zh": "_这次回复没有检索到更早的记忆。_"},
-    "today_lines": {"en": "Today's conversation, in the prompt as it is ({n} turns):",
-                    "zh": "今天的对话，原样放在提示里（{n} 轮）："},
+    "remembered_none_today": {
+        "en": "_No older memory was retrieved for this reply._",
+        "zh": "_这次回复没有检索到更早的记忆。_",
+    },
+    "today_lines": {
+        "en": "Today's conversation, in the prompt as it is ({n} turns):",
+        "zh": "今天的对话，原样放在提示里（{n} 轮）：",
+    },
     "today_short": {"en": "today's conversation: {n}", "zh": "今天的对话：{n}"},
-    "remembered_none": {"en": "_Nothing from earlier came to mind for this reply._",
-                        "zh": "_这次回复没有用到以前的记忆。_"},
-    "remembered_empty": {"en": "_Send a message: the memories each reply uses appear here._",
-                         "zh": "_发一条消息吧：每次回复用到的记忆会显示在这里。_"},
-    "llm_error": {"en": "⚠️ {error}\n\nYour message is back in the box below; press **Regenerate / retry** "
-                        "to send it again.",
-                  "zh": "⚠️ 模型没能回答：{error}\n\n你的消息已放回输入框；点「重新生成 / 重试」再发一次。"},
+    "remembered_none": {
+        "en": "_Nothing from earlier came to mind for this reply._",
+        "zh": "_这次回复没有用到以前的记忆。_",
+    },
+    "remembered_empty": {
+        "en": "_Send a message: the memories each reply uses appear here._",
+        "zh": "_发一条消息吧：每次回复用到的记忆会显示在这里。_",
+    },
+    "llm_error": {
+        "en": "⚠️ {error}\n\nYour message is back in the box below; press **Regenerate / retry** to send it again.",
+        "zh": "⚠️ 模型没能回答：{error}\n\n你的消息已放回输入框；点「重新生成 / 重试」再发一次。",
+    },
     "stopped": {"en": "_(stopped)_", "zh": "_（已停止）_"},
     "nothing_to_regen": {"en": "There is no reply today to regenerate.", "zh": "今天还没有可以重新生成的回复。"},
     "col_id": {"en": "id", "zh": "编号"},
@@ -79,11 +98,13 @@ TEXT: dict[str, dict[str, str]] = {
     "state_archived": {"en": "archived", "zh": "已归档"},
     "yes": {"en": "yes", "zh": "是"},
     # memory page
-    "mem_intro": {"en": "Every memory with its strength **S** and retention **R = e^(−t/S)**. Faded "
-                        "memories are archived, not erased: restore them, pin what must never fade, "
-                        "delete what you want gone.",
-                  "zh": "每条记忆都显示强度 **S** 与保持率 **R = e^(−t/S)**。淡忘的记忆只是归档、不会抹去："
-                        "可以恢复，可以钉住让它永不淡忘，也可以彻底删除。"},
+    "mem_intro": {
+        "en": "Every memory with its strength **S** and retention **R = e^(−t/S)**. Faded "
+        "memories are archived, not erased: restore them, pin what must never fade, "
+        "delete what you want gone.",
+        "zh": "每条记忆都显示强度 **S** 与保持率 **R = e^(−t/S)**。淡忘的记忆只是归档、不会抹去："
+        "可以恢复，可以钉住让它永不淡忘，也可以彻底删除。",
+    },
     "mem_day": {"en": "Day", "zh": "日期"},
     "mem_kind": {"en": "Kind", "zh": "类型"},
     "mem_state": {"en": "State", "zh": "状态"},
@@ -94,8 +115,10 @@ TEXT: dict[str, dict[str, str]] = {
     "mem_id": {"en": "Selected memory id", "zh": "选中的记忆编号"},
     "mem_id_ph": {"en": "click a row", "zh": "点击一行"},
     "no_match": {"en": "No memories match.", "zh": "没有匹配的记忆。"},
-    "confirm_delete": {"en": "Delete memory #{id} (“{text}”) for good? This cannot be undone.",
-                       "zh": "要永久删除记忆 #{id}（“{text}”）吗？此操作无法撤销。"},
+    "confirm_delete": {
+        "en": "Delete memory #{id} (“{text}”) for good? This cannot be undone.",
+        "zh": "要永久删除记忆 #{id}（“{text}”）吗？此操作无法撤销。",
+    },
     "delete_yes": {"en": "Yes, delete it for good", "zh": "确定永久删除"},
     "delete_no": {"en": "Keep it", "zh": "保留"},
     "delete_cancelled": {"en": "Nothing was deleted.", "zh": "没有删除任何内容。"},
@@ -136,36 +159,47 @@ TEXT: dict[str, dict[str, str]] = {
     "persona": {"en": "Persona (how your companion should be)", "zh": "人设（你希望伙伴是什么样）"},
     "backend": {"en": "Backend", "zh": "后端"},
     "model": {"en": "Model", "zh": "模型"},
-    "export_link": {"en": "<a href=\"{url}\" download id=\"download\">⬇ Download my data (JSON)</a>: a link "
-                          "for this session only, gone after the download or in {minutes:g} minutes.",
-                    "zh": "<a href=\"{url}\" download id=\"download\">⬇ 下载我的数据（JSON）</a>：仅限本次登录使用，"
-                          "下载后或 {minutes:g} 分钟后失效。"},
+    "export_link": {
+        "en": '<a href="{url}" download id="download">⬇ Download my data (JSON)</a>: a link '
+        "for this session only, gone after the download or in {minutes:g} minutes.",
+        "zh": '<a href="{url}" download id="download">⬇ 下载我的数据（JSON）</a>：仅限本次登录使用，'
+        "下载后或 {minutes:g} 分钟后失效。",
+    },
     "save_prefs": {"en": "Save settings", "zh": "保存设置"},
     "data_intro": {"en": "### My data", "zh": "### 我的数据"},
     "export": {"en": "Export all my data", "zh": "导出我的全部数据"},
     "download": {"en": "Download my data (JSON)", "zh": "下载我的数据（JSON）"},
-    "export_ready": {"en": "Your export is ready: MemoryBank JSON plus every field SiliconFriend keeps.",
-                     "zh": "导出已就绪：MemoryBank JSON，外加 SiliconFriend 保存的全部字段。"},
-    "keys_intro": {"en": "### API keys\nUse your companion, with its memory, from any OpenAI-compatible chat app "
-                         "(SillyTavern, Open WebUI...): base URL `{base}`, and a key made here. A key acts as you; "
-                         "it is shown once.",
-                   "zh": "### API 密钥\n在任何兼容 OpenAI 的聊天应用（SillyTavern、Open WebUI 等）里使用你的伙伴和它的"
-                         "记忆：接口地址 `{base}`，加上在这里创建的密钥。密钥代表你本人，只显示一次。"},
+    "export_ready": {
+        "en": "Your export is ready: MemoryBank JSON plus every field SiliconFriend keeps.",
+        "zh": "导出已就绪：MemoryBank JSON，外加 SiliconFriend 保存的全部字段。",
+    },
+    "keys_intro": {
+        "en": "### API keys\nUse your companion, with its memory, from any OpenAI-compatible chat app "
+        "(SillyTavern, Open WebUI...): base URL `{base}`, and a key made here. A key acts as you; "
+        "it is shown once.",
+        "zh": "### API 密钥\n在任何兼容 OpenAI 的聊天应用（SillyTavern、Open WebUI 等）里使用你的伙伴和它的"
+        "记忆：接口地址 `{base}`，加上在这里创建的密钥。密钥代表你本人，只显示一次。",
+    },
     "key_label": {"en": "Name of the new key (e.g. SillyTavern)", "zh": "新密钥的名称（例如 SillyTavern）"},
     "key_create": {"en": "Create a key", "zh": "创建密钥"},
     "key_id": {"en": "Key id to revoke", "zh": "要吊销的密钥编号"},
     "key_revoke": {"en": "Revoke", "zh": "吊销"},
-    "key_created": {"en": "Your new key (copy it now: it is not shown again):\n\n```\n{secret}\n```",
-                    "zh": "你的新密钥（请现在复制，之后不会再显示）：\n\n```\n{secret}\n```"},
+    "key_created": {
+        "en": "Your new key (copy it now: it is not shown again):\n\n```\n{secret}\n```",
+        "zh": "你的新密钥（请现在复制，之后不会再显示）：\n\n```\n{secret}\n```",
+    },
     "key_revoked": {"en": "Key {id} is revoked.", "zh": "密钥 {id} 已吊销。"},
     "no_keys": {"en": "No API keys yet.", "zh": "还没有 API 密钥。"},
-    "keys_table": {"en": "| id | key | state | created | last used | name |\n|---|---|---|---|---|---|",
-                   "zh": "| 编号 | 密钥 | 状态 | 创建于 | 最近使用 | 名称 |\n|---|---|---|---|---|---|"},
+    "keys_table": {
+        "en": "| id | key | state | created | last used | name |\n|---|---|---|---|---|---|",
+        "zh": "| 编号 | 密钥 | 状态 | 创建于 | 最近使用 | 名称 |\n|---|---|---|---|---|---|",
+    },
     "key_active": {"en": "active", "zh": "有效"},
     "key_is_revoked": {"en": "revoked", "zh": "已吊销"},
-    "danger_intro": {"en": "### Delete my account\nThis erases the account, every memory, summary and "
-                           "setting. It cannot be undone.",
-                     "zh": "### 删除我的账户\n这会清除账户以及全部记忆、摘要和设置，无法撤销。"},
+    "danger_intro": {
+        "en": "### Delete my account\nThis erases the account, every memory, summary and setting. It cannot be undone.",
+        "zh": "### 删除我的账户\n这会清除账户以及全部记忆、摘要和设置，无法撤销。",
+    },
     "confirm_password": {"en": "Your password, to confirm", "zh": "输入密码以确认"},
     "delete_account": {"en": "Delete my account and all my data", "zh": "删除我的账户和全部数据"},
     "account_deleted": {"en": "Your account and all its data were deleted.", "zh": "你的账户及全部数据已删除。"},
@@ -201,5 +235,8 @@ class Translator:
 
     def updates(self, lang: str) -> list[dict]:
         import gradio as gr
-        return [gr.update(**{attr: key(lang) if callable(key) else t(key, lang) for attr, key in attrs.items()})
-                for _, attrs in self._entries]
+
+        return [
+            gr.update(**{attr: key(lang) if callable(key) else t(key, lang) for attr, key in attrs.items()})
+            for _, attrs in self._entries
+        ]

@@ -6,6 +6,7 @@ personality profile; "summarise now" with its progress; a plot of retention over
 refused action (an unknown id, restoring an active memory) says why in the page's status line and
 leaves the rest of the page as it was. ``build_memory`` lays out the components and wires them.
 """
+
 from __future__ import annotations
 
 import html
@@ -53,16 +54,27 @@ def table_value(rows: list[MemoryRow], lang: str) -> dict:
 
 
 def _filters(day_v, kind_v, state_v):
-    return (None if day_v in (None, "", ALL) else day_v, None if kind_v in (None, "", ALL) else kind_v,
-            None if state_v in (None, "", ALL) else state_v)
+    return (
+        None if day_v in (None, "", ALL) else day_v,
+        None if kind_v in (None, "", ALL) else kind_v,
+        None if state_v in (None, "", ALL) else state_v,
+    )
 
 
 class MemoryHandlers:
     """The page's handlers. ``everything`` and the actions return values for ``PAGE`` (+ the
     status line and the selected id for the actions)."""
 
-    PAGE = ("day", "table", "plot", "sum_day", "daily_events", "daily_personality", "global_events",
-            "global_personality")
+    PAGE = (
+        "day",
+        "table",
+        "plot",
+        "sum_day",
+        "daily_events",
+        "daily_personality",
+        "global_events",
+        "global_personality",
+    )
     REFUSALS = (UnknownMemory, AccountError, ValueError)
 
     def __init__(self, service: WebService):
@@ -70,14 +82,20 @@ class MemoryHandlers:
 
     def table(self, token_v, day_v=ALL, kind_v=ALL, state_v=ALL, query_v="", archived_v=True) -> dict:
         d, k, s = _filters(day_v, kind_v, state_v)
-        rows = self.service.memories(token_v, day=d, kind=k, state=s, query=query_v or "",
-                                     include_archived=bool(archived_v))
+        rows = self.service.memories(
+            token_v, day=d, kind=k, state=s, query=query_v or "", include_archived=bool(archived_v)
+        )
         return table_value(rows, lang_of(self.service, token_v))
 
     def summary_values(self, token_v, day_v=None) -> list:
         s = self.service.summaries(token_v, day_v or None)
-        return [gr.update(choices=s["summary_days"], value=s["day"] or None), s["daily_events"],
-                s["daily_personality"], s["global_events"], s["global_personality"]]
+        return [
+            gr.update(choices=s["summary_days"], value=s["day"] or None),
+            s["daily_events"],
+            s["daily_personality"],
+            s["global_events"],
+            s["global_personality"],
+        ]
 
     def everything(self, token_v, day_v=ALL, kind_v=ALL, state_v=ALL, query_v="", archived_v=True) -> list:
         service = self.service
@@ -85,8 +103,12 @@ class MemoryHandlers:
         days = service.days(token_v)
         day_v = day_v if day_v in days else ALL
         table = self.table(token_v, day_v, kind_v, state_v, query_v, archived_v)
-        return [gr.update(choices=[(t("all", lang), ALL)] + [(d, d) for d in days], value=day_v), table,
-                retention_figure(service.retention_curves(token_v), lang), *self.summary_values(token_v)]
+        return [
+            gr.update(choices=[(t("all", lang), ALL)] + [(d, d) for d in days], value=day_v),
+            table,
+            retention_figure(service.retention_curves(token_v), lang),
+            *self.summary_values(token_v),
+        ]
 
     def search(self, token_v, day_v, kind_v, state_v, query_v, archived_v) -> list:
         """The page for these filters, and the line under the search: a search shows only the
@@ -116,8 +138,10 @@ class MemoryHandlers:
         except self.REFUSALS as exc:
             return self._refused(token_v, exc)
         number = getattr(rec, "id", None) or memory_v
-        return self.everything(token_v, *filters) + [t(f"done_{name}", lang, id=number),
-                                                      "" if name == "delete" else str(number)]
+        return self.everything(token_v, *filters) + [
+            t(f"done_{name}", lang, id=number),
+            "" if name == "delete" else str(number),
+        ]
 
     def pin(self, token_v, memory_v, *filters) -> list:
         return self._act("pin", lambda i: self.service.pin(token_v, i, True), token_v, memory_v, filters)
@@ -141,8 +165,11 @@ class MemoryHandlers:
             notify(str(exc.args[0]) if exc.args else "")
             return [f"⚠️ {exc.args[0] if exc.args else exc}", gr.update(visible=False), {}]
         preview = html.escape(" ".join(rec.text.split())[:80], quote=False)
-        return [t("confirm_delete", lang, id=rec.id, text=preview), gr.update(visible=True),
-                {"user": user, "id": rec.id}]
+        return [
+            t("confirm_delete", lang, id=rec.id, text=preview),
+            gr.update(visible=True),
+            {"user": user, "id": rec.id},
+        ]
 
     def confirm_delete(self, token_v, pending_v, *filters) -> list:
         """The second step: delete the memory that was asked about. Values for PAGE, status,
@@ -152,8 +179,7 @@ class MemoryHandlers:
         pending = pending_v if isinstance(pending_v, dict) and pending_v.get("user") == user else {}
         if not pending.get("id"):
             return [gr.skip()] * len(self.PAGE) + [t("pick_memory", lang), gr.skip(), gr.update(visible=False), {}]
-        out = self._act("delete", lambda i: self.service.delete_memories(token_v, [i]), token_v,
-                        pending["id"], filters)
+        out = self._act("delete", lambda i: self.service.delete_memories(token_v, [i]), token_v, pending["id"], filters)
         return out + [gr.update(visible=False), {}]
 
     def cancel_delete(self, token_v) -> list:
@@ -167,8 +193,9 @@ class MemoryHandlers:
     def save_daily(self, token_v, day_v, events_v, pers_v) -> str:
         lang = lang_of(self.service, token_v)
         try:
-            saved = self.service.save_summaries(token_v, day=day_v or None, daily_events=events_v,
-                                                daily_personality=pers_v)
+            saved = self.service.save_summaries(
+                token_v, day=day_v or None, daily_events=events_v, daily_personality=pers_v
+            )
         except self.REFUSALS as exc:
             return f"⚠️ {exc}"
         return t("saved" if saved else "nothing_saved", lang)
@@ -187,8 +214,11 @@ class MemoryHandlers:
                 progress((done, total), desc=t("summarising", lang, day=day.isoformat()))
 
         days = self.service.summarise_now(token_v, progress=step)
-        note = t("summarised", lang, days=", ".join(d.isoformat() for d in days)) if days \
+        note = (
+            t("summarised", lang, days=", ".join(d.isoformat() for d in days))
+            if days
             else t("nothing_summarised", lang)
+        )
         return self.everything(token_v, *filters_v) + [note]
 
     def refresh(self, token_v: str) -> list:
@@ -196,8 +226,16 @@ class MemoryHandlers:
 
     @staticmethod
     def blank(lang: str = "en") -> list:
-        return [gr.update(choices=[(t("all", lang), ALL)], value=ALL), {"headers": headers(lang), "data": []},
-                None, gr.update(choices=[], value=None), "", "", "", ""]
+        return [
+            gr.update(choices=[(t("all", lang), ALL)], value=ALL),
+            {"headers": headers(lang), "data": []},
+            None,
+            gr.update(choices=[], value=None),
+            "",
+            "",
+            "",
+            "",
+        ]
 
 
 @dataclass
@@ -212,32 +250,58 @@ class MemoryParts:
         return self.handlers.blank(lang)
 
 
-def build_memory(service: WebService, tr: Translator, token: gr.BrowserState,
-                 gate: Callable[[Callable], Callable] = lambda trigger: trigger) -> MemoryParts:
+def build_memory(
+    service: WebService,
+    tr: Translator,
+    token: gr.BrowserState,
+    gate: Callable[[Callable], Callable] = lambda trigger: trigger,
+) -> MemoryParts:
     """``gate``: as for ``build_chat``."""
     guarded = guard(service)
     h = MemoryHandlers(service)
     tr(gr.Markdown(tr.text("mem_intro")), value="mem_intro")
     with gr.Row():
-        day = tr(gr.Dropdown([(tr.text("all"), ALL)], value=ALL, label=tr.text("mem_day"), elem_id="mem_day",
-                             scale=1), label="mem_day")
-        kind = tr(gr.Dropdown(kind_choices(tr.lang), value=ALL, label=tr.text("mem_kind"), elem_id="mem_kind",
-                              scale=1), label="mem_kind", choices=kind_choices)
-        state = tr(gr.Dropdown(state_choices(tr.lang), value=ALL, label=tr.text("mem_state"), elem_id="mem_state",
-                               scale=1), label="mem_state", choices=state_choices)
+        day = tr(
+            gr.Dropdown([(tr.text("all"), ALL)], value=ALL, label=tr.text("mem_day"), elem_id="mem_day", scale=1),
+            label="mem_day",
+        )
+        kind = tr(
+            gr.Dropdown(kind_choices(tr.lang), value=ALL, label=tr.text("mem_kind"), elem_id="mem_kind", scale=1),
+            label="mem_kind",
+            choices=kind_choices,
+        )
+        state = tr(
+            gr.Dropdown(state_choices(tr.lang), value=ALL, label=tr.text("mem_state"), elem_id="mem_state", scale=1),
+            label="mem_state",
+            choices=state_choices,
+        )
         archived = tr(gr.Checkbox(True, label=tr.text("mem_archived"), scale=1), label="mem_archived")
     with gr.Row():
         query = tr(gr.Textbox(label=tr.text("mem_search"), elem_id="mem_query", scale=4), label="mem_search")
-        search = tr(gr.Button(tr.text("mem_search_btn"), variant="primary", elem_id="mem_search", scale=1),
-                    value="mem_search_btn")
+        search = tr(
+            gr.Button(tr.text("mem_search_btn"), variant="primary", elem_id="mem_search", scale=1),
+            value="mem_search_btn",
+        )
     search_note = gr.Markdown(elem_id="mem_search_note")
-    table = gr.Dataframe(headers=headers(tr.lang), value=None, show_label=False, interactive=False, wrap=True,
-                         elem_id="mem_table", max_height=420,
-                         column_widths=["5%", "9%", "12%", "7%", "6%", "4%", "5%", "7%", "30%", "15%"])
+    table = gr.Dataframe(
+        headers=headers(tr.lang),
+        value=None,
+        show_label=False,
+        interactive=False,
+        wrap=True,
+        elem_id="mem_table",
+        max_height=420,
+        column_widths=["5%", "9%", "12%", "7%", "6%", "4%", "5%", "7%", "30%", "15%"],
+    )
     tr(gr.Markdown(tr.text("mem_table"), elem_classes=["sf-note"]), value="mem_table")
     with gr.Row():
-        selected = tr(gr.Textbox("", label=tr.text("mem_id"), placeholder=tr.text("mem_id_ph"), elem_id="mem_id",
-                                 max_length=24, scale=1), label="mem_id", placeholder="mem_id_ph")
+        selected = tr(
+            gr.Textbox(
+                "", label=tr.text("mem_id"), placeholder=tr.text("mem_id_ph"), elem_id="mem_id", max_length=24, scale=1
+            ),
+            label="mem_id",
+            placeholder="mem_id_ph",
+        )
         pin = tr(gr.Button(tr.text("pin"), scale=1, elem_id="mem_pin"), value="pin")
         unpin = tr(gr.Button(tr.text("unpin"), scale=1, elem_id="mem_unpin"), value="unpin")
         restore = tr(gr.Button(tr.text("restore"), scale=1, elem_id="mem_restore"), value="restore")
@@ -260,34 +324,50 @@ def build_memory(service: WebService, tr: Translator, token: gr.BrowserState,
             daily_pers = tr(gr.Textbox(label=tr.text("daily_personality"), lines=3), label="daily_personality")
         save_daily = tr(gr.Button(tr.text("save_daily")), value="save_daily")
         with gr.Row():
-            global_events = tr(gr.Textbox(label=tr.text("global_events"), lines=4, elem_id="global_events"),
-                               label="global_events")
-            global_pers = tr(gr.Textbox(label=tr.text("global_personality"), lines=4, elem_id="global_personality"),
-                             label="global_personality")
+            global_events = tr(
+                gr.Textbox(label=tr.text("global_events"), lines=4, elem_id="global_events"), label="global_events"
+            )
+            global_pers = tr(
+                gr.Textbox(label=tr.text("global_personality"), lines=4, elem_id="global_personality"),
+                label="global_personality",
+            )
         save_global = tr(gr.Button(tr.text("save_global")), value="save_global")
         sum_status = gr.Markdown()
 
     filters = [day, kind, state, query, archived]
     page = [day, table, plot, sum_day, daily_events, daily_pers, global_events, global_pers]
-    for trigger, api in ((search.click, "memories"), (query.submit, None), (day.input, None), (kind.input, None),
-                         (state.input, None)):
+    for trigger, api in (
+        (search.click, "memories"),
+        (query.submit, None),
+        (day.input, None),
+        (kind.input, None),
+        (state.input, None),
+    ):
         kwargs = {"api_name": api} if api else {"api_visibility": "private"}
         gate(trigger)(guarded(h.search), [token, *filters], page + [search_note], **kwargs)
     table.select(guarded(h.select), [token], selected, api_visibility="private")
     for name, button in (("pin", pin), ("unpin", unpin), ("restore", restore)):
-        gate(button.click)(guarded(getattr(h, name)), [token, selected, *filters], page + [status, selected],
-                           api_name=f"memory_{name}")
-    gate(delete.click)(guarded(h.ask_delete), [token, selected], [status, confirm_row, pending],
-                       api_name="memory_delete")
-    gate(confirm.click)(guarded(h.confirm_delete), [token, pending, *filters],
-                        page + [status, selected, confirm_row, pending], api_name="memory_delete_confirm")
+        gate(button.click)(
+            guarded(getattr(h, name)), [token, selected, *filters], page + [status, selected], api_name=f"memory_{name}"
+        )
+    gate(delete.click)(
+        guarded(h.ask_delete), [token, selected], [status, confirm_row, pending], api_name="memory_delete"
+    )
+    gate(confirm.click)(
+        guarded(h.confirm_delete),
+        [token, pending, *filters],
+        page + [status, selected, confirm_row, pending],
+        api_name="memory_delete_confirm",
+    )
     cancel.click(guarded(h.cancel_delete), [token], [status, confirm_row, pending], api_visibility="private")
 
     sum_day.input(guarded(h.summary_of_day), [token, sum_day], [daily_events, daily_pers], api_name="summary_of_day")
-    save_daily.click(guarded(h.save_daily), [token, sum_day, daily_events, daily_pers], sum_status,
-                     api_name="save_daily_summary")
-    save_global.click(guarded(h.save_global), [token, global_events, global_pers], sum_status,
-                      api_name="save_global_summary")
+    save_daily.click(
+        guarded(h.save_daily), [token, sum_day, daily_events, daily_pers], sum_status, api_name="save_daily_summary"
+    )
+    save_global.click(
+        guarded(h.save_global), [token, global_events, global_pers], sum_status, api_name="save_global_summary"
+    )
 
     def on_summarise(token_v, day_v, kind_v, state_v, query_v, archived_v, progress=gr.Progress()):
         return h.summarise(token_v, day_v, kind_v, state_v, query_v, archived_v, progress=progress)

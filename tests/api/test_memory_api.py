@@ -1,6 +1,7 @@
 """The memory API over HTTP: list (paginated), search, get, pin / unpin, archive, restore,
 delete, export; each key sees only its user's memories; bad ids are a clean 404 in OpenAI's
 error shape; huge inputs a clear 400 or 413; the OpenAPI description at /v1/openapi.json."""
+
 from __future__ import annotations
 
 from datetime import date, datetime, timedelta
@@ -20,11 +21,18 @@ def two_users(served):
     """ivy with 30 turns over three days and a daily summary; jon with one turn."""
     ivy, jon = served.signup("ivy"), served.signup("jon")
     bank = served.api.bank
-    turns = [(f"Note {i}: I planted {['tomatoes', 'basil', 'roses'][i % 3]} today.", "Lovely!",
-              datetime(2024, 4, 1 + i // 10, 9, 0) + timedelta(minutes=i)) for i in range(30)]
+    turns = [
+        (
+            f"Note {i}: I planted {['tomatoes', 'basil', 'roses'][i % 3]} today.",
+            "Lovely!",
+            datetime(2024, 4, 1 + i // 10, 9, 0) + timedelta(minutes=i),
+        )
+        for i in range(30)
+    ]
     bank.add_turns("ivy", turns)
-    bank.set_summary("ivy", Kind.DAILY_EVENTS, "ivy gardened all day.", datetime(2024, 4, 1, 23, 59),
-                     day=date(2024, 4, 1))
+    bank.set_summary(
+        "ivy", Kind.DAILY_EVENTS, "ivy gardened all day.", datetime(2024, 4, 1, 23, 59), day=date(2024, 4, 1)
+    )
     bank.add_turn("jon", "My bike is a red Peugeot from 1978.", "A classic!", datetime(2024, 4, 2, 8, 0))
     return ivy, jon
 
@@ -44,8 +52,15 @@ def test_list_is_paginated_newest_first(served, two_users):
     assert {"id", "kind", "day", "text", "state", "pinned", "strength", "retention"} <= set(seen[0])
     turns = httpx.get(f"{served.url}/memories", params={"kind": "turn", "day": "2024-04-02"}, headers=_auth(ivy)).json()
     assert turns["total"] == 10 and all(m["day"] == "2024-04-02" for m in turns["data"])
-    for params in ({"limit": 0}, {"limit": 10_000}, {"offset": -1}, {"kind": "dream"}, {"state": "gone"},
-                   {"day": "yesterday"}, {"limit": "many"}):
+    for params in (
+        {"limit": 0},
+        {"limit": 10_000},
+        {"offset": -1},
+        {"kind": "dream"},
+        {"state": "gone"},
+        {"day": "yesterday"},
+        {"limit": "many"},
+    ):
         bad = httpx.get(f"{served.url}/memories", params=params, headers=_auth(ivy))
         assert bad.status_code == 400 and bad.json()["error"]["message"], params
 
@@ -77,8 +92,9 @@ def test_search_get_pin_archive_restore_delete(served, two_users):
 def test_one_users_key_never_reaches_anothers_memories(served, two_users):
     ivy, jon = two_users
     jons = httpx.get(f"{served.url}/memories", headers=_auth(jon)).json()["data"]
-    assert [m["text"] for m in jons] == ["My bike is a red Peugeot from 1978.\nA classic!"] or \
-        all("Peugeot" in m["text"] for m in jons)
+    assert [m["text"] for m in jons] == ["My bike is a red Peugeot from 1978.\nA classic!"] or all(
+        "Peugeot" in m["text"] for m in jons
+    )
     bike = jons[0]["id"]
     listed = httpx.get(f"{served.url}/memories", params={"limit": 200}, headers=_auth(ivy)).json()["data"]
     ivys = {m["id"] for m in listed}
@@ -88,8 +104,7 @@ def test_one_users_key_never_reaches_anothers_memories(served, two_users):
     probed = 0
     for key, mid in ((jon, max(ivys)),):
         probed += 1
-        for method, path in (("GET", ""), ("POST", "/pin"), ("POST", "/archive"), ("POST", "/restore"),
-                             ("DELETE", "")):
+        for method, path in (("GET", ""), ("POST", "/pin"), ("POST", "/archive"), ("POST", "/restore"), ("DELETE", "")):
             r = httpx.request(method, f"{served.url}/memories/{mid}{path}", headers=_auth(key))
             assert r.status_code == 404, (method, path)
     assert probed and served.api.bank.get("ivy", max(ivys)).state == State.ACTIVE
@@ -99,8 +114,9 @@ def test_one_users_key_never_reaches_anothers_memories(served, two_users):
     assert "Peugeot" in str(export) and "basil" not in str(export) and "ivy" not in str(export)
 
 
-@pytest.mark.parametrize("bad", ["0", "-3", "abc", "1.5", "99999999999999999999999", "%00", "1;DROP TABLE memories",
-                                 "9" * 400])
+@pytest.mark.parametrize(
+    "bad", ["0", "-3", "abc", "1.5", "99999999999999999999999", "%00", "1;DROP TABLE memories", "9" * 400]
+)
 def test_bad_ids_are_a_clean_404(served, two_users, bad):
     ivy, _ = two_users
     r = httpx.get(f"{served.url}/memories/{bad}", headers=_auth(ivy))
@@ -116,13 +132,19 @@ def test_huge_inputs_are_refused_clearly(served, two_users):
     assert r.status_code == 400 and "at most" in r.json()["error"]["message"]
     r = httpx.get(f"{served.url}/memories/search", params={"q": "  "}, headers=_auth(ivy))
     assert r.status_code == 400
-    r = httpx.post(f"{served.url}/chat/completions", headers={**_auth(ivy), "Content-Type": "application/json"},
-                   content=b'{"model": "x", "messages": [{"role": "user", "content": "' + b"a" * (9 * 2**20) + b'"}]}')
+    r = httpx.post(
+        f"{served.url}/chat/completions",
+        headers={**_auth(ivy), "Content-Type": "application/json"},
+        content=b'{"model": "x", "messages": [{"role": "user", "content": "' + b"a" * (9 * 2**20) + b'"}]}',
+    )
     assert r.status_code == 413 and r.json()["error"]["code"] == "request_too_large"
     many = [{"role": "user", "content": "w" * 19_000}, {"role": "assistant", "content": "ok"}] * 60
-    r = httpx.post(f"{served.url}/chat/completions", headers=_auth(ivy),
-                   json={"model": "x", "messages": many + [{"role": "user", "content": "hi"}]})
-    assert r.status_code == 200, r.text     # a long client history is fitted to the prompt, not refused
+    r = httpx.post(
+        f"{served.url}/chat/completions",
+        headers=_auth(ivy),
+        json={"model": "x", "messages": many + [{"role": "user", "content": "hi"}]},
+    )
+    assert r.status_code == 200, r.text  # a long client history is fitted to the prompt, not refused
     # only the last message was stored (the finished April days were summarised by the day rollover)
     assert [t.query for t in served.api.bank.turns_on("ivy", served.clock.now.date())] == ["hi"]
     assert served.api.bank.count("ivy", kind=Kind.TURN) == 30
@@ -131,7 +153,15 @@ def test_huge_inputs_are_refused_clearly(served, two_users):
 def test_openapi_description(served):
     spec = httpx.get(f"{served.url}/openapi.json").json()
     paths = set(spec["paths"])
-    assert {"/chat/completions", "/models", "/memories", "/memories/search", "/memories/export",
-            "/memories/{memory_id}", "/memories/{memory_id}/pin", "/memories/{memory_id}/restore"} <= paths
+    assert {
+        "/chat/completions",
+        "/models",
+        "/memories",
+        "/memories/search",
+        "/memories/export",
+        "/memories/{memory_id}",
+        "/memories/{memory_id}/pin",
+        "/memories/{memory_id}/restore",
+    } <= paths
     assert "HTTPBearer" in spec["components"]["securitySchemes"]
     assert httpx.get(f"{served.url}/nowhere").status_code == 404

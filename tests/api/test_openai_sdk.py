@@ -2,6 +2,7 @@
 it used in the extension field, the client's history used but never stored again, wrong and
 revoked keys (401), the rate limits (429), a dead backend (503), bad requests (400), and two
 users' keys that never see each other's memories."""
+
 from __future__ import annotations
 
 from datetime import timedelta
@@ -16,8 +17,9 @@ def test_models_and_a_plain_turn(served):
     key = served.signup("amy")
     sdk = client(served, key)
     assert [m.id for m in sdk.models.list().data] == ["siliconfriend"]
-    done = sdk.chat.completions.create(model="siliconfriend",
-                                       messages=[{"role": "user", "content": "My cat is called Pixel."}])
+    done = sdk.chat.completions.create(
+        model="siliconfriend", messages=[{"role": "user", "content": "My cat is called Pixel."}]
+    )
     assert done.object == "chat.completion" and done.choices[0].finish_reason == "stop"
     assert done.choices[0].message.content == "I hear you: My cat is called Pixel.."
     ext = done.model_extra["siliconfriend"]
@@ -35,12 +37,15 @@ def test_streaming_reports_the_memories_used_and_stores_only_the_last_message(se
     sdk = client(served, key)
     first = sdk.chat.completions.create(model="x", messages=[{"role": "user", "content": "I love hiking in the Alps."}])
     served.clock.now += timedelta(hours=1)
-    history = [{"role": "system", "content": "You are Sol, a cheerful friend."},
-               {"role": "user", "content": "I love hiking in the Alps."},
-               {"role": "assistant", "content": first.choices[0].message.content},
-               {"role": "user", "content": "What do I like doing in the mountains?"}]
-    events = list(sdk.chat.completions.create(model="x", messages=history, stream=True,
-                                              stream_options={"include_usage": True}))
+    history = [
+        {"role": "system", "content": "You are Sol, a cheerful friend."},
+        {"role": "user", "content": "I love hiking in the Alps."},
+        {"role": "assistant", "content": first.choices[0].message.content},
+        {"role": "user", "content": "What do I like doing in the mountains?"},
+    ]
+    events = list(
+        sdk.chat.completions.create(model="x", messages=history, stream=True, stream_options={"include_usage": True})
+    )
     text = "".join(e.choices[0].delta.content or "" for e in events if e.choices)
     assert text == "I hear you: What do I like doing in the mountains?."
     assert events[0].choices[0].delta.role == "assistant"
@@ -53,9 +58,11 @@ def test_streaming_reports_the_memories_used_and_stores_only_the_last_message(se
     assert "You are Sol, a cheerful friend." in prompt[0].content
     said = [m.content for m in prompt[1:] if m.role == "user"]
     assert said == ["I love hiking in the Alps.", "What do I like doing in the mountains?"]
-    assert "I love hiking in the Alps." not in prompt[0].content     # not also as a retrieved memory
-    assert [t.query for t in served.api.bank.turns_on("ben", served.clock.now.date())] == \
-        ["I love hiking in the Alps.", "What do I like doing in the mountains?"]
+    assert "I love hiking in the Alps." not in prompt[0].content  # not also as a retrieved memory
+    assert [t.query for t in served.api.bank.turns_on("ben", served.clock.now.date())] == [
+        "I love hiking in the Alps.",
+        "What do I like doing in the mountains?",
+    ]
 
 
 def test_wrong_missing_and_revoked_keys_get_401_in_openai_shape(served):
@@ -72,21 +79,25 @@ def test_wrong_missing_and_revoked_keys_get_401_in_openai_shape(served):
     served.api.keys.revoke("cat", info.id)
     with pytest.raises(openai.AuthenticationError):
         client(served, key).chat.completions.create(model="x", messages=[{"role": "user", "content": "hi"}])
-    assert not served.api.bank.has_user("cat")      # nothing was stored for a refused request
+    assert not served.api.bank.has_user("cat")  # nothing was stored for a refused request
 
 
 def test_bad_requests_get_400_and_store_nothing(served):
     key = served.signup("dan")
     sdk = client(served, key)
-    for messages in ([], [{"role": "assistant", "content": "hello"}], [{"role": "user", "content": "   "}],
-                     [{"role": "wizard", "content": "hi"}], [{"role": "user", "content": "x" * 20_001}]):
+    for messages in (
+        [],
+        [{"role": "assistant", "content": "hello"}],
+        [{"role": "user", "content": "   "}],
+        [{"role": "wizard", "content": "hi"}],
+        [{"role": "user", "content": "x" * 20_001}],
+    ):
         with pytest.raises(openai.BadRequestError) as err:
             sdk.chat.completions.create(model="x", messages=messages)
         assert err.value.status_code == 400 and err.value.body["message"], messages
     with pytest.raises(openai.BadRequestError):
         sdk.chat.completions.create(model="x", messages=[{"role": "user", "content": "hi"}], n=2)
-    raw = httpx.post(f"{served.url}/chat/completions", headers={"Authorization": f"Bearer {key}"},
-                     content=b"{not json")
+    raw = httpx.post(f"{served.url}/chat/completions", headers={"Authorization": f"Bearer {key}"}, content=b"{not json")
     assert raw.status_code == 400 and raw.json()["error"]["type"] == "invalid_request_error"
     assert not served.api.bank.has_user("dan") or not served.api.bank.count("dan")
 
@@ -101,8 +112,11 @@ def test_a_dead_backend_is_503_and_loses_nothing(served):
         assert err.value.status_code == 503 and err.value.code == "backend_unavailable"
         assert "refused the connection" in err.value.body["message"]
         with pytest.raises(openai.InternalServerError):
-            list(sdk.chat.completions.create(model="x", stream=True,
-                                             messages=[{"role": "user", "content": "Are you there?"}]))
+            list(
+                sdk.chat.completions.create(
+                    model="x", stream=True, messages=[{"role": "user", "content": "Are you there?"}]
+                )
+            )
     finally:
         served.backend.fail = None
     assert not served.api.bank.has_user("eve") or not served.api.bank.count("eve")
@@ -113,17 +127,23 @@ def test_a_dead_backend_is_503_and_loses_nothing(served):
 def test_two_users_keys_never_see_each_others_memories(served):
     fay, gus = served.signup("fay"), served.signup("gus")
     client(served, fay).chat.completions.create(
-        model="x", messages=[{"role": "user", "content": "My secret recipe uses cardamom and saffron."}])
+        model="x", messages=[{"role": "user", "content": "My secret recipe uses cardamom and saffron."}]
+    )
     served.clock.now += timedelta(days=1)
     asked = client(served, gus).chat.completions.create(
-        model="x", messages=[{"role": "user", "content": "What spices are in my secret recipe?"}])
+        model="x", messages=[{"role": "user", "content": "What spices are in my secret recipe?"}]
+    )
     assert asked.model_extra["siliconfriend"]["memories"] == []
     assert "cardamom" not in served.backend.calls[-1][0].content
-    raw = httpx.get(f"{served.url}/memories/search", params={"q": "cardamom saffron recipe"},
-                    headers={"Authorization": f"Bearer {gus}"})
+    raw = httpx.get(
+        f"{served.url}/memories/search",
+        params={"q": "cardamom saffron recipe"},
+        headers={"Authorization": f"Bearer {gus}"},
+    )
     assert raw.status_code == 200 and all("cardamom" not in m["text"] for m in raw.json()["data"])
     mine = client(served, fay).chat.completions.create(
-        model="x", messages=[{"role": "user", "content": "What spices are in my secret recipe?"}])
+        model="x", messages=[{"role": "user", "content": "What spices are in my secret recipe?"}]
+    )
     assert any("cardamom" in m["text"] for m in mine.model_extra["siliconfriend"]["memories"])
 
 
@@ -140,7 +160,7 @@ def test_rate_limits_like_logins(tmp_path, e5_embedder):
             client(served, key).models.list()
         assert err.value.status_code == 429 and err.value.code == "rate_limit_exceeded"
         assert int(err.value.response.headers["Retry-After"]) > 0
-        db = served.api.accounts._db                                  # the window has passed:
+        db = served.api.accounts._db  # the window has passed:
         for (table,) in db.execute("SELECT name FROM sqlite_master WHERE name IN ('failures', 'rate_events')"):
             db.execute(f"DELETE FROM {table}")
         sdk = client(served, key)

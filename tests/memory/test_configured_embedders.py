@@ -1,5 +1,6 @@
 """Embedders by configuration: an OpenAI-compatible embeddings server (a real HTTP server on
 127.0.0.1 that embeds with the packaged e5) and a LangChain ``Embeddings`` object."""
+
 import json
 import threading
 from datetime import datetime, timedelta
@@ -27,8 +28,12 @@ def embeddings_server(e5_embedder):
             seen.append(body)
             texts = body["input"] if isinstance(body["input"], list) else [body["input"]]
             vecs = e5_embedder.embed(texts, kind="document")
-            out = {"object": "list", "model": body["model"], "usage": {"prompt_tokens": 1, "total_tokens": 1},
-                   "data": [{"object": "embedding", "index": i, "embedding": v.tolist()} for i, v in enumerate(vecs)]}
+            out = {
+                "object": "list",
+                "model": body["model"],
+                "usage": {"prompt_tokens": 1, "total_tokens": 1},
+                "data": [{"object": "embedding", "index": i, "embedding": v.tolist()} for i, v in enumerate(vecs)],
+            }
             data = json.dumps(out).encode()
             self.send_response(200)
             self.send_header("Content-Type", "application/json")
@@ -58,7 +63,7 @@ def test_openai_compatible_embeddings(tmp_path, embeddings_server, e5_embedder):
 def test_langchain_embeddings_object(tmp_path, e5_embedder):
     from langchain_core.embeddings import Embeddings
 
-    class E5Embeddings(Embeddings):   # a user's own LangChain embeddings class
+    class E5Embeddings(Embeddings):  # a user's own LangChain embeddings class
         def embed_documents(self, texts):
             return e5_embedder.embed(texts, kind="document").tolist()
 

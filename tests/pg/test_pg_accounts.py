@@ -1,12 +1,14 @@
 """Accounts over PostgreSQL: what one worker writes (accounts, sessions, failed logins), every
 other worker sees; names stay unique regardless of case; the schema keeps in step with SQLite's."""
+
 from __future__ import annotations
 
 import psycopg
 import pytest
 from argon2 import PasswordHasher
 
-from siliconfriend.web.accounts import _MIGRATIONS as SQLITE_MIGRATIONS, AccountError, TooManyAttempts
+from siliconfriend.web.accounts import _MIGRATIONS as SQLITE_MIGRATIONS
+from siliconfriend.web.accounts import AccountError, TooManyAttempts
 from siliconfriend.web.accounts_pg import MIGRATIONS, PgAccounts
 from siliconfriend.web.rate_limit import Limits
 
@@ -37,7 +39,7 @@ def test_session_from_one_worker_is_valid_on_the_other(workers, pg_url):
     a, b, _ = workers
     s = a.signup("Alice", "correct horse")
     assert b.user_for(s.token) == "Alice"
-    s2 = b.login("alice", "correct horse")            # case-insensitive, back as typed
+    s2 = b.login("alice", "correct horse")  # case-insensitive, back as typed
     assert s2.user == "Alice" and a.user_for(s2.token) == "Alice"
     with pytest.raises(AccountError, match="taken"):
         b.signup("ALICE", "another password")
@@ -45,7 +47,7 @@ def test_session_from_one_worker_is_valid_on_the_other(workers, pg_url):
     assert b.prefs("Alice")["lang"] == "zh"
     b.logout(s.token)
     assert a.user_for(s.token) is None and a.user_for(s2.token) == "Alice"
-    with psycopg.connect(pg_url) as con:               # only hashes are stored
+    with psycopg.connect(pg_url) as con:  # only hashes are stored
         rows = con.execute("SELECT token_hash FROM accounts.sessions").fetchall()
         assert rows and all(s2.token not in r[0] for r in rows)
         assert con.execute("SELECT pw_hash FROM accounts.users").fetchone()[0].startswith("$argon2")
@@ -69,6 +71,7 @@ def test_rate_events_are_shared_by_the_workers(workers, pg_url):
     """The limiter's events are rows of accounts.rate_events: a wrong API key counted on one worker
     holds that client back on the other, and a deleted account's events go with it."""
     from siliconfriend.api.keys import LoginStyleLimiter, RateLimited
+
     a, b, _ = workers
     on_a, on_b = LoginStyleLimiter(a), LoginStyleLimiter(b)
     for _ in range(Limits().per_pair):
@@ -98,6 +101,7 @@ def test_delete_and_change_password(workers):
 
 def test_api_keys_made_on_one_worker_work_on_the_other(workers):
     from siliconfriend.api.keys import ApiKeys
+
     a, b, _ = workers
     a.signup("dora", "dora-password")
     made = ApiKeys(a).create("dora", "my app")

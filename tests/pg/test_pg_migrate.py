@@ -1,5 +1,6 @@
 """``siliconfriend migrate-store``: a home into PostgreSQL and back, identical exports, nothing
 embedded again, logins kept, safe to run twice; clear errors for a bad target."""
+
 from __future__ import annotations
 
 import json
@@ -11,11 +12,11 @@ from memory.bank import MemoryBank
 from memory.memorybank_format import export_bank
 from memory.pg_store import PgMemoryBank
 from memory.records import Kind
+from siliconfriend.cli.main import main
+from siliconfriend.cli.migrate_store import migrate_store
+from siliconfriend.config import Settings
 from siliconfriend.web.accounts import Accounts
 from siliconfriend.web.accounts_pg import PgAccounts
-from siliconfriend.cli.main import main
-from siliconfriend.config import Settings
-from siliconfriend.cli.migrate_store import migrate_store
 
 T0 = datetime(2024, 5, 1, 9, 0)
 
@@ -39,7 +40,7 @@ def test_home_to_postgres_and_back(tmp_path, pg_url, e5_embedder, monkeypatch, c
     for i, text in enumerate(["I adopted a cat named Miso", "我周末去了鼓浪屿", "work was stressful"]):
         bank.add_turn("Amy", text, f"reply {i}", T0 + timedelta(days=i))
     bank.add_turn("bob", "my dog Rex", "good dog", T0)
-    bank.delete("Amy", [bank.records("Amy", kind=Kind.TURN)[1].id])          # ids with a gap
+    bank.delete("Amy", [bank.records("Amy", kind=Kind.TURN)[1].id])  # ids with a gap
     bank.add_turn("Amy", "a later message", "ok", T0 + timedelta(days=5))
     bank.set_summary("Amy", Kind.DAILY_EVENTS, "Amy adopted a cat.", T0, day=T0.date())
     bank.forget_pass("Amy", T0 + timedelta(days=4))
@@ -52,7 +53,7 @@ def test_home_to_postgres_and_back(tmp_path, pg_url, e5_embedder, monkeypatch, c
     settings = Settings(home=home)
     report = migrate_store(settings, str(home), pg_url, log=lambda s: None)
     assert report["users"] == {"Amy": "copied", "bob": "copied"} and report["accounts"] == 1
-    assert counting.texts == 0                                       # nothing embedded again
+    assert counting.texts == 0  # nothing embedded again
     pg = PgMemoryBank(pg_url, e5_embedder)
     try:
         assert export_bank(pg) == before
@@ -62,12 +63,12 @@ def test_home_to_postgres_and_back(tmp_path, pg_url, e5_embedder, monkeypatch, c
         pg.close()
     pg_acc = PgAccounts(pg_url)
     try:
-        assert pg_acc.user_for(session.token) == "Amy"               # nobody has to log in again
+        assert pg_acc.user_for(session.token) == "Amy"  # nobody has to log in again
         assert pg_acc.login("amy", "amy-password").user == "Amy" and pg_acc.prefs("Amy")["lang"] == "zh"
     finally:
         pg_acc.close()
 
-    again = migrate_store(settings, str(home), pg_url, log=lambda s: None)   # safe to run again
+    again = migrate_store(settings, str(home), pg_url, log=lambda s: None)  # safe to run again
     assert set(again["users"].values()) == {"unchanged"}
 
     monkeypatch.setenv("SILICONFRIEND_DATABASE_URL", pg_url)

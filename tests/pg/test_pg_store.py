@@ -1,5 +1,6 @@
 """The PostgreSQL store against the SQLite one: the same operations give the same memories, the
 same rankings and the same export; users never see each other's rows; clear errors."""
+
 from __future__ import annotations
 
 from datetime import date, datetime, timedelta
@@ -67,9 +68,10 @@ def test_lexical_scores_equal_sqlite_bm25(tmp_path, pg_bank, e5_embedder):
     try:
         for bank in (lite, pg_bank):
             fill(bank, "amy")
-            bank.forget_pass("amy", T0 + timedelta(days=30))   # archived memories leave the lexical side
+            bank.forget_pass("amy", T0 + timedelta(days=30))  # archived memories leave the lexical side
             bank.restore("amy", bank.records("amy", kind=Kind.TURN)[3].id, T0 + timedelta(days=30))
         from memory.lexical import fts_query
+
         found = 0
         for text in ("cat Miso", "鼓浪屿 风景", "trail hiking views hot", "busy animals", "sister"):
             want = lite._user("amy").store.lexical(fts_query(text), 50)
@@ -91,10 +93,10 @@ def test_users_never_see_each_other(pg_bank):
     hits = pg_bank.retrieve("bob", "what is my cat called? Miso", T0 + timedelta(days=1), k=10)
     assert [h.record.query for h in hits] == [bob[0].query]
     assert not any("Rex" in h.record.text for h in pg_bank.retrieve("amy", "dog Rex shoes", T0, k=10))
-    others = [r.id for r in amy if r.id != bob[0].id]      # ids are each user's own
+    others = [r.id for r in amy if r.id != bob[0].id]  # ids are each user's own
     with pytest.raises(KeyError):
         pg_bank.get("bob", others[-1])
-    assert pg_bank.delete("bob", others) == 0               # another user's ids do nothing
+    assert pg_bank.delete("bob", others) == 0  # another user's ids do nothing
     assert pg_bank.count("amy") == len(amy)
     pg_bank.delete_user("amy")
     assert pg_bank.users() == ["bob"] and pg_bank.count("bob") == 1
@@ -105,9 +107,9 @@ def test_two_banks_share_one_database_without_stale_caches(pg_url, e5_embedder):
     try:
         a.add_turn("amy", "I adopted a cat named Miso", "lovely", T0)
         assert [h.record.query for h in b.retrieve("amy", "cat name", T0, k=1)] == ["I adopted a cat named Miso"]
-        b.delete_user("amy")                      # deleted on one worker ...
-        assert a.count("amy") == 0                # ... is gone on the other at once
-        a.add_turn("amy", "starting over", "welcome back", T0)   # and the name can start again
+        b.delete_user("amy")  # deleted on one worker ...
+        assert a.count("amy") == 0  # ... is gone on the other at once
+        a.add_turn("amy", "starting over", "welcome back", T0)  # and the name can start again
         assert b.count("amy") == 1
     finally:
         a.close()
@@ -116,13 +118,16 @@ def test_two_banks_share_one_database_without_stale_caches(pg_url, e5_embedder):
 
 def test_big_user_gets_a_partial_hnsw_index_with_the_same_top_hits(pg_url, e5_embedder):
     from memory.records import MemoryRecord
+
     bank = PgMemoryBank(pg_url, e5_embedder, hnsw_min=300, build_hnsw_in_background=False)
     try:
         rng = np.random.default_rng(0)
         vecs = rng.standard_normal((400, e5_embedder.dim)).astype(np.float32)
         vecs /= np.linalg.norm(vecs, axis=1, keepdims=True)
-        recs = [MemoryRecord(user="big", kind=Kind.TURN, text=f"memory {i}", created_at=T0, day=date(2024, 1, 1))
-                for i in range(400)]
+        recs = [
+            MemoryRecord(user="big", kind=Kind.TURN, text=f"memory {i}", created_at=T0, day=date(2024, 1, 1))
+            for i in range(400)
+        ]
         store = bank._user("big").store
         store.insert(recs, vecs)
         exact = store.dense(vecs[7], 10, e5_embedder.dim)
@@ -130,11 +135,17 @@ def test_big_user_gets_a_partial_hnsw_index_with_the_same_top_hits(pg_url, e5_em
         assert bank.uses_hnsw("big")
         with psycopg.connect(pg_url) as con:
             from pgvector.psycopg import register_vector
+
             register_vector(con)
             con.execute("SET enable_sort = off")
-            plan = " ".join(r[0] for r in con.execute(
-                "EXPLAIN SELECT id FROM memories WHERE owner = 'big' AND state = 'active' AND embedding IS NOT NULL"
-                f" ORDER BY embedding::vector({e5_embedder.dim}) <#> %s LIMIT 10", (vecs[7],)).fetchall())
+            plan = " ".join(
+                r[0]
+                for r in con.execute(
+                    "EXPLAIN SELECT id FROM memories WHERE owner = 'big' AND state = 'active' AND embedding IS NOT NULL"
+                    f" ORDER BY embedding::vector({e5_embedder.dim}) <#> %s LIMIT 10",
+                    (vecs[7],),
+                ).fetchall()
+            )
         assert "mem_hnsw_" in plan
         graph = bank._user("big").index.search(vecs[7], 10)
         assert graph[0] == exact[0] and len({i for i, _ in graph} & {i for i, _ in exact}) >= 8
@@ -159,13 +170,14 @@ def test_clear_errors(pg_server, pg_url, e5_embedder):
 
 
 def test_a_database_without_pgvector_says_how_to_add_it(pg_server, e5_embedder):
-    from psycopg import sql
     from pg_helpers import database_url
+    from psycopg import sql
+
     name = "sf_novector"
     with psycopg.connect(pg_server.get_uri(), autocommit=True) as con:
         con.execute("DROP DATABASE IF EXISTS sf_novector WITH (FORCE)")
         con.execute("DROP ROLE IF EXISTS sf_plain")
-        con.execute("CREATE ROLE sf_plain LOGIN")        # not a superuser: may not enable pgvector
+        con.execute("CREATE ROLE sf_plain LOGIN")  # not a superuser: may not enable pgvector
         con.execute(sql.SQL("CREATE DATABASE {} OWNER sf_plain").format(sql.Identifier(name)))
     url = database_url(pg_server, name).replace("postgres:@", "sf_plain:@", 1)
     try:

@@ -1,6 +1,7 @@
 """Several workers over one PostgreSQL store: two real ``app.py`` processes (logins carry over,
 what one stored the other retrieves, concurrent turns of one user lose nothing), the day
 rollover once per user and day, and a database stopped mid-turn."""
+
 from __future__ import annotations
 
 import json
@@ -17,8 +18,8 @@ from pathlib import Path
 
 import psycopg
 import pytest
-
 from app_process import wait_until_serving
+
 from memory.pg_store import PgMemoryBank
 from memory.records import Kind
 from siliconfriend.config import Settings
@@ -47,9 +48,15 @@ class _Handler(BaseHTTPRequestHandler):
     def do_POST(self) -> None:  # noqa: N802
         body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
         self.server.prompts.append("\n".join(m["content"] for m in body["messages"]))
-        chunk = {"id": "c", "object": "chat.completion.chunk", "created": 0, "model": body["model"],
-                 "choices": [{"index": 0, "delta": {"role": "assistant", "content": "Noted, friend."},
-                              "finish_reason": None}]}
+        chunk = {
+            "id": "c",
+            "object": "chat.completion.chunk",
+            "created": 0,
+            "model": body["model"],
+            "choices": [
+                {"index": 0, "delta": {"role": "assistant", "content": "Noted, friend."}, "finish_reason": None}
+            ],
+        }
         done = {**chunk, "choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]}
         self.send_response(200)
         self.send_header("Content-Type", "text/event-stream")
@@ -61,6 +68,7 @@ class _Handler(BaseHTTPRequestHandler):
 
 def _free_port() -> int:
     import socket
+
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
@@ -68,16 +76,29 @@ def _free_port() -> int:
 
 def _worker(home: Path, url: str, llm: InstantOpenAI) -> tuple[subprocess.Popen, str]:
     port = _free_port()
-    env = {**os.environ, "SILICONFRIEND_HOME": str(home), "SILICONFRIEND_DATABASE_URL": url,
-           "SILICONFRIEND_BACKEND": "openai", "OPENAI_API_KEY": "test-key", "OPENAI_BASE_URL": llm.base_url,
-           "PYTHONPATH": str(ROOT)}
-    proc = subprocess.Popen([sys.executable, str(ROOT / "app.py"), "--port", str(port)], cwd=home, env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    env = {
+        **os.environ,
+        "SILICONFRIEND_HOME": str(home),
+        "SILICONFRIEND_DATABASE_URL": url,
+        "SILICONFRIEND_BACKEND": "openai",
+        "OPENAI_API_KEY": "test-key",
+        "OPENAI_BASE_URL": llm.base_url,
+        "PYTHONPATH": str(ROOT),
+    }
+    proc = subprocess.Popen(
+        [sys.executable, str(ROOT / "app.py"), "--port", str(port)],
+        cwd=home,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
     return proc, f"http://127.0.0.1:{port}/"
 
 
 def test_two_app_workers_over_one_database(tmp_path, pg_url):
     from gradio_client import Client
+
     llm = InstantOpenAI()
     (tmp_path / "a").mkdir()
     (tmp_path / "b").mkdir()
@@ -88,17 +109,17 @@ def test_two_app_workers_over_one_database(tmp_path, pg_url):
         a, b = (Client(url, verbose=False) for _, url in workers)
         token, _, message = a.predict("dora", "dora-password", "en", api_name="/signup")
         assert token and not message
-        assert b.predict(token, api_name="/whoami") == "dora"          # logged in on A, goes on on B
+        assert b.predict(token, api_name="/whoami") == "dora"  # logged in on A, goes on on B
         a.predict(token, "I adopted a cat named Miso today", api_name="/chat")
         b.predict(token, "what is the name of my cat?", api_name="/chat")
-        assert "Miso" in llm.prompts[-1]                             # stored by A, retrieved by B
+        assert "Miso" in llm.prompts[-1]  # stored by A, retrieved by B
         errors: list[BaseException] = []
 
         def talk(client, who: str) -> None:
             try:
                 for i in range(4):
                     client.predict(token, f"message {i} through worker {who}", api_name="/chat")
-            except BaseException as exc:   # noqa: BLE001 - reported below
+            except BaseException as exc:  # noqa: BLE001 - reported below
                 errors.append(exc)
 
         threads = [threading.Thread(target=talk, args=(c, w)) for c, w in ((a, "A"), (b, "B"))]
@@ -118,10 +139,11 @@ def test_two_app_workers_over_one_database(tmp_path, pg_url):
                 proc.kill()
         llm.shutdown()
     with psycopg.connect(pg_url) as con:
-        rows = con.execute("SELECT query, day, position FROM memories WHERE owner = 'dora' AND kind = 'turn'"
-                           " ORDER BY position").fetchall()
-    assert len(rows) == 12                                             # concurrent turns: none lost
-    assert len({(d, p) for _, d, p in rows}) == 12                     # each in a place of its own
+        rows = con.execute(
+            "SELECT query, day, position FROM memories WHERE owner = 'dora' AND kind = 'turn' ORDER BY position"
+        ).fetchall()
+    assert len(rows) == 12  # concurrent turns: none lost
+    assert len({(d, p) for _, d, p in rows}) == 12  # each in a place of its own
     assert {q for q, _, _ in rows} >= {f"message {i} through worker {w}" for i in range(4) for w in "AB"}
     assert not any(p.exists() for p in (tmp_path / "a" / "users", tmp_path / "a" / "accounts.db"))
 
@@ -130,7 +152,9 @@ def _through_nginx(worker_urls: list[str], tmp_path: Path, token: str) -> None:
     """docs/deploy/nginx.conf in front of the workers: each browser (its route cookie) sticks to
     one worker, replies stream through, and a login holds on every worker."""
     import shutil
+
     from gradio_client import Client
+
     nginx = shutil.which("nginx") or ("/usr/sbin/nginx" if Path("/usr/sbin/nginx").exists() else None)
     if nginx is None:
         pytest.skip("nginx is not installed (apt install nginx-light): the proxy config is not tested here")
@@ -141,26 +165,30 @@ def _through_nginx(worker_urls: list[str], tmp_path: Path, token: str) -> None:
     conf = conf.replace("listen 127.0.0.1:8080;", f"listen 127.0.0.1:{port};")
     conf = conf.replace("/tmp/siliconfriend-nginx", str(tmp_path / "nginx"))
     (tmp_path / "nginx.conf").write_text(conf)
-    proc = subprocess.Popen([nginx, "-c", str(tmp_path / "nginx.conf"), "-g", "daemon off;"],
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    proc = subprocess.Popen(
+        [nginx, "-c", str(tmp_path / "nginx.conf"), "-g", "daemon off;"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
     url = f"http://127.0.0.1:{port}/"
     try:
         wait_until_serving(url, proc, timeout=20)
-        seen: dict[str, str] = {}                                             # worker -> a route to it
+        seen: dict[str, str] = {}  # worker -> a route to it
         for n in range(16):
             headers = {"Cookie": f"sf_route=route-{n}"}
             req = urllib.request.Request(url, headers=headers)
             with urllib.request.urlopen(req, timeout=10) as r:
                 worker = r.headers["X-SiliconFriend-Worker"]
             with urllib.request.urlopen(req, timeout=10) as r:
-                assert r.headers["X-SiliconFriend-Worker"] == worker          # sticky
+                assert r.headers["X-SiliconFriend-Worker"] == worker  # sticky
             seen.setdefault(worker, f"route-{n}")
-        for _worker, route in seen.items():                                  # through each worker
+        for _worker, route in seen.items():  # through each worker
             client = Client(url, verbose=False, headers={"Cookie": f"sf_route={route}"})
             assert client.predict(token, api_name="/whoami") == "dora"
             chat, _, _ = client.predict(token, f"hello through the proxy ({route})", api_name="/chat")
             assert "Noted, friend." in str(chat[-1]["content"])
-        assert len(seen) == 2                                                 # both workers serve
+        assert len(seen) == 2  # both workers serve
     finally:
         proc.terminate()
         proc.wait(10)
@@ -191,6 +219,7 @@ class CountingBackend:
 def test_day_rollover_runs_once_across_workers(pg_url, e5_embedder):
     from siliconfriend.core.companion import Companion
     from siliconfriend.core.consolidate import Consolidator
+
     day1 = datetime(2024, 5, 1, 10, 0)
     settings = Settings(home=Path(tempfile.gettempdir()) / "unused-home")
     seed = PgMemoryBank(pg_url, e5_embedder)
@@ -198,17 +227,23 @@ def test_day_rollover_runs_once_across_workers(pg_url, e5_embedder):
         seed.add_turn("amy", f"talk {i} about my cat Miso", "nice", day1 + timedelta(minutes=i))
     seed.close()
     backends, companions = [], []
-    for _ in range(2):   # two workers: their own pools, their own companions and in-process notes
+    for _ in range(2):  # two workers: their own pools, their own companions and in-process notes
         bank = PgMemoryBank(pg_url, e5_embedder)
         backend = CountingBackend()
         consolidator = Consolidator(bank, backend)
-        companions.append(Companion(bank, backend, settings=settings, clock=lambda: day1 + timedelta(days=1),
-                                    consolidator=consolidator))
+        companions.append(
+            Companion(
+                bank, backend, settings=settings, clock=lambda: day1 + timedelta(days=1), consolidator=consolidator
+            )
+        )
         backends.append(backend)
     reports = []
-    threads = [threading.Thread(target=lambda c=c: reports.append(c._rollover("amy", day1 + timedelta(days=1),
-                                                                             "en", c.backend)))
-               for c in companions]
+    threads = [
+        threading.Thread(
+            target=lambda c=c: reports.append(c._rollover("amy", day1 + timedelta(days=1), "en", c.backend))
+        )
+        for c in companions
+    ]
     for t in threads:
         t.start()
     for t in threads:
@@ -216,7 +251,7 @@ def test_day_rollover_runs_once_across_workers(pg_url, e5_embedder):
     summarised = [r for r in reports if r is not None and r.summarised]
     assert len(summarised) == 1 and summarised[0].summarised == [day1.date()]
     total = sum(b.summaries for b in backends)
-    assert total == 2          # the day's events and personality, once (one day: the global ones copy them)
+    assert total == 2  # the day's events and personality, once (one day: the global ones copy them)
     assert len(bank_summaries := companions[1].bank.summaries("amy", Kind.DAILY_PERSONALITY)) == 1, bank_summaries
     bank = companions[0].bank
     assert len(bank.summaries("amy", Kind.DAILY_EVENTS)) == 1
@@ -226,7 +261,9 @@ def test_day_rollover_runs_once_across_workers(pg_url, e5_embedder):
 
 def test_database_stopped_mid_turn_loses_no_committed_turn(e5_embedder):
     from pg_helpers import start_server
+
     from siliconfriend.core.companion import Companion
+
     folder = tempfile.mkdtemp(prefix="sf-pgstop-")
     server = start_server(folder)
     url = server.get_uri()
@@ -239,7 +276,7 @@ def test_database_stopped_mid_turn_loses_no_committed_turn(e5_embedder):
         def stream(self, messages, *, max_tokens=None):
             yield "Half a reply"
             if self.stop:
-                server.cleanup()     # the database goes away while the reply streams
+                server.cleanup()  # the database goes away while the reply streams
 
         def count_tokens(self, text: str) -> int:
             return len(text) // 4 + 1
@@ -258,11 +295,11 @@ def test_database_stopped_mid_turn_loses_no_committed_turn(e5_embedder):
         assert stream.result.turn is None
         assert "could not be saved" in stream.result.error and "not available" in stream.result.error
         assert "Traceback" not in stream.result.error
-        with pytest.raises(Exception, match="not available"):      # the next turn: a clear refusal
+        with pytest.raises(Exception, match="not available"):  # the next turn: a clear refusal
             "".join(companion.respond("amy", "anyone there?"))
     finally:
         bank.close()
-    server = start_server(folder)     # back up: every committed turn is there
+    server = start_server(folder)  # back up: every committed turn is there
     bank = PgMemoryBank(server.get_uri(), e5_embedder)
     try:
         assert [r.query for r in bank.records("amy", kind=Kind.TURN)] == [f"committed message {i}" for i in range(3)]

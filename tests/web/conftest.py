@@ -5,6 +5,7 @@ replies -- and the app served on a free port of 127.0.0.1.
 The model is reached through ``FailSwitch``, a thin wrapper that records the prompts it is given and
 counts the chunks it streams, and whose ``fail`` makes a call raise ``BackendUnavailable`` before the
 model is reached (a model server that went away). Everything else is the real thing."""
+
 from __future__ import annotations
 
 import socket
@@ -15,17 +16,16 @@ from pathlib import Path
 
 import pytest
 from argon2 import PasswordHasher
+from fakes import Clock
 
 from memory.bank import MemoryBank
 
-from fakes import Clock
-
 ROOT = Path(__file__).resolve().parents[2]
-if str(ROOT) not in sys.path:          # app.py lives at the repository root
+if str(ROOT) not in sys.path:  # app.py lives at the repository root
     sys.path.insert(0, str(ROOT))
 
 FAST_HASHER = PasswordHasher(time_cost=1, memory_cost=1024, parallelism=1)
-REPLY_TOKENS = 8                       # replies and summaries: short, so that the CPU model is quick
+REPLY_TOKENS = 8  # replies and summaries: short, so that the CPU model is quick
 
 
 def free_port() -> int:
@@ -53,6 +53,7 @@ class FailSwitch:
 
     def stream(self, messages, *, max_tokens=None):
         from siliconfriend.backends.base import BackendUnavailable
+
         if self.fail:
             raise BackendUnavailable(self.fail)
         self.calls.append(list(messages))
@@ -64,7 +65,7 @@ class FailSwitch:
                 self.chunks += 1
                 yield chunk
         finally:
-            chunks.close()            # a stopped reply ends the model's generation at its next token
+            chunks.close()  # a stopped reply ends the model's generation at its next token
 
 
 def join_generations(timeout: float = 60) -> None:
@@ -107,6 +108,7 @@ def make_service(home: Path, embedder, model, clock, **settings_options):
     from siliconfriend.config import Settings
     from siliconfriend.factory import build_companion, build_web_service
     from siliconfriend.web.accounts import Accounts
+
     settings = Settings(home=home, backend="hf", model="smollm2", max_new_tokens=REPLY_TOKENS, **settings_options)
     bank = MemoryBank(settings.home, embedder)
     companion = build_companion(settings, clock=clock, backend=model, bank=bank)
@@ -116,8 +118,7 @@ def make_service(home: Path, embedder, model, clock, **settings_options):
 
 @pytest.fixture
 def web_service(tmp_path, e5_embedder, smollm2_backend, web_clock):
-    service, bank, accounts = make_service(tmp_path / "home", e5_embedder, FailSwitch(smollm2_backend),
-                                           web_clock)
+    service, bank, accounts = make_service(tmp_path / "home", e5_embedder, FailSwitch(smollm2_backend), web_clock)
     service.export_dir = tmp_path / "exports"
     yield service
     join_generations()
@@ -129,6 +130,7 @@ def web_service(tmp_path, e5_embedder, smollm2_backend, web_clock):
 def served_app(web_service):
     """The app on a free port, in this process, with the real companion."""
     import app as web_app
+
     demo = web_app.build_app(web_service)
     port = free_port()
     web_app.launch(demo, host="127.0.0.1", port=port, prevent_thread_lock=True, quiet=True)

@@ -1,16 +1,16 @@
 """Accounts: sign up, log in, sessions, rate limiting, preferences, deletion."""
+
 from __future__ import annotations
 
 import sqlite3
 
 import pytest
 from argon2 import PasswordHasher
+from fakes import Clock
 
 from siliconfriend.web.accounts import AccountError, Accounts, SignupClosed, TooManyAttempts
 from siliconfriend.web.rate_limit import Attempt, Limits
 from siliconfriend.web.rate_limit import TooManyAttempts as RateLimited
-
-from fakes import Clock
 
 FAST = PasswordHasher(time_cost=1, memory_cost=1024, parallelism=1)
 
@@ -31,8 +31,8 @@ def test_signup_login_logout(accounts):
     s = accounts.signup("Alice", "correct horse")
     assert s.user == "Alice" and len(s.token) > 30
     assert accounts.user_for(s.token) == "Alice"
-    s2 = accounts.login("alice", "correct horse")          # names are case-insensitive...
-    assert s2.user == "Alice" and s2.token != s.token      # ...and come back as typed at sign-up
+    s2 = accounts.login("alice", "correct horse")  # names are case-insensitive...
+    assert s2.user == "Alice" and s2.token != s.token  # ...and come back as typed at sign-up
     accounts.logout(s.token)
     assert accounts.user_for(s.token) is None
     assert accounts.user_for(s2.token) == "Alice"
@@ -48,8 +48,9 @@ def test_passwords_are_hashed_and_tokens_not_stored(accounts, tmp_path):
     assert pw_hash.startswith("$argon2")
 
 
-@pytest.mark.parametrize("name", ["", " ", "a", "has space", "x" * 33, "semi;colon", "../etc", "..", "._.",
-                                  "\u0430lice"])
+@pytest.mark.parametrize(
+    "name", ["", " ", "a", "has space", "x" * 33, "semi;colon", "../etc", "..", "._.", "\u0430lice"]
+)
 def test_bad_names_refused(accounts, name):
     with pytest.raises(AccountError):
         accounts.signup(name, "long enough pw")
@@ -67,14 +68,14 @@ def test_unicode_name_and_duplicates(accounts):
 def test_lookalike_names_are_one_account(accounts):
     accounts.signup("foo", "long enough pw")
     with pytest.raises(AccountError, match="taken"):
-        accounts.signup("\uff46\uff4f\uff4f", "long enough pw")   # full-width "foo" is "foo"
+        accounts.signup("\uff46\uff4f\uff4f", "long enough pw")  # full-width "foo" is "foo"
     assert accounts.login("\uff46\uff4f\uff4f", "long enough pw").user == "foo"
     accounts.signup("alice", "long enough pw")
-    with pytest.raises(AccountError, match="taken"):                 # all-Cyrillic look-alike
+    with pytest.raises(AccountError, match="taken"):  # all-Cyrillic look-alike
         accounts.signup("\u0430\u04cf\u0456\u0441\u0435", "long enough pw")
     with pytest.raises(AccountError, match="taken"):
-        accounts.signup("a1ice", "long enough pw")                       # a digit for a letter
-    accounts.signup("\u0431\u043e\u0440\u0438\u0441", "long enough pw")   # a real Cyrillic name is fine
+        accounts.signup("a1ice", "long enough pw")  # a digit for a letter
+    accounts.signup("\u0431\u043e\u0440\u0438\u0441", "long enough pw")  # a real Cyrillic name is fine
 
 
 def test_short_password_refused(accounts):
@@ -98,7 +99,7 @@ def test_one_account_locked_from_one_client_leaves_others_alone(accounts, clock)
     for _ in range(5):
         with pytest.raises(AccountError, match="wrong"):
             accounts.login("frank", "nope nope", client="1.2.3.4")
-    with pytest.raises(TooManyAttempts):          # frank from there: even the right password, for now
+    with pytest.raises(TooManyAttempts):  # frank from there: even the right password, for now
         accounts.login("frank", "long enough pw", client="1.2.3.4")
     # another account behind the same address (a NAT, an office) logs in
     assert accounts.login("grace", "long enough pw", client="1.2.3.4").user == "grace"
@@ -124,9 +125,9 @@ def test_many_clients_against_one_account_back_off_but_never_lock_the_owner_out(
     own (known) client is not held at all, and a new client waits at most the cap."""
     lim = Limits()
     accounts.signup("ivan", "long enough pw")
-    accounts.login("ivan", "long enough pw", client="10.0.0.1")   # ivan's usual address: known
+    accounts.login("ivan", "long enough pw", client="10.0.0.1")  # ivan's usual address: known
     refused = 0
-    for i in range(60):                                          # 60 addresses, one guess each
+    for i in range(60):  # 60 addresses, one guess each
         try:
             accounts.login("ivan", f"guess {i}", client=f"203.0.113.{i}")
         except TooManyAttempts as exc:
@@ -135,9 +136,9 @@ def test_many_clients_against_one_account_back_off_but_never_lock_the_owner_out(
         except AccountError:
             pass
         clock.now += 1
-    assert refused > 30                                          # most guesses never reached the password
+    assert refused > 30  # most guesses never reached the password
     assert accounts.login("ivan", "long enough pw", client="10.0.0.1").user == "ivan"
-    with pytest.raises(TooManyAttempts) as exc:                  # a new place: waits, but not long
+    with pytest.raises(TooManyAttempts) as exc:  # a new place: waits, but not long
         accounts.login("ivan", "long enough pw", client="198.51.100.1")
     clock.now += exc.value.retry_after + 0.1
     assert accounts.login("ivan", "long enough pw", client="198.51.100.1").user == "ivan"
@@ -164,11 +165,11 @@ def test_signup_can_be_closed(tmp_path):
 
 def test_sessions_expire_and_slide(accounts, clock):
     s = accounts.signup("hank", "long enough pw")
-    clock.now += 20 * 86400                      # used after 20 days: extended
+    clock.now += 20 * 86400  # used after 20 days: extended
     assert accounts.user_for(s.token) == "hank"
     clock.now += 20 * 86400
     assert accounts.user_for(s.token) == "hank"
-    clock.now += 31 * 86400                      # idle past 30 days: gone
+    clock.now += 31 * 86400  # idle past 30 days: gone
     assert accounts.user_for(s.token) is None
 
 
@@ -216,14 +217,16 @@ def test_an_older_accounts_database_migrates(tmp_path, clock, made_by):
     web branch before the merge) reaches version 3: failures gone, skeletons filled, keys kept."""
     from memory.sqlite_db import run_script
     from siliconfriend.web.accounts import _MIGRATIONS
+
     path = tmp_path / "accounts.db"
     db = sqlite3.connect(path)
     steps = _MIGRATIONS[:2] if made_by == "main" else [_MIGRATIONS[0], _MIGRATIONS[2]]
     for script in steps:
         run_script(db, script)
     db.execute("PRAGMA user_version = 2")
-    db.execute("INSERT INTO users (name, pw_hash, created_at) VALUES (?, ?, ?)",
-               ("Olga", FAST.hash("olga-password"), clock()))
+    db.execute(
+        "INSERT INTO users (name, pw_hash, created_at) VALUES (?, ?, ?)", ("Olga", FAST.hash("olga-password"), clock())
+    )
     if made_by == "main":
         db.execute("INSERT INTO api_keys (key_hash, prefix, name, created_at) VALUES ('h', 'sf-x', 'Olga', 0)")
     db.commit()

