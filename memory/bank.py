@@ -270,6 +270,8 @@ class MemoryBank:
         """Store one exchange (a chat turn: its reply's vector is made afterwards, on the reply
         worker). ``importance`` 0..1, e.g. rated by the LLM; by default ``rate_importance`` of the
         message. A blank message is not stored (returns None)."""
+        if not query or not query.strip():
+            return None
         return (
             self.add_turns(user, [(query, response, when)], importance=importance, extra=extra, replies="later")
             or [None]
@@ -288,14 +290,16 @@ class MemoryBank:
         """Store several exchanges in one transaction (imports). ``states``, if given, carries each
         turn's forgetting fields (strength, last_recall, ...) in the same order. ``importance``:
         one rating for all, or None to rate each message. ``replies``: "now" embeds the replies in
-        this call, "later" leaves them to the reply worker."""
+        this call, "later" leaves them to the reply worker. A turn with a blank message and a
+        reply (a conversation's second speaker opening a session) is kept, at its place in the
+        day: its message vector is then the reply's words on the message side."""
         if replies not in ("now", "later"):
             raise ValueError(f"replies must be 'now' or 'later', not {replies!r}")
         u = self._user(user)
         records: list[MemoryRecord] = []
         positions: dict[date, int] = {}
         for i, (query, response, when) in enumerate(turns):
-            if not query or not query.strip():
+            if not (query or "").strip() and not (response or "").strip():
                 continue
             day = when.date()
             if day not in positions:
@@ -323,7 +327,9 @@ class MemoryBank:
             records.append(rec)
         if not records:
             return []
-        vectors = embed_turns(self._embed.for_turns, [rec.query for rec in records])
+        vectors = embed_turns(
+            self._embed.for_turns, [rec.query if rec.query.strip() else rec.response for rec in records]
+        )
         stored = u.store.insert(records, vectors)
         answered = [rec for rec in stored if rec.response.strip()]
         if replies == "now" and answered:

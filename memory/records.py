@@ -62,6 +62,6 @@ class MemoryRecord:
 def turn_text(query: str, response: str) -> str:
     """The searchable text of a dialogue turn."""
     query, response = query.strip(), response.strip()
-    if not response:
-        return query
+    if not response or not query:
+        return query or response
     return f"{query}\n{response}"
