@@ -10,8 +10,12 @@ Xiamen that the turn before it named. A memory on a day the query names gets a b
 retention term puts what is fresher in mind first among equals. Each hit carries its scores and
 the reasons, for the UI. Retrieval never reinforces.
 
-A turn's dense similarity is the better of its two vectors: the user's message and the companion's
-reply (both sides of an exchange). Archived memories are the second tier: they take part, less a
+A turn's dense similarity is the mean of its two vectors' cosines: the user's message and the
+companion's reply (both sides of an exchange), so that neither a long, generic reply ("here are
+some tips...") nor a short message decides alone; a turn whose reply has no vector yet counts its
+message only. The two sides weigh the same in the base score: a question's words are a sharper cue
+than its meaning on conversations between two people (third-person questions, names, rare nouns),
+and the dense side carries paraphrase (docs/benchmarks.md, "Retrieval quality, issue 10"). Archived memories are the second tier: they take part, less a
 penalty, so that only a strong cue brings one back (recognition rather than recall); the turn that
 uses it reinforces it, which makes it active again. A turn that refers to another day ("yesterday", "last
 Friday") carries that day in the lexical table, so a question naming the day finds it too.
@@ -41,15 +45,15 @@ class RetrievalConfig:
     k: int = 5
     candidates: int = 40  # from each of the dense and lexical sides
     lexical_depth: int = 400  # lexical scores kept for the pool (neighbours); see _lexical_side()
-    dense_weight: float = 0.7  # the lexical side gets 1 - dense_weight
+    dense_weight: float = 0.5  # the lexical side gets 1 - dense_weight
     previous_weight: float = 0.4  # share of the previous turn's base score
     next_weight: float = 0.2  # share of the next turn's base score
     date_bonus: float = 1.0  # added when a memory is on a day the query names
     retention_weight: float = 0.05
     use_dates: bool = True
     use_replies: bool = True  # a turn's dense similarity also looks at its reply's vector
-    reply_mode: str = "max"  # how the two sides combine: "max" of the cosines, "scaled" (max
-    # of each side scaled over the pool), "mean"
+    reply_mode: str = "mean"  # how the two sides combine: "mean" of the cosines, "max", or
+    # "scaled" (max of each side scaled over the pool: noise in small pools)
     archive_penalty: float | None = 0.3  # taken off an archived memory's score; None: never retrieved
     kinds: tuple[Kind, ...] = (Kind.TURN, Kind.DAILY_EVENTS)
 
