@@ -38,6 +38,7 @@ from .lexical import tokenize
 from .records import Kind, MemoryRecord, State, turn_text
 from .retrieval import Hit, RetrievalConfig, retrieve
 from .store import UserStore, stored_user
+from .store_protocol import MemoryStore, VectorIndex
 
 log = logging.getLogger(__name__)
 
@@ -70,8 +71,8 @@ def _file_lock(path: Path) -> Iterator[None]:
 
 @dataclass
 class _Open:
-    store: UserStore
-    index: UserIndex
+    store: MemoryStore
+    index: VectorIndex
 
 
 class _ReplyWorker:
@@ -177,7 +178,7 @@ class MemoryBank:
         finally:
             opened.store.close()
 
-    def _reembed_if_needed(self, store: UserStore) -> None:
+    def _reembed_if_needed(self, store: MemoryStore) -> None:
         stored = store.get_meta("embedder")
         if stored == self.vectors_id:
             return

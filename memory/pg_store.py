@@ -36,7 +36,7 @@ import numpy as np
 import psycopg
 from psycopg import sql
 
-from .bank import MemoryBank
+from .bank import MemoryBank, _Open
 from .lexical import fts_document, fts_terms
 from .pg_db import Database, one, run_statements
 from .records import Kind, MemoryRecord, State
@@ -675,7 +675,7 @@ class PgUserIndex:
 
 
 @dataclass
-class _PgOpen:
+class _PgOpen(_Open):
     store: PgUserStore
     index: PgUserIndex
 
@@ -717,9 +717,10 @@ class PgMemoryBank(MemoryBank):
         from .bank import user_key
 
         with self._lock:
-            if user in self._open:
+            opened = self._open.get(user)
+            if isinstance(opened, _PgOpen):  # what this bank opens (None: not open)
                 self._open.move_to_end(user)
-                return self._open[user]
+                return opened
         user_key(user)  # the same names as the SQLite home accepts
         store = PgUserStore(self.db, user)
         self._reembed_if_needed(store)
