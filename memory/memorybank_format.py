@@ -137,7 +137,7 @@ def import_bank(
             if bar:
                 bar.update(len(part))
         last_day = max((t[2] for t in p.turns), default=datetime(1970, 1, 1))
-        summaries = [
+        summaries: list[tuple[Kind, str, datetime, date | None]] = [
             (Kind.DAILY_EVENTS, text, datetime.combine(day, time(23, 59)), day) for day, text in p.daily_events.items()
         ]
         summaries += [
