@@ -112,41 +112,46 @@ def test_eval_retrieval_json_uses_a_temporary_home(tmp_path, bank_file):
     assert not (home / "users").exists() or not any((home / "users").iterdir())
 
 
-def _part_of(tmp_path, bank_file, label_files, users):
-    """A bank of ``users`` only and each label file's lines for them: the quality gates run on a
-    part of each set, to stay within the suite's time (the whole sets: docs/benchmarks.md)."""
+def _part_of(tmp_path, bank_file, label_files, users, *, sessions=None):
+    """A bank of ``users`` only (and of their first ``sessions`` days, if given) and each label
+    file's lines whose evidence lies in it: the quality gates run on a part of each set, to stay
+    within the suite's time (the whole sets: docs/benchmarks.md)."""
     bank = json.loads(Path(bank_file).read_text(encoding="utf-8"))
+    part = {u: dict(bank[u]) for u in users}
+    for body in part.values():
+        if sessions is not None:
+            body["history"] = dict(sorted(body["history"].items())[:sessions])
+    days = {(u.strip(), d) for u, body in part.items() for d in body["history"]}
     tmp_path.mkdir(parents=True, exist_ok=True)
-    (tmp_path / "bank.json").write_text(json.dumps({u: bank[u] for u in users}, ensure_ascii=False), encoding="utf-8")
+    (tmp_path / "bank.json").write_text(json.dumps(part, ensure_ascii=False), encoding="utf-8")
     out = []
     for n, f in enumerate(label_files):
-        lines = [x for x in Path(f).read_text(encoding="utf-8").splitlines() if x.strip()]
-        (tmp_path / f"labels{n}.jsonl").write_text(
-            "\n".join(x for x in lines if json.loads(x)["bank_user"] in users), encoding="utf-8"
-        )
+        labels = [json.loads(x) for x in Path(f).read_text(encoding="utf-8").splitlines() if x.strip()]
+        kept = [
+            x
+            for x in labels
+            if x["bank_user"] in users and all((x["bank_user"].strip(), e["date"]) in days for e in x["evidence"])
+        ]
+        (tmp_path / f"labels{n}.jsonl").write_text("\n".join(json.dumps(x) for x in kept), encoding="utf-8")
         out.append(tmp_path / f"labels{n}.jsonl")
     return tmp_path / "bank.json", out
 
 
 @pytest.mark.slow
 def test_retrieval_quality_on_the_papers_questions(tmp_path, e5_embedder):
-    """Quality gate (issue 10), the paper's English questions on the first four of its fifteen
+    """Quality gate (issue 10), the paper's English questions on the first three of its fifteen
     users, on the dev labels and on held-out labels of other questions (data/eval) that the
-    settings were not tuned on. Measured: recall@5 0.850 / 1.000, recall@2 0.772 / 0.792 (the
-    fifteen users: docs/benchmarks.md); the thresholds sit just under, so that a loss fails."""
+    settings were not tuned on. Measured: recall@5 0.833 / 1.000, recall@2 0.778 / 0.833 (the
+    fifteen users: docs/benchmarks.md); the thresholds sit just under, so that a loss fails (the
+    fusion before issue 10's second pass: dev recall@2 0.694)."""
     if not SHARED.exists():
         pytest.skip("shared evaluation data not present")
     bank_file = SHARED / "en" / "memory_bank_en.json"
-    users = sorted(json.loads(bank_file.read_text(encoding="utf-8")))[:4]
-    part, labels = _part_of(
-        tmp_path,
-        bank_file,
-        [SHARED / "en" / "labels_dev_en.jsonl", ROOT / "data" / "eval" / "labels_holdout_en.jsonl"],
-        users,
-    )
-    dev, held_out = evaluate_label_sets(part, labels, e5_embedder)
-    assert dev["n"] >= 15 and dev["recall@5"] >= 0.83 and dev["recall@2"] >= 0.75, dev
-    assert held_out["n"] >= 12 and held_out["recall@5"] >= 0.95 and held_out["recall@2"] >= 0.75, held_out
+    users = sorted(json.loads(bank_file.read_text(encoding="utf-8")))[:3]
+    labels = [SHARED / "en" / "labels_dev_en.jsonl", ROOT / "data" / "eval" / "labels_holdout_en.jsonl"]
+    dev, held_out = evaluate_label_sets(*_part_of(tmp_path, bank_file, labels, users), e5_embedder)
+    assert dev["n"] >= 12 and dev["recall@5"] >= 0.81 and dev["recall@2"] >= 0.75, dev
+    assert held_out["n"] >= 9 and held_out["recall@5"] >= 0.95 and held_out["recall@2"] >= 0.80, held_out
 
 
 LOCOMO = ROOT.parent / "shared" / "data" / "locomo_dev"
@@ -155,28 +160,24 @@ LOCOMO = ROOT.parent / "shared" / "data" / "locomo_dev"
 @pytest.mark.slow
 def test_retrieval_quality_on_locomo_dev_and_on_the_papers_questions_as_used(tmp_path, e5_embedder):
     """The quality gate of issue 10: LoCoMo (third-person questions, half the evidence on the
-    second speaker's side), one conversation of its dev half, and the paper's Chinese questions
-    asked after the days were lived as the companion lives them (importance, rehearsal, the
-    default forgetting each night), on four of the fifteen users. Measured: LoCoMo conv-30
-    recall@5 0.783, recall@10 0.821 (the dev half: 0.716 / 0.777, docs/benchmarks.md); --as-used
-    recall@5 0.964 (target 0.90). Thresholds just under what was measured."""
+    second speaker's side), the first eight sessions of one conversation of its dev half (66
+    questions of all four categories), and the paper's Chinese questions asked after the days
+    were lived as the companion lives them (importance, rehearsal, the default forgetting each
+    night), on three of the fifteen users. Measured: LoCoMo recall@5 0.809, recall@10 0.883 (the
+    dev half: 0.716 / 0.777, docs/benchmarks.md; the fusion before issue 10's second pass:
+    0.770 / 0.832); --as-used recall@5 1.000 (target 0.90). Thresholds just under."""
     if not LOCOMO.exists() or not SHARED.exists():
         pytest.skip("shared evaluation data not present")
-    part, labels = _part_of(tmp_path / "locomo", LOCOMO / "bank.json", [LOCOMO / "labels.jsonl"], ["conv-30"])
-    locomo = evaluate_label_sets(part, labels, e5_embedder)[0]
-    assert locomo["n"] >= 80 and locomo["recall@5"] >= 0.76 and locomo["recall@10"] >= 0.80, locomo
+    part = _part_of(tmp_path / "locomo", LOCOMO / "bank.json", [LOCOMO / "labels.jsonl"], ["conv-26"], sessions=8)
+    locomo = evaluate_label_sets(*part, e5_embedder)[0]
+    assert locomo["n"] >= 60 and locomo["recall@5"] >= 0.79 and locomo["recall@10"] >= 0.86, locomo
     bank_file = SHARED / "cn" / "memory_bank_cn.json"
-    users = sorted(json.loads(bank_file.read_text(encoding="utf-8")))[:4]
-    part, labels = _part_of(
-        tmp_path / "cn",
-        bank_file,
-        [SHARED / "cn" / "labels_dev_cn.jsonl", ROOT / "data" / "eval" / "labels_holdout_cn.jsonl"],
-        users,
+    users = sorted(json.loads(bank_file.read_text(encoding="utf-8")))[:3]
+    labels = [SHARED / "cn" / "labels_dev_cn.jsonl", ROOT / "data" / "eval" / "labels_holdout_cn.jsonl"]
+    used = evaluate_label_sets(
+        *_part_of(tmp_path / "cn", bank_file, labels, users), e5_embedder, as_used=True, lang="zh"
     )
-    used_dev, used_held_out = evaluate_label_sets(part, labels, e5_embedder, as_used=True, lang="zh")
-    n = used_dev["n"] + used_held_out["n"]
-    recall = (used_dev["recall@5"] * used_dev["n"] + used_held_out["recall@5"] * used_held_out["n"]) / n
-    assert n >= 28 and recall >= 0.94, (used_dev, used_held_out)
+    assert sum(r["n"] for r in used) >= 20 and all(r["recall@5"] >= 0.95 for r in used), used
 
 
 def test_as_used_lives_the_days_and_asks_each_question_at_its_time(tmp_path, bank_file):
