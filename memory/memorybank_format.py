@@ -119,7 +119,11 @@ def import_bank(
     bank: MemoryBank, path: Path | str, *, only_user: str | None = None, rename: str | None = None, progress=None
 ) -> dict[str, int]:
     """Import users from a MemoryBank file; returns turns imported per user. Turns already in
-    the user's memory (same day, words and reply) are skipped, so importing twice is harmless."""
+    the user's memory (same day, words and reply) are skipped, so importing twice is harmless.
+
+    The turns are stored and indexed here (their words and their messages' vectors); their
+    replies' vectors are made by the bank's reply worker, as a live turn's are, and are complete
+    when ``bank.settle()`` returns (``bank.close()`` waits for them too)."""
     parsed = parse_bank(path, only_user)
     counts: dict[str, int] = {}
     bar = progress(total=sum(len(p.turns) for p in parsed), desc="importing", unit="turn") if progress else None
@@ -130,7 +134,9 @@ def import_bank(
         states = [_state(bank, user, t) for t in fresh]
         for start in range(0, len(fresh), 256):
             part = fresh[start : start + 256]
-            bank.add_turns(user, [(q, r, w) for q, r, w, _, _ in part], states=states[start : start + 256])
+            bank.add_turns(
+                user, [(q, r, w) for q, r, w, _, _ in part], states=states[start : start + 256], replies="later"
+            )
             if bar:
                 bar.update(len(part))
         last_day = max((t[2] for t in p.turns), default=datetime(1970, 1, 1))
