@@ -315,6 +315,8 @@ class PgUserStore:
                 ).fetchone()[0]
                 ids = list(range(last - len(records) + 1, last + 1))
             free: dict[date, int] = {}
+            rows: list[tuple] = []
+            postings: list[tuple] = []
             for i, rec in enumerate(records):
                 vec = None if vectors is None else np.asarray(vectors[i], dtype=np.float32)
                 if rec.kind == Kind.TURN and not keep_ids:
@@ -330,10 +332,7 @@ class PgUserStore:
                     free[rec.day] = rec.position + 1
                 tf, dl = _postings(rec.kind, rec.text, rec.day)
                 rid = ids[i]
-                cur.execute(
-                    "INSERT INTO memories (owner, id, kind, text, query, response, day, position, created_at, strength,"
-                    " last_recall, recall_count, importance, pinned, state, embedding, lex_len, extra, archived_at)"
-                    " VALUES (%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s)",
+                rows.append(
                     (
                         self.user,
                         rid,
@@ -354,15 +353,23 @@ class PgUserStore:
                         dl,
                         json.dumps(rec.extra, ensure_ascii=False),
                         rec.archived_at.isoformat() if rec.archived_at else None,
-                    ),
-                )
-                if tf:
-                    cur.executemany(
-                        "INSERT INTO lex_postings (owner, term, memory_id, tf, dl) VALUES (%s, %s, %s, %s, %s)",
-                        [(self.user, term, rid, n, dl) for term, n in tf.items()],
                     )
+                )
+                postings += [(self.user, term, rid, n, dl) for term, n in tf.items()]
                 docs, tokens = docs + 1, tokens + dl
                 out.append(rec.with_(id=rid))
+            # all rows in one pipelined batch, then all postings in one COPY (a round trip per row
+            # made a bulk write ~15 ms per memory); vectors go in binary (%b), not as text
+            cur.executemany(
+                "INSERT INTO memories (owner, id, kind, text, query, response, day, position, created_at, strength,"
+                " last_recall, recall_count, importance, pinned, state, embedding, lex_len, extra, archived_at)"
+                " VALUES (%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%b,%s,%s,%s)",
+                rows,
+            )
+            if postings:
+                with cur.copy("COPY lex_postings (owner, term, memory_id, tf, dl) FROM STDIN") as copy:
+                    for row in postings:
+                        copy.write_row(row)
             self._count(cur, docs, tokens)
         return out
 
