@@ -9,13 +9,22 @@ import threading
 import time
 
 import pytest
+from safetensors import safe_open
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
 from siliconfriend.backends.base import BackendError, BackendModelNotFound, ChatBackend, Message, join_stream
 from siliconfriend.backends.hf.chat import HFLocalChat, _until_stop, load_causal_lm
-from siliconfriend.backends.hf.loader import PRESETS, needs_remote_code, pick_dtype, resolve_preset, smollm2_gguf_path
+from siliconfriend.backends.hf.loader import (
+    PRESETS,
+    _load_source,
+    gguf_plain_folder,
+    needs_remote_code,
+    pick_dtype,
+    resolve_preset,
+    smollm2_gguf_path,
+)
 
 MESSAGES = [Message("system", "You are a warm companion."), Message("user", "Hi, I am Ann.")]
 
@@ -238,6 +247,37 @@ def smol():
 
 def shared(smol, **kw):
     return HFLocalChat(loaded=(smol.hf_model, smol.tokenizer, smol.model), preset="smollm2", **kw)
+
+
+def test_the_gguf_file_is_dequantized_once_into_a_plain_folder_with_the_same_weights(
+    smol, tmp_path, monkeypatch, caplog
+):
+    gguf = pytest.importorskip("gguf")
+    spec = resolve_preset("smollm2")
+    folder = gguf_plain_folder(spec)
+    assert folder is not None and (folder / "config.json").is_file()
+    assert smol.hf_model.config._name_or_path == str(folder)  # the loaded model came from the folder
+    saved = safe_open(str(folder / "model.safetensors"), "pt")
+    file = {t.name: t for t in gguf.GGUFReader(f"{spec.source}/{spec.gguf_file}").tensors}
+    # an 8-bit, a 4-bit and a float32 tensor of the file, de-quantized by the gguf package itself
+    for name, key in [
+        ("token_embd.weight", "model.embed_tokens.weight"),
+        ("blk.3.ffn_down.weight", "model.layers.3.mlp.down_proj.weight"),
+        ("output_norm.weight", "model.norm.weight"),
+    ]:
+        weight = saved.get_tensor(key).numpy()
+        assert (gguf.quants.dequantize(file[name].data, file[name].tensor_type).reshape(weight.shape) == weight).all()
+    assert (
+        transformers.AutoTokenizer.from_pretrained(folder)("Hello Rex")["input_ids"]
+        == smol.tokenizer("Hello Rex")["input_ids"]
+    )
+    # where Hugging Face's cache cannot be written, the GGUF file is read as before, with a warning
+    blocked = tmp_path / "not-a-folder"
+    blocked.write_text("")
+    monkeypatch.setattr("huggingface_hub.constants.HF_HOME", str(blocked))
+    with caplog.at_level(logging.WARNING):
+        assert _load_source(spec, None) == (spec.source, {"trust_remote_code": False, "gguf_file": spec.gguf_file})
+    assert "read from GGUF on every load" in caplog.text
 
 
 @pytest.mark.slow

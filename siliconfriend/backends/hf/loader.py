@@ -10,15 +10,22 @@ One chat-template policy (``load_tokenizer``), so that training renders prompts 
 app does: a preset's own template always wins; a tokenizer without a template gets the legacy
 ChatGLM prompt when it runs the original remote code; any other model without a template is
 refused (it is not a chat model).
+
+A small GGUF file (the packaged SmolLM2) is de-quantized once into a plain transformers folder
+under Hugging Face's cache (``gguf_plain_folder``): converting the file takes tens of seconds on
+every load, the folder loads in about a second.
 """
 
 from __future__ import annotations
 
 import copy
+import hashlib
 import importlib.util
 import json
+import logging
 import os
 import re
+import shutil
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -27,6 +34,11 @@ from ..base import BackendError, BackendModelNotFound
 from ..registry import require
 
 SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
+
+# GGUF files up to this size get a de-quantized copy (float32: about six times the file)
+GGUF_PLAIN_MAX_BYTES = 512 * 2**20
+
+log = logging.getLogger(__name__)
 
 # BELLE was trained on "Human: ...\n\nAssistant: ..." turns and ships no chat template.
 BELLE_TEMPLATE = (
@@ -208,6 +220,81 @@ def _common(spec: ModelSpec, trust_remote_code: bool | None) -> dict[str, Any]:
     return common
 
 
+def gguf_plain_folder(spec: ModelSpec) -> Path | None:
+    """Where the de-quantized copy of ``spec``'s GGUF file lives (under Hugging Face's cache,
+    named by the file, its size and time and the transformers version), or None for a model that
+    is not a small enough GGUF file."""
+    if not spec.gguf_file:
+        return None
+    file = Path(spec.source) / spec.gguf_file
+    try:
+        stat = file.stat()
+    except OSError:
+        return None
+    if stat.st_size > GGUF_PLAIN_MAX_BYTES:
+        return None
+    version = require("transformers").__version__
+    key = f"{file.resolve()}|{stat.st_size}|{stat.st_mtime_ns}|{version}"
+    root = Path(require("huggingface_hub.constants").HF_HOME) / "siliconfriend-gguf"
+    return root / f"{file.stem}-{hashlib.sha256(key.encode()).hexdigest()[:16]}"
+
+
+def _plain_copy(spec: ModelSpec, common: dict[str, Any]) -> Path | None:
+    """The de-quantized folder of ``spec``'s GGUF file, made now if missing (written aside and
+    renamed, so that two processes never see half a folder), or None where there is none and
+    it cannot be written (the GGUF file is then read as before)."""
+    folder = gguf_plain_folder(spec)
+    if folder is None or (folder / "config.json").is_file():
+        return folder
+    if not _writable(folder.parent):
+        log.warning("%s is not writable: %s is read from GGUF on every load", folder.parent, spec.display)
+        return None
+    transformers = require("transformers")
+    torch = require("torch")
+    try:
+        tokenizer = transformers.AutoTokenizer.from_pretrained(spec.source, **common)
+        model = transformers.AutoModelForCausalLM.from_pretrained(spec.source, dtype=torch.float32, **common)
+    except OSError as exc:
+        raise _not_loadable(spec, "model", exc) from exc
+    # the weights are plain float32 now: saved as an ordinary model, not as a GGUF-quantized one
+    model.hf_quantizer = None
+    model.is_quantized = False
+    if hasattr(model.config, "quantization_config"):
+        del model.config.quantization_config
+    partial = folder.with_name(f"{folder.name}.partial-{os.getpid()}")
+    try:
+        model.save_pretrained(partial)
+        tokenizer.save_pretrained(partial)
+        partial.rename(folder)
+    except OSError as exc:
+        shutil.rmtree(partial, ignore_errors=True)
+        if (folder / "config.json").is_file():  # another process made it first
+            return folder
+        log.warning("no de-quantized copy of %s could be kept (%s): it is read from GGUF", spec.display, exc)
+        return None
+    return folder
+
+
+def _writable(folder: Path) -> bool:
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        probe = folder / f".probe-{os.getpid()}"
+        probe.touch()
+        probe.unlink()
+    except OSError:
+        return False
+    return True
+
+
+def _load_source(spec: ModelSpec, trust_remote_code: bool | None) -> tuple[str, dict[str, Any]]:
+    """Where to load ``spec`` from, and the common ``from_pretrained`` options."""
+    common = _common(spec, trust_remote_code)
+    folder = _plain_copy(spec, common)
+    if folder is None:
+        return spec.source, common
+    return str(folder), {k: v for k, v in common.items() if k != "gguf_file"}
+
+
 def _not_loadable(spec: ModelSpec, what: str, exc: OSError) -> BackendModelNotFound:
     return BackendModelNotFound(
         f"cannot load the {what} {spec.display!r}: {exc}\nGive a local folder or .gguf file, or download "
@@ -219,9 +306,9 @@ def load_tokenizer(spec: ModelSpec, *, trust_remote_code: bool | None = None) ->
     """The tokenizer of ``spec`` with its chat template set by the one policy (module docstring)
     and a pad token (the end-of-sequence token where it has none)."""
     transformers = require("transformers")
-    common = _common(spec, trust_remote_code)
+    source, common = _load_source(spec, trust_remote_code)
     try:
-        tokenizer = transformers.AutoTokenizer.from_pretrained(spec.source, **common)
+        tokenizer = transformers.AutoTokenizer.from_pretrained(source, **common)
     except OSError as exc:
         raise _not_loadable(spec, "tokenizer of", exc) from exc
     if spec.template:
@@ -251,17 +338,17 @@ def load_model(
     (quantized training, or ``"auto"`` over the GPUs), otherwise moved to ``device``.
     ``options`` go to ``from_pretrained`` (e.g. ``quantization_config``)."""
     transformers = require("transformers")
-    common = _common(spec, trust_remote_code)
+    source, common = _load_source(spec, trust_remote_code)
     kwargs = dict(common, dtype=dtype, **options)
     if device_map is not None:
         kwargs["device_map"] = device_map
     try:
         try:
-            model = transformers.AutoModelForCausalLM.from_pretrained(spec.source, **kwargs)
+            model = transformers.AutoModelForCausalLM.from_pretrained(source, **kwargs)
         except ValueError:
             if not common["trust_remote_code"]:
                 raise
-            model = transformers.AutoModel.from_pretrained(spec.source, **kwargs)  # ChatGLM-6B v1 maps only this
+            model = transformers.AutoModel.from_pretrained(source, **kwargs)  # ChatGLM-6B v1 maps only this
     except OSError as exc:
         raise _not_loadable(spec, "model", exc) from exc
     except Exception as exc:
