@@ -137,14 +137,17 @@ def _m2(cur: psycopg.Cursor) -> None:
 
 
 def _m3(cur: psycopg.Cursor) -> None:
-    # vectors kept in the row (STORAGE MAIN) instead of PostgreSQL's default for pgvector
-    # (EXTERNAL: out of line, in the TOAST table, once a row passes ~2 kB, which a turn with two
-    # 1.5 kB vectors always does): an exact search or a pool's vectors then read one heap page per
-    # row instead of a TOAST look-up per vector (an exact search over 2,000 memories: 24 -> 5 ms).
-    # Vectors stored before are rewritten so that they move into their rows too.
+    # vectors kept in the row instead of out of line in the TOAST table, where PostgreSQL puts
+    # pgvector's values (STORAGE EXTERNAL) once a row passes ~2 kB, which a turn with two 1.5 kB
+    # vectors always does: an exact search or a pool's vectors then read one heap page per row
+    # instead of a TOAST look-up per vector (an exact search over 2,000 memories: 24 -> 5 ms).
+    # STORAGE MAIN keeps them in the row, and a toast_tuple_target of a whole page (8160, the most
+    # allowed) lets a row grow to that before anything is moved out (MAIN values last, and only
+    # for rows that would not fit otherwise). Vectors stored before are rewritten into their rows.
     run_statements(
         cur,
         """
+    ALTER TABLE memories SET (toast_tuple_target = 8160);
     ALTER TABLE memories ALTER COLUMN embedding SET STORAGE MAIN, ALTER COLUMN reply_embedding SET STORAGE MAIN;
     UPDATE memories SET embedding = embedding::real[]::vector, reply_embedding = reply_embedding::real[]::vector
         WHERE embedding IS NOT NULL OR reply_embedding IS NOT NULL
