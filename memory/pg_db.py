@@ -45,8 +45,15 @@ def redact(url: str) -> str:
     return re.sub(r"(://[^:/@]*):[^@]*@", r"\1:***@", url)
 
 
+def one(row: tuple | None) -> tuple:
+    """The row of a query that always returns one (an aggregate, an upsert's RETURNING)."""
+    if row is None:
+        raise RuntimeError("the database returned no row where a query always returns one")
+    return row
+
+
 def is_postgres_url(url: str | None) -> bool:
-    return bool(url) and url.split(":", 1)[0] in ("postgresql", "postgres")
+    return url is not None and url.split(":", 1)[0] in ("postgresql", "postgres")
 
 
 def _unavailable(url: str, exc: BaseException) -> StoreUnavailable:

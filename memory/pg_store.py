@@ -36,8 +36,9 @@ import numpy as np
 import psycopg
 from psycopg import sql
 
+from .bank import MemoryBank, _Open
 from .lexical import fts_document, fts_terms
-from .pg_db import Database, run_statements
+from .pg_db import Database, one, run_statements
 from .records import Kind, MemoryRecord, State
 from .store import REPLY_ID_OFFSET, _days_meant
 
@@ -242,11 +243,14 @@ class PgUserStore:
     def _lock_user(self, cur: psycopg.Cursor) -> tuple[int, int]:
         """Create the user's row if missing and lock it until the transaction ends; returns the
         lexical (document count, token total)."""
-        return cur.execute(
-            "INSERT INTO mem_users (name) VALUES (%s) ON CONFLICT (name) DO UPDATE SET name = EXCLUDED.name"
-            " RETURNING lex_docs, lex_tokens",
-            (self.user,),
-        ).fetchone()
+        docs, tokens = one(
+            cur.execute(
+                "INSERT INTO mem_users (name) VALUES (%s) ON CONFLICT (name) DO UPDATE SET name = EXCLUDED.name"
+                " RETURNING lex_docs, lex_tokens",
+                (self.user,),
+            ).fetchone()
+        )
+        return docs, tokens
 
     def close(self) -> None:
         pass  # the pool belongs to the bank
@@ -280,10 +284,12 @@ class PgUserStore:
 
     def _unindex(self, cur: psycopg.Cursor, ids: Sequence[int]) -> tuple[int, int]:
         """Postings of memories removed (deleted, or their text replaced); (-documents, -tokens)."""
-        row = cur.execute(
-            "SELECT count(*), COALESCE(sum(lex_len), 0) FROM memories WHERE owner = %s AND id = ANY(%s)",
-            (self.user, list(ids)),
-        ).fetchone()
+        row = one(
+            cur.execute(
+                "SELECT count(*), COALESCE(sum(lex_len), 0) FROM memories WHERE owner = %s AND id = ANY(%s)",
+                (self.user, list(ids)),
+            ).fetchone()
+        )
         cur.execute("DELETE FROM lex_postings WHERE owner = %s AND memory_id = ANY(%s)", (self.user, list(ids)))
         return -int(row[0]), -int(row[1])
 
@@ -307,15 +313,17 @@ class PgUserStore:
         with self.db.transaction() as cur:
             self._lock_user(cur)  # ids and positions are settled under the user's lock
             if keep_ids:
-                ids = [int(r.id) for r in records]
+                ids = [r.stored_id for r in records]
                 cur.execute(
                     "UPDATE mem_users SET last_id = GREATEST(last_id, %s) WHERE name = %s", (max(ids), self.user)
                 )
             else:
-                last = cur.execute(
-                    "UPDATE mem_users SET last_id = last_id + %s WHERE name = %s RETURNING last_id",
-                    (len(records), self.user),
-                ).fetchone()[0]
+                last = one(
+                    cur.execute(
+                        "UPDATE mem_users SET last_id = last_id + %s WHERE name = %s RETURNING last_id",
+                        (len(records), self.user),
+                    ).fetchone()
+                )[0]
                 ids = list(range(last - len(records) + 1, last + 1))
             free: dict[date, int] = {}
             rows: list[tuple] = []
@@ -325,11 +333,13 @@ class PgUserStore:
                 if rec.kind == Kind.TURN and not keep_ids:
                     if rec.day not in free:
                         free[rec.day] = int(
-                            cur.execute(
-                                "SELECT COALESCE(MAX(position) + 1, 0) FROM memories WHERE owner = %s AND kind = 'turn'"
-                                " AND day = %s",
-                                (self.user, rec.day),
-                            ).fetchone()[0]
+                            one(
+                                cur.execute(
+                                    "SELECT COALESCE(MAX(position) + 1, 0) FROM memories"
+                                    " WHERE owner = %s AND kind = 'turn' AND day = %s",
+                                    (self.user, rec.day),
+                                ).fetchone()
+                            )[0]
                         )
                     rec = rec.with_(position=max(rec.position, free[rec.day]))
                     free[rec.day] = rec.position + 1
@@ -502,7 +512,7 @@ class PgUserStore:
         ids = list(dict.fromkeys(int(i) for i in ids))
         if not ids:
             return {}
-        return {r.id: r for r in self._select("id = ANY(%s)", (ids,))}
+        return {r.stored_id: r for r in self._select("id = ANY(%s)", (ids,))}
 
     def records(
         self,
@@ -515,7 +525,8 @@ class PgUserStore:
         offset: int = 0,
         newest_first: bool = False,
     ) -> list[MemoryRecord]:
-        clauses, params = [], []
+        clauses: list[str] = []
+        params: list[object] = []
         if kind is not None:
             clauses.append("kind = %s")
             params.append(kind.value)
@@ -543,7 +554,7 @@ class PgUserStore:
             clauses.append("state = %s")
             params.append(state.value)
         where = "".join(f" AND {c}" for c in clauses)
-        return int(self.db.fetchone(f"SELECT count(*) FROM memories WHERE owner = %s{where}", params)[0])
+        return int(one(self.db.fetchone(f"SELECT count(*) FROM memories WHERE owner = %s{where}", params))[0])
 
     def days(self) -> list[date]:
         return [
@@ -555,15 +566,17 @@ class PgUserStore:
 
     def next_position(self, day: date) -> int:
         return int(
-            self.db.fetchone(
-                "SELECT COALESCE(MAX(position) + 1, 0) FROM memories WHERE owner = %s AND kind = 'turn' AND day = %s",
-                (self.user, day),
+            one(
+                self.db.fetchone(
+                    "SELECT COALESCE(MAX(position) + 1, 0) FROM memories WHERE owner = %s AND kind = 'turn' AND day = %s",
+                    (self.user, day),
+                )
             )[0]
         )
 
     def vectors(self, ids: Sequence[int], dim: int, *, column: str = "vector") -> np.ndarray:
         """Stored vectors in the order of ``ids`` (zeros where a row has none)."""
-        out = np.zeros((len(ids), dim), dtype=np.float32)
+        out: np.ndarray = np.zeros((len(ids), dim), dtype=np.float32)
         pos = {int(rid): i for i, rid in enumerate(ids)}
         if pos:
             for rid, vec in self.db.fetchall(
@@ -695,18 +708,12 @@ class PgUserIndex:
 
 
 @dataclass
-class _PgOpen:
+class _PgOpen(_Open):
     store: PgUserStore
     index: PgUserIndex
 
 
-def _bank_base():
-    from .bank import MemoryBank
-
-    return MemoryBank
-
-
-class PgMemoryBank(_bank_base()):
+class PgMemoryBank(MemoryBank):
     """Every user's memories in one PostgreSQL database (``url``), the ``MemoryBank`` API."""
 
     def __init__(
@@ -743,9 +750,10 @@ class PgMemoryBank(_bank_base()):
         from .bank import user_key
 
         with self._lock:
-            if user in self._open:
+            opened = self._open.get(user)
+            if isinstance(opened, _PgOpen):  # what this bank opens (None: not open)
                 self._open.move_to_end(user)
-                return self._open[user]
+                return opened
         user_key(user)  # the same names as the SQLite home accepts
         store = PgUserStore(self.db, user)
         self._reembed_if_needed(store)

@@ -51,6 +51,14 @@ class MemoryRecord:
     archived_at: datetime | None = None  # when the forgetting pass archived it
 
     @property
+    def stored_id(self) -> int:
+        """``id`` of a stored record (every record a store or a bank returns has one); a record
+        not stored yet has none, and asking for it is a bug."""
+        if self.id is None:
+            raise ValueError(f"this {self.kind.value} memory is not stored yet: it has no id")
+        return self.id
+
+    @property
     def anchor(self) -> datetime:
         """Where forgetting time is counted from."""
         return self.last_recall or self.created_at
@@ -62,6 +70,6 @@ class MemoryRecord:
 def turn_text(query: str, response: str) -> str:
     """The searchable text of a dialogue turn."""
     query, response = query.strip(), response.strip()
-    if not response:
-        return query
+    if not response or not query:
+        return query or response
     return f"{query}\n{response}"

@@ -10,9 +10,13 @@ Xiamen that the turn before it named. A memory on a day the query names gets a b
 retention term puts what is fresher in mind first among equals. Each hit carries its scores and
 the reasons, for the UI. Retrieval never reinforces.
 
-A turn's dense similarity is the better of its two vectors: the user's message and the companion's
-reply (both sides of an exchange). Archived memories are the second tier: they take part, less a
-penalty, so that only a strong cue brings one back (recognition rather than recall); the turn that
+A turn's dense similarity is the mean of its two vectors' cosines: the user's message and the
+companion's reply (both sides of an exchange), so that neither a long, generic reply ("here are
+some tips...") nor a short message decides alone; a turn whose reply has no vector yet counts its
+message only. The two sides weigh the same in the base score: a question's words are a sharper cue
+than its meaning on conversations between two people (third-person questions, names, rare nouns),
+and the dense side carries paraphrase (docs/benchmarks.md, "Retrieval quality, issue 10").
+Archived memories are the second tier: they take part, less a penalty, so that only a strong cue brings one back (recognition rather than recall); the turn that
 uses it reinforces it, which makes it active again. A turn that refers to another day ("yesterday", "last
 Friday") carries that day in the lexical table, so a question naming the day finds it too.
 """
@@ -30,10 +34,10 @@ import numpy as np
 from .dates import days_in_query
 from .embedders import Embedder, embed_query
 from .forgetting import ForgettingPolicy
-from .index import UserIndex
 from .lexical import fts_query
 from .records import Kind, MemoryRecord, State
-from .store import REPLY_ID_OFFSET, UserStore
+from .store import REPLY_ID_OFFSET
+from .store_protocol import MemoryStore, VectorIndex
 
 
 @dataclass(frozen=True)
@@ -41,15 +45,15 @@ class RetrievalConfig:
     k: int = 5
     candidates: int = 40  # from each of the dense and lexical sides
     lexical_depth: int = 400  # lexical scores kept for the pool (neighbours); see _lexical_side()
-    dense_weight: float = 0.7  # the lexical side gets 1 - dense_weight
+    dense_weight: float = 0.5  # the lexical side gets 1 - dense_weight
     previous_weight: float = 0.4  # share of the previous turn's base score
     next_weight: float = 0.2  # share of the next turn's base score
     date_bonus: float = 1.0  # added when a memory is on a day the query names
     retention_weight: float = 0.05
     use_dates: bool = True
     use_replies: bool = True  # a turn's dense similarity also looks at its reply's vector
-    reply_mode: str = "max"  # how the two sides combine: "max" of the cosines, "scaled" (max
-    # of each side scaled over the pool), "mean"
+    reply_mode: str = "mean"  # how the two sides combine: "mean" of the cosines, "max", or
+    # "scaled" (max of each side scaled over the pool: noise in small pools)
     archive_penalty: float | None = 0.3  # taken off an archived memory's score; None: never retrieved
     kinds: tuple[Kind, ...] = (Kind.TURN, Kind.DAILY_EVENTS)
 
@@ -108,7 +112,7 @@ def _workers() -> ThreadPoolExecutor:
 
 
 def _lexical_side(
-    store: UserStore, query: str, config: RetrievalConfig, named_days: Sequence[date] = ()
+    store: MemoryStore, query: str, config: RetrievalConfig, named_days: Sequence[date] = ()
 ) -> tuple[str | None, list[tuple[int, float]]]:
     """The FTS5 query and its ranked matches. One query gives both the candidates (its best
     ``candidates``) and the lexical scores of the neighbours that join the pool (its best
@@ -132,8 +136,8 @@ class _Pool:
 
 
 def _search_sides(
-    store: UserStore,
-    index: UserIndex,
+    store: MemoryStore,
+    index: VectorIndex,
     embedder: Embedder,
     query: str,
     config: RetrievalConfig,
@@ -165,23 +169,27 @@ def _allowed(rec: MemoryRecord, config: RetrievalConfig) -> bool:
 
 
 def _gather(
-    store: UserStore, dense: list[int], ranked: list[tuple[int, float]], named_days: list[date], config: RetrievalConfig
+    store: MemoryStore,
+    dense: list[int],
+    ranked: list[tuple[int, float]],
+    named_days: list[date],
+    config: RetrievalConfig,
 ) -> tuple[dict[int, MemoryRecord], dict[int, MemoryRecord]]:
     """Phase 2: the candidates' records (dense, lexical and the days the query names) and the pool:
     the candidates plus the neighbouring turns of candidate turns, whose scores they share."""
     ids = set(dense) | {i for i, _ in ranked[: config.candidates]}
     if named_days:
-        ids |= {r.id for r in store.records(days=named_days)}
+        ids |= {r.stored_id for r in store.records(days=named_days)}
     records = {i: r for i, r in store.get_many(ids).items() if _allowed(r, config)}
     places = {(r.day, r.position + d) for r in records.values() if r.kind == Kind.TURN for d in (-1, 1)}
     pool = dict(records)
     for rec in store.turns_at(sorted(places)):
-        pool.setdefault(rec.id, rec)
+        pool.setdefault(rec.stored_id, rec)
     return records, pool
 
 
 def _dense_sides(
-    store: UserStore, index: UserIndex, qvec: np.ndarray, pool: dict[int, MemoryRecord], config: RetrievalConfig
+    store: MemoryStore, index: VectorIndex, qvec: np.ndarray, pool: dict[int, MemoryRecord], config: RetrievalConfig
 ) -> tuple[dict[int, float], dict[int, float]]:
     """Phase 3: the cosine of every pool member's message (or text) and, for turns, of its reply,
     from the exact stored vectors (the index may be approximate; -1 where a turn has no reply
@@ -275,13 +283,13 @@ def _rank(
                 _reasons(rec, dense_s.get(rid, 0.0), p.dense.get(rid, 0.0), p.lexical.get(rid, 0.0), context, on_day),
             )
         )
-    hits.sort(key=lambda h: (-h.score, -h.record.id))
+    hits.sort(key=lambda h: (-h.score, -h.record.stored_id))
     return hits
 
 
 def retrieve(
-    store: UserStore,
-    index: UserIndex,
+    store: MemoryStore,
+    index: VectorIndex,
     embedder: Embedder,
     policy: ForgettingPolicy,
     query: str,

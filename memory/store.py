@@ -362,13 +362,13 @@ class UserStore:
         found = self._select("id = ?", (rid,))
         return found[0] if found else None
 
-    def get_many(self, ids: Sequence[int]) -> dict[int, MemoryRecord]:
+    def get_many(self, ids: Iterable[int]) -> dict[int, MemoryRecord]:
         ids = list(dict.fromkeys(int(i) for i in ids))
         out: dict[int, MemoryRecord] = {}
         for start in range(0, len(ids), 500):
             part = ids[start : start + 500]
             for rec in self._select(f"id IN ({','.join('?' * len(part))})", part):
-                out[rec.id] = rec
+                out[rec.stored_id] = rec
         return out
 
     def records(
@@ -428,7 +428,7 @@ class UserStore:
         ``set_vectors``."""
         if column not in ("vector", "reply_vector"):
             raise ValueError(f"no vector column {column!r}")
-        out = np.zeros((len(ids), dim), dtype=np.float32)
+        out: np.ndarray = np.zeros((len(ids), dim), dtype=np.float32)
         pos = {rid: i for i, rid in enumerate(ids)}
         for start in range(0, len(ids), 500):
             part = list(ids[start : start + 500])
@@ -480,10 +480,8 @@ class UserStore:
             yield [
                 (
                     _row_to_record(self.user, r),
-                    *(
-                        None if r[c] is None else np.frombuffer(r[c], dtype=np.float32)
-                        for c in ("vector", "reply_vector")
-                    ),
+                    None if r["vector"] is None else np.frombuffer(r["vector"], dtype=np.float32),
+                    None if r["reply_vector"] is None else np.frombuffer(r["reply_vector"], dtype=np.float32),
                 )
                 for r in rows
             ]

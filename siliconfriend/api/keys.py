@@ -18,7 +18,7 @@ import threading
 import time
 from collections import defaultdict, deque
 from dataclasses import dataclass
-from typing import Callable, Protocol
+from typing import Callable, Protocol, TypeGuard
 
 from ..web.accounts import AccountError, Accounts
 from ..web.accounts import secret_digest as digest
@@ -90,7 +90,7 @@ class KeyOwner:
     key_id: int
 
 
-def looks_like_key(key: str | None) -> bool:
+def looks_like_key(key: str | None) -> TypeGuard[str]:
     return isinstance(key, str) and key.startswith(KEY_PREFIX) and 30 <= len(key) <= 100 and key.isascii()
 
 

@@ -184,7 +184,9 @@ class ApiService:
 
     @property
     def companion(self) -> Any:
-        return self._companion if self._companion is not None else self._companion_source()
+        if self._companion is None and self._companion_source is not None:
+            return self._companion_source()
+        return self._companion
 
     def now(self) -> datetime:
         if self._clock is not None:
@@ -244,7 +246,7 @@ class ApiService:
             pass
         result = completion.stream.result
         if result is None or result.error:
-            raise backend_down(result.error if result else "the reply did not finish")
+            raise backend_down(result.error if result is not None and result.error else "the reply did not finish")
         return self.completion_body(completion, result.reply)
 
     def completion_body(self, completion: Completion, reply: str) -> dict:
@@ -397,28 +399,28 @@ class ApiService:
 
     def pin(self, user: str, memory_id: Any, pinned: bool) -> dict:
         rec = self._get(user, memory_id)
-        return self.memory_json(self.bank.pin(user, rec.id, pinned), self.now())
+        return self.memory_json(self.bank.pin(user, rec.stored_id, pinned), self.now())
 
     def archive(self, user: str, memory_id: Any) -> dict:
         rec = self._get(user, memory_id)
         if rec.kind.is_global:
             raise bad_request("the global summary and profile are never archived; edit them on the memory page")
-        return self.memory_json(self.bank.archive(user, rec.id), self.now())
+        return self.memory_json(self.bank.archive(user, rec.stored_id), self.now())
 
     def restore(self, user: str, memory_id: Any) -> dict:
         rec = self._get(user, memory_id)
         if rec.state != State.ARCHIVED:
             raise ApiError(409, f"memory {rec.id} is not archived: there is nothing to restore", code="not_archived")
-        return self.memory_json(self.bank.restore(user, rec.id, self.now()), self.now())
+        return self.memory_json(self.bank.restore(user, rec.stored_id, self.now()), self.now())
 
     def delete(self, user: str, memory_id: Any) -> dict:
         """Delete for good; a dialogue turn through the companion, so that its day's summaries
         are written again without it."""
         rec = self._get(user, memory_id)
         if rec.kind == Kind.TURN:
-            self.companion.delete_turn(user, rec.id)
+            self.companion.delete_turn(user, rec.stored_id)
         else:
-            self.bank.delete(user, [rec.id])
+            self.bank.delete(user, [rec.stored_id])
         return {"id": rec.id, "object": "memory", "deleted": True}
 
     def export(self, user: str) -> dict:

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import logging
 import math
-import os
 import random
 import time
 from typing import Any, Iterator, Sequence
@@ -35,8 +34,8 @@ def estimate_tokens(text: str) -> int:
 class OpenAIChat:
     """Chat completions from an OpenAI-compatible server.
 
-    ``api_key`` defaults to OPENAI_API_KEY, ``base_url`` to OPENAI_BASE_URL (then api.openai.com).
-    A local server needs no key. ``retries`` extra attempts are made on 429/5xx/refused connections,
+    ``api_key`` and ``base_url`` come from the settings (OPENAI_API_KEY, OPENAI_BASE_URL: see
+    ``factory.backend_options``); ``base_url`` defaults to api.openai.com. A local server needs no key. ``retries`` extra attempts are made on 429/5xx/refused connections,
     waiting ``retry_base_delay * 2**attempt`` seconds (capped at ``retry_max_delay``).
     """
 
@@ -63,12 +62,11 @@ class OpenAIChat:
 
         openai = require("openai")
         self.model = model or DEFAULT_MODEL
-        self.base_url = (base_url or os.environ.get("OPENAI_BASE_URL") or DEFAULT_BASE_URL).rstrip("/")
-        api_key = api_key or os.environ.get("OPENAI_API_KEY")
+        self.base_url = (base_url or DEFAULT_BASE_URL).rstrip("/")
         if not api_key:
             if self.base_url == DEFAULT_BASE_URL:
                 raise BackendAuthError(
-                    "No OpenAI API key: set OPENAI_API_KEY (or api_key in the settings), "
+                    "No OpenAI API key: set OPENAI_API_KEY (or openai_api_key in config.toml), "
                     "or set OPENAI_BASE_URL to a local OpenAI-compatible server"
                 )
             api_key = "not-needed"  # local servers (Ollama, vLLM, llama.cpp) accept any key

@@ -1,7 +1,7 @@
 """Which backends exist and how to build one, with lazy imports so the CLI starts fast.
 
-``create_backend()`` with no name picks the OpenAI-compatible backend when ``OPENAI_API_KEY`` is
-set, and otherwise the tiny embedded SmolLM2 model, saying so in one line.
+``create_backend(name)`` builds the backend named (``Settings.default_backend`` says which one a
+user gets by default); the tiny embedded SmolLM2 model says so in one line.
 """
 
 from __future__ import annotations
@@ -73,21 +73,17 @@ def backend_class(name: str) -> type:
     return getattr(module, attr)
 
 
-def default_backend_name() -> str:
-    return "openai" if os.environ.get("OPENAI_API_KEY") else "hf"
-
-
 def create_backend(
-    name: str | None = None, *, model: Any = None, adapter: str | os.PathLike | None = None, **options: Any
+    name: str, *, model: Any = None, adapter: str | os.PathLike | None = None, **options: Any
 ) -> ChatBackend:
     """Build a chat backend.
 
-    ``name``: a key of ``BACKENDS``, or None for the default (openai when OPENAI_API_KEY is set,
-    otherwise the embedded SmolLM2). ``model``: a model name (openai), a Hugging Face id, local path
+    ``name``: a key of ``BACKENDS`` (the default one is ``Settings.default_backend``: openai when
+    OPENAI_API_KEY is set, otherwise the embedded SmolLM2). ``model``: a model name (openai), a Hugging Face id, local path
     or preset name (hf), or a LangChain chat model / "package.module:factory" path (langchain).
     ``adapter``: a LoRA adapter folder, only for hf. Other options go to the backend's constructor.
     """
-    name = (name or default_backend_name()).strip().lower()
+    name = name.strip().lower()
     cls = backend_class(name)
     if adapter is not None and name != "hf":
         raise BackendError(f"a LoRA adapter can only be used with the local 'hf' backend, not {name!r}")

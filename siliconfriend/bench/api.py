@@ -20,7 +20,7 @@ from __future__ import annotations
 import threading
 import time
 from pathlib import Path
-from typing import Sequence
+from typing import Any, Sequence
 
 import numpy as np
 
@@ -77,7 +77,7 @@ class _TimedStream:
             yield chunk
 
 
-def _serve(app) -> tuple[object, threading.Thread, int]:
+def _serve(app) -> tuple[Any, threading.Thread, int]:
     import socket
 
     import uvicorn

@@ -74,7 +74,7 @@ def fill_user(
     def flush() -> None:
         if records:
             stored = store.insert(records, synthetic_vectors(pool, len(records), nrng))
-            answered = [r.id for r in stored if r.kind == Kind.TURN and r.response]
+            answered = [r.stored_id for r in stored if r.kind == Kind.TURN and r.response]
             store.set_vectors(
                 answered,
                 synthetic_vectors(pool if reply_pool is None else reply_pool, len(answered), nrng),

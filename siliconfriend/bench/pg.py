@@ -18,6 +18,7 @@ import time
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from datetime import time as dtime
+from multiprocessing.synchronize import Barrier
 from pathlib import Path
 from typing import Callable
 
@@ -96,7 +97,7 @@ def _copy_user(bank, source: str, target: str) -> None:
 
 
 def _throughput_worker(
-    url: str, embedder: str, users: list[str], turns: int, seed: int, ready: mp.Barrier, out: mp.Queue
+    url: str, embedder: str, users: list[str], turns: int, seed: int, ready: Barrier, out: mp.Queue
 ) -> None:
     """One worker process: its own pool and companion; one thread per simulated user."""
     from memory.pg_store import PgMemoryBank
@@ -210,7 +211,11 @@ def run_pg_bench(url: str, config: PgBenchConfig = PG_FULL, *, log: Callable[[st
                 result["phases_s"][f"hnsw_{key}"] = round(time.perf_counter() - tick, 1)
             index = "partial HNSW" if bank.uses_hnsw(user) else "exact"
             log(f"{config.turns} turns at {key} ({index} dense search)")
-            times, path = run_turns(bank, lambda i, u=user: u, config.turns, config.warmup, gen, start=start_turns)
+
+            def user_of(i: int, u: str = user) -> str:
+                return u
+
+            times, path = run_turns(bank, user_of, config.turns, config.warmup, gen, start=start_turns)
             result["turn_ms"][key] = times.summary()
             result["sizes"][key] = f"1 user, {size:,} memories, {index}"
             log(f"{key}: {result['turn_ms'][key]} (phases {result['phases_s']})")

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import subprocess
 import sys
 import time
@@ -107,6 +106,7 @@ def measure_process(
     """Runs the child once; adds ``cold_start_s`` (spawn to first retrieval, parent's clock)."""
     cmd = [
         sys.executable,
+        "-B",  # no .pyc written (PYTHONDONTWRITEBYTECODE); the environment is inherited as it is
         "-m",
         "siliconfriend.bench.process",
         "--home",
@@ -122,9 +122,8 @@ def measure_process(
         "--reembed-sample",
         str(reembed_sample),
     ]
-    env = dict(os.environ, PYTHONDONTWRITEBYTECODE="1")
     spawned = time.time()
-    done = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env)
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
     if done.returncode != 0:
         raise RuntimeError(f"benchmark child failed ({done.returncode}): {done.stderr[-2000:]}")
     result = json.loads(done.stdout.strip().splitlines()[-1])

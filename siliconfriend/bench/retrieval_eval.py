@@ -104,6 +104,7 @@ def evaluate_label_sets(
     config = config or RetrievalConfig()
     depth = max(ks)
     with _scratch_store(database_url) as where:
+        bank: MemoryBank
         if database_url:
             from memory.pg_store import PgMemoryBank
 

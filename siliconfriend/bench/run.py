@@ -145,7 +145,7 @@ def run_bench(
         result["phases_s"]["pool"] = round(time.perf_counter() - tick, 1)
         start_turns = datetime.combine(END, dtime(19, 0))
 
-        largest = None
+        largest: tuple[Path, int] | None = None
         for key, size in config.single:
             tick = time.perf_counter()
             home = root / f"single-{key}"
@@ -202,6 +202,7 @@ def run_bench(
         result["phases_s"]["ingest"] = round(time.perf_counter() - tick, 1)
 
         tick = time.perf_counter()
+        assert largest is not None, "the bench needs one single-user size"
         home, size = largest
         log(f"restart and cold start in {config.restart_runs} fresh process(es), {size:,} memories")
         runs = [

@@ -18,6 +18,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
+from pathlib import Path
 from typing import Callable, Sequence
 
 import numpy as np
@@ -25,6 +26,7 @@ import numpy as np
 from memory.bank import MemoryBank
 
 from ..backends.openai_chat import estimate_tokens
+from ..core.consolidate import ConsolidationReport, Consolidator
 from .data import DialogueGenerator
 
 _TIMED_KINDS = ("document", "query", "document_background", "query_background")
@@ -69,14 +71,11 @@ class InstantBackend:
         return estimate_tokens(text)
 
 
-class _NothingToConsolidate:
+class _NothingToConsolidate(Consolidator):
     """The day rollover with nothing to summarise (its LLM calls are not a turn's overhead)."""
 
-    def __init__(self, report_type):
-        self._report = report_type
-
-    def run(self, user, now, **_):
-        return self._report(user)
+    def run(self, user: str, now: datetime, **_) -> ConsolidationReport:
+        return ConsolidationReport(user)
 
 
 @dataclass
@@ -120,18 +119,17 @@ class TurnRunner:
         try:
             from ..config import Settings
             from ..core.companion import Companion
-            from ..core.consolidate import ConsolidationReport
         except ImportError:
             self.companion = None
             self.path = "bank"
         else:
-            settings = Settings(home=bank.home, lang=lang, max_new_tokens=256)
+            settings = Settings(home=bank.home or Path(), lang=lang, max_new_tokens=256)  # the home is not read
             self.companion = Companion(
                 bank,
                 self.backend,
                 settings=settings,
                 clock=lambda: self.now,
-                consolidator=_NothingToConsolidate(ConsolidationReport),
+                consolidator=_NothingToConsolidate(bank, self.backend),
             )
 
     def turn(self, user: str, message: str, reply: str, lang: str = "en") -> tuple[float, float]:
@@ -168,7 +166,7 @@ class TurnRunner:
         ready = time.perf_counter()
         self.bank.add_turn(user, message, reply, self.now)
         if hits:
-            self.bank.reinforce(user, [h.record.id for h in hits], self.now)
+            self.bank.reinforce(user, [h.record.stored_id for h in hits], self.now)
         done = time.perf_counter()
         return (ready - start) * 1000, (done - ready) * 1000
 

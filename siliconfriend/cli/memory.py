@@ -9,6 +9,7 @@ import random
 import sys
 from datetime import date, datetime
 from pathlib import Path
+from typing import Any
 
 
 def _bank(args):
@@ -95,7 +96,7 @@ def cmd_memories(args) -> int:
                 print(_fmt(hit.record, hit.retention, f"score={hit.score:.3f} "))
                 print(f"        why: {'; '.join(hit.reasons)}")
         else:
-            filters = {}
+            filters: dict[str, Any] = {}
             if args.day:
                 filters["day"] = date.fromisoformat(args.day)
             if args.kind:

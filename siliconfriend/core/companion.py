@@ -288,7 +288,9 @@ class Companion:
                     result.error = "The new reply was empty: the previous reply was kept."
                     return result
                 try:
-                    result.turn = self.bank.edit_text(turn.user, turn.replace.id, reply, extra=self._extra(result))
+                    result.turn = self.bank.edit_text(
+                        turn.user, turn.replace.stored_id, reply, extra=self._extra(result)
+                    )
                 except UnknownMemory:
                     result.error = "That message was deleted in the meantime: the new reply was not stored."
                     return result
@@ -296,7 +298,7 @@ class Companion:
             else:
                 result.turn = self.bank.add_turn(turn.user, turn.text, reply, turn.now, extra=self._extra(result))
             if result.used:
-                self.bank.reinforce(turn.user, [h.record.id for h in result.used], turn.now)
+                self.bank.reinforce(turn.user, [h.record.stored_id for h in result.used], turn.now)
         return result
 
     @staticmethod
@@ -375,7 +377,7 @@ class Companion:
         """What fills the meta-prompt besides the memories, for ``user`` at ``now``. With a
         fine-tuned adapter that was trained with a system prompt in this language, the meta-prompt
         opens with that prompt (``trained_prompt``)."""
-        glob = {kind: self.bank.get_summary(user, kind) for kind in (Kind.GLOBAL_EVENTS, Kind.GLOBAL_PERSONALITY)}
+        events, personality = (self.bank.get_summary(user, k) for k in (Kind.GLOBAL_EVENTS, Kind.GLOBAL_PERSONALITY))
         nothing = prompts.fragment("nothing_yet")
         persona = (self.settings.persona if persona is None else persona).strip()
         trained = (getattr(backend or self.backend, "system_prompts", None) or {}).get(prompts.lang, "")
@@ -385,8 +387,8 @@ class Companion:
             "user_name": user,
             "today": prompts.format_date(now.date()),
             "persona": prompts.fragment("persona", persona=persona) if persona else "",
-            "global_events": glob[Kind.GLOBAL_EVENTS].text if glob[Kind.GLOBAL_EVENTS] else nothing,
-            "global_personality": glob[Kind.GLOBAL_PERSONALITY].text if glob[Kind.GLOBAL_PERSONALITY] else nothing,
+            "global_events": events.text if events else nothing,
+            "global_personality": personality.text if personality else nothing,
         }
 
     @staticmethod
@@ -481,17 +483,19 @@ class Companion:
         if rec.kind != Kind.TURN:
             raise ValueError(f"memory {turn_id} is a {rec.kind.value}, not a dialogue turn")
         with self._store_lock(user):
-            self.bank.delete(user, [rec.id])
+            self.bank.delete(user, [rec.stored_id])
         self._invalidate_if_summarised(user, rec.day)
 
     def profile(self, user: str) -> dict:
         """What the companion has made of the user: the global summaries and each day's."""
-        glob = {kind: self.bank.get_summary(user, kind) for kind in (Kind.GLOBAL_EVENTS, Kind.GLOBAL_PERSONALITY)}
+        glob_events, glob_personality = (
+            self.bank.get_summary(user, k) for k in (Kind.GLOBAL_EVENTS, Kind.GLOBAL_PERSONALITY)
+        )
         events = {r.day: r.text for r in self.bank.summaries(user, Kind.DAILY_EVENTS)}
         persona = {r.day: r.text for r in self.bank.summaries(user, Kind.DAILY_PERSONALITY)}
         return {
-            "global_events": glob[Kind.GLOBAL_EVENTS].text if glob[Kind.GLOBAL_EVENTS] else "",
-            "global_personality": glob[Kind.GLOBAL_PERSONALITY].text if glob[Kind.GLOBAL_PERSONALITY] else "",
+            "global_events": glob_events.text if glob_events else "",
+            "global_personality": glob_personality.text if glob_personality else "",
             "daily": [
                 {"day": d.isoformat(), "events": events.get(d, ""), "personality": persona.get(d, "")}
                 for d in sorted(set(events) | set(persona))

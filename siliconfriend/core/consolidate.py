@@ -92,8 +92,9 @@ class Consolidator:
         have = {kind: {r.day: r for r in self.bank.summaries(user, kind)} for kind in DAILY}
         pending = []
         for day in days:
-            recs = [have[kind].get(day) for kind in DAILY]
-            if any(r is None for r in recs):
+            found = [have[kind].get(day) for kind in DAILY]
+            recs = [r for r in found if r is not None]
+            if len(recs) < len(found):
                 pending.append(day)
             elif any(r.created_at.date() <= day for r in recs):  # summarised while the day went on
                 last = max(t.created_at for t in self.bank.turns_on(user, day))
@@ -113,8 +114,8 @@ class Consolidator:
     def invalidate_day(self, user: str, day: date) -> None:
         """Forget what was summarised of ``day`` and the global summaries (after one of its turns was
         deleted): the next run writes them again without it."""
-        ids = [r.id for kind in DAILY if (r := self.bank.get_summary(user, kind, day)) is not None]
-        ids += [r.id for kind in GLOBAL if (r := self.bank.get_summary(user, kind)) is not None]
+        ids = [r.stored_id for kind in DAILY if (r := self.bank.get_summary(user, kind, day)) is not None]
+        ids += [r.stored_id for kind in GLOBAL if (r := self.bank.get_summary(user, kind)) is not None]
         if ids:
             self.bank.delete(user, ids)
 
@@ -180,8 +181,12 @@ class Consolidator:
             existing = self.bank.get_summary(user, kind, day)
             if existing is not None and existing.created_at >= max(t.created_at for t in turns):
                 continue  # this half was done on an earlier run
+
+            def render(block: str, name: str = name) -> str:
+                return prompts.render(name, **values, dialogue=block)
+
             prompt = fit_block(
-                lambda block, name=name: prompts.render(name, **values, dialogue=block),
+                render,
                 lines,
                 budget=self._budget(backend),
                 count=backend.count_tokens,
@@ -209,8 +214,12 @@ class Consolidator:
         values = dict(user_name=user, companion_name=self.companion_name)
         budget = self._budget(backend)
         for chunk in self._chunks(lines, previous, prompts, name, values, budget, backend):
+
+            def render(block: str, previous: str = previous) -> str:
+                return prompts.render(name, **values, previous=previous, days=block)
+
             prompt = fit_block(
-                lambda block, previous=previous: prompts.render(name, **values, previous=previous, days=block),
+                render,
                 chunk,
                 budget=budget,
                 count=backend.count_tokens,

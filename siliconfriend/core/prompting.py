@@ -145,7 +145,8 @@ def _cached(lang: str, root: Traversable) -> PromptSet:
 
 
 def load_prompts(lang: str = "en", root: Traversable | None = None) -> PromptSet:
-    return _cached(lang, root or PROMPTS_DIR)
+    # Traversable declares no __hash__; what files() gives (a Path, a MultiplexedPath) hashes
+    return _cached(lang, root or PROMPTS_DIR)  # type: ignore[arg-type]
 
 
 # -- fitting --------------------------------------------------------------------------------------

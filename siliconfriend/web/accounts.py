@@ -26,7 +26,7 @@ import time
 import unicodedata
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, ContextManager
+from typing import Any, Callable, ContextManager, Iterable, Protocol, Sequence
 
 from argon2 import PasswordHasher
 from argon2.exceptions import InvalidHashError, VerificationError, VerifyMismatchError
@@ -171,6 +171,14 @@ _MIGRATIONS = [
 ]
 
 
+class SqlConnection(Protocol):
+    """What the accounts' SQL (and the API keys') runs on in a transaction: a sqlite3 connection,
+    or its PostgreSQL stand-in (``accounts_pg._Dialect``)."""
+
+    def execute(self, statement: str, parameters: Sequence[Any] = ..., /) -> Any: ...
+    def executemany(self, statement: str, rows: Iterable[Any], /) -> Any: ...
+
+
 class Accounts:
     """The users of one SiliconFriend home. Thread-safe (one connection, one lock)."""
 
@@ -202,7 +210,7 @@ class Accounts:
         return connect(self.path, "foreign_keys=ON", "secure_delete=ON")
 
     def _migrate(self) -> None:
-        with self._tx() as db:
+        with immediate_transaction(self._db, self._lock) as db:  # SQLite's (PgAccounts has its own)
             version = db.execute("PRAGMA user_version").fetchone()[0]
             if (
                 version == 2
@@ -226,7 +234,7 @@ class Accounts:
     def _rate_store(self) -> RateLimitStore:
         return SQLiteRateLimitStore(self._db, self._lock)
 
-    def _tx(self) -> ContextManager[sqlite3.Connection]:
+    def _tx(self) -> ContextManager[SqlConnection]:
         return immediate_transaction(self._db, self._lock)
 
     def close(self) -> None:

@@ -65,7 +65,7 @@ def remembered_title(items: list[dict], lang: str) -> str:
 
 
 def turn_messages(query: str, reply: str, remembered: list[dict] | None, lang: str) -> list[dict]:
-    out = [{"role": "user", "content": shown(query)}]
+    out: list[dict[str, Any]] = [{"role": "user", "content": shown(query)}]
     if remembered is not None:
         out.append(
             {

@@ -19,7 +19,7 @@ from collections import OrderedDict
 from dataclasses import dataclass, field, replace
 from datetime import date, datetime, timedelta
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 from memory.bank import MemoryBank, UnknownMemory, user_key
 from memory.memorybank_format import export_user
@@ -243,7 +243,7 @@ class WebService:
 
     def logout(self, token: str | None) -> None:
         user = self.accounts.user_for(token)
-        if user:
+        if user and token is not None:
             self.stop(token)
         self.accounts.logout(token)
 
@@ -258,7 +258,7 @@ class WebService:
         return self.clock()
 
     # -- preferences --------------------------------------------------------------------------
-    def prefs(self, token: str) -> dict:
+    def prefs(self, token: str | None) -> dict:
         user = self.user(token)
         saved = self.accounts.prefs(user)
         backend = next(iter(self.choices))
@@ -416,7 +416,7 @@ class WebService:
     # -- memory page --------------------------------------------------------------------------
     def _row(self, rec: MemoryRecord, now: datetime, why: str = "") -> MemoryRow:
         return MemoryRow(
-            rec.id,
+            rec.stored_id,
             rec.day.isoformat() if not rec.kind.is_global else "",
             rec.kind.value,
             rec.state.value,
@@ -490,7 +490,7 @@ class WebService:
 
     def pin(self, token: str, memory: int, pinned: bool = True) -> MemoryRecord:
         user = self.user(token)
-        return self.bank.pin(user, self.bank.get(user, memory_id(memory)).id, pinned)
+        return self.bank.pin(user, self.bank.get(user, memory_id(memory)).stored_id, pinned)
 
     def restore(self, token: str, memory: int) -> MemoryRecord:
         """Bring back an archived memory (as if just recalled). An active one is refused: restoring
@@ -499,7 +499,7 @@ class WebService:
         rec = self.bank.get(user, memory_id(memory))
         if rec.state != State.ARCHIVED:
             raise ValueError(f"memory #{rec.id} is not archived: only archived memories can be restored")
-        return self.bank.restore(user, rec.id, self.now())
+        return self.bank.restore(user, rec.stored_id, self.now())
 
     def delete_memories(self, token: str, memory_ids: list[int]) -> int:
         """Delete for good. A dialogue turn goes through the companion, so that the summaries of
@@ -508,9 +508,9 @@ class WebService:
         records = [self.bank.get(user, memory_id(i)) for i in memory_ids]  # UnknownMemory unless all are hers
         for rec in records:
             if rec.kind == Kind.TURN and hasattr(self.companion, "delete_turn"):
-                self.companion.delete_turn(user, rec.id)
+                self.companion.delete_turn(user, rec.stored_id)
             else:
-                self.bank.delete(user, [rec.id])
+                self.bank.delete(user, [rec.stored_id])
         return len(records)
 
     def summaries(self, token: str, day: str | None = None) -> dict:
@@ -557,7 +557,7 @@ class WebService:
             if kind.is_daily and not day:
                 raise ValueError("pick the day whose summary you are editing")
             self.bank.set_summary(
-                user, kind, text.strip(), self.now(), day=date.fromisoformat(day) if kind.is_daily else None
+                user, kind, text.strip(), self.now(), day=date.fromisoformat(day) if kind.is_daily and day else None
             )
             saved.append(key)
         return saved
@@ -686,7 +686,7 @@ class WebService:
                 path.unlink(missing_ok=True)
 
     def delete_account(
-        self, token: str, password: str, *, extra_dirs: list[Path] = (), client: str | None = None
+        self, token: str, password: str, *, extra_dirs: Sequence[Path] = (), client: str | None = None
     ) -> None:
         """The account, its sessions, every memory and file: gone. Needs the password again."""
         user = self.user(token)

@@ -1,6 +1,7 @@
 """Import / export of the original MemoryBank JSON."""
 
 import json
+from datetime import datetime
 from pathlib import Path
 
 import pytest
@@ -108,3 +109,29 @@ def test_the_papers_bank_round_trips(paper_bank, tmp_path):
         assert [(t["query"], t["response"]) for t in out["history"][day]] == [
             (t["query"], t["response"]) for t in turns
         ]
+
+
+def test_a_lone_reply_is_kept_at_its_place_in_the_day(paper_bank, tmp_path):
+    """A conversation's second speaker may open a session: the turn has a reply and no message.
+    It is a memory like any other, and the turns after it keep their places (evidence labels and
+    the neighbours retrieval uses count turns by their index in the day)."""
+    data = {
+        "Ann": {
+            "history": {
+                "2023-05-25": [
+                    {"query": "", "response": "I ran a charity race for mental health last Saturday."},
+                    {"query": "That race sounds great!", "response": "Thanks, it was rewarding."},
+                    {"query": "  ", "response": ""},
+                    {"query": "What's next?", "response": "A trip to the coast."},
+                ]
+            }
+        }
+    }
+    assert import_bank(paper_bank, _write(tmp_path, data)) == {"Ann": 3}
+    turns = paper_bank.records("Ann", kind=Kind.TURN)
+    assert [(t.position, t.query) for t in turns] == [(0, ""), (1, "That race sounds great!"), (2, "What's next?")]
+    assert turns[0].text == "I ran a charity race for mental health last Saturday."
+    paper_bank.settle()
+    hits = paper_bank.retrieve("Ann", "When did Ann run the charity race?", datetime(2023, 6, 1), k=1)
+    assert hits[0].record.position == 0
+    assert paper_bank.add_turn("Ann", "   ", "a reply to nothing", datetime(2023, 6, 1)) is None
