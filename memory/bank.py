@@ -239,6 +239,10 @@ class MemoryBank:
         """Wait until every reply vector asked for so far is stored (evaluations, tests, closing)."""
         self._replies.wait()
 
+    def queue_replies(self, user: str) -> None:
+        """Have the reply worker embed every reply of ``user`` that has no vector yet."""
+        self._replies.submit(user)
+
     def _embed_pending_replies(self, user: str, batch: int = 256) -> None:
         with self._lock:
             if user not in self._open and not self.has_user(user):
@@ -295,11 +299,13 @@ class MemoryBank:
         """Store several exchanges in one transaction (imports). ``states``, if given, carries each
         turn's forgetting fields (strength, last_recall, ...) in the same order. ``importance``:
         one rating for all, or None to rate each message. ``replies``: "now" embeds the replies in
-        this call, "later" leaves them to the reply worker. A turn with a blank message and a
-        reply (a conversation's second speaker opening a session) is kept, at its place in the
-        day: its message vector is then the reply's words on the message side."""
-        if replies not in ("now", "later"):
-            raise ValueError(f"replies must be 'now' or 'later', not {replies!r}")
+        this call, "later" leaves them to the reply worker, "queued" too but only once
+        ``queue_replies`` is called (an import: the worker then does not compete with the
+        import's own embedding; a user's next open queues them too). A turn with a blank message
+        and a reply (a conversation's second speaker opening a session) is kept, at its place in
+        the day: its message vector is then the reply's words on the message side."""
+        if replies not in ("now", "later", "queued"):
+            raise ValueError(f"replies must be 'now', 'later' or 'queued', not {replies!r}")
         u = self._user(user)
         records: list[MemoryRecord] = []
         positions: dict[date, int] = {}

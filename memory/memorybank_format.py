@@ -119,7 +119,12 @@ def import_bank(
     bank: MemoryBank, path: Path | str, *, only_user: str | None = None, rename: str | None = None, progress=None
 ) -> dict[str, int]:
     """Import users from a MemoryBank file; returns turns imported per user. Turns already in
-    the user's memory (same day, words and reply) are skipped, so importing twice is harmless."""
+    the user's memory (same day, words and reply) are skipped, so importing twice is harmless.
+
+    The turns are stored and indexed here (their words and their messages' vectors); their
+    replies' vectors are made by the bank's reply worker once every turn is in, as a live turn's
+    are after its reply, and are complete when ``bank.settle()`` returns (``bank.close()`` waits
+    for them too)."""
     parsed = parse_bank(path, only_user)
     counts: dict[str, int] = {}
     bar = progress(total=sum(len(p.turns) for p in parsed), desc="importing", unit="turn") if progress else None
@@ -132,7 +137,9 @@ def import_bank(
         for start in range(0, len(fresh), 256):
             part = fresh[start : start + 256]
             stored += len(
-                bank.add_turns(user, [(q, r, w) for q, r, w, _, _ in part], states=states[start : start + 256])
+                bank.add_turns(
+                    user, [(q, r, w) for q, r, w, _, _ in part], states=states[start : start + 256], replies="queued"
+                )
             )
             if bar:
                 bar.update(len(part))
@@ -153,6 +160,8 @@ def import_bank(
         counts[user] = stored  # blank turns (no message, no reply) are not stored
     if bar:
         bar.close()
+    for user in counts:
+        bank.queue_replies(user)
     return counts
 
 

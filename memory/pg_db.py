@@ -167,9 +167,11 @@ class Database:
                 with con.cursor() as cur:
                     yield cur
 
-    def fetchall(self, sql, params: Sequence | dict = ()) -> list[tuple]:
+    def fetchall(self, sql, params: Sequence | dict = (), *, binary: bool = False) -> list[tuple]:
+        """``binary``: results in PostgreSQL's binary format (vectors arrive as float32s, not as
+        text to parse: ~10x less time per vector)."""
         with self.connection() as con:
-            return con.execute(sql, params).fetchall()
+            return con.execute(sql, params, binary=binary).fetchall()
 
     def fetchone(self, sql, params: Sequence | dict = ()) -> tuple | None:
         with self.connection() as con:

@@ -104,6 +104,7 @@ def test_the_result_has_every_key_the_issue_asks_for(tiny_result):
         assert t["before_reply"]["p50"] > 0 and t["after_reply"]["p50"] > 0
         # each turn embeds its message once, as the query; the stored turn's vector is that one
         assert 0 < t["embed_query"]["p50"] < t["p50"] and t["embed_document"]["p95"] == 0
+        assert t["reply_vector"]["p50"] > 0  # the reply worker's part, after the turn, timed apart
         assert key in r["sizes"]
     json.dumps(r)  # plain JSON all through
 
@@ -114,6 +115,8 @@ def test_the_numbers_make_sense(tiny_result):
     assert r["ingest"]["turns"] == 16 and r["ingest_turns_per_s"] > 0
     assert r["ingest"]["turns_embedded"] == 16  # one embedding per turn: the message
     assert 0 < r["ingest"]["embed_s"] <= r["ingest"]["seconds"]
+    # the replies' vectors are made by the reply worker, complete once the bank has settled
+    assert r["ingest"]["replies_embedded"] == 16 and r["ingest"]["replies_done_s"] >= r["ingest"]["seconds"]
     run = r["process"]["runs"][0]
     assert run["hits"] > 0 and not run["index_rebuilt"] and run["indexed"] > 0
     assert 0 < r["restart_s"] < r["cold_start_s"]

@@ -305,8 +305,11 @@ def format_table(r: dict) -> str:
     lines += [
         "",
         f"{'ingest_turns_per_s':<22}{r.get('ingest_turns_per_s')!s:>10}{_ok(r.get('ingest_turns_per_s'), 200, low=False)}"
-        f"   (embedding {ing.get('embed_ms_per_turn')} ms/turn = {ing.get('embed_s')} of "
+        f"   stored + indexed (embedding {ing.get('embed_ms_per_turn')} ms/turn = {ing.get('embed_s')} of "
         f"{ing.get('seconds')} s; {ing.get('turns_per_s_without_embedding')} turns/s without it)",
+        f"{'  with reply vectors':<22}{ing.get('turns_per_s_with_replies')!s:>10}      "
+        f"   the replies' vectors complete at {ing.get('replies_done_s')} s "
+        f"({ing.get('replies_embedded')} replies, {ing.get('replies_embed_s')} s on the reply worker)",
         f"{'restart_s':<22}{r.get('restart_s')!s:>10}{_ok(r.get('restart_s'), 0.5)}   {r['sizes'].get('restart', '')}",
         f"{'restart_reembed_s':<22}{r.get('restart_reembed_s')!s:>10}   x{r.get('restart_speedup')}"
         f"{_ok(r.get('restart_speedup'), 100, low=False)}   {r['sizes'].get('restart_reembed', '')}",

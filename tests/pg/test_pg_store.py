@@ -116,6 +116,41 @@ def test_two_banks_share_one_database_without_stale_caches(pg_url, e5_embedder):
         b.close()
 
 
+def test_vectors_are_kept_in_their_rows_and_migration_3_moves_older_ones_in(pg_url, e5_embedder):
+    def toasted(con) -> int:  # live chunks in the memories table's TOAST table
+        toast = con.execute("SELECT reltoastrelid::regclass::text FROM pg_class WHERE relname = 'memories'").fetchone()
+        return con.execute(f"SELECT count(*) FROM {toast[0]}").fetchone()[0]
+
+    bank = PgMemoryBank(pg_url, e5_embedder)
+    fill(bank, "amy")
+    bank.settle()
+    ids = [r.id for r in bank.records("amy")]
+    before = bank._user("amy").store.vectors(ids, e5_embedder.dim, column="reply_vector")
+    bank.close()
+    with psycopg.connect(pg_url, autocommit=True) as con:
+        storage = (
+            "SELECT attstorage FROM pg_attribute WHERE attrelid = 'memories'::regclass AND attname LIKE '%embedding'"
+        )
+        assert {r[0] for r in con.execute(storage)} == {"m"}  # MAIN: in the row
+        assert toasted(con) == 0
+        # a database of schema 2, whose vectors went out of line (PostgreSQL's default for them)
+        con.execute("ALTER TABLE memories RESET (toast_tuple_target)")
+        con.execute("ALTER TABLE memories ALTER COLUMN embedding SET STORAGE EXTERNAL")
+        con.execute("ALTER TABLE memories ALTER COLUMN reply_embedding SET STORAGE EXTERNAL")
+        con.execute("UPDATE memories SET reply_embedding = reply_embedding::real[]::vector")
+        con.execute("UPDATE sf_schema SET version = 2 WHERE component = 'memory'")
+        assert toasted(con) > 0
+    bank = PgMemoryBank(pg_url, e5_embedder)  # migrates to 3
+    try:
+        after = bank._user("amy").store.vectors(ids, e5_embedder.dim, column="reply_vector")
+        assert np.array_equal(before, after) and after.any(axis=1).sum() == len(TURNS)
+    finally:
+        bank.close()
+    with psycopg.connect(pg_url, autocommit=True) as con:
+        assert {r[0] for r in con.execute(storage)} == {"m"}
+        assert toasted(con) == 0
+
+
 def test_big_user_gets_a_partial_hnsw_index_with_the_same_top_hits(pg_url, e5_embedder):
     from memory.records import MemoryRecord
 
