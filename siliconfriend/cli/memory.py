@@ -13,11 +13,13 @@ from typing import Any
 
 
 def _bank(args):
+    """The configured bank, its embedder loaded only when something is embedded: listing,
+    exporting, forgetting and a refused file take a second, not the model's load."""
     from ..config import Settings
     from ..factory import build_bank
 
     settings = Settings.load(home=args.home)
-    return build_bank(settings)
+    return build_bank(settings, lazy=True)
 
 
 def _known_user(bank, user: str) -> bool:

