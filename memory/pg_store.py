@@ -36,7 +36,7 @@ import numpy as np
 import psycopg
 from psycopg import sql
 
-from .bank import MemoryBank, _Open
+from .bank import MemoryBank, _Open, user_key
 from .lexical import fts_document, fts_terms
 from .pg_db import Database, one, run_statements
 from .records import Kind, MemoryRecord, State
@@ -747,8 +747,6 @@ class PgMemoryBank(MemoryBank):
         raise NotImplementedError("memories live in PostgreSQL, not in a folder")
 
     def _user(self, user: str) -> _PgOpen:
-        from .bank import user_key
-
         with self._lock:
             opened = self._open.get(user)
             if isinstance(opened, _PgOpen):  # what this bank opens (None: not open)

@@ -16,9 +16,10 @@ some tips...") nor a short message decides alone; a turn whose reply has no vect
 message only. The two sides weigh the same in the base score: a question's words are a sharper cue
 than its meaning on conversations between two people (third-person questions, names, rare nouns),
 and the dense side carries paraphrase (docs/benchmarks.md, "Retrieval quality, issue 10").
-Archived memories are the second tier: they take part, less a penalty, so that only a strong cue brings one back (recognition rather than recall); the turn that
-uses it reinforces it, which makes it active again. A turn that refers to another day ("yesterday", "last
-Friday") carries that day in the lexical table, so a question naming the day finds it too.
+Archived memories are the second tier: they take part, less a penalty, so that only a strong cue
+brings one back (recognition rather than recall); the turn that uses it reinforces it, which
+makes it active again. A turn that refers to another day ("yesterday", "last Friday") carries
+that day in the lexical table, so a question naming the day finds it too.
 """
 
 from __future__ import annotations

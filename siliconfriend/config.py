@@ -1,6 +1,6 @@
 """Settings: read once from the environment and ``$SILICONFRIEND_HOME/config.toml``.
 
-This module is the only reader of environment variables in the app (``tests/test_environment.py``
+This module is the only reader of environment variables in the app (``tests/test_config.py``
 checks it); everything else gets what it needs as arguments (see ``factory.py``).
 """
 

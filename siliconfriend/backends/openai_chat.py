@@ -35,8 +35,9 @@ class OpenAIChat:
     """Chat completions from an OpenAI-compatible server.
 
     ``api_key`` and ``base_url`` come from the settings (OPENAI_API_KEY, OPENAI_BASE_URL: see
-    ``factory.backend_options``); ``base_url`` defaults to api.openai.com. A local server needs no key. ``retries`` extra attempts are made on 429/5xx/refused connections,
-    waiting ``retry_base_delay * 2**attempt`` seconds (capped at ``retry_max_delay``).
+    ``factory.backend_options``); ``base_url`` defaults to api.openai.com. A local server needs
+    no key. ``retries`` extra attempts are made on 429/5xx/refused connections, waiting
+    ``retry_base_delay * 2**attempt`` seconds (capped at ``retry_max_delay``).
     """
 
     name = "openai"
