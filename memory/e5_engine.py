@@ -199,6 +199,9 @@ class E5Model:
                     w[name] = torch.from_numpy(np.array(data, dtype=np.float32)).to(self.dtype)
                 else:  # layer norms
                     w[name] = torch.from_numpy(np.array(data, dtype=np.float32))
+            # one matrix product for the query, key and value projections instead of three
+            w["qkv.w"] = torch.cat([w.pop(f"{n}.w") for n in "qkv"])
+            w["qkv.b"] = torch.cat([w.pop(f"{n}.b") for n in "qkv"])
             self._weights.append(w)
 
     # -- file --------------------------------------------------------------------------------
@@ -299,10 +302,8 @@ class E5Model:
             attend = keep[:, None, None, :]
             for w in self._weights:
                 h = x.to(dt)
-                q, k, v = (
-                    F.linear(h, w[f"{n}.w"], w[f"{n}.b"]).view(batch, length, heads, head_dim).transpose(1, 2)
-                    for n in "qkv"
-                )
+                qkv = F.linear(h, w["qkv.w"], w["qkv.b"]).view(batch, length, 3, heads, head_dim)
+                q, k, v = qkv.permute(2, 0, 3, 1, 4).unbind(0)
                 ctx = F.scaled_dot_product_attention(q, k, v, attn_mask=attend)
                 ctx = ctx.transpose(1, 2).reshape(batch, length, dim)
                 x = F.layer_norm(

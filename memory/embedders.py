@@ -71,17 +71,23 @@ def spread(items: list[str], most: int) -> list[str]:
 
 
 def _embed_chunked(embedder: Embedder, texts: Sequence[str], kind: EmbedKind, batch: int) -> np.ndarray:
-    """One vector per text; a long text is chunked and its chunk vectors averaged."""
+    """One vector per text; a long text is chunked and its chunk vectors averaged.
+
+    The pieces go to the embedder shortest first, so that each batch holds pieces of about the
+    same length: a batch is padded to its longest piece, and batches of pieces taken in their own
+    order spent about a quarter of the model's work on padding (messages of 10-54 tokens)."""
     pieces: list[str] = []
     owners: list[int] = []
     for i, text in enumerate(texts):
         for chunk in spread(chunk_text(text), MAX_CHUNKS_PER_TEXT):
             pieces.append(chunk)
             owners.append(i)
+    order = sorted(range(len(pieces)), key=lambda j: len(pieces[j]))
     out: np.ndarray = np.zeros((len(texts), embedder.dim), dtype=np.float32)
-    for start in range(0, len(pieces), batch):
-        vecs = normalise(embedder.embed(pieces[start : start + batch], kind=kind))
-        np.add.at(out, owners[start : start + batch], vecs)
+    for start in range(0, len(order), batch):
+        part = order[start : start + batch]
+        vecs = normalise(embedder.embed([pieces[j] for j in part], kind=kind))
+        np.add.at(out, [owners[j] for j in part], vecs)
     return normalise(out) if len(texts) else out
 
 

