@@ -1,13 +1,16 @@
 """Days named in a query ("on May 4th", "last Tuesday", "yesterday", "5月4日", "前天").
 
 ``days_in_query`` returns the days a query refers to, resolved against ``today``: a month-day
-without a year is the latest such day not after today.
+without a year is the latest such day not after today. ``conversation_days`` resolves the
+conversations a query names ("our first conversation", "the last time we talked", "第一次聊天",
+"上次我们聊") against the days the user has talked on.
 """
 
 from __future__ import annotations
 
 import re
 from datetime import date, timedelta
+from typing import Callable, Sequence
 
 _MONTHS = {
     name: i + 1
@@ -62,6 +65,21 @@ _EN_LAST_WEEKDAY = re.compile(
     rf"\b(?:last|on|this past)\s+(?P<w>{'|'.join(sorted(_WEEKDAYS, key=len, reverse=True))})\b", re.I
 )
 _ZH_WEEKDAY = re.compile(r"(?P<last>上个?)?(?:周|星期|礼拜)(?P<w>[一二三四五六日天])")
+_TALK_EN = r"(?:conversation|chat|talk)s?"
+_TALKED_EN = r"(?:talked|chatted|spoke|met)"
+_EN_FIRST_TALK = re.compile(
+    rf"\b(?:(?:our|the)\s+(?:very\s+)?first\s+{_TALK_EN}|first\s+time\s+(?:we|you\s+and\s+i)\s+{_TALKED_EN}"
+    rf"|when\s+we\s+first\s+{_TALKED_EN})\b",
+    re.I,
+)
+_EN_LAST_TALK = re.compile(
+    rf"\b(?:(?:our|the)\s+(?:last|previous|most\s+recent)\s+{_TALK_EN}"
+    rf"|(?:the\s+)?last\s+time\s+(?:we|you\s+and\s+i)\s+{_TALKED_EN})\b",
+    re.I,
+)
+_TALK_ZH = "(?:我们|咱们|我和你|你和我)?的?(?:对话|聊天|谈话|交谈|聊|谈|说话)"
+_ZH_FIRST_TALK = re.compile(f"(?:第一次|头一次|首次|初次|最初|刚开始|一开始){_TALK_ZH}")
+_ZH_LAST_TALK = re.compile(f"(?:上次|上一次|最近一次){_TALK_ZH}")
 _EN_WORDS = {"one": 1, "two": 2, "three": 3, "four": 4, "five": 5, "six": 6, "seven": 7}
 
 
@@ -125,4 +143,24 @@ def days_in_query(text: str, today: date) -> list[date]:
         if d not in seen:
             seen.add(d)
             out.append(d)
+    return out
+
+
+def conversation_days(text: str, talked_on: Callable[[], Sequence[date]], today: date) -> list[date]:
+    """The days of the conversations ``text`` names: the first one ("our first conversation",
+    "when we first talked", "第一次对话") is the first day with turns; the last one ("our last
+    chat", "the last time we talked", "上次聊天") is the latest such day before ``today``.
+    ``talked_on`` gives the user's days with turns, in order; it is asked only when the text names
+    a conversation."""
+    first = bool(_EN_FIRST_TALK.search(text) or _ZH_FIRST_TALK.search(text))
+    last = bool(_EN_LAST_TALK.search(text) or _ZH_LAST_TALK.search(text))
+    if not (first or last):
+        return []
+    days = list(talked_on())
+    out: list[date] = []
+    if first and days:
+        out.append(days[0])
+    before = [d for d in days if d < today]
+    if last and before and before[-1] not in out:
+        out.append(before[-1])
     return out

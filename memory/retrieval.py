@@ -2,7 +2,8 @@
 
 Candidates come from three places: the dense index (cosine of e5 / MiniLM vectors), the lexical
 index (SQLite FTS5 BM25 over jieba / English word tokens) and, when the query names days ("on May
-4th", "前天"), every active memory of those days. A candidate's base score mixes its dense
+4th", "前天") or conversations ("our first conversation", "上次我们聊": the user's first day, the
+latest before today), every active memory of those days. A candidate's base score mixes its dense
 similarity and lexical score, each scaled to [0, 1] over the candidates. A dialogue turn then
 takes a share of its neighbours' base scores (the turn before and after it on the same day):
 conversations run over several turns, and "I loved Gulangyu Island" answers a question about
@@ -32,7 +33,7 @@ from typing import Sequence
 
 import numpy as np
 
-from .dates import days_in_query
+from .dates import conversation_days, days_in_query
 from .embedders import Embedder, embed_query
 from .forgetting import ForgettingPolicy
 from .lexical import fts_query
@@ -304,7 +305,10 @@ def retrieve(
     k = config.k if k is None else k
     if not query.strip() or k <= 0:
         return []
-    named_days: list[date] = days_in_query(query, now.date()) if config.use_dates else []
+    named_days: list[date] = []
+    if config.use_dates:
+        named_days = days_in_query(query, now.date())
+        named_days += [d for d in conversation_days(query, store.days, now.date()) if d not in named_days]
     qvec, dense_ids, ranked = _search_sides(store, index, embedder, query, config, query_vector, named_days)
     records, members = _gather(store, dense_ids, ranked, named_days, config)
     deeper = dict(ranked)

@@ -33,6 +33,25 @@ def test_named_day_focuses_retrieval(paper_bank):
     assert hits[0].record.id == t[0].id
 
 
+def test_the_first_and_the_last_conversation_are_found_by_their_days(paper_bank):
+    t = _fill(
+        paper_bank,
+        "mia",
+        [
+            (0, "I just started a new job as a nurse", "Congratulations on the new job!"),
+            (0, "My shifts are long but I like my colleagues", "Good colleagues make a big difference."),
+            (2, "I adopted a kitten named Pepper", "Pepper is a lovely name."),
+            (4, "I baked bread for the first time", "Homemade bread is the best."),
+            (6, "I feel a bit tired today", "Rest well."),
+        ],
+    )
+    now = D + timedelta(days=6, hours=1)  # asked on the day of the last turn
+    hits = paper_bank.retrieve("mia", "What did we talk about in our first conversation?", now, k=2)
+    assert {h.record.id for h in hits} == {t[0].id, t[1].id} and all(h.on_named_day for h in hits)
+    hits = paper_bank.retrieve("mia", "上次我们聊了什么？", now, k=1)
+    assert hits[0].record.id == t[3].id  # the last conversation before today's
+
+
 def test_chinese_words_are_matched(paper_bank):
     t = _fill(
         paper_bank,
