@@ -11,12 +11,15 @@ Xiamen that the turn before it named. A memory on a day the query names gets a b
 retention term puts what is fresher in mind first among equals. Each hit carries its scores and
 the reasons, for the UI. Retrieval never reinforces.
 
-A turn's dense similarity is the mean of its two vectors' cosines: the user's message and the
-companion's reply (both sides of an exchange), so that neither a long, generic reply ("here are
-some tips...") nor a short message decides alone; a turn whose reply has no vector yet counts its
-message only. The two sides weigh the same in the base score: a question's words are a sharper cue
-than its meaning on conversations between two people (third-person questions, names, rare nouns),
-and the dense side carries paraphrase (docs/benchmarks.md, "Retrieval quality, issue 10").
+A turn's dense similarity is a weighted mean of its two vectors' cosines: the user's message
+(two thirds) and the companion's reply (one third), so that both sides of an exchange count but
+neither a long, generic reply ("here are some tips...") nor a short message decides alone; the
+message weighs more because it is the person's own words, what a companion is later asked about
+(in a conversation between two people, the reply is the second speaker's). A turn whose reply has
+no vector yet counts its message only. The two sides weigh the same in the base score: a
+question's words are a sharper cue than its meaning on conversations between two people
+(third-person questions, names, rare nouns), and the dense side carries paraphrase
+(docs/benchmarks.md, "Retrieval quality, issue 10", second and third passes).
 Archived memories are the second tier: they take part, less a penalty, so that only a strong cue
 brings one back (recognition rather than recall); the turn that uses it reinforces it, which
 makes it active again. A turn that refers to another day ("yesterday", "last Friday") carries
@@ -56,6 +59,7 @@ class RetrievalConfig:
     use_replies: bool = True  # a turn's dense similarity also looks at its reply's vector
     reply_mode: str = "mean"  # how the two sides combine: "mean" of the cosines, "max", or
     # "scaled" (max of each side scaled over the pool: noise in small pools)
+    reply_share: float = 1 / 3  # the reply's share of a turn's mean; the message has the rest
     archive_penalty: float | None = 0.3  # taken off an archived memory's score; None: never retrieved
     kinds: tuple[Kind, ...] = (Kind.TURN, Kind.DAILY_EVENTS)
 
@@ -217,7 +221,8 @@ def _combine_dense(
         own_s, reply_s = _scale(own), _scale(reply)
         return raw, {i: max(own_s[i], reply_s.get(i, 0.0)) for i in own}
     if config.reply_mode == "mean":
-        mixed = {i: (s + reply[i]) / 2 if i in reply else s for i, s in own.items()}
+        w = config.reply_share
+        mixed = {i: (1 - w) * s + w * reply[i] if i in reply else s for i, s in own.items()}
         return raw, _scale(mixed)
     return raw, _scale(raw)
 
