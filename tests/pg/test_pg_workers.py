@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -151,7 +152,6 @@ def test_two_app_workers_over_one_database(tmp_path, pg_url):
 def _through_nginx(worker_urls: list[str], tmp_path: Path, token: str) -> None:
     """docs/deploy/nginx.conf in front of the workers: each browser (its route cookie) sticks to
     one worker, replies stream through, and a login holds on every worker."""
-    import shutil
 
     from gradio_client import Client
 
@@ -306,3 +306,4 @@ def test_database_stopped_mid_turn_loses_no_committed_turn(e5_embedder):
     finally:
         bank.close()
         server.cleanup()
+        shutil.rmtree(folder, ignore_errors=True)  # the server's data folder, 39 MB
