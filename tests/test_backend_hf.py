@@ -280,6 +280,19 @@ def test_the_gguf_file_is_dequantized_once_into_a_plain_folder_with_the_same_wei
     assert "read from GGUF on every load" in caplog.text
 
 
+def test_prepare_model_names_the_ready_folder_and_refuses_a_missing_file(smol, tmp_path, capsys):
+    """``siliconfriend prepare-model`` (run by ``make install``): the folder the first load would
+    make; a file that is not there is a clear error."""
+    from siliconfriend.cli.main import main
+
+    assert main(["--home", str(tmp_path), "prepare-model", "smollm2"]) == 0
+    assert f"ready in {gguf_plain_folder(resolve_preset('smollm2'))}" in capsys.readouterr().out
+    assert main(["--home", str(tmp_path), "prepare-model", str(tmp_path / "missing.gguf")]) == 2
+    assert "no model at" in capsys.readouterr().err
+    assert main(["--home", str(tmp_path), "prepare-model", "Qwen/Qwen2.5-0.5B-Instruct"]) == 0
+    assert "nothing to prepare" in capsys.readouterr().out
+
+
 @pytest.mark.slow
 def test_smollm2_answers(smol):
     assert smol.model.endswith(".gguf") and smol.context_tokens == 8192

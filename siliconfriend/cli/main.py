@@ -11,6 +11,7 @@ COMMAND_MODULES = [
     "siliconfriend.cli.memory",  # import-memorybank, export-memorybank, memories, forget, eval
     "siliconfriend.cli.chat",  # chat, replay, probe, consolidate
     "siliconfriend.cli.finetune",  # finetune
+    "siliconfriend.cli.models",  # prepare-model
     "siliconfriend.cli.bench",  # bench
     "siliconfriend.cli.store",  # migrate-store
     "siliconfriend.cli.api",  # keys, serve-api

@@ -275,6 +275,15 @@ def _plain_copy(spec: ModelSpec, common: dict[str, Any]) -> Path | None:
     return folder
 
 
+def prepare_model(model: str | os.PathLike) -> Path | None:
+    """Does now what the first load of ``model`` (a preset, a .gguf file, a folder or an id)
+    would do once: a small GGUF file is de-quantized into its plain folder (``gguf_plain_folder``).
+    The folder, or None where there is nothing to prepare (no GGUF file, or one too large to keep
+    de-quantized) or it cannot be written (a warning says so; loads then read the GGUF file)."""
+    spec = model_spec(model)
+    return _plain_copy(spec, _common(spec, None))
+
+
 def _writable(folder: Path) -> bool:
     try:
         folder.mkdir(parents=True, exist_ok=True)
