@@ -37,31 +37,38 @@ def _serve(tmp_path, args: list[str], extra_env: dict[str, str]) -> subprocess.P
     )
 
 
-@pytest.mark.parametrize("how", ["flags", "gradio-env"])
-def test_app_py_serves_on_the_given_port(tmp_path, how):
-    port = free_port()
-    if how == "flags":
-        proc = _serve(tmp_path, ["--host", "127.0.0.1", "--port", str(port)], {})
-    else:
-        proc = _serve(tmp_path, [], {"GRADIO_SERVER_NAME": "127.0.0.1", "GRADIO_SERVER_PORT": str(port)})
-    url = f"http://127.0.0.1:{port}/"
-    try:
-        wait_until_serving(url, proc)
-        client = Client(url, verbose=False)
-        with pytest.raises(AppError, match="log in"):
-            client.predict("", api_name="/whoami")
-        token, _, message = client.predict("dora", "dora-password", "en", api_name="/signup")
-        assert token and not message
-        assert client.predict(token, api_name="/whoami") == "dora"
-        assert (tmp_path / "home" / "accounts.db").exists()
-        # a model that cannot be reached is a clear message in the chat, not a crash
+def test_app_py_serves_on_the_given_port(tmp_path):
+    """Host and port from the flags, and from Gradio's variables: two apps, started side by side."""
+    apps = {}
+    for how in ("flags", "gradio-env"):
+        port, folder = free_port(), tmp_path / how
+        folder.mkdir()
         if how == "flags":
-            chat, box, _ = client.predict(token, "hello?", api_name="/chat")
-            assert box == "hello?" and "⚠️" in str(chat[-1]["content"])
+            proc = _serve(folder, ["--host", "127.0.0.1", "--port", str(port)], {})
+        else:
+            proc = _serve(folder, [], {"GRADIO_SERVER_NAME": "127.0.0.1", "GRADIO_SERVER_PORT": str(port)})
+        apps[how] = (proc, f"http://127.0.0.1:{port}/", folder)
+    try:
+        for how, (proc, url, folder) in apps.items():
+            wait_until_serving(url, proc)
+            client = Client(url, verbose=False)
+            with pytest.raises(AppError, match="log in"):
+                client.predict("", api_name="/whoami")
+            token, _, message = client.predict("dora", "dora-password", "en", api_name="/signup")
+            assert token and not message
+            assert client.predict(token, api_name="/whoami") == "dora"
+            assert (folder / "home" / "accounts.db").exists()
+            # a model that cannot be reached is a clear message in the chat, not a crash
+            if how == "flags":
+                chat, box, _ = client.predict(token, "hello?", api_name="/chat")
+                assert box == "hello?" and "⚠️" in str(chat[-1]["content"])
     finally:
-        proc.terminate()
-        try:
-            proc.wait(15)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-    assert "gradio.live" not in proc.stdout.read()
+        for proc, _, _ in apps.values():
+            proc.terminate()
+        for proc, _, _ in apps.values():
+            try:
+                proc.wait(15)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+    for proc, _, _ in apps.values():
+        assert "gradio.live" not in proc.stdout.read()
