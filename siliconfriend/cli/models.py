@@ -9,23 +9,20 @@ import time
 
 def cmd_prepare_model(args) -> int:
     from ..backends.base import BackendError
-    from ..backends.hf.loader import gguf_plain_folder, model_spec, prepare_model
+    from ..factory import prepare_local_model
 
+    start = time.perf_counter()
     try:
-        spec = model_spec(args.model)
-        ready = gguf_plain_folder(spec)
-        if ready is not None and (ready / "config.json").is_file():
-            print(f"{spec.display}: ready in {ready}")
-            return 0
-        start = time.perf_counter()
-        folder = prepare_model(args.model)
+        name, folder, made = prepare_local_model(args.model)
     except BackendError as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        print(f"siliconfriend: error: {exc}", file=sys.stderr)
         return 2
     if folder is None:
-        print(f"{spec.display}: nothing to prepare (not a small GGUF file, or its cache is not writable)")
-        return 0
-    print(f"{spec.display}: de-quantized into {folder} in {time.perf_counter() - start:.1f} s")
+        print(f"{name}: nothing to prepare (not a small GGUF file, or its cache is not writable)")
+    elif made:
+        print(f"{name}: de-quantized into {folder} in {time.perf_counter() - start:.1f} s")
+    else:
+        print(f"{name}: ready in {folder}")
     return 0
 
 
