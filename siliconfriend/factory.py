@@ -115,14 +115,9 @@ def prepare_local_model(model: str) -> tuple[str, Any, bool]:
     """A local model made ready before its first load (``siliconfriend prepare-model``): its name
     as a user gives it, its de-quantized folder (None: nothing to prepare) and whether it was made
     now. Raises ``BackendError`` for a model that is not there."""
-    from .backends.hf.loader import gguf_plain_folder, model_spec, prepare_model
+    from .backends.hf.loader import prepare_model
 
-    spec = model_spec(model)
-    ready = gguf_plain_folder(spec)
-    if ready is not None and (ready / "config.json").is_file():
-        return spec.display, ready, False
-    folder = prepare_model(model)
-    return spec.display, folder, folder is not None
+    return prepare_model(model)
 
 
 def model_choices(settings: Settings) -> dict[str, list[str]]:

@@ -239,16 +239,16 @@ def gguf_plain_folder(spec: ModelSpec) -> Path | None:
     return root / f"{file.stem}-{hashlib.sha256(key.encode()).hexdigest()[:16]}"
 
 
-def _plain_copy(spec: ModelSpec, common: dict[str, Any]) -> Path | None:
+def _plain_copy(spec: ModelSpec, common: dict[str, Any]) -> tuple[Path | None, bool]:
     """The de-quantized folder of ``spec``'s GGUF file, made now if missing (written aside and
     renamed, so that two processes never see half a folder), or None where there is none and
-    it cannot be written (the GGUF file is then read as before)."""
+    it cannot be written (the GGUF file is then read as before); and whether this call made it."""
     folder = gguf_plain_folder(spec)
     if folder is None or (folder / "config.json").is_file():
-        return folder
+        return folder, False
     if not _writable(folder.parent):
         log.warning("%s is not writable: %s is read from GGUF on every load", folder.parent, spec.display)
-        return None
+        return None, False
     transformers = require("transformers")
     torch = require("torch")
     try:
@@ -269,19 +269,20 @@ def _plain_copy(spec: ModelSpec, common: dict[str, Any]) -> Path | None:
     except OSError as exc:
         shutil.rmtree(partial, ignore_errors=True)
         if (folder / "config.json").is_file():  # another process made it first
-            return folder
+            return folder, False
         log.warning("no de-quantized copy of %s could be kept (%s): it is read from GGUF", spec.display, exc)
-        return None
-    return folder
+        return None, False
+    return folder, True
 
 
-def prepare_model(model: str | os.PathLike) -> Path | None:
+def prepare_model(model: str | os.PathLike) -> tuple[str, Path | None, bool]:
     """Does now what the first load of ``model`` (a preset, a .gguf file, a folder or an id)
     would do once: a small GGUF file is de-quantized into its plain folder (``gguf_plain_folder``).
-    The folder, or None where there is nothing to prepare (no GGUF file, or one too large to keep
-    de-quantized) or it cannot be written (a warning says so; loads then read the GGUF file)."""
+    The model as a user names it; the folder, or None where there is nothing to prepare (no GGUF
+    file, or one too large to keep de-quantized) or it cannot be written (a warning says so; loads
+    then read the GGUF file); and whether this call made the folder (False: it was there)."""
     spec = model_spec(model)
-    return _plain_copy(spec, _common(spec, None))
+    return (spec.display, *_plain_copy(spec, _common(spec, None)))
 
 
 def _writable(folder: Path) -> bool:
@@ -298,7 +299,7 @@ def _writable(folder: Path) -> bool:
 def _load_source(spec: ModelSpec, trust_remote_code: bool | None) -> tuple[str, dict[str, Any]]:
     """Where to load ``spec`` from, and the common ``from_pretrained`` options."""
     common = _common(spec, trust_remote_code)
-    folder = _plain_copy(spec, common)
+    folder, _ = _plain_copy(spec, common)
     if folder is None:
         return spec.source, common
     return str(folder), {k: v for k, v in common.items() if k != "gguf_file"}
