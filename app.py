@@ -17,6 +17,7 @@ import threading
 from pathlib import Path
 
 import gradio as gr
+from fastapi import Request
 
 from siliconfriend.api.routes import mount
 from siliconfriend.config import Settings
@@ -25,7 +26,7 @@ from siliconfriend.factory import build_api_service, build_web_service
 from siliconfriend.web.account_page import EXPORT_ROUTE, build_account
 from siliconfriend.web.accounts import AccountError
 from siliconfriend.web.chat import build_chat
-from siliconfriend.web.client import request_client
+from siliconfriend.web.client import BrowserCookie, browser_id, request_client
 from siliconfriend.web.common import guard
 from siliconfriend.web.i18n import LANGS, Translator, t
 from siliconfriend.web.memory_page import build_memory
@@ -285,11 +286,12 @@ def serve_exports(app, service: WebService) -> None:
     """``GET /sf-export/<ticket>``: the export the ticket names, once, while its session lasts."""
     from fastapi.responses import PlainTextResponse, Response
 
-    def download(ticket: str):
-        found = service.take_export(ticket)
+    def download(ticket: str, request: Request):
+        found = service.take_export(ticket, browser_id(request))
         if found is None:
             return PlainTextResponse(
-                "This download link has expired or was already used: export again from the settings tab.",
+                "This download link has expired, was already used, or belongs to another browser or session: "
+                "export again from the settings tab.",
                 status_code=404,
             )
         name, body = found
@@ -317,7 +319,12 @@ def launch(
     The server believes no proxy headers itself: the client's address is worked out per request
     from ``trusted_proxies`` (``web/client.py``)."""
     os.environ["FORWARDED_ALLOW_IPS"] = ""  # uvicorn would otherwise trust X-Forwarded-For from 127.0.0.1
-    app_kwargs = {"routes": list(routes)} if routes else None
+    from starlette.middleware import Middleware
+
+    # the browser cookie an export link is bound to (web/client.py)
+    app_kwargs: dict = {"middleware": [Middleware(BrowserCookie)]}
+    if routes:
+        app_kwargs["routes"] = list(routes)
     out = demo.launch(
         server_name=host,
         server_port=port,

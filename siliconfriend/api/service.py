@@ -196,18 +196,24 @@ class ApiService:
     # -- keys ---------------------------------------------------------------------------------
     def authenticate(self, authorization: str | None, client: str | None) -> KeyOwner:
         """The owner of the request's key (``Authorization: Bearer sf-...``), or an ApiError:
-        401 for a missing, unknown or revoked key, 429 while rate-limited."""
-        try:
-            self.limiter.check_client(client)
-        except RateLimited as exc:
-            raise rate_limited(exc) from None
+        401 for a missing, unknown or revoked key, 429 while rate-limited.
+
+        A valid key is never refused because of other keys' failures: it is looked up first (a
+        256-bit key cannot be guessed, so looking it up gives a guesser nothing), and only a wrong
+        one counts against its client and, past the client's limit, gets 429 instead of 401. One
+        stale key left in one app thus never locks out the other apps behind the same address."""
         scheme, _, key = (authorization or "").strip().partition(" ")
+        owner = self.keys.owner(key.strip()) if scheme.lower() == "bearer" and key.strip() else None
+        if owner is None:
+            try:
+                self.limiter.check_client(client)
+            except RateLimited as exc:
+                raise rate_limited(exc) from None
         if scheme.lower() != "bearer" or not key.strip():
             raise unauthorized(
                 "no API key: send `Authorization: Bearer sf-...` (make a key on the account page "
                 "or with `siliconfriend keys create --user NAME`)"
             )
-        owner = self.keys.owner(key.strip())
         if owner is None:
             self.limiter.failed(client)
             raise unauthorized("this API key is unknown or was revoked: make a new one on the account page")

@@ -39,10 +39,13 @@ class AccountHandlers:
         self.service.save_prefs(token_v, companion_name=name_v, persona=persona_v, backend=backend, model=model)
         return t("saved", lang)
 
-    def export(self, token_v) -> str:
-        """A one-time download link (relative to the app's root) for this session's export."""
+    def export(self, token_v, request: gr.Request = None) -> str:
+        """A one-time download link (relative to the app's root) for this session's export, good
+        only in the browser that asked (its cookie, ``web/client.py``)."""
+        from .client import browser_id
+
         lang = lang_of(self.service, token_v)
-        ticket = self.service.export_file(token_v)
+        ticket = self.service.export_file(token_v, browser_id(request))
         return t(
             "export_link", lang, url=f"{EXPORT_ROUTE.lstrip('/')}/{ticket}", minutes=self.service.export_seconds / 60
         )

@@ -64,3 +64,47 @@ def request_client(request, trusted: tuple[Network, ...]) -> str | None:
         else []
     )
     return client_address(peer, ",".join(v for v in values if v) or None, trusted)
+
+
+# -- the browser ------------------------------------------------------------------------------------
+BROWSER_COOKIE = "sf_browser"
+
+
+def browser_id(request) -> str | None:
+    """The random id this app's cookie gives the requesting browser (None without one): what an
+    export link is bound to, next to the session that asked."""
+    try:  # a Starlette request's cookies, or the dict-like copy a queued Gradio request keeps
+        cookies = getattr(request, "cookies", None) if request is not None else None
+        value = cookies[BROWSER_COOKIE] if cookies is not None and BROWSER_COOKIE in cookies else None
+    except (AttributeError, KeyError, TypeError):
+        value = None
+    return value if isinstance(value, str) and 20 <= len(value) <= 100 else None
+
+
+class BrowserCookie:
+    """ASGI middleware: every response to a browser without the cookie sets one (HttpOnly, so no
+    script of the page reads it; SameSite=Strict). The session token itself lives in the page's
+    storage, which a plain link does not carry: the cookie is what a download can be checked by."""
+
+    def __init__(self, app):
+        self.app = app
+
+    async def __call__(self, scope, receive, send):
+        if scope.get("type") != "http":
+            return await self.app(scope, receive, send)
+        header = b"; ".join(v for k, v in scope.get("headers", []) if k == b"cookie").decode("latin-1")
+        has = any(part.strip().startswith(BROWSER_COOKIE + "=") for part in header.split(";"))
+        if has:
+            return await self.app(scope, receive, send)
+        import secrets
+
+        cookie = (
+            f"{BROWSER_COOKIE}={secrets.token_urlsafe(24)}; Path=/; HttpOnly; SameSite=Strict; Max-Age=31536000"
+        ).encode("latin-1")
+
+        async def send_with_cookie(message):
+            if message.get("type") == "http.response.start":
+                message = {**message, "headers": [*message.get("headers", []), (b"set-cookie", cookie)]}
+            await send(message)
+
+        return await self.app(scope, receive, send_with_cookie)

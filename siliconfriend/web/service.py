@@ -159,6 +159,7 @@ class BackendPool:
 class _Export:
     user: str
     token: str
+    browser: str | None  # the cookie of the browser that asked (web/client.py); None: no browser
     path: Path
     expires: float
     timer: threading.Timer | None = field(default=None, repr=False)
@@ -619,10 +620,11 @@ class WebService:
         """Everything of this user (see ``user_export``)."""
         return user_export(self.bank, self.accounts, self.user(token), self.now())
 
-    def export_file(self, token: str) -> str:
+    def export_file(self, token: str, browser: str | None = None) -> str:
         """Write this user's export (0600, in a 0700 folder of the data home) and return the
-        ticket that downloads it once (``take_export``): only while this session lasts, and at
-        most ``export_minutes`` after; then the file is deleted."""
+        ticket that downloads it once (``take_export``): only to the browser that asked (its
+        ``browser`` cookie), while this session lasts, and at most ``export_minutes`` after; then
+        the file is deleted."""
         user = self.user(token)
         data = self.export_data(token)
         self.sweep_exports()
@@ -632,7 +634,7 @@ class WebService:
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
         with os.fdopen(fd, "w", encoding="utf-8") as fh:
             json.dump(data, fh, ensure_ascii=False, indent=2)
-        export = _Export(user, token, path, time.monotonic() + self.export_seconds)
+        export = _Export(user, token, browser, path, time.monotonic() + self.export_seconds)
         export.timer = threading.Timer(self.export_seconds + 1, self.sweep_exports)
         export.timer.daemon = True
         export.timer.start()
@@ -640,13 +642,15 @@ class WebService:
             self._exports[ticket] = export
         return ticket
 
-    def take_export(self, ticket: str) -> tuple[str, bytes] | None:
-        """(file name, content) of the export ``ticket`` names, once; None when the ticket is
-        unknown, used, expired, or its session has ended. The file is deleted either way."""
+    def take_export(self, ticket: str, browser: str | None = None) -> tuple[str, bytes] | None:
+        """(file name, content) of the export ``ticket`` names, once, to the browser that asked
+        for it; None when the ticket is unknown, used, expired, its session has ended, or
+        ``browser`` is not the one that asked (then the ticket stays good for its owner)."""
         with self._exports_lock:
-            export = self._exports.pop(ticket, None) if isinstance(ticket, str) else None
-        if export is None:
-            return None
+            export = self._exports.get(ticket) if isinstance(ticket, str) else None
+            if export is None or export.browser is None or browser != export.browser:
+                return None
+            self._exports.pop(ticket)
         try:
             if time.monotonic() > export.expires or self.accounts.user_for(export.token) != export.user:
                 return None

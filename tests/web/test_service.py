@@ -158,12 +158,12 @@ def test_export_is_memorybank_json_plus_our_fields(two, tmp_path):
     service, alice, bob = two
     service.save_prefs(alice, persona="gentle")
     say(service, alice, "My favourite tea is oolong.")
-    ticket = service.export_file(alice)
+    ticket = service.export_file(alice, "alice-browser")
     stored = service.export_dir / f"{ticket}.json"
     assert stat.S_IMODE(stored.stat().st_mode) == 0o600 and stat.S_IMODE(service.export_dir.stat().st_mode) == 0o700
-    name, content = service.take_export(ticket)
+    name, content = service.take_export(ticket, "alice-browser")
     assert name.endswith(".json") and not stored.exists()  # removed right after the download
-    assert service.take_export(ticket) is None  # once only
+    assert service.take_export(ticket, "alice-browser") is None  # once only
     path = tmp_path / name
     path.write_bytes(content)
     data = json.loads(path.read_text())

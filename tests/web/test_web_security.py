@@ -17,7 +17,7 @@ import pytest
 from conftest import FAST_HASHER, free_port
 from gradio_client import Client
 
-from siliconfriend.web.client import client_address, proxy_networks
+from siliconfriend.web.client import BROWSER_COOKIE, client_address, proxy_networks
 
 
 def serve(home: Path, embedder, **settings_options):
@@ -100,9 +100,20 @@ def test_a_listed_proxys_header_names_the_client(servers):
     assert token and not message
 
 
+def fetch(link: str, browser: str | None = None) -> tuple[int, bytes, dict]:
+    """GET ``link`` as a browser holding the cookie ``browser`` (None: no cookie): (status, body, headers)."""
+    headers = {"Cookie": f"{BROWSER_COOKIE}={browser}"} if browser else {}
+    try:
+        with urllib.request.urlopen(urllib.request.Request(link, headers=headers)) as r:
+            return r.status, r.read(), {k.lower(): v for k, v in r.headers.items()}
+    except urllib.error.HTTPError as exc:
+        return exc.code, b"", {}
+
+
 def test_export_reaches_only_its_session_once(servers):
     url, service, _ = servers["direct"]
-    c = Client(url, verbose=False)
+    dora_browser, eve_browser = "dora-browser-" + "d" * 20, "eve-browser-" + "e" * 20
+    c = Client(url, verbose=False, headers={"Cookie": f"{BROWSER_COOKIE}={dora_browser}"})
     token = service.signup("dora", "dora-password").token
     other = service.signup("eve", "eve-password").token
     html = c.predict(token, api_name="/export")
@@ -111,17 +122,21 @@ def test_export_reaches_only_its_session_once(servers):
     stored = service.export_dir / f"{ticket}.json"
     assert stat.S_IMODE(stored.stat().st_mode) == 0o600
     assert stat.S_IMODE(service.export_dir.stat().st_mode) == 0o700
-    with urllib.request.urlopen(link) as r:
-        assert r.headers["Content-Disposition"].startswith("attachment") and b'"dora"' in r.read()
+    # the link in another logged-in browser, or in one with no cookie at all: refused, and still good
+    assert fetch(link, eve_browser)[0] == 404 and fetch(link)[0] == 404
+    assert stored.exists()
+    status, body, headers = fetch(link, dora_browser)
+    assert status == 200 and headers["content-disposition"].startswith("attachment") and b'"dora"' in body
     assert not stored.exists()
-    with pytest.raises(urllib.error.HTTPError) as exc:  # used: gone
-        urllib.request.urlopen(link)
-    assert exc.value.code == 404
+    assert fetch(link, dora_browser)[0] == 404  # used: gone
+    # a first visit gets its browser cookie (HttpOnly)
+    with urllib.request.urlopen(url) as r:
+        assert f"{BROWSER_COOKIE}=" in r.headers["Set-Cookie"] and "HttpOnly" in r.headers["Set-Cookie"]
     # a second session asks for its own export, never anyone else's; a logged-out session's link is dead
-    eve_link = url + re.search(r'href="([^"]+)"', c.predict(other, api_name="/export")).group(1)
+    eve_client = Client(url, verbose=False, headers={"Cookie": f"{BROWSER_COOKIE}={eve_browser}"})
+    eve_link = url + re.search(r'href="([^"]+)"', eve_client.predict(other, api_name="/export")).group(1)
     service.logout(other)
-    with pytest.raises(urllib.error.HTTPError):
-        urllib.request.urlopen(eve_link)
+    assert fetch(eve_link, eve_browser)[0] == 404
     assert not list(service.export_dir.glob("*.json"))
     # an export not downloaded is removed within minutes (here: the limit set to a moment)
     service.export_seconds = 0.2
