@@ -9,17 +9,21 @@ description is at ``/v1/openapi.json``, a page at ``/v1/docs``.
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import logging
+import os
 from typing import Any, Iterator
 
 from fastapi import Depends, FastAPI, Query, Request
 from fastapi.exceptions import RequestValidationError
+from fastapi.openapi.docs import get_swagger_ui_html
 from fastapi.responses import JSONResponse, StreamingResponse
 from fastapi.security import HTTPBearer
 from pydantic import BaseModel, ConfigDict, Field
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import Mount
+from starlette.staticfiles import StaticFiles
 
 from .keys import KeyOwner
 from .service import MODEL_ID, ApiError, ApiService, Completion
@@ -28,6 +32,16 @@ log = logging.getLogger("siliconfriend.api")
 
 MAX_BODY_BYTES = 8 * 1024 * 1024
 PREFIX = "/v1"
+DOCS_STATIC = "/docs/static"  # Swagger UI's script, style sheet and icon, under the API's prefix
+
+
+def swagger_ui_dir() -> str:
+    """The folder of Swagger UI's files in the fastapi-offline package (found without importing
+    it: only its files are used, with FastAPI's own docs page)."""
+    spec = importlib.util.find_spec("fastapi_offline")
+    if spec is None or not spec.submodule_search_locations:
+        raise RuntimeError("the fastapi-offline package is missing (pip install fastapi-offline): /v1/docs needs it")
+    return os.path.join(next(iter(spec.submodule_search_locations)), "static")
 
 
 class ChatMessageIn(BaseModel):
@@ -74,7 +88,7 @@ def build_api(api: ApiService) -> FastAPI:
         "retrieval, daily summaries, personality, forgetting), and the memory API. "
         "Authenticate with a per-user key: `Authorization: Bearer sf-...`.",
         openapi_url="/openapi.json",
-        docs_url="/docs",
+        docs_url=None,  # /docs below, with Swagger UI's files served from here, not a CDN
         redoc_url=None,
     )
     bearer = HTTPBearer(auto_error=False, description="a per-user API key, sf-...")
@@ -118,6 +132,20 @@ def build_api(api: ApiService) -> FastAPI:
     async def owner(request: Request, _=Depends(bearer)) -> KeyOwner:
         # on the event loop: a digest and one indexed SQLite read, cheaper than a hop to a thread
         return api.authenticate(request.headers.get("authorization"), client_of(request))
+
+    # -- the docs page: Swagger UI from the fastapi-offline package (works without the internet) --
+    app.mount(DOCS_STATIC, StaticFiles(directory=swagger_ui_dir()), name="swagger-ui")
+
+    @app.get("/docs", include_in_schema=False)
+    def docs(request: Request):
+        root = request.scope.get("root_path", "").rstrip("/")  # "/v1" where the API is mounted
+        return get_swagger_ui_html(
+            openapi_url=f"{root}/openapi.json",
+            title="SiliconFriend API",
+            swagger_js_url=f"{root}{DOCS_STATIC}/swagger-ui-bundle.js",
+            swagger_css_url=f"{root}{DOCS_STATIC}/swagger-ui.css",
+            swagger_favicon_url=f"{root}{DOCS_STATIC}/favicon.png",
+        )
 
     # -- chat ---------------------------------------------------------------------------------
     @app.get("/models", summary="The models: one, the companion")
