@@ -28,7 +28,7 @@ from siliconfriend.web.accounts import AccountError
 from siliconfriend.web.chat import build_chat
 from siliconfriend.web.client import BrowserCookie, browser_id, request_client
 from siliconfriend.web.common import guard
-from siliconfriend.web.i18n import LANGS, Translator, t
+from siliconfriend.web.i18n import LANGS, Translator, say, t
 from siliconfriend.web.memory_page import build_memory
 from siliconfriend.web.service import WebService
 
@@ -76,9 +76,11 @@ class AppHandlers:
     def _lang(self, lang_v: str) -> str:
         return lang_v if lang_v in LANGS else self.service.settings.lang
 
-    def enter(self, token_v: str, lang_v: str) -> list:
+    def enter(self, token_v: str, lang_v: str, owner_v: str = "") -> list:
         """The page for whoever holds ``token_v``: the login box, or their chat, memories and
-        settings (today's conversation back on screen)."""
+        settings (today's conversation back on screen). ``owner_v``: whose draft the message box
+        holds (the tab's last user): a draft is kept across a session end only for that same user,
+        so the next person to log in on the tab never sees it. The last value is the new owner."""
         service = self.service
         user = service.accounts.user_for(token_v)
         hide = gr.update(visible=False)
@@ -93,8 +95,12 @@ class AppHandlers:
                 *self.chat.blank(self._lang(lang_v)),
                 *self.memory.blank(self._lang(lang_v)),
                 *self.account.blank(),
+                gr.skip(),
             ]
         prefs = service.prefs(token_v)
+        chat = self.chat.restore(token_v)
+        if owner_v and owner_v != user:  # another person's draft: not for this user's eyes
+            chat[self.chat.outputs.index(self.chat.message)] = ""
         return [
             hide,
             hide,
@@ -102,10 +108,20 @@ class AppHandlers:
             gr.update(visible=True),
             prefs["lang"],
             gr.update(selected="chat"),
-            *self.chat.restore(token_v),
+            *chat,
             *self.memory.refresh(token_v),
             *self.account.fill(token_v),
+            user,
         ]
+
+    def in_lang(self, token_v: str, lang_v: str, text_v: str) -> list:
+        """After a language switch: the counter, today's conversation (the titles above the replies
+        and what each remembered) and the API keys section, drawn in the new language."""
+        lang = self._lang(lang_v)
+        counter = self.chat.handlers.count(token_v, text_v, lang)
+        if self.service.accounts.user_for(token_v) is None:
+            return [counter] + [gr.skip()] * (len(self.chat.outputs) + 2)
+        return [counter, *self.chat.restore(token_v), *self.account.handlers.keys_section(token_v)]
 
     def relabel(self, tr: Translator, token_v: str, lang_v: str) -> list:
         lang_v = self._lang(lang_v)
@@ -128,14 +144,14 @@ class AppHandlers:
         try:
             session = self.service.login(name, pw, client=client)
         except AccountError as exc:
-            return "", "", f"⚠️ {exc}"
+            return "", "", f"⚠️ {say(str(exc), self._lang(lang_v))}"
         return session.token, "", ""
 
     def signup(self, name: str, pw: str, lang_v: str):
         try:
             session = self.service.signup(name, pw)
         except AccountError as exc:
-            return "", gr.skip(), f"⚠️ {exc}"
+            return "", gr.skip(), f"⚠️ {say(str(exc), self._lang(lang_v))}"
         if lang_v in LANGS:
             self.service.save_prefs(session.token, lang=lang_v)
         return session.token, "", ""
@@ -214,7 +230,7 @@ def build_app(service: WebService) -> gr.Blocks:
             lost_outputs[2] = main_box
             with gr.Tabs(selected="chat") as tabs:
                 with tr(gr.Tab(tr.text("tab_chat"), id="chat", elem_id="tab_chat"), label="tab_chat"):
-                    chat = build_chat(service, tr, token, gate)
+                    chat = build_chat(service, tr, token, gate, lang=lang)
                 with tr(
                     gr.Tab(tr.text("tab_memory"), id="memory", elem_id="tab_memory"), label="tab_memory"
                 ) as memory_tab:
@@ -223,6 +239,7 @@ def build_app(service: WebService) -> gr.Blocks:
                     account = build_account(service, tr, token, notice, cache_dirs=lambda: [Path(demo.GRADIO_CACHE)])
 
         h = AppHandlers(service, chat, memory, account)
+        draft_owner = gr.State("")  # whose words the message box holds (see AppHandlers.enter)
         enter_outputs = [
             loading,
             login_box,
@@ -233,6 +250,7 @@ def build_app(service: WebService) -> gr.Blocks:
             *chat.outputs,
             *memory.outputs,
             *account.outputs,
+            draft_owner,
         ]
         relabel_outputs = [*tr.components, whoami]
 
@@ -240,8 +258,10 @@ def build_app(service: WebService) -> gr.Blocks:
             return h.relabel(tr, token_v, lang_v)
 
         def chain(event):
-            return event.then(h.enter, [token, lang], enter_outputs, **quiet).then(
-                relabel, [token, lang], relabel_outputs, **quiet
+            return (
+                event.then(h.enter, [token, lang, draft_owner], enter_outputs, **quiet)
+                .then(relabel, [token, lang], relabel_outputs, **quiet)
+                .then(chat.handlers.count, [token, chat.message, lang], chat.counter, **quiet)
             )
 
         chain(demo.load(lambda: None, None, None, api_visibility="private"))
@@ -268,7 +288,12 @@ def build_app(service: WebService) -> gr.Blocks:
         chain(account.deleted)
         lang.input(h.set_lang, [token, lang], None, api_visibility="private").then(
             relabel, [token, lang], relabel_outputs, **quiet
-        ).then(h.memory_in_lang, [token, lang], memory.outputs, **quiet)
+        ).then(h.memory_in_lang, [token, lang], memory.outputs, **quiet).then(
+            h.in_lang,
+            [token, lang, chat.message],
+            [chat.counter, *chat.outputs, *account.keys_outputs],
+            **quiet,
+        )
         gate(memory_tab.select)(guarded(memory.refresh), [token], memory.outputs, api_visibility="private")
 
         @guarded

@@ -303,8 +303,12 @@ class Companion:
 
     @staticmethod
     def _extra(result: TurnResult) -> dict:
-        """What a stored turn keeps of its prompt: the memories used and today's lines in it."""
-        return {"used": [used_entry(h) for h in result.used], TODAY: [today_entry(t) for t in result.today]}
+        """What a stored turn keeps of its prompt: the memories used and today's lines in it,
+        and whether the reply was cut off."""
+        extra = {"used": [used_entry(h) for h in result.used], TODAY: [today_entry(t) for t in result.today]}
+        if result.stopped:  # stopped, or its reader went away (a reload): the screen marks it so
+            extra["stopped"] = True
+        return extra
 
     def _store_lock(self, user: str) -> threading.Lock:
         with self._guard:

@@ -14,8 +14,9 @@ from typing import Callable
 
 import gradio as gr
 
-from .common import guard, lang_of
-from .i18n import Translator, t
+from .accounts import AccountError
+from .common import guard, lang_of, notify
+from .i18n import Translator, say, t
 from .service import WebService
 
 EXPORT_ROUTE = "/sf-export"  # + "/<ticket>": served by app.py, once, to the session that asked
@@ -59,17 +60,32 @@ class AccountHandlers:
         return ["", "", t("account_deleted", lang)]
 
     def create_key(self, token_v, label_v) -> list:
-        """A new API key: the table, the secret shown once, the label box emptied."""
+        """A new API key: the table, the secret shown once, the label box emptied. A refusal
+        (too many keys) is said in the new-key box, which is left a plain message (no error badge)."""
         lang = lang_of(self.service, token_v)
-        made = self.service.create_api_key(token_v, label_v or "")
+        try:
+            made = self.service.create_api_key(token_v, label_v or "")
+        except AccountError as exc:
+            return self._refused(exc, lang, 3)
         return [keys_markdown(self.service, token_v, lang), t("key_created", lang, secret=made.key), ""]
 
     def revoke_key(self, token_v, key_id_v) -> list:
         lang = lang_of(self.service, token_v)
-        if key_id_v is None:
-            raise ValueError("type the id of the key to revoke")
-        info = self.service.revoke_api_key(token_v, int(key_id_v))
+        self.service.user(token_v)
+        try:
+            if key_id_v is None:
+                raise ValueError("type the id of the key to revoke")
+            info = self.service.revoke_api_key(token_v, int(key_id_v))
+        except (AccountError, ValueError) as exc:
+            return self._refused(exc, lang, 2)
         return [keys_markdown(self.service, token_v, lang), t("key_revoked", lang, id=info.id)]
+
+    @staticmethod
+    def _refused(exc: Exception, lang: str, outputs: int) -> list:
+        """The keys table as it was; the new-key box says why (and a short toast)."""
+        message = say(str(exc), lang)
+        notify(message, lang)
+        return [gr.skip(), f"⚠️ {message}"] + [gr.skip()] * (outputs - 2)
 
     def fill(self, token_v: str) -> list:
         """Values for the tab's outputs: settings, export link, password box, the API keys section."""
@@ -86,6 +102,11 @@ class AccountHandlers:
             "",
         ]
 
+    def keys_section(self, token_v: str) -> list:
+        """The API keys section's intro and table, in the user's language (after a switch)."""
+        lang = lang_of(self.service, token_v)
+        return [t("keys_intro", lang, base="/v1"), keys_markdown(self.service, token_v, lang)]
+
     @staticmethod
     def blank() -> list:
         return ["", "", gr.skip(), "", "", gr.skip(), "", ""]
@@ -96,6 +117,7 @@ class AccountParts:
     handlers: AccountHandlers
     outputs: list
     deleted: object  # the delete event, for the app to chain "show the login"
+    keys_outputs: list  # the API keys section's intro and table (AccountHandlers.keys_section)
 
     def fill(self, token: str) -> list:
         return self.handlers.fill(token)
@@ -147,7 +169,9 @@ def build_account(
         key_create = tr(gr.Button(tr.text("key_create"), elem_id="key_create", scale=1), value="key_create")
     new_key = gr.Markdown(elem_id="new_key")
     with gr.Row():
-        key_id = tr(gr.Number(label=tr.text("key_id"), precision=0, elem_id="key_id", scale=3), label="key_id")
+        key_id = tr(
+            gr.Number(None, label=tr.text("key_id"), precision=0, minimum=1, elem_id="key_id", scale=3), label="key_id"
+        )
         key_revoke = tr(gr.Button(tr.text("key_revoke"), elem_id="key_revoke", scale=1), value="key_revoke")
 
     tr(gr.Markdown(tr.text("danger_intro")), value="danger_intro")
@@ -168,7 +192,12 @@ def build_account(
     save.click(guarded(h.save), [token, name, persona, model], prefs_status, api_name="save_settings")
     export.click(guarded(h.export), [token], export_status, api_name="export")
     deleted = delete.click(guarded(h.delete), [token, confirm], [token, confirm, notice], api_name="delete_account")
-    return AccountParts(h, [name, persona, model, export_status, confirm, keys_intro, keys_table, new_key], deleted)
+    return AccountParts(
+        h,
+        [name, persona, model, export_status, confirm, keys_intro, keys_table, new_key],
+        deleted,
+        [keys_intro, keys_table],
+    )
 
 
 def keys_markdown(service: WebService, token: str, lang: str) -> str:
@@ -184,7 +213,16 @@ def keys_markdown(service: WebService, token: str, lang: str) -> str:
 
     rows = [
         f"| {k.id} | `{k.prefix}…` | {t('key_active' if k.active else 'key_is_revoked', lang)} | "
-        f"{when(k.created_at)} | {when(k.last_used_at)} | {k.label.replace('|', '/')} |"
+        f"{when(k.created_at)} | {when(k.last_used_at)} | {as_text(k.label)} |"
         for k in keys
     ]
     return "\n".join([t("keys_table", lang), *rows])
+
+
+MARKUP = set("\\`*_{}[]()#+-.!|<>&~=:;\"'")
+
+
+def as_text(text: str) -> str:
+    """``text`` for a Markdown cell, shown as typed: every character Markdown or HTML could read
+    as markup (``<b>``, ``<img>``, ``**``, ``|``...) becomes a character reference."""
+    return "".join(f"&#{ord(c)};" if c in MARKUP else c for c in " ".join((text or "").split()))

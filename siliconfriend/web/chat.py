@@ -17,7 +17,7 @@ import gradio as gr
 
 from ..core.companion import TODAY, today_entry
 from .common import guard, lang_of, notify
-from .i18n import Translator, t
+from .i18n import Translator, say, t, why_words
 from .service import MAX_MESSAGE_CHARS, WebService
 
 log = logging.getLogger("siliconfriend.web")
@@ -43,7 +43,7 @@ def remembered_markdown(items: list[dict], lang: str) -> str:
     lines = []
     for it in memories:
         day = it["day"] if not it["day"].startswith("1970") else "—"
-        why = it["why"] or "—"
+        why = why_words(it["why"], lang) or "—"
         lines.append(
             f"- **{day}** · {t('kind_' + it['kind'], lang)} · S {it['strength']:g} · "
             f"R {it['retention']:.2f} · #{it['id']}  \n  _{html.escape(why)}_  \n"
@@ -52,7 +52,7 @@ def remembered_markdown(items: list[dict], lang: str) -> str:
     if not memories:
         lines.append(t("remembered_none_today" if today else "remembered_none", lang))
     if today:
-        lines.append(f"\n**{t('today_lines', lang, n=len(today))}**")
+        lines.append(f"\n**{t('today_lines_1' if len(today) == 1 else 'today_lines', lang, n=len(today))}**")
         lines += [f"- #{it['id']} {html.escape(_clip(it['text'], 160))}" for it in today]
     return "\n".join(lines)
 
@@ -133,6 +133,13 @@ class ChatHandlers:
                 yield msgs, gr.skip(), panel, gr.skip(), screen
             result = stream.result
             error = getattr(result, "error", None)
+        except GeneratorExit:  # the page went away mid-reply (a reload, a closed tab): stopped, as Stop does
+            if stream is not None:
+                stream.stop()
+                close = getattr(iter(stream), "close", None)
+                if close is not None:
+                    close()  # the turn is stored now, with what came so far, marked as stopped
+            raise
         except (gr.Error, PermissionError):
             raise
         except Exception as exc:  # BackendError and friends: the user must read it
@@ -142,7 +149,7 @@ class ChatHandlers:
             if stream is not None:
                 service.finished(token, stream)
         if error:
-            msgs[-1] = {"role": "assistant", "content": t("llm_error", lang, error=error)}
+            msgs[-1] = {"role": "assistant", "content": t("llm_error", lang, error=say(error, lang))}
             yield msgs, text, gr.skip(), {"user": user, "text": text}, screen
             return
         final = getattr(result, "reply", None) or reply
@@ -177,7 +184,7 @@ class ChatHandlers:
         try:
             text = service.check_message(text)
         except ValueError as exc:
-            notify(str(exc))
+            notify(str(exc), lang_of(service, token_v))
             yield gr.skip(), gr.skip(), gr.skip(), gr.skip(), gr.skip()
             return
         msgs = list(self.mine(view_v, user, "messages", [])) + [
@@ -200,7 +207,7 @@ class ChatHandlers:
             return
         turns = service.today(token_v)
         if not turns:
-            notify(t("nothing_to_regen", lang), level="info")
+            notify(t("nothing_to_regen", lang), lang, level="info")
             yield gr.skip(), gr.skip(), gr.skip(), gr.skip(), gr.skip()
             return
         msgs = self._ask(msgs, turns[-1].query)
@@ -215,9 +222,10 @@ class ChatHandlers:
         self.service.user(token_v)
         return [[], t("remembered_empty", lang), {}, {}]
 
-    def count(self, token_v: str, text: str) -> str:
-        """The counter under the message box (no session needed: it only counts)."""
-        return counter_text(text, lang_of(self.service, token_v))
+    def count(self, token_v: str, text: str, lang_v: str | None = None) -> str:
+        """The counter under the message box, in the page's language ``lang_v`` (no session
+        needed: it only counts)."""
+        return counter_text(text, lang_v if lang_v in ("en", "zh") else lang_of(self.service, token_v))
 
     def restore(self, token_v: str) -> list:
         """Today's conversation, for a page load or a new login: values for ``OUTPUTS``. The
@@ -234,7 +242,10 @@ class ChatHandlers:
             log.warning("could not restore today's conversation: %s", exc)
             turns = []
         for turn in turns:
-            msgs += turn_messages(turn.query, turn.response, stored_remembered(turn), lang)
+            reply = turn.response
+            if (getattr(turn, "extra", None) or {}).get("stopped"):
+                reply = f"{reply} {t('stopped', lang)}".strip()
+            msgs += turn_messages(turn.query, reply, stored_remembered(turn), lang)
         return [msgs, gr.skip(), t("remembered_empty", lang), {}, {"user": user, "messages": msgs}]
 
     @staticmethod
@@ -249,6 +260,7 @@ class ChatParts:
     chatbot: gr.Chatbot
     message: gr.Textbox
     outputs: list
+    counter: gr.Markdown
 
     def restore(self, token: str) -> list:
         return self.handlers.restore(token)
@@ -262,9 +274,14 @@ def ungated(trigger: Callable) -> Callable:
 
 
 def build_chat(
-    service: WebService, tr: Translator, token: gr.BrowserState, gate: Callable[[Callable], Callable] = ungated
+    service: WebService,
+    tr: Translator,
+    token: gr.BrowserState,
+    gate: Callable[[Callable], Callable] = ungated,
+    lang: Any = None,
 ) -> ChatParts:
-    """``gate(trigger)``: the trigger, behind a check that the tab's session still holds (see
+    """``lang``: the page's language switch (the counter follows it). ``gate(trigger)``: the
+    trigger, behind a check that the tab's session still holds (see
     app.py: a lost one sends the page to the login box, the typed text kept)."""
     guarded = guard(service)
     handlers = ChatHandlers(service)
@@ -286,7 +303,7 @@ def build_chat(
                 label="message",
                 placeholder="message_ph",
             )
-            counter = gr.Markdown(counter_text(""), elem_id="message_counter", elem_classes=["sf-note"])
+            counter = gr.Markdown(counter_text("", tr.lang), elem_id="message_counter", elem_classes=["sf-note"])
             with gr.Row():
                 send = tr(gr.Button(tr.text("send"), variant="primary", elem_id="send"), value="send")
                 stop = tr(gr.Button(tr.text("stop"), variant="stop", elem_id="stop"), value="stop")
@@ -321,6 +338,11 @@ def build_chat(
     stop.click(guarded(handlers.stop), [token], None, api_name="stop", concurrency_limit=None)
     clear.click(clear_fn, [token], [chatbot, remembered, failed, view], api_name="clear_screen", concurrency_limit=None)
     message.change(
-        handlers.count, [token, message], counter, api_visibility="private", show_progress="hidden", queue=False
+        handlers.count,
+        [token, message, *([lang] if lang is not None else [])],
+        counter,
+        api_visibility="private",
+        show_progress="hidden",
+        queue=False,
     )
-    return ChatParts(handlers, chatbot, message, outputs)
+    return ChatParts(handlers, chatbot, message, outputs, counter)

@@ -13,7 +13,7 @@ from memory.bank import UnknownMemory
 from memory.pg_db import StoreUnavailable
 
 from .accounts import AccountError
-from .i18n import t
+from .i18n import say, t
 from .service import NotLoggedIn, WebService
 
 log = logging.getLogger("siliconfriend.web")
@@ -26,10 +26,16 @@ def lang_of(service: WebService, token: str | None) -> str:
         return service.settings.lang
 
 
-def notify(message: str, *, level: str = "warning") -> None:
-    """A note that pops up in the page (a log line outside a request, e.g. in tests)."""
+TOAST_SECONDS = 4  # short: a toast is drawn over the header's language switch while it is up
+
+
+def notify(message: str, lang: str = "en", *, level: str = "warning") -> None:
+    """A note that pops up in the page, in its language (a log line outside a request, e.g. in tests)."""
     try:
-        (gr.Info if level == "info" else gr.Warning)(message)
+        if level == "info":
+            gr.Info(say(message, lang), title=t("note_title", lang), duration=TOAST_SECONDS)
+        else:
+            gr.Warning(say(message, lang), title=t("warning_title", lang), duration=TOAST_SECONDS)
     except Exception:  # no request context
         log.info("%s", message)
 
@@ -38,9 +44,8 @@ def _refusal(service: WebService, token: Any, exc: Exception) -> gr.Error:
     lang = lang_of(service, token if isinstance(token, str) else None)
     if isinstance(exc, NotLoggedIn):
         return gr.Error(t("login_first", lang), title="🔒", print_exception=False)
-    if isinstance(exc, UnknownMemory):
-        return gr.Error(str(exc.args[0]) if exc.args else "no such memory", print_exception=False)
-    return gr.Error(str(exc), print_exception=False)
+    message = str(exc.args[0]) if isinstance(exc, UnknownMemory) and exc.args else str(exc)
+    return gr.Error(say(message, lang), title=t("error_title", lang), print_exception=False)
 
 
 def guard(service: WebService) -> Callable[[Callable], Callable]:

@@ -20,7 +20,7 @@ from memory.records import Kind, State
 
 from .accounts import AccountError
 from .common import guard, lang_of, notify
-from .i18n import Translator, t
+from .i18n import Translator, say, t, why_words
 from .plot import retention_figure
 from .service import MemoryRow, WebService
 
@@ -49,6 +49,8 @@ def table_value(rows: list[MemoryRow], lang: str) -> dict:
         row[3] = t(f"state_{r.state}", lang)
         row[4] = t("yes", lang) if r.pinned else ""
         row[8] = r.text if len(r.text) <= 400 else r.text[:399] + "…"
+        row[9] = why_words(r.why, lang)
+        row[11] = say(r.status, lang)
         data.append(row)
     return {"headers": headers(lang), "data": data}
 
@@ -124,8 +126,9 @@ class MemoryHandlers:
 
     def _refused(self, token_v, exc: Exception, extra: int = 1) -> list:
         """The page left as it was; the status line says why."""
-        message = str(exc.args[0]) if exc.args else type(exc).__name__
-        notify(message)
+        lang = lang_of(self.service, token_v)
+        message = say(str(exc.args[0]) if exc.args else type(exc).__name__, lang)
+        notify(message, lang)
         return [gr.skip()] * len(self.PAGE) + [f"⚠️ {message}"] + [gr.skip()] * extra
 
     def _act(self, name: str, fn: Callable[[int], Any], token_v, memory_v, filters: tuple) -> list:
@@ -162,8 +165,9 @@ class MemoryHandlers:
         try:
             rec = self.service.memory(token_v, memory_v)
         except self.REFUSALS as exc:
-            notify(str(exc.args[0]) if exc.args else "")
-            return [f"⚠️ {exc.args[0] if exc.args else exc}", gr.update(visible=False), {}]
+            message = say(str(exc.args[0]) if exc.args else str(exc), lang)
+            notify(message, lang)
+            return [f"⚠️ {message}", gr.update(visible=False), {}]
         preview = html.escape(" ".join(rec.text.split())[:80], quote=False)
         return [
             t("confirm_delete", lang, id=rec.id, text=preview),
@@ -197,7 +201,7 @@ class MemoryHandlers:
                 token_v, day=day_v or None, daily_events=events_v, daily_personality=pers_v
             )
         except self.REFUSALS as exc:
-            return f"⚠️ {exc}"
+            return f"⚠️ {say(str(exc), lang)}"
         return t("saved" if saved else "nothing_saved", lang)
 
     def save_global(self, token_v, events_v, pers_v) -> str:
@@ -291,7 +295,8 @@ def build_memory(
         wrap=True,
         elem_id="mem_table",
         max_height=420,
-        column_widths=["5%", "9%", "12%", "7%", "6%", "4%", "5%", "7%", "30%", "15%"],
+        # one width per column (12), S and R wide enough for "4.84" on one line
+        column_widths=["4%", "8%", "8%", "6%", "5%", "5%", "5%", "5%", "24%", "12%", "6%", "12%"],
     )
     tr(gr.Markdown(tr.text("mem_table"), elem_classes=["sf-note"]), value="mem_table")
     with gr.Row():

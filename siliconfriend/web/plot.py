@@ -49,7 +49,7 @@ def retention_figure(data: dict, lang: str):
     from matplotlib.figure import Figure
 
     with matplotlib.rc_context({"font.family": font_family(lang)}):
-        fig = Figure(figsize=(8, 3.6), dpi=100, layout="constrained")
+        fig = Figure(figsize=(9.5, 3.6), dpi=100, layout="constrained")
         ax = fig.add_subplot()
         if not data["curves"]:
             ax.text(0.5, 0.5, t("plot_empty", lang), ha="center", va="center", transform=ax.transAxes)
@@ -72,7 +72,8 @@ def retention_figure(data: dict, lang: str):
         ax.axvline(data["now"], color="black", linestyle=":", linewidth=1, label=t("plot_now", lang))
         ax.set_ylim(0, 1.05)
         ax.set_ylabel(t("plot_axis", lang))
-        ax.legend(fontsize=7, loc="upper right", ncols=2)
+        # beside the axes, not over the curves (they start at the top left, at R = 1)
+        ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), ncols=1, borderaxespad=0)
         ax.grid(alpha=0.3)
         fig.autofmt_xdate()
     return fig

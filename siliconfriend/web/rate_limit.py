@@ -3,7 +3,10 @@
 Three kinds of key, each with its own limit, so that no one key can be used against the others:
 
 * ``pair`` -- one secret's name from one client (``user:amy|client:10.0.0.7``): a few tries, then
-  that pair waits. The person who mistypes her own password waits here, nobody else does.
+  that pair waits a back-off that grows with every further failure (2 s, 4 s, 8 s ... capped at
+  ``max_backoff_s``), not a wall: the person who mistypes her own password waits here, seconds
+  and never long, nobody else does; a guesser from that client is slowed to one try a minute, and
+  the client limit below bounds it over all names.
 * ``client`` -- one client, over all names: many tries (a NAT or an office shares one address),
   then the client waits. Password spraying from one address ends here.
 * ``account`` -- one name, from all clients: past its limit every new try must wait an
@@ -98,7 +101,7 @@ class TooManyAttempts(ValueError):
 @dataclass(frozen=True)
 class Limits:
     window_s: float = 900.0  # failures older than this are forgotten
-    per_pair: int = 5  # one name from one client
+    per_pair: int = 5  # one name from one client, before its back-off starts
     per_client: int = 30  # one client, all names
     per_account: int = 10  # one name, all clients, before the back-off starts
     base_backoff_s: float = 2.0  # the first back-off; doubled for every further failure
@@ -134,20 +137,23 @@ class RateLimiter:
         since = now - lim.window_s
         self.store.prune(now - max(lim.window_s, lim.known_client_days * 86400))
         pair = self.store.events(attempt.pair, "fail", since)
-        if len(pair) >= lim.per_pair:
-            raise TooManyAttempts(pair[-lim.per_pair] + lim.window_s - now)
+        self._back_off(pair, lim.per_pair, now)
         if attempt.client_key:
             client = self.store.events(attempt.client_key, "fail", since)
             if len(client) >= lim.per_client:
                 raise TooManyAttempts(client[-lim.per_client] + lim.window_s - now)
         if self.known(attempt):
             return
-        account = self.store.events(attempt.name, "fail", since)
-        over = len(account) - lim.per_account
+        self._back_off(self.store.events(attempt.name, "fail", since), lim.per_account, now)
+
+    def _back_off(self, failures: list[float], allowed: int, now: float) -> None:
+        """Past ``allowed`` failures, a try must wait since the last one: the base back-off,
+        doubled for each failure over, capped (TooManyAttempts otherwise)."""
+        over = len(failures) - allowed
         if over >= 0:
-            wait = min(lim.max_backoff_s, lim.base_backoff_s * 2**over)
-            if now < account[-1] + wait:
-                raise TooManyAttempts(account[-1] + wait - now)
+            wait = min(self.limits.max_backoff_s, self.limits.base_backoff_s * 2**over)
+            if now < failures[-1] + wait:
+                raise TooManyAttempts(failures[-1] + wait - now)
 
     def known(self, attempt: Attempt) -> bool:
         """Did this name succeed from this client lately?"""

@@ -105,8 +105,32 @@ def test_one_account_locked_from_one_client_leaves_others_alone(accounts, clock)
     assert accounts.login("grace", "long enough pw", client="1.2.3.4").user == "grace"
     # frank from his phone logs in: the lock was on the pair
     assert accounts.login("frank", "long enough pw", client="5.6.7.8").user == "frank"
-    clock.now += Limits().window_s + 1
+    clock.now += Limits().base_backoff_s + 0.1  # a back-off of seconds, not a 15-minute wall
     assert accounts.login("frank", "long enough pw", client="1.2.3.4").user == "frank"
+
+
+def test_the_owner_who_mistypes_waits_seconds_that_grow_never_long(accounts, clock):
+    """Eight wrong passwords from her own machine: the right one waits a back-off that grows with
+    each further failure, at most a minute, never the whole window."""
+    lim = Limits()
+    accounts.signup("hana", "long enough pw")
+    waits = []
+    for i in range(8):
+        try:
+            accounts.login("hana", f"typo {i}", client="1.2.3.4")
+        except TooManyAttempts as exc:
+            waits.append(exc.retry_after)
+            clock.now += exc.retry_after + 0.01
+            with pytest.raises(AccountError, match="wrong"):
+                accounts.login("hana", f"typo {i}", client="1.2.3.4")
+        except AccountError:
+            pass
+    assert waits == sorted(waits) and waits[-1] > waits[0] and max(waits) <= lim.max_backoff_s
+    with pytest.raises(TooManyAttempts) as exc:
+        accounts.login("hana", "long enough pw", client="1.2.3.4")
+    assert 0 < exc.value.retry_after <= lim.max_backoff_s  # it was 869 s with a 15-minute wall
+    clock.now += exc.value.retry_after + 0.01
+    assert accounts.login("hana", "long enough pw", client="1.2.3.4").user == "hana"
 
 
 def test_spraying_from_one_client_is_stopped(accounts, clock):

@@ -56,7 +56,7 @@ def test_same_day_recall_shows_todays_lines_and_a_long_message_stops_weighing(am
     service.bank.add_turn("amy", long, "What a walk!", service.now(), extra={"used": [], "today": []})
     outs = run(chat.send(token, "What is my dog's name? <img src=x>", {}))
     msgs, _, panel, _, view = outs[-1]
-    assert "Today's conversation" in panel and "My dog is called Rex" in panel
+    assert "Today's conversation" in panel and "My dog is called Rex" in panel and "(1 turn):" in panel
     assert "today's conversation: 1" in msgs[-2]["metadata"]["title"]
     assert msgs[-3]["content"] == "What is my dog's name? &lt;img src=x&gt;"  # shown literally
     prompt = "\n".join(m.content for m in backend.calls[-1])
@@ -67,6 +67,24 @@ def test_same_day_recall_shows_todays_lines_and_a_long_message_stops_weighing(am
     assert len(titles) == 2 and "today's conversation: 1" in titles[1]
     turn = service.today(token)[-1]
     assert stored_remembered(turn)[-1]["kind"] == "today"
+
+
+def test_a_reload_mid_reply_keeps_it_marked_stopped(amy):
+    """The page goes away while the reply streams (a reload, a closed tab: Gradio closes the
+    handler): the turn is stored with what came, and the conversation brought back shows it
+    "(stopped)", as after Stop."""
+    service, token = amy
+    service.companion.max_new_tokens = 64
+    chat = ChatHandlers(service)
+    gen = chat.send(token, "Tell me a long story about a dragon.", {})
+    for msgs, *_ in gen:
+        if msgs and msgs[-1]["content"].endswith(" ▌"):
+            break
+    gen.close()
+    (turn,) = service.today(token)
+    assert turn.response.strip() and turn.extra.get("stopped")
+    restored = chat.restore(token)[0]
+    assert restored[-1]["content"] == f"{turn.response} _(stopped)_"
 
 
 def test_the_waiting_reply_shows_its_place(two_users):
