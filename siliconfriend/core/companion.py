@@ -15,7 +15,7 @@ import threading
 from collections import defaultdict
 from dataclasses import dataclass, field
 from datetime import date, datetime
-from typing import Callable, Iterator, Sequence
+from typing import Any, Callable, Iterator, Sequence
 
 from memory.bank import MemoryBank, UnknownMemory, user_key
 from memory.pg_db import StoreUnavailable
@@ -305,7 +305,10 @@ class Companion:
     def _extra(result: TurnResult) -> dict:
         """What a stored turn keeps of its prompt: the memories used and today's lines in it,
         and whether the reply was cut off."""
-        extra = {"used": [used_entry(h) for h in result.used], TODAY: [today_entry(t) for t in result.today]}
+        extra: dict[str, Any] = {
+            "used": [used_entry(h) for h in result.used],
+            TODAY: [today_entry(t) for t in result.today],
+        }
         if result.stopped:  # stopped, or its reader went away (a reload): the screen marks it so
             extra["stopped"] = True
         return extra
