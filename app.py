@@ -22,7 +22,7 @@ from fastapi import Request
 from siliconfriend.api.routes import mount
 from siliconfriend.config import Settings
 from siliconfriend.core.private_files import make_private
-from siliconfriend.factory import build_api_service, build_web_service
+from siliconfriend.factory import build_api_service, build_web_service, demo_model_hint
 from siliconfriend.web.account_page import EXPORT_ROUTE, build_account
 from siliconfriend.web.accounts import AccountError
 from siliconfriend.web.chat import build_chat
@@ -114,14 +114,20 @@ class AppHandlers:
             user,
         ]
 
-    def in_lang(self, token_v: str, lang_v: str, text_v: str) -> list:
+    def in_lang(self, token_v: str, lang_v: str, text_v: str, export_v: str) -> list:
         """After a language switch: the counter, today's conversation (the titles above the replies
-        and what each remembered) and the API keys section, drawn in the new language."""
+        and what each remembered), the API keys section and a pending export link, drawn in the
+        new language."""
         lang = self._lang(lang_v)
         counter = self.chat.handlers.count(token_v, text_v, lang)
         if self.service.accounts.user_for(token_v) is None:
-            return [counter] + [gr.skip()] * (len(self.chat.outputs) + 2)
-        return [counter, *self.chat.restore(token_v), *self.account.handlers.keys_section(token_v)]
+            return [counter] + [gr.skip()] * (len(self.chat.outputs) + 3)
+        return [
+            counter,
+            *self.chat.restore(token_v),
+            *self.account.handlers.keys_section(token_v),
+            self.account.handlers.export_in(export_v, lang),
+        ]
 
     def relabel(self, tr: Translator, token_v: str, lang_v: str) -> list:
         lang_v = self._lang(lang_v)
@@ -262,6 +268,7 @@ def build_app(service: WebService) -> gr.Blocks:
                 event.then(h.enter, [token, lang, draft_owner], enter_outputs, **quiet)
                 .then(relabel, [token, lang], relabel_outputs, **quiet)
                 .then(chat.handlers.count, [token, chat.message, lang], chat.counter, **quiet)
+                .then(chat.handlers.intro, [token, lang], chat.chatbot, **quiet)
             )
 
         chain(demo.load(lambda: None, None, None, api_visibility="private"))
@@ -290,10 +297,10 @@ def build_app(service: WebService) -> gr.Blocks:
             relabel, [token, lang], relabel_outputs, **quiet
         ).then(h.memory_in_lang, [token, lang], memory.outputs, **quiet).then(
             h.in_lang,
-            [token, lang, chat.message],
-            [chat.counter, *chat.outputs, *account.keys_outputs],
+            [token, lang, chat.message, account.export_status],
+            [chat.counter, *chat.outputs, *account.keys_outputs, account.export_status],
             **quiet,
-        )
+        ).then(chat.handlers.intro, [token, lang], chat.chatbot, **quiet)
         gate(memory_tab.select)(guarded(memory.refresh), [token], memory.outputs, api_visibility="private")
 
         @guarded
@@ -402,6 +409,9 @@ def main(argv: list[str] | None = None) -> int:
         f"(OpenAI-compatible API: http://{host}:{port}/v1)",
         file=sys.stderr,
     )
+    hint = demo_model_hint(settings)
+    if hint:
+        log.warning("%s", hint)
     launch(demo, host=host, port=port, share=args.share, routes=api_routes(service))
     return 0
 

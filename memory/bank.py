@@ -12,6 +12,7 @@ next opened.
 
 from __future__ import annotations
 
+import atexit
 import fcntl
 import hashlib
 import json
@@ -21,6 +22,7 @@ import random
 import re
 import shutil
 import threading
+import weakref
 from collections import OrderedDict
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -77,15 +79,26 @@ class _Open:
 
 class _ReplyWorker:
     """Embeds the replies of stored turns on its own thread, after the turn: one user at a time,
-    every pending reply of that user in batches. ``wait`` returns once the queue is done."""
+    every pending reply of that user in batches. ``wait`` returns once the queue is done.
+
+    At interpreter exit the worker is stopped after its current batch and joined (``_stop_all``):
+    a daemon thread still inside PyTorch when the interpreter finalizes aborts the whole process
+    ("terminate called without an active exception", SIGABRT) after every turn was stored. What
+    it leaves is done when its user is next opened, as after a crash."""
+
+    _live: "weakref.WeakSet[_ReplyWorker]" = weakref.WeakSet()
 
     def __init__(self, bank: "MemoryBank"):
         self._bank = bank
-        self._queue: queue.Queue[str] = queue.Queue()
+        self._queue: queue.Queue[str | None] = queue.Queue()
         self._thread: threading.Thread | None = None
         self._lock = threading.Lock()
+        self.stopping = threading.Event()
+        _ReplyWorker._live.add(self)
 
     def submit(self, user: str) -> None:
+        if self.stopping.is_set():
+            return  # the process is ending: left for the user's next open
         with self._lock:
             if self._thread is None or not self._thread.is_alive():
                 self._thread = threading.Thread(target=self._run, name="sf-replies", daemon=True)
@@ -96,6 +109,10 @@ class _ReplyWorker:
         while True:
             user = self._queue.get()
             try:
+                if user is None or self.stopping.is_set():
+                    if user is None:
+                        return
+                    continue  # drained without work: wait() returns, the rest is done later
                 self._bank._embed_pending_replies(user)
             except Exception as exc:  # the user was closed or deleted meanwhile: done at its next open
                 log.warning("reply vectors of %s left for later: %s", user, exc)
@@ -104,6 +121,23 @@ class _ReplyWorker:
 
     def wait(self) -> None:
         self._queue.join()
+
+    def stop(self, timeout: float | None = 60.0) -> None:
+        """Stop after the current batch and wait for the thread to end."""
+        self.stopping.set()
+        with self._lock:
+            thread = self._thread
+        if thread is not None and thread.is_alive():
+            self._queue.put(None)
+            thread.join(timeout)
+
+    @classmethod
+    def _stop_all(cls) -> None:
+        for worker in list(cls._live):
+            worker.stop()
+
+
+atexit.register(_ReplyWorker._stop_all)
 
 
 @dataclass(frozen=True)
@@ -252,7 +286,7 @@ class MemoryBank:
             ids = [rid for rid, _ in pending]
             u.store.set_vectors(ids, embed_replies(self.embedder, [text for _, text in pending]), column="reply_vector")
             u.index.sync()
-            if len(pending) < batch:
+            if len(pending) < batch or self._replies.stopping.is_set():
                 break
 
     def flush(self) -> None:

@@ -28,6 +28,9 @@ def home_dir() -> Path:
     return Path(os.environ.get("SILICONFRIEND_HOME") or DEFAULT_HOME).expanduser()
 
 
+DEMO_MODEL = ("hf", "smollm2")  # (backend, model) of the packaged model, there so that all works offline
+
+
 @dataclass(frozen=True)
 class Settings:
     home: Path = field(default_factory=home_dir)

@@ -15,7 +15,7 @@ from memory.retrieval import RetrievalConfig
 
 from .backends.openai_chat import DEFAULT_MODEL as OPENAI_DEFAULT_MODEL
 from .backends.registry import create_backend
-from .config import Settings
+from .config import DEMO_MODEL, Settings
 from .core.companion import Companion
 from .web.accounts import Accounts
 from .web.service import BackendPool, WebService
@@ -109,6 +109,20 @@ FRIENDLY_MODEL_NAMES = {
     "chatglm": "GLM-4 9B",
     "belle": "BELLE 13B",
 }
+
+
+def demo_model_hint(settings: Settings) -> str | None:
+    """For the operator, when the packaged demo model is what answers by default: the one
+    setting that connects a real model (None when another model is configured)."""
+    if (settings.default_backend, settings.model or "smollm2") != DEMO_MODEL:
+        return None
+    return (
+        "the companion answers with the built-in demo model SmolLM2-135M (tiny, English only; its "
+        "replies are often off). To connect a real model set OPENAI_API_KEY (OpenAI), or "
+        "OPENAI_BASE_URL (with any OPENAI_API_KEY) and OPENAI_MODEL for any OpenAI-compatible server: "
+        "Ollama http://localhost:11434/v1, llama.cpp's server http://localhost:8080/v1, "
+        "vLLM http://localhost:8000/v1"
+    )
 
 
 def prepare_local_model(model: str) -> tuple[str, Any, bool]:

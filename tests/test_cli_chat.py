@@ -203,3 +203,63 @@ def test_the_shipped_samples_parse(lang, user):
     assert len({when.date() for _, when, _ in script}) == 10
     questions = read_questions(DATA / f"sample_probes_{lang}.jsonl", user)
     assert len(questions) == 6 and {u for u, _, _ in questions} == {user}
+
+
+RUNS = 2  # each run aborted before (6 of 6 tried); 20 in a row pass (docs/benchmarks.md, issue 22)
+
+
+def test_the_cli_exits_cleanly_with_the_reply_worker_busy(tmp_path, e5_embedder):
+    """``siliconfriend replay`` as a process, answered at once by a local OpenAI-compatible server:
+    it stores the turns and exits while the memory bank's worker is still embedding the replies.
+    Such an exit used to abort ("terminate called without an active exception", SIGABRT, status
+    134) with every turn stored; now the worker is stopped and joined first."""
+    import os
+    import subprocess
+    import sys
+    import threading
+
+    from test_backend_openai import FakeOpenAIServer
+
+    server = FakeOpenAIServer()
+    server.script = [{"reply": "A long and thoughtful reply about cats, gardens and the sea. " * 12}]
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    script = write(
+        tmp_path / "s.jsonl",
+        [
+            {"date": "2024-05-01", "time": f"10:{i:02d}", "text": f"Message {i}: my cat Pixel sat in the garden."}
+            for i in range(6)
+        ],
+    )
+    env = {
+        **os.environ,
+        "OPENAI_API_KEY": "test-key",
+        "OPENAI_BASE_URL": server.base_url,
+        "SILICONFRIEND_HOME": str(tmp_path / "home"),
+        "PYTHONPATH": str(DATA.parent),
+    }
+    try:
+        for run in range(RUNS):
+            proc = subprocess.run(
+                [
+                    sys.executable,
+                    "-m",
+                    "siliconfriend.cli",
+                    "replay",
+                    str(script),
+                    "--user",
+                    f"u{run}",
+                    "--backend",
+                    "openai",
+                ],
+                env=env,
+                cwd=DATA.parent,
+                capture_output=True,
+                text=True,
+                timeout=180,
+            )
+            assert proc.returncode == 0 and "terminate called" not in proc.stderr, (run, proc.stderr[-3000:])
+    finally:
+        server.shutdown()
+    bank = MemoryBank(tmp_path / "home", e5_embedder)
+    assert all(len(bank.records(f"u{run}", kind=Kind.TURN)) == 6 for run in range(RUNS))
+    bank.close()

@@ -7,6 +7,7 @@ after the download or within minutes); delete my account and every trace of it.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -102,6 +103,13 @@ class AccountHandlers:
             "",
         ]
 
+    def export_in(self, link_html: str | None, lang: str) -> str:
+        """The export link already on the page (if any), said in ``lang``."""
+        found = re.search(r'href="([^"]+)"', link_html or "")
+        if not found:
+            return link_html or ""
+        return t("export_link", lang, url=found.group(1), minutes=self.service.export_seconds / 60)
+
     def keys_section(self, token_v: str) -> list:
         """The API keys section's intro and table, in the user's language (after a switch)."""
         lang = lang_of(self.service, token_v)
@@ -118,6 +126,7 @@ class AccountParts:
     outputs: list
     deleted: object  # the delete event, for the app to chain "show the login"
     keys_outputs: list  # the API keys section's intro and table (AccountHandlers.keys_section)
+    export_status: object  # the export link's box
 
     def fill(self, token: str) -> list:
         return self.handlers.fill(token)
@@ -160,7 +169,7 @@ def build_account(
     export = tr(gr.Button(tr.text("export"), elem_id="export"), value="export")
     export_status = gr.HTML(elem_id="export_link")
 
-    keys_intro = gr.Markdown(tr.text("keys_intro", base="/v1"))
+    keys_intro = gr.Markdown(tr.text("keys_intro", base="/v1"), elem_id="keys_intro")
     keys_table = gr.Markdown(elem_id="api_keys")
     with gr.Row():
         key_label = tr(
@@ -197,6 +206,7 @@ def build_account(
         [name, persona, model, export_status, confirm, keys_intro, keys_table, new_key],
         deleted,
         [keys_intro, keys_table],
+        export_status,
     )
 
 

@@ -15,6 +15,7 @@ from typing import Any, Callable, Iterator
 
 import gradio as gr
 
+from ..config import DEMO_MODEL
 from ..core.companion import TODAY, today_entry
 from .common import guard, lang_of, notify
 from .i18n import Translator, say, t, why_words
@@ -226,6 +227,17 @@ class ChatHandlers:
         """The counter under the message box, in the page's language ``lang_v`` (no session
         needed: it only counts)."""
         return counter_text(text, lang_v if lang_v in ("en", "zh") else lang_of(self.service, token_v))
+
+    def intro(self, token_v: str, lang_v: str | None = None) -> Any:
+        """What the empty chat says before the first message: when the user's model is the
+        packaged demo model, that it is one (plainly, in the chat's language), else nothing."""
+        lang = lang_v if lang_v in ("en", "zh") else lang_of(self.service, token_v)
+        try:
+            prefs = self.service.prefs(token_v)
+        except PermissionError:
+            return gr.update(placeholder=None)
+        demo = (prefs["backend"], prefs["model"]) == DEMO_MODEL
+        return gr.update(placeholder=t("demo_model", lang) if demo else None)
 
     def restore(self, token_v: str) -> list:
         """Today's conversation, for a page load or a new login: values for ``OUTPUTS``. The

@@ -50,6 +50,15 @@ TEXT: dict[str, dict[str, str]] = {
         "en": "Your session ended (logged out in another tab, or expired). Log in again: what you typed is kept.",
         "zh": "你的登录已失效（在别的标签页退出了，或已过期）。请重新登录：你输入的内容还在。",
     },
+    "demo_model": {
+        "en": "**Hello!** You are talking with a small demo model (SmolLM2, 135M parameters) that runs on "
+        "this computer without the internet: its replies are often odd or wrong, and it speaks only "
+        "English. What you tell it is remembered all the same: see the Memory tab. For real "
+        "conversations, ask the server's operator to connect a real model.",
+        "zh": "**你好！** 现在和你聊天的是一个在本机离线运行的小型演示模型（SmolLM2，1.35 亿参数）："
+        "它的回答常常离谱或出错，而且只会说英文。你告诉它的事照样会被记住：可在「记忆」页查看。"
+        "想要真正的对话，请让服务器管理员接入一个真正的大模型。",
+    },
     "send": {"en": "Send", "zh": "发送"},
     "stop": {"en": "Stop", "zh": "停止"},
     "regenerate": {"en": "Regenerate / retry", "zh": "重新生成 / 重试"},
@@ -152,7 +161,11 @@ TEXT: dict[str, dict[str, str]] = {
     "save_global": {"en": "Save global summary and profile", "zh": "保存总体摘要与画像"},
     "summarise_now": {"en": "Summarise now", "zh": "立即总结"},
     "summarised": {"en": "Summarised: {days}", "zh": "已总结：{days}"},
-    "summarising": {"en": "Summarising {day}…", "zh": "正在总结 {day}…"},
+    "summarising": {
+        "en": "⏳ Summarising {day} (day {i} of {n}) · {s} s…",
+        "zh": "⏳ 正在总结 {day}（第 {i} 天，共 {n} 天）· {s} 秒…",
+    },
+    "summarise_today": {"en": "Today too (it is not over)", "zh": "也总结今天（还没结束）"},
     "nothing_summarised": {"en": "Nothing new to summarise.", "zh": "没有需要总结的新内容。"},
     "saved": {"en": "Saved.", "zh": "已保存。"},
     "nothing_saved": {"en": "Nothing changed.", "zh": "没有改动。"},

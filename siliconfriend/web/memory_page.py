@@ -10,6 +10,8 @@ leaves the rest of the page as it was. ``build_memory`` lays out the components 
 from __future__ import annotations
 
 import html
+import threading
+import time
 from dataclasses import astuple, dataclass
 from typing import Any, Callable
 
@@ -209,21 +211,52 @@ class MemoryHandlers:
         saved = self.service.save_summaries(token_v, global_events=events_v, global_personality=pers_v)
         return t("saved" if saved else "nothing_saved", lang)
 
-    def summarise(self, token_v, *filters_v, progress: Any = None) -> list:
-        """Summarise every finished day now, one day at a time with its progress."""
+    def summarise(self, token_v, *args, tick: float = 1.0):
+        """Summarise every finished day now (today too when the last of ``args`` is true; the
+        others are the page's filters), one day at a time: a generator of values for PAGE + the
+        status line. While it works only the status line changes, once a ``tick``, with the day,
+        its place and the seconds spent; the page is redrawn at the end."""
+        *filters_v, include_today_v = args if len(args) == 6 else (*args, False)
         lang = lang_of(self.service, token_v)
+        self.service.user(token_v)
+        where: dict[str, Any] = {}
+        outcome: dict[str, Any] = {}
 
         def step(done: int, total: int, day) -> None:
-            if progress is not None:
-                progress((done, total), desc=t("summarising", lang, day=day.isoformat()))
+            where.update(done=done, total=total, day=day)
 
-        days = self.service.summarise_now(token_v, progress=step)
+        def work() -> None:
+            try:
+                outcome["days"] = self.service.summarise_now(
+                    token_v, include_today=bool(include_today_v), progress=step
+                )
+            except Exception as exc:  # said below, by the guard, as any refusal
+                outcome["error"] = exc
+
+        worker = threading.Thread(target=work, name="sf-summarise", daemon=True)
+        started = time.monotonic()
+        worker.start()
+        while worker.is_alive():
+            worker.join(tick)
+            if worker.is_alive() and where:
+                line = t(
+                    "summarising",
+                    lang,
+                    day=where["day"].isoformat(),
+                    i=where["done"] + 1,
+                    n=where["total"],
+                    s=int(time.monotonic() - started),
+                )
+                yield [gr.skip()] * len(self.PAGE) + [line]
+        if "error" in outcome:
+            raise outcome["error"]
+        days = outcome["days"]
         note = (
             t("summarised", lang, days=", ".join(d.isoformat() for d in days))
             if days
             else t("nothing_summarised", lang)
         )
-        return self.everything(token_v, *filters_v) + [note]
+        yield self.everything(token_v, *filters_v) + [note]
 
     def refresh(self, token_v: str) -> list:
         return self.everything(token_v)
@@ -324,6 +357,10 @@ def build_memory(
         with gr.Row():
             sum_day = tr(gr.Dropdown([], label=tr.text("sum_day"), allow_custom_value=False, scale=2), label="sum_day")
             summarise = tr(gr.Button(tr.text("summarise_now"), elem_id="summarise_now", scale=1), value="summarise_now")
+            include_today = tr(
+                gr.Checkbox(False, label=tr.text("summarise_today"), elem_id="summarise_today", scale=1),
+                label="summarise_today",
+            )
         with gr.Row():
             daily_events = tr(gr.Textbox(label=tr.text("daily_events"), lines=3), label="daily_events")
             daily_pers = tr(gr.Textbox(label=tr.text("daily_personality"), lines=3), label="daily_personality")
@@ -337,7 +374,7 @@ def build_memory(
                 label="global_personality",
             )
         save_global = tr(gr.Button(tr.text("save_global")), value="save_global")
-        sum_status = gr.Markdown()
+        sum_status = gr.Markdown(elem_id="sum_status")
 
     filters = [day, kind, state, query, archived]
     page = [day, table, plot, sum_day, daily_events, daily_pers, global_events, global_pers]
@@ -374,8 +411,15 @@ def build_memory(
         guarded(h.save_global), [token, global_events, global_pers], sum_status, api_name="save_global_summary"
     )
 
-    def on_summarise(token_v, day_v, kind_v, state_v, query_v, archived_v, progress=gr.Progress()):
-        return h.summarise(token_v, day_v, kind_v, state_v, query_v, archived_v, progress=progress)
-
-    gate(summarise.click)(guarded(on_summarise), [token, *filters], page + [sum_status], api_name="summarise_now")
+    # the status line is the progress (one line that moves); nothing else on the page is covered
+    # or held meanwhile: its own queue, one at a time
+    gate(summarise.click)(
+        guarded(h.summarise),
+        [token, *filters, include_today],
+        page + [sum_status],
+        api_name="summarise_now",
+        show_progress="hidden",
+        concurrency_limit=1,
+        concurrency_id="summarise",
+    )
     return MemoryParts(h, page)

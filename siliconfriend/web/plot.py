@@ -31,8 +31,15 @@ def cjk_font() -> str | None:
 
     installed = {f.name for f in font_manager.fontManager.ttflist}
     found = next((name for name in CJK_FONTS if name in installed), None)
-    if found is None:  # a font installed after matplotlib built its cache
-        font_manager.fontManager = font_manager.FontManager()
+    if found is None:  # a font installed after matplotlib built its cache: added to the font manager
+        # in use (replacing the manager would not do: matplotlib's findfont stays bound to the old one)
+        for path in font_manager.findSystemFonts():
+            try:
+                name = font_manager.FontProperties(fname=path).get_name()
+            except (OSError, RuntimeError, ValueError):
+                continue
+            if name in CJK_FONTS:
+                font_manager.fontManager.addfont(path)
         installed = {f.name for f in font_manager.fontManager.ttflist}
         found = next((name for name in CJK_FONTS if name in installed), None)
     return found

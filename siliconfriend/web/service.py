@@ -11,6 +11,7 @@ import copy
 import json
 import logging
 import os
+import re
 import secrets
 import tempfile
 import threading
@@ -39,12 +40,19 @@ MAX_MESSAGE_CHARS = 20_000
 MAX_MEMORY_ID = 2**63 - 1  # SQLite's largest integer
 # the memory page's search shows a memory only when it really matches: it shares words with the
 # search, is on a day the search names, or its meaning is close both absolutely and against the
-# rest: e5-small puts any two short texts at 0.70-0.83 (even "zzqxj" and "Hello there.": 0.81), so
-# a match by meaning needs a cosine of at least SEARCH_MIN_SIMILARITY and SEARCH_MARGIN above the
-# median of the memories found ("kitten" -> "My cat is called Pixel": 0.85, median 0.78). With
-# another embedder (MiniLM's cosines are far lower) the search is by words and days only.
-SEARCH_MIN_SIMILARITY = 0.82
+# rest. e5-small puts any two short texts at 0.77-0.85 (measured on ten turns, en and zh: "banana",
+# "zzqxj", "quantum physics" reach 0.83 in English; Chinese runs higher: "宠物" -> an unrelated
+# "我昨天去公园跑步了。" 0.852, "小猫" -> "我今天开始学小提琴了。" 0.848), while real matches by
+# meaning only reach 0.85-0.91 ("kitten" -> "My cat is called Pixel" 0.851, "小猫" -> "我的猫叫小白"
+# 0.907, "宠物" -> it 0.881, "音乐" -> the violin 0.873). So a match by meaning needs a cosine of at
+# least SEARCH_MIN_SIMILARITY (a search with Chinese characters: SEARCH_MIN_SIMILARITY_ZH) and
+# SEARCH_MARGIN above the median of the memories found. The price: weak true matches by meaning
+# alone ("mountains" -> "hiking in the Alps", 0.835) are left out. With another embedder (MiniLM's
+# cosines are far lower) the search is by words and days only.
+SEARCH_MIN_SIMILARITY = 0.845
+SEARCH_MIN_SIMILARITY_ZH = 0.865
 SEARCH_MARGIN = 0.04
+_CJK = re.compile(r"[\u3400-\u9fff\uf900-\ufaff]")
 
 
 class NotLoggedIn(PermissionError):
@@ -178,17 +186,19 @@ def memory_id(value: Any) -> int:
     return number
 
 
-def real_matches(hits: list) -> list:
-    """The hits of a memory-page search that match it (see SEARCH_MIN_SIMILARITY), best first."""
+def real_matches(hits: list, query: str = "") -> list:
+    """The hits of a memory-page search for ``query`` that match it (see SEARCH_MIN_SIMILARITY),
+    best first."""
     dense = sorted(h.dense for h in hits if h.dense)
     median = dense[len(dense) // 2] if dense else 0.0
+    floor = SEARCH_MIN_SIMILARITY_ZH if _CJK.search(query or "") else SEARCH_MIN_SIMILARITY
     return [
         h
         for h in hits
         if h.lexical > 0
         or h.on_named_day
         or "archived; matches your words" in h.reasons
-        or (h.dense >= SEARCH_MIN_SIMILARITY and h.dense >= median + SEARCH_MARGIN)
+        or (h.dense >= floor and h.dense >= median + SEARCH_MARGIN)
     ]
 
 
@@ -465,7 +475,7 @@ class WebService:
         state_v = State(state) if state else None
         if query and query.strip():
             hits = self.bank.search_text(user, query.strip(), now, k=50, include_archived=include_archived)
-            hits = real_matches(hits)
+            hits = real_matches(hits, query)
             rows = [
                 self._row(h.record, now, "; ".join(r for r in h.reasons if r != "closest of what is remembered"))
                 for h in hits
@@ -563,19 +573,28 @@ class WebService:
             saved.append(key)
         return saved
 
-    def summarise_now(self, token: str, *, progress: Callable[[int, int, date], None] | None = None) -> list[date]:
-        """Summarise every day not summarised yet, today included, one day at a time
-        (``progress(done, total, day)`` before each), then the global summaries."""
+    def summarise_now(
+        self,
+        token: str,
+        *,
+        include_today: bool = False,
+        progress: Callable[[int, int, date], None] | None = None,
+    ) -> list[date]:
+        """Summarise every finished day not summarised yet (today too, and again, only when
+        ``include_today``: it is not over), one day at a time (``progress(done, total, day)``
+        before each), then the global summaries."""
         user = self.user(token)
         today = self.now().date()
         if not self.bank.has_user(user):
             return []
         summarised = {r.day for r in self.bank.summaries(user, Kind.DAILY_EVENTS)}
-        pending = sorted(d for d in self.bank.days(user) if d.year > 1970 and d <= today and d not in summarised)
+        pending = sorted(d for d in self.bank.days(user) if d.year > 1970 and d < today and d not in summarised)
+        if include_today:
+            pending.append(today)
         done: list[date] = []
-        for i, day in enumerate(pending or [today]):
+        for i, day in enumerate(pending):
             if progress is not None:
-                progress(i, len(pending or [today]), day)
+                progress(i, len(pending), day)
             done += [d for d in self.companion.consolidate(user, until=day) if d not in done]
         return done
 

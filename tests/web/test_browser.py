@@ -61,7 +61,8 @@ def live_app(tmp_path_factory, e5_embedder, smollm2_backend):
     )
     demo = web_app.build_app(service)
     port = free_port()
-    web_app.launch(demo, host="127.0.0.1", port=port, prevent_thread_lock=True, quiet=True)
+    routes = web_app.api_routes(service)  # as app.py serves it: the API too, and the keys section
+    web_app.launch(demo, host="127.0.0.1", port=port, prevent_thread_lock=True, quiet=True, routes=routes)
     yield f"http://127.0.0.1:{port}/", service, clock
     demo.close()
     bank.close()
@@ -218,18 +219,40 @@ def test_a_new_users_first_five_minutes(browser, live_app):
     assert list(exported) == ["nina"] and "beagle" in json.dumps(exported)
     assert not list(service.export_dir.glob("*.json"))  # removed after the download
 
-    # 中文: the labels, the placeholder, the table, its values and the plot
+    # 中文: the labels, the placeholder, the table, its values and the plot; every tab read for
+    # English words outside what nina and the model said
     page.locator("#lang").get_by_text("中文").click()
     ui.wait_text("body", "聊天")
+    ui.wait_text("#chatbot", "我想起了什么")  # the titles above the earlier replies follow the switch
+    ui.wait_text("#message_counter", "字")
+    english = {"chat": english_words(page, service, "nina", "nina-password")}
     ui.tab("记忆")
     ui.wait_text("#mem_table", "编号")
     ui.wait_text("#mem_table", "对话")
-    assert "活跃" in ui.text("#mem_table")
+    ui.wait_text("#mem_table", "天后淡忘")  # the state in words
+    page.locator("#mem_query textarea").fill("beagle")
+    page.locator("#mem_search").click()
+    ui.wait_text("#mem_table", "相同的词")  # the why
+    page.locator("#mem_id textarea").fill("abc")
+    page.locator("#mem_pin").click()
+    ui.wait_text("#mem_status", "没有编号为 abc 的记忆")
     page.locator("#retention_plot img").first.wait_for()
+    english["memory"] = english_words(page, service, "nina", "nina-password", typed=("abc", "beagle"))
     ui.shot("05-memory-zh")
+    ui.tab("设置与账户")
+    ui.wait_text("#keys_intro", "API 密钥")  # the keys section follows the switch
+    ui.wait_text("#api_keys", "还没有 API 密钥")
+    english["account"] = english_words(page, service, "nina", "nina-password")
     ui.tab("聊天")
     assert "回车发送" in page.locator("#message textarea").get_attribute("placeholder")
+    page.locator("#send").click()  # an empty message: refused, in Chinese
+    ui.wait_text("body", "消息是空的")
+    page.reload()
+    ui.logged_in("nina")
+    ui.wait_text("#message_counter", "字")  # the counter after a reload, before any typing
     ui.shot("06-chat-zh")
+    english["reloaded"] = english_words(page, service, "nina", "nina-password")
+    assert not any(english.values()), english
     page.locator("#lang").get_by_text("English").click()
     ui.wait_text("body", "Chat")
 
@@ -248,8 +271,55 @@ def test_a_new_users_first_five_minutes(browser, live_app):
     ui.logged_in("nina")
     assert page.locator("#message textarea").input_value() == "Words I do not want to lose."
     ui.shot("08-text-kept")
+    # the login box in Chinese: a wrong password, then the back-off, said in minutes
+    page.locator("#lang").get_by_text("中文").click()
+    ui.wait_text("body", "聊天")
+    ui.logout()
+    for i in range(5):
+        ui.enter("login", "nina", f"wrong {i}")
+        page.wait_for_function("() => document.querySelector('#password input').value === ''")
+        ui.wait_text("#login_message", "用户名或密码错误")
+    ui.enter("login", "nina", "nina-password")
+    ui.wait_text("#login_message", "请一分钟后再试")
+    ui.shot("09-login-zh-back-off")
+    assert "seconds" not in ui.text("#login_message")
+    page.wait_for_timeout(2500)  # the first back-off: seconds, not a quarter of an hour
+    ui.enter("login", "nina", "nina-password")
+    ui.logged_in("nina")
     assert not errors, errors
     context.close()
+
+
+ALLOWED_ENGLISH = {"SiliconFriend", "API", "JSON", "SillyTavern", "Open", "WebUI", "OpenAI", "Shift", "MemoryBank"}
+
+
+def english_words(page, service, user: str, password: str, typed: tuple[str, ...] = ()) -> list[str]:
+    """The English words on the page, outside what the user and the model said (the memories, the
+    replies and the summaries, which the model writes in English) and the names of products and
+    models."""
+    import re
+
+    token = service.accounts.login(user, password).token
+    content = " ".join(
+        [r.text for r in service.memories(token)]
+        + [r.response for r in service.today(token)]
+        + list(map(str, service.summaries(token).values()))
+        + list(service.model_labels.values())
+        + list(service.model_labels)
+    )
+    known = set(re.findall(r"[A-Za-z]+", content + " ".join(typed))) | ALLOWED_ENGLISH | {user}
+    # Gradio's own toasts' titles and footer follow the browser's language (here English), not the page's
+    text = page.evaluate(
+        """() => {
+            const style = document.createElement("style");
+            style.textContent = ".toast-wrap, footer { display: none !important; }";
+            document.head.appendChild(style);
+            const text = document.body.innerText;
+            style.remove();
+            return text;
+        }"""
+    )
+    return sorted({w for w in re.findall(r"[A-Za-z]{2,}", text) if w not in known})
 
 
 def test_two_users_in_a_browser(browser, live_app):
@@ -294,16 +364,38 @@ def test_two_users_in_a_browser(browser, live_app):
     assert "yes" in ui.text("#mem_table")
     ui.shot("03-memory-page")
 
-    # export all my data
+    # export all my data: the link works in this browser only, and once
     ui.tab("Settings & account")
+    page.locator("#export").click()
+    page.locator("#export_link a#download").wait_for(state="visible")
+    href = page.locator("#export_link a#download").get_attribute("href")
+    elsewhere = browser.new_context()  # another browser, with no session: refused, link still good
+    assert elsewhere.request.get(url + href).status == 404
+    elsewhere.close()
     exported = json.loads(download_export(page))
     assert list(exported) == ["alice"]
     assert any("Pixel" in t["query"] for t in exported["alice"]["history"]["2024-05-04"])
     assert exported["alice"]["siliconfriend"]["memories"]
+    assert page.context.request.get(url + href).status == 404  # used
+
+    # alice logs out in one tab and types in another, which goes to the login box with her text;
+    # bob logs in on that tab: her draft is not shown to him
+    other = context.new_page()
+    other.goto(url)
+    tab2 = UI(other, None)
+    tab2.logged_in("alice")
     ui.logout()
+    other.locator("#message textarea").fill("Alice's private draft")
+    other.locator("#message textarea").press("Enter")
+    other.locator("#username textarea").wait_for(state="visible")
+    assert other.locator("#message textarea").input_value() == "Alice's private draft"
+    tab2.enter("signup", "bob", "bob-password")
+    tab2.logged_in("bob")
+    assert other.locator("#message textarea").input_value() == ""
+    other.close()
 
     # bob sees none of it
-    ui.enter("signup", "bob", "bob-password")
+    ui.enter("login", "bob", "bob-password")
     ui.logged_in("bob")
     assert "Pixel" not in ui.text("#chatbot") and "tuna" not in ui.text("#chatbot")
     ui.tab("Memory")
@@ -318,6 +410,19 @@ def test_two_users_in_a_browser(browser, live_app):
     ui.tab("Settings & account")
     bob_export = download_export(page)
     assert "Pixel" not in bob_export and list(json.loads(bob_export)) == ["bob"]
+    # an API key's label is shown as typed, never as HTML; a refused revoke says why, no error badge
+    assert page.locator("#key_id input").input_value() == ""  # not a pre-filled 0
+    label = "<b>bold</b> <img src=x> **star**"
+    page.locator("#key_label textarea").fill(label)
+    page.locator("#key_create").click()
+    ui.wait_text("#new_key", "sf-")
+    ui.wait_text("#api_keys", label)
+    assert page.locator("#api_keys img, #api_keys b, #api_keys strong").count() == 0
+    page.locator("#key_id input").fill("999")
+    page.locator("#key_revoke").click()
+    ui.wait_text("#new_key", "no API key 999")
+    assert "Error" not in ui.text("#new_key") and "error" not in (page.locator("#new_key").get_attribute("class") or "")
+    ui.shot("04-bob-keys")
     # the language switch relabels the page
     page.locator("#lang").get_by_text("中文").click()
     ui.wait_text("body", "聊天")

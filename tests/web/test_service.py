@@ -128,7 +128,8 @@ def test_pin_forget_restore_delete(two, web_clock):
 def test_summaries_read_edit_and_summarise_now(two):
     service, alice, bob = two
     say(service, alice, "Today I started learning the violin.")
-    assert service.summarise_now(alice) == [date(2024, 5, 4)]
+    assert service.summarise_now(alice) == []  # today is not over: summarised only when asked
+    assert service.summarise_now(alice, include_today=True) == [date(2024, 5, 4)]
     s = service.summaries(alice)
     assert s["day"] == "2024-05-04" and s["daily_events"] and s["global_events"]
     saved = service.save_summaries(
@@ -282,8 +283,41 @@ def test_logout_ends_the_session(two):
 def test_kinds_and_states_filters(two):
     service, alice, _ = two
     say(service, alice, "Hello.")
-    service.summarise_now(alice)
+    service.summarise_now(alice, include_today=True)
     kinds = {r.kind for r in service.memories(alice)}
     assert {"turn", "daily_events", "global_events"} <= kinds
     assert all(r.kind == "daily_events" for r in service.memories(alice, kind=Kind.DAILY_EVENTS.value))
     assert service.memories(alice, state=State.ARCHIVED.value) == []
+
+
+SEARCHED = [
+    ("My dog is called Rex. He is a beagle.", "What a lovely dog!"),
+    ("I like tea very much.", "Tea is great."),
+    ("Today I started learning the violin.", "How exciting!"),
+    ("My cat is called Pixel and she loves tuna.", "Cute!"),
+    ("I went hiking in the Alps last summer.", "Sounds amazing."),
+    ("Hello there.", "Hi!"),
+    ("我的猫叫小白，它喜欢吃鱼。", "好可爱！"),
+    ("我今天开始学小提琴了。", "太棒了！"),
+    ("我昨天去公园跑步了。", "很健康！"),
+]
+
+
+def test_search_shows_only_real_matches_in_both_languages(web_service, web_clock):
+    """Unrelated words, in English and in Chinese, match nothing (e5-small puts any two texts near
+    0.8: "banana" once listed an unrelated turn as "similar in meaning"); words and clear meanings do."""
+    service = web_service
+    token = service.signup("mia", "mia-password").token
+    for i, (query, reply) in enumerate(SEARCHED):
+        service.bank.add_turn("mia", query, reply, web_clock.now - timedelta(days=1, minutes=-i))
+    service.bank.settle()
+
+    def found(words: str) -> list[str]:
+        return [r.text.split("\n")[0] for r in service.memories(token, query=words)]
+
+    for words in ("zzqxj", "banana", "quantum physics", "music", "香蕉", "量子物理", "电脑游戏"):
+        assert found(words) == [], words
+    assert found("violin") == ["Today I started learning the violin."]  # its word, and nothing else
+    assert found("kitten") == ["My cat is called Pixel and she loves tuna."]  # by meaning
+    assert found("小提琴") == ["我今天开始学小提琴了。"]
+    assert found("宠物") == ["我的猫叫小白，它喜欢吃鱼。"]

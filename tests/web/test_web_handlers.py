@@ -12,6 +12,7 @@ from datetime import timedelta
 
 import pytest
 
+from memory.records import Kind
 from siliconfriend.core.companion import HISTORY_CHARS
 from siliconfriend.web.chat import ChatHandlers, stored_remembered
 from siliconfriend.web.memory_page import MemoryHandlers
@@ -171,12 +172,19 @@ def test_the_embedded_model_does_not_loop(smollm2_backend):
 
 
 def test_summarise_now_reports_each_day(amy, web_clock):
-    """Days not summarised yet (an imported history, and today) are summarised one by one."""
+    """Finished days not summarised yet (an imported history) are summarised one by one, with one
+    status line that moves; today is left alone unless asked for."""
     service, token = amy
     service.bank.add_turn("amy", "I baked bread.", "Lovely!", web_clock.now - timedelta(days=2))
     service.bank.add_turn("amy", "I painted the fence.", "Nice work.", web_clock.now - timedelta(days=1))
-    steps = []
-    out = MemoryHandlers(service).summarise(token, *FILTERS, progress=lambda done, desc: steps.append((done, desc)))
-    assert [s[0] for s in steps] == [(0, 2), (1, 2)]
-    assert "2024-05-02" in steps[0][1] and "2024-05-03" in steps[1][1]
-    assert "Summarised: 2024-05-02, 2024-05-03" in out[-1]
+    service.bank.add_turn("amy", "I am at the beach today.", "Enjoy!", web_clock.now)
+    outs = list(MemoryHandlers(service).summarise(token, *FILTERS, False, tick=0.05))
+    lines = [out[-1] for out in outs[:-1]]
+    assert all(skipped(out[:-1]) for out in outs[:-1])  # the page is left alone meanwhile
+    assert any("2024-05-02 (day 1 of 2)" in line for line in lines)
+    assert any("2024-05-03 (day 2 of 2)" in line for line in lines)
+    assert len(set(lines)) > 1  # it moves
+    assert outs[-1][-1] == "Summarised: 2024-05-02, 2024-05-03"
+    assert not service.bank.get_summary("amy", Kind.DAILY_EVENTS, web_clock.now.date())
+    *_, last = MemoryHandlers(service).summarise(token, *FILTERS, True)
+    assert last[-1] == "Summarised: 2024-05-04"
