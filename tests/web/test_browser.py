@@ -158,6 +158,7 @@ def test_a_new_users_first_five_minutes(browser, live_app):
     page.locator("#username textarea").wait_for(state="visible", timeout=60_000)
     ui.enter("signup", "nina", "nina-password")
     ui.logged_in("nina")
+    ui.wait_text("#chatbot", "small demo model")  # said once, before the first message
     ui.shot("01-signed-up")
 
     # Enter sends; Shift+Enter is a new line in the box
