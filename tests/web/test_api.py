@@ -16,6 +16,8 @@ import pytest
 from gradio_client import Client
 from gradio_client.exceptions import AppError
 
+from siliconfriend.web.client import BROWSER_COOKIE
+
 OPEN = {"/login", "/signup", "/logout"}  # the only endpoints that work without a session
 FILTERS = ("all", "all", "all")
 
@@ -45,7 +47,10 @@ def _example(param: dict):
 @pytest.fixture
 def client(served_app):
     url, service = served_app
-    return Client(url, verbose=False), service
+    return Client(url, verbose=False, headers=BROWSER), service
+
+
+BROWSER = {"Cookie": f"{BROWSER_COOKIE}=the-test-browser-{'b' * 20}"}  # as a browser holds it
 
 
 def export_link(client, token) -> str:
@@ -54,8 +59,8 @@ def export_link(client, token) -> str:
 
 
 def export(client, token) -> str:
-    """The text of this session's export, fetched by its one-time link."""
-    with urllib.request.urlopen(export_link(client, token)) as r:
+    """The text of this session's export, fetched by its one-time link from the same browser."""
+    with urllib.request.urlopen(urllib.request.Request(export_link(client, token), headers=BROWSER)) as r:
         return r.read().decode("utf-8")
 
 

@@ -309,11 +309,12 @@ def english_words(page, service, user: str, password: str, typed: tuple[str, ...
         + list(service.model_labels)
     )
     known = set(re.findall(r"[A-Za-z]+", content + " ".join(typed))) | ALLOWED_ENGLISH | {user}
-    # Gradio's own toasts' titles and footer follow the browser's language (here English), not the page's
+    # Gradio's own toasts' titles, footer and screen-reader announcements ("common.complete") follow
+    # the browser's language (here English), not the page's
     text = page.evaluate(
         """() => {
             const style = document.createElement("style");
-            style.textContent = ".toast-wrap, footer { display: none !important; }";
+            style.textContent = ".toast-wrap, footer, [aria-live] { display: none !important; }";
             document.head.appendChild(style);
             const text = document.body.innerText;
             style.remove();
