@@ -430,6 +430,22 @@ class MemoryBank:
             self._replies.submit(user)
         return self.get(user, memory_id)
 
+    def supersede(
+        self, user: str, memory_id: int, reason: str, *, by: int | None = None, when: datetime | None = None
+    ) -> MemoryRecord:
+        """A memory replaced by another (an edited message: ``reason`` "edited", ``by`` the new
+        turn's id) leaves active memory: kept and shown, never retrieved again. The reason, the
+        replacement and the time are kept in its extra fields under "superseded"."""
+        u = self._user(user)
+        rec = self.get(user, memory_id)
+        note = {"reason": reason, "by": by, "at": when.isoformat() if when else None}
+        extra = json.dumps({**rec.extra, "superseded": note}, ensure_ascii=False)
+        vector = u.store.vectors([rec.stored_id], self.embedder.dim)[0]
+        u.store.replace_text(rec.stored_id, rec.text, vector, extra=extra)
+        u.store.set_state([rec.stored_id], State.SUPERSEDED, when)
+        u.index.sync()
+        return self.get(user, memory_id)
+
     # -- reading ------------------------------------------------------------------------------
     def get(self, user: str, memory_id: int) -> MemoryRecord:
         rec = self._user(user).store.get(int(memory_id))
@@ -441,7 +457,8 @@ class MemoryBank:
         return self._user(user).store.records(**filters)
 
     def turns_on(self, user: str, day: date) -> list[MemoryRecord]:
-        return self._user(user).store.records(kind=Kind.TURN, day=day)
+        """The day's turns in order, without the superseded ones (an edited message's old turn)."""
+        return [t for t in self._user(user).store.records(kind=Kind.TURN, day=day) if t.state != State.SUPERSEDED]
 
     def days(self, user: str) -> list[date]:
         return self._user(user).store.days()

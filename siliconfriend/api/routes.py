@@ -11,8 +11,9 @@ from __future__ import annotations
 
 import json
 import logging
-from typing import Any, Iterator
+from typing import Any, AsyncIterator, Generator
 
+import anyio
 from fastapi import Depends, FastAPI, Query, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, StreamingResponse
@@ -22,7 +23,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import Mount
 
 from .keys import KeyOwner
-from .service import MODEL_ID, ApiError, ApiService, Completion
+from .service import MODEL_ID, ApiError, ApiService, Completion, Switches
 
 log = logging.getLogger("siliconfriend.api")
 
@@ -45,6 +46,13 @@ class ChatCompletionRequest(BaseModel):
     stream: bool = False
     n: int | None = Field(None, description="only 1")
     stream_options: dict[str, Any] | None = None
+    siliconfriend: dict[str, Any] | None = Field(
+        None,
+        description='SiliconFriend\'s switches: {"task": "title"} (a chat app\'s own request: answered, '
+        'never remembered; as the X-SiliconFriend-Task header), {"memory": "off"} (answered with the '
+        "companion's memory, nothing written or reinforced) or \"on\" (a turn of the person's even "
+        "where it looks like a task); as the X-SiliconFriend-Memory header",
+    )
 
 
 def openai_error(
@@ -132,16 +140,17 @@ def build_api(api: ApiService) -> FastAPI:
         return found[0]
 
     @app.post("/chat/completions", summary="One turn with the companion (streaming or not)")
-    def chat_completions(body: ChatCompletionRequest, who: KeyOwner = Depends(owner)):
+    def chat_completions(body: ChatCompletionRequest, request: Request, who: KeyOwner = Depends(owner)):
         if body.n not in (None, 1):
             raise ApiError(400, "n must be 1: the companion gives one reply per turn", param="n")
         messages = [m.model_dump() for m in body.messages]
-        completion = api.start_chat(who.user, messages, model=body.model)
+        switches = Switches.of({k.lower(): v for k, v in request.headers.items()}, body.siliconfriend)
+        completion = api.start_chat(who.user, messages, model=body.model, switches=switches)
         if not body.stream:
             return JSONResponse(api.finish(completion))
         usage = bool((body.stream_options or {}).get("include_usage"))
         return StreamingResponse(
-            sse_chunks(api, completion, usage),
+            sse_body(api, completion, usage),
             media_type="text/event-stream",
             headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
         )
@@ -202,7 +211,7 @@ def _event(data: dict | str) -> str:
     return f"data: {data if isinstance(data, str) else json.dumps(data, ensure_ascii=False)}\n\n"
 
 
-def sse_chunks(api: ApiService, completion: Completion, usage: bool) -> Iterator[str]:
+def sse_chunks(api: ApiService, completion: Completion, usage: bool) -> Generator[str, None, None]:
     """The turn as OpenAI's ``chat.completion.chunk`` events: the first carries the role and the
     memories used, the last the finish reason and the stored turn; a backend failure mid-reply
     is an ``error`` event (the OpenAI SDK raises it)."""
@@ -253,6 +262,25 @@ def sse_chunks(api: ApiService, completion: Completion, usage: bool) -> Iterator
             close()  # a client that went away: the companion keeps what came so far
 
 
+async def sse_body(api: ApiService, completion: Completion, usage: bool) -> AsyncIterator[str]:
+    """``sse_chunks`` for the server, each chunk taken on a worker thread. A client that goes away
+    (a stop button, a closed tab) cancels this at its next chunk: the reply is stopped there and
+    the turn stored at once with what came so far, marked as stopped, instead of whenever the
+    abandoned generator would have been collected."""
+    chunks = sse_chunks(api, completion, usage)
+    try:
+        while True:
+            piece = await anyio.to_thread.run_sync(next, chunks, None)
+            if piece is None:
+                return
+            yield piece
+    finally:
+        if completion.stream.result is None:
+            completion.stream.stop()
+        with anyio.CancelScope(shield=True):
+            await anyio.to_thread.run_sync(chunks.close)
+
+
 def mount(api: ApiService) -> Mount:
     """The API as a route for another Starlette / FastAPI app (the web app's), at ``/v1``."""
     return Mount(PREFIX, app=build_api(api))
@@ -269,4 +297,4 @@ def standalone_app(api: ApiService) -> FastAPI:
     return root
 
 
-__all__ = ["build_api", "mount", "standalone_app", "sse_chunks", "PREFIX"]
+__all__ = ["build_api", "mount", "standalone_app", "sse_chunks", "sse_body", "PREFIX"]

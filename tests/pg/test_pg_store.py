@@ -51,6 +51,7 @@ def test_same_memories_rankings_and_export_as_sqlite(tmp_path, pg_bank, e5_embed
             bank.forget_pass("amy", T0 + timedelta(days=4))
             bank.restore("amy", bank.records("amy", kind=Kind.TURN)[0].id, T0 + timedelta(days=4))
             bank.edit_text("amy", bank.records("amy", kind=Kind.TURN)[2].id, "鼓浪屿的钢琴博物馆很有意思")
+            bank.supersede("amy", bank.records("amy", kind=Kind.TURN)[1].id, "edited", when=T0 + timedelta(days=4))
         now = T0 + timedelta(days=4)
         for question in ("what is my cat called?", "鼓浪屿", "who visits me next week", "hiking trail"):
             want = [(h.record.text, round(h.score, 4)) for h in lite.retrieve("amy", question, now, k=5)]
