@@ -3,7 +3,8 @@ FastAPI app) or served alone by ``siliconfriend serve-api``.
 
 OpenAI's chat-completions protocol (``POST /chat/completions``, streaming as server-sent events,
 ``GET /models``) and the memory API (``/memories``), with OpenAI's error shape for every refusal:
-``{"error": {"message", "type", "param", "code"}}`` and 400 / 401 / 404 / 429 / 503. The
+``{"error": {"message", "type", "param", "code"}}`` and 400 / 401 / 404 / 429 / 503 (tool calling
+is refused with a 400: see ``tool_calls.py``). The
 description is at ``/v1/openapi.json``, a page at ``/v1/docs``.
 """
 
@@ -27,6 +28,7 @@ from starlette.staticfiles import StaticFiles
 
 from .keys import KeyOwner
 from .service import MODEL_ID, ApiError, ApiService, Completion
+from .tool_calls import refuse_tool_calling
 
 log = logging.getLogger("siliconfriend.api")
 
@@ -164,6 +166,7 @@ def build_api(api: ApiService) -> FastAPI:
         if body.n not in (None, 1):
             raise ApiError(400, "n must be 1: the companion gives one reply per turn", param="n")
         messages = [m.model_dump() for m in body.messages]
+        refuse_tool_calling(body.model_extra or {}, messages)  # a 400 that names the setting to change
         completion = api.start_chat(who.user, messages, model=body.model)
         if not body.stream:
             return JSONResponse(api.finish(completion))
