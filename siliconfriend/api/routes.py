@@ -26,6 +26,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import Mount
 from starlette.staticfiles import StaticFiles
 
+from . import footnote
 from .keys import KeyOwner
 from .service import MODEL_ID, ApiError, ApiService, Completion
 from .tool_calls import refuse_tool_calling
@@ -162,20 +163,29 @@ def build_api(api: ApiService) -> FastAPI:
         return found[0]
 
     @app.post("/chat/completions", summary="One turn with the companion (streaming or not)")
-    def chat_completions(body: ChatCompletionRequest, who: KeyOwner = Depends(owner)):
+    def chat_completions(body: ChatCompletionRequest, request: Request, who: KeyOwner = Depends(owner)):
         if body.n not in (None, 1):
             raise ApiError(400, "n must be 1: the companion gives one reply per turn", param="n")
-        messages = [m.model_dump() for m in body.messages]
+        messages = footnote.strip_footnotes([m.model_dump() for m in body.messages])
         refuse_tool_calling(body.model_extra or {}, messages)  # a 400 that names the setting to change
+        ours = getattr(body, "siliconfriend", None) or (body.model_extra or {}).get("siliconfriend")
+        show = footnote.wanted({k.lower(): v for k, v in request.headers.items()}, ours)
         completion = api.start_chat(who.user, messages, model=body.model)
         if not body.stream:
-            return JSONResponse(api.finish(completion))
+            done = api.finish(completion)
+            if show:
+                done["choices"][0]["message"]["content"] += footnote.of_completion(completion)
+            return JSONResponse(done)
         usage = bool((body.stream_options or {}).get("include_usage"))
         return StreamingResponse(
-            sse_chunks(api, completion, usage),
+            sse_chunks(api, completion, usage, show_memories=show),
             media_type="text/event-stream",
             headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
         )
+
+    @app.get("/turns/{turn_id}", summary='One stored turn and what its reply remembered ("what I remembered")')
+    def turn(turn_id: str, who: KeyOwner = Depends(owner)):
+        return api.turn(who.user, turn_id)
 
     # -- memories -----------------------------------------------------------------------------
     @app.get("/memories", summary="The user's memories, newest day first, a page at a time")
@@ -233,10 +243,11 @@ def _event(data: dict | str) -> str:
     return f"data: {data if isinstance(data, str) else json.dumps(data, ensure_ascii=False)}\n\n"
 
 
-def sse_chunks(api: ApiService, completion: Completion, usage: bool) -> Iterator[str]:
+def sse_chunks(api: ApiService, completion: Completion, usage: bool, *, show_memories: bool = False) -> Iterator[str]:
     """The turn as OpenAI's ``chat.completion.chunk`` events: the first carries the role and the
     memories used, the last the finish reason and the stored turn; a backend failure mid-reply
-    is an ``error`` event (the OpenAI SDK raises it)."""
+    is an ``error`` event (the OpenAI SDK raises it). ``show_memories``: the "what I remembered"
+    footnote comes as a last piece of content (``footnote.py``)."""
 
     def chunk(delta: dict, finish: str | None = None, **extra) -> dict:
         return {
@@ -265,6 +276,9 @@ def sse_chunks(api: ApiService, completion: Completion, usage: bool) -> Iterator
                 {"error": {"message": message, "type": "server_error", "param": None, "code": "backend_unavailable"}}
             )
             return
+        note = footnote.of_completion(completion) if show_memories else ""
+        if note:
+            yield _event(chunk({"content": note}))
         end = _event(chunk({}, "stop", siliconfriend=api.extension(completion)))
         if usage:
             end += _event(
