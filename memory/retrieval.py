@@ -1,7 +1,7 @@
 """Hybrid retrieval over one user's active memories.
 
-Candidates come from three places: the dense index (cosine of e5 / MiniLM vectors), the lexical
-index (SQLite FTS5 BM25 over jieba / English word tokens) and, when the query names days ("on May
+Candidates come from three places: the store's dense search (cosine of e5 / MiniLM vectors), its
+lexical search (BM25 over jieba / English word tokens) and, when the query names days ("on May
 4th", "前天") or conversations ("our first conversation", "上次我们聊": the user's first day, the
 latest before today), every active memory of those days. A candidate's base score mixes its dense
 similarity and lexical score, each scaled to [0, 1] over the candidates. A dialogue turn then
@@ -39,10 +39,9 @@ import numpy as np
 from .dates import conversation_days, days_in_query
 from .embedders import Embedder, embed_query
 from .forgetting import ForgettingPolicy
-from .lexical import fts_query
+from .lexical import query_terms
 from .records import Kind, MemoryRecord, State
-from .store import REPLY_ID_OFFSET
-from .store_protocol import MemoryStore, VectorIndex
+from .stores.base import SearchHit, Side, UserStore
 
 
 @dataclass(frozen=True)
@@ -118,15 +117,16 @@ def _workers() -> ThreadPoolExecutor:
 
 
 def _lexical_side(
-    store: MemoryStore, query: str, config: RetrievalConfig, named_days: Sequence[date] = ()
-) -> tuple[str | None, list[tuple[int, float]]]:
-    """The FTS5 query and its ranked matches. One query gives both the candidates (its best
-    ``candidates``) and the lexical scores of the neighbours that join the pool (its best
-    ``lexical_depth``): asking FTS5 for given rows' scores costs a full pass over each query
-    word's matches per row. Exact while fewer than ``lexical_depth`` memories match; past that,
-    a neighbour beyond them scores 0."""
-    match = fts_query(query, named_days)
-    return match, store.lexical(match, max(config.candidates, config.lexical_depth)) if match else []
+    store: UserStore, query: str, config: RetrievalConfig, named_days: Sequence[date] = ()
+) -> list[tuple[int, float]]:
+    """The lexical side's ranked matches (id, BM25). One search gives both the candidates (its
+    best ``candidates``) and the lexical scores of the neighbours that join the pool (its best
+    ``lexical_depth``): asking for given rows' scores costs a full pass over each query word's
+    matches per row. Exact while fewer than ``lexical_depth`` memories match; past that, a
+    neighbour beyond them scores 0."""
+    terms = query_terms(query, named_days)
+    hits: list[SearchHit] = store.lexical(terms, max(config.candidates, config.lexical_depth)) if terms else []
+    return [(h.id, h.score) for h in hits]
 
 
 @dataclass
@@ -142,8 +142,7 @@ class _Pool:
 
 
 def _search_sides(
-    store: MemoryStore,
-    index: VectorIndex,
+    store: UserStore,
     embedder: Embedder,
     query: str,
     config: RetrievalConfig,
@@ -158,15 +157,14 @@ def _search_sides(
     engine), so that on two cores a turn waits for the slower of the two, not for both."""
     pending = _workers().submit(_lexical_side, store, query, config, named_days) if query_vector is None else None
     qvec = embed_query(embedder, query) if query_vector is None else query_vector
-    _, ranked = pending.result() if pending is not None else _lexical_side(store, query, config, named_days)
+    ranked = pending.result() if pending is not None else _lexical_side(store, query, config, named_days)
     found: list[int] = []
-    # a turn can be in the index twice (its message and its reply): ask for twice the candidates
-    for vid, _ in index.search(qvec, config.candidates * (2 if config.use_replies else 1)):
-        if vid >= REPLY_ID_OFFSET and not config.use_replies:
+    # a turn can be found twice (its message and its reply): ask for twice the candidates
+    for hit in store.dense(qvec, config.candidates * (2 if config.use_replies else 1)):
+        if hit.side == Side.REPLY and not config.use_replies:
             continue
-        rid = vid - REPLY_ID_OFFSET if vid >= REPLY_ID_OFFSET else vid
-        if rid not in found:
-            found.append(rid)
+        if hit.id not in found:
+            found.append(hit.id)
     return qvec, found[: config.candidates], ranked
 
 
@@ -177,7 +175,7 @@ def _allowed(rec: MemoryRecord, config: RetrievalConfig) -> bool:
 
 
 def _gather(
-    store: MemoryStore,
+    store: UserStore,
     dense: list[int],
     ranked: list[tuple[int, float]],
     named_days: list[date],
@@ -197,18 +195,18 @@ def _gather(
 
 
 def _dense_sides(
-    store: MemoryStore, index: VectorIndex, qvec: np.ndarray, pool: dict[int, MemoryRecord], config: RetrievalConfig
+    store: UserStore, qvec: np.ndarray, pool: dict[int, MemoryRecord], config: RetrievalConfig
 ) -> tuple[dict[int, float], dict[int, float]]:
     """Phase 3: the cosine of every pool member's message (or text) and, for turns, of its reply,
     from the exact stored vectors (the index may be approximate; -1 where a turn has no reply
     vector yet)."""
     ids = list(pool)
-    own = dict(zip(ids, (store.vectors(ids, index.dim) @ qvec).tolist())) if ids else {}
+    own = dict(zip(ids, (store.vectors(ids) @ qvec).tolist())) if ids else {}
     reply: dict[int, float] = {}
     if config.use_replies:
         turns = [i for i in ids if pool[i].kind == Kind.TURN and pool[i].response.strip()]
         if turns:
-            vecs = store.vectors(turns, index.dim, column="reply_vector")
+            vecs = store.vectors(turns, column="reply_vector")
             sims = (vecs @ qvec).tolist()
             reply = {i: s for i, s, v in zip(turns, sims, vecs) if v.any()}
     return own, reply
@@ -297,8 +295,7 @@ def _rank(
 
 
 def retrieve(
-    store: MemoryStore,
-    index: VectorIndex,
+    store: UserStore,
     embedder: Embedder,
     policy: ForgettingPolicy,
     query: str,
@@ -316,11 +313,11 @@ def retrieve(
     if config.use_dates:
         named_days = days_in_query(query, now.date())
         named_days += [d for d in conversation_days(query, store.days, now.date()) if d not in named_days]
-    qvec, dense_ids, ranked = _search_sides(store, index, embedder, query, config, query_vector, named_days)
+    qvec, dense_ids, ranked = _search_sides(store, embedder, query, config, query_vector, named_days)
     records, members = _gather(store, dense_ids, ranked, named_days, config)
     deeper = dict(ranked)
     lexical = {i: deeper[i] for i in members if i in deeper}
-    raw, dense_s = _combine_dense(*_dense_sides(store, index, qvec, members, config), config)
+    raw, dense_s = _combine_dense(*_dense_sides(store, qvec, members, config), config)
     p = _Pool(qvec, named_days, records, members, raw, lexical)
     base = _base_scores(members, dense_s, lexical, config)
     return _rank(p, base, dense_s, policy, now, config)[:k]

@@ -3,32 +3,49 @@ FastAPI app) or served alone by ``siliconfriend serve-api``.
 
 OpenAI's chat-completions protocol (``POST /chat/completions``, streaming as server-sent events,
 ``GET /models``) and the memory API (``/memories``), with OpenAI's error shape for every refusal:
-``{"error": {"message", "type", "param", "code"}}`` and 400 / 401 / 404 / 429 / 503. The
+``{"error": {"message", "type", "param", "code"}}`` and 400 / 401 / 404 / 429 / 503 (tool calling
+is refused with a 400: see ``tool_calls.py``). The
 description is at ``/v1/openapi.json``, a page at ``/v1/docs``.
 """
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import logging
+import os
 from typing import Any, AsyncIterator, Generator
 
 import anyio
 from fastapi import Depends, FastAPI, Query, Request
 from fastapi.exceptions import RequestValidationError
+from fastapi.openapi.docs import get_swagger_ui_html
 from fastapi.responses import JSONResponse, StreamingResponse
 from fastapi.security import HTTPBearer
 from pydantic import BaseModel, ConfigDict, Field
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import Mount
+from starlette.staticfiles import StaticFiles
 
+from . import footnote
 from .keys import KeyOwner
 from .service import MODEL_ID, ApiError, ApiService, Completion, Switches
+from .tool_calls import refuse_tool_calling
 
 log = logging.getLogger("siliconfriend.api")
 
 MAX_BODY_BYTES = 8 * 1024 * 1024
 PREFIX = "/v1"
+DOCS_STATIC = "/docs/static"  # Swagger UI's script, style sheet and icon, under the API's prefix
+
+
+def swagger_ui_dir() -> str:
+    """The folder of Swagger UI's files in the fastapi-offline package (found without importing
+    it: only its files are used, with FastAPI's own docs page)."""
+    spec = importlib.util.find_spec("fastapi_offline")
+    if spec is None or not spec.submodule_search_locations:
+        raise RuntimeError("the fastapi-offline package is missing (pip install fastapi-offline): /v1/docs needs it")
+    return os.path.join(next(iter(spec.submodule_search_locations)), "static")
 
 
 class ChatMessageIn(BaseModel):
@@ -51,7 +68,8 @@ class ChatCompletionRequest(BaseModel):
         description='SiliconFriend\'s switches: {"task": "title"} (a chat app\'s own request: answered, '
         'never remembered; as the X-SiliconFriend-Task header), {"memory": "off"} (answered with the '
         "companion's memory, nothing written or reinforced) or \"on\" (a turn of the person's even "
-        "where it looks like a task); as the X-SiliconFriend-Memory header",
+        "where it looks like a task); as the X-SiliconFriend-Memory header; "
+        '{"show_memories": true}: the "what I remembered" footnote (X-SiliconFriend-Show-Memories)',
     )
 
 
@@ -82,7 +100,7 @@ def build_api(api: ApiService) -> FastAPI:
         "retrieval, daily summaries, personality, forgetting), and the memory API. "
         "Authenticate with a per-user key: `Authorization: Bearer sf-...`.",
         openapi_url="/openapi.json",
-        docs_url="/docs",
+        docs_url=None,  # /docs below, with Swagger UI's files served from here, not a CDN
         redoc_url=None,
     )
     bearer = HTTPBearer(auto_error=False, description="a per-user API key, sf-...")
@@ -127,6 +145,20 @@ def build_api(api: ApiService) -> FastAPI:
         # on the event loop: a digest and one indexed SQLite read, cheaper than a hop to a thread
         return api.authenticate(request.headers.get("authorization"), client_of(request))
 
+    # -- the docs page: Swagger UI from the fastapi-offline package (works without the internet) --
+    app.mount(DOCS_STATIC, StaticFiles(directory=swagger_ui_dir()), name="swagger-ui")
+
+    @app.get("/docs", include_in_schema=False)
+    def docs(request: Request):
+        root = request.scope.get("root_path", "").rstrip("/")  # "/v1" where the API is mounted
+        return get_swagger_ui_html(
+            openapi_url=f"{root}/openapi.json",
+            title="SiliconFriend API",
+            swagger_js_url=f"{root}{DOCS_STATIC}/swagger-ui-bundle.js",
+            swagger_css_url=f"{root}{DOCS_STATIC}/swagger-ui.css",
+            swagger_favicon_url=f"{root}{DOCS_STATIC}/favicon.png",
+        )
+
     # -- chat ---------------------------------------------------------------------------------
     @app.get("/models", summary="The models: one, the companion")
     def models(who: KeyOwner = Depends(owner)):
@@ -143,17 +175,27 @@ def build_api(api: ApiService) -> FastAPI:
     def chat_completions(body: ChatCompletionRequest, request: Request, who: KeyOwner = Depends(owner)):
         if body.n not in (None, 1):
             raise ApiError(400, "n must be 1: the companion gives one reply per turn", param="n")
-        messages = [m.model_dump() for m in body.messages]
-        switches = Switches.of({k.lower(): v for k, v in request.headers.items()}, body.siliconfriend)
+        messages = footnote.strip_footnotes([m.model_dump() for m in body.messages])
+        refuse_tool_calling(body.model_extra or {}, messages)  # a 400 that names the setting to change
+        headers = {k.lower(): v for k, v in request.headers.items()}
+        show = footnote.wanted(headers, body.siliconfriend)
+        switches = Switches.of(headers, body.siliconfriend)
         completion = api.start_chat(who.user, messages, model=body.model, switches=switches)
         if not body.stream:
-            return JSONResponse(api.finish(completion))
+            done = api.finish(completion)
+            if show:
+                done["choices"][0]["message"]["content"] += footnote.of_completion(completion)
+            return JSONResponse(done)
         usage = bool((body.stream_options or {}).get("include_usage"))
         return StreamingResponse(
-            sse_body(api, completion, usage),
+            sse_body(api, completion, usage, show_memories=show),
             media_type="text/event-stream",
             headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
         )
+
+    @app.get("/turns/{turn_id}", summary='One stored turn and what its reply remembered ("what I remembered")')
+    def turn(turn_id: str, who: KeyOwner = Depends(owner)):
+        return api.turn(who.user, turn_id)
 
     # -- memories -----------------------------------------------------------------------------
     @app.get("/memories", summary="The user's memories, newest day first, a page at a time")
@@ -211,10 +253,13 @@ def _event(data: dict | str) -> str:
     return f"data: {data if isinstance(data, str) else json.dumps(data, ensure_ascii=False)}\n\n"
 
 
-def sse_chunks(api: ApiService, completion: Completion, usage: bool) -> Generator[str, None, None]:
+def sse_chunks(
+    api: ApiService, completion: Completion, usage: bool, *, show_memories: bool = False
+) -> Generator[str, None, None]:
     """The turn as OpenAI's ``chat.completion.chunk`` events: the first carries the role and the
     memories used, the last the finish reason and the stored turn; a backend failure mid-reply
-    is an ``error`` event (the OpenAI SDK raises it)."""
+    is an ``error`` event (the OpenAI SDK raises it). ``show_memories``: the "what I remembered"
+    footnote comes as a last piece of content (``footnote.py``)."""
 
     def chunk(delta: dict, finish: str | None = None, **extra) -> dict:
         return {
@@ -243,6 +288,9 @@ def sse_chunks(api: ApiService, completion: Completion, usage: bool) -> Generato
                 {"error": {"message": message, "type": "server_error", "param": None, "code": "backend_unavailable"}}
             )
             return
+        note = footnote.of_completion(completion) if show_memories else ""
+        if note:
+            yield _event(chunk({"content": note}))
         end = _event(chunk({}, "stop", siliconfriend=api.extension(completion)))
         if usage:
             end += _event(
@@ -262,12 +310,14 @@ def sse_chunks(api: ApiService, completion: Completion, usage: bool) -> Generato
             close()  # a client that went away: the companion keeps what came so far
 
 
-async def sse_body(api: ApiService, completion: Completion, usage: bool) -> AsyncIterator[str]:
+async def sse_body(
+    api: ApiService, completion: Completion, usage: bool, *, show_memories: bool = False
+) -> AsyncIterator[str]:
     """``sse_chunks`` for the server, each chunk taken on a worker thread. A client that goes away
     (a stop button, a closed tab) cancels this at its next chunk: the reply is stopped there and
     the turn stored at once with what came so far, marked as stopped, instead of whenever the
     abandoned generator would have been collected."""
-    chunks = sse_chunks(api, completion, usage)
+    chunks = sse_chunks(api, completion, usage, show_memories=show_memories)
     try:
         while True:
             piece = await anyio.to_thread.run_sync(next, chunks, None)

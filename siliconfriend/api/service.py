@@ -19,7 +19,7 @@ from memory.records import Kind, MemoryRecord, State
 
 from ..backends.base import Message, Role
 from ..config import Settings
-from ..core.companion import ReplyStream, used_entry
+from ..core.companion import TODAY, ReplyStream, used_entry
 from ..web.accounts import Accounts
 from ..web.service import MAX_MESSAGE_CHARS, user_export
 from .frontends import Task, person_words, task_of
@@ -493,6 +493,24 @@ class ApiService:
 
     def get(self, user: str, memory_id: Any) -> dict:
         return self.memory_json(self._get(user, memory_id), self.now())
+
+    def turn(self, user: str, turn_id: Any) -> dict:
+        """One stored turn of the user's with what its reply remembered (the memories in its
+        prompt, kept with the turn): "what I remembered" for a person whose app dropped the
+        extension field. Another user's turn, or a memory that is not a turn, is "no such turn"."""
+        try:
+            rec = self._get(user, turn_id)
+        except ApiError:
+            rec = None
+        if rec is None or rec.kind != Kind.TURN:
+            raise ApiError(404, f"no turn {str(turn_id)[:40]!r} for this key's user", code="turn_not_found")
+        extra = dict(rec.extra)
+        out = self.memory_json(rec, self.now())
+        out["object"] = "turn"
+        out["remembered"] = extra.pop("used", None)  # None for a turn stored before they were kept
+        out["today_in_prompt"] = extra.pop(TODAY, [])
+        out["extra"] = extra
+        return out
 
     def pin(self, user: str, memory_id: Any, pinned: bool) -> dict:
         rec = self._get(user, memory_id)

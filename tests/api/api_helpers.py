@@ -112,4 +112,40 @@ def serve_api(home: Path, embedder, *, clock: Clock | None = None, **settings_op
     return Served(f"http://127.0.0.1:{port}/v1", api, backend, clock, home), stop
 
 
-__all__ = ["Clock", "LocalBackend", "Served", "client", "free_port", "start_uvicorn", "serve_api", "FAST_HASHER"]
+def assert_docs_work_offline(base: str) -> None:
+    """``base``/v1/docs names only URLs of this server (Swagger UI's files, the OpenAPI
+    description), and each of them serves: the page works without the internet."""
+    import re
+
+    import httpx
+
+    page = httpx.get(f"{base}/v1/docs")
+    assert page.status_code == 200 and "SwaggerUIBundle" in page.text
+    assert "://" not in page.text  # no CDN, no other host
+    urls = re.findall(r"""(?:src|href)="([^"]+)"|url: '([^']+)'""", page.text)
+    urls = [a or b for a, b in urls]
+    assert sorted(urls) == sorted(
+        [
+            "/v1/docs/static/swagger-ui.css",
+            "/v1/docs/static/favicon.png",
+            "/v1/docs/static/swagger-ui-bundle.js",
+            "/v1/openapi.json",
+        ]
+    ), urls
+    for url in urls:
+        got = httpx.get(base + url)
+        assert got.status_code == 200 and len(got.content) > 1000, url
+    assert "javascript" in httpx.get(f"{base}/v1/docs/static/swagger-ui-bundle.js").headers["content-type"]
+
+
+__all__ = [
+    "assert_docs_work_offline",
+    "Clock",
+    "LocalBackend",
+    "Served",
+    "client",
+    "free_port",
+    "start_uvicorn",
+    "serve_api",
+    "FAST_HASHER",
+]

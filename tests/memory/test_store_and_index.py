@@ -51,7 +51,7 @@ def test_users_never_see_each_other(paper_bank, day1):
     amy_id = paper_bank.records("amy")[0].id
     with pytest.raises(UnknownMemory):  # ids are per user: bob's store has no such row
         paper_bank.get("bob", amy_id + 100)
-    assert paper_bank.user_dir("amy") != paper_bank.user_dir("bob")
+    assert paper_bank.stores.user_dir("amy") != paper_bank.stores.user_dir("bob")
     assert sorted(paper_bank.users()) == ["amy", "bob"]
 
 
@@ -71,7 +71,7 @@ def test_index_persists_and_is_not_rebuilt_on_open(tmp_path, e5_embedder, day1):
     bank.close()
     again = MemoryBank(tmp_path, e5_embedder)
     # each turn is in the index twice: its message and its reply
-    assert len(again._user("amy").index) == 10 and not again._user("amy").index.rebuilt
+    assert again.user_store("amy").vector_count() == 10 and not again.user_store("amy").index.rebuilt
     again.close()
 
 
@@ -81,7 +81,7 @@ def test_missing_or_corrupt_index_is_rebuilt_from_stored_vectors(tmp_path, e5_em
     rec = bank.add_turn("amy", "I adopted a cat named Miso", "Lovely!", day1)
     bank.add_turn("amy", "I work as a nurse", "Thank you for your work.", day1)
     bank.close()
-    path = bank.user_dir("amy") / "index.faiss"
+    path = bank.stores.user_dir("amy") / "index.faiss"
     if damage == "missing":
         path.unlink()
     elif damage == "garbage":
@@ -100,13 +100,13 @@ def test_missing_or_corrupt_index_is_rebuilt_from_stored_vectors(tmp_path, e5_em
     reopened = MemoryBank(tmp_path, CountingEmbedder())
     hits = reopened.retrieve("amy", "what is my cat's name", day1 + timedelta(hours=2), k=1)
     assert hits[0].record.id == rec.id
-    assert reopened._user("amy").index.rebuilt and CountingEmbedder.calls == 0
+    assert reopened.user_store("amy").index.rebuilt and CountingEmbedder.calls == 0
     reopened.close()
 
 
 def test_a_crash_mid_write_leaves_the_old_state(paper_bank, day1):
     paper_bank.add_turn("amy", "first", "ok", day1)
-    store = paper_bank._user("amy").store
+    store = paper_bank.user_store("amy")
     with pytest.raises(RuntimeError):
         with store.transaction() as db:
             db.execute("UPDATE memories SET text = 'changed'")
@@ -137,7 +137,7 @@ def test_changing_the_embedder_reembeds(tmp_path, e5_embedder, day1):
     hits = other.retrieve("amy", "my cat", day1 + timedelta(hours=1), k=1)
     assert hits[0].record.query.startswith("I adopted a cat")
     assert seen[0] == 2 and sum(seen[1:]) == 2
-    assert other._user("amy").store.get_meta("embedder") == other.vectors_id
+    assert other.user_store("amy").get_meta("embedder") == other.vectors_id
     assert other.vectors_id.startswith(minilm.id)
     other.close()
 
@@ -167,10 +167,10 @@ def test_a_turn_is_stored_with_the_vector_its_retrieval_already_made(tmp_path, e
     # the message is not embedded again; the reply is, once, as a passage, after the turn
     assert len(counting.texts["query"]) == before["query"]
     assert counting.texts["document"][before["document"] :] == ["Congratulations to her!"]
-    stored = bank._user("amy").store.vectors([turn.id], e5_embedder.dim)[0]
+    stored = bank.user_store("amy").vectors([turn.id])[0]
     assert np.allclose(stored, embed_turns(e5_embedder, [message])[0], atol=1e-6)
     assert np.allclose(stored, bank.embed_query(message), atol=1e-6)
-    reply = bank._user("amy").store.vectors([turn.id], e5_embedder.dim, column="reply_vector")[0]
+    reply = bank.user_store("amy").vectors([turn.id], column="reply_vector")[0]
     assert np.allclose(reply, embed_replies(e5_embedder, ["Congratulations to her!"])[0], atol=1e-6)
     # a regenerated reply keeps the message's vector; the new reply gets its own, after the turn
     before = {k: len(v) for k, v in counting.texts.items()}
@@ -178,7 +178,7 @@ def test_a_turn_is_stored_with_the_vector_its_retrieval_already_made(tmp_path, e
     bank.settle()
     assert len(counting.texts["query"]) == before["query"]
     assert counting.texts["document"][before["document"] :] == ["How wonderful, congratulations!"]
-    assert np.allclose(bank._user("amy").store.vectors([turn.id], e5_embedder.dim)[0], stored, atol=1e-6)
+    assert np.allclose(bank.user_store("amy").vectors([turn.id])[0], stored, atol=1e-6)
     # a vector is handed over once: the same message on a later turn is embedded again, twice
     queries = len(counting.texts["query"])
     bank.retrieve("amy", message, day1)
@@ -192,7 +192,7 @@ def test_vectors_made_the_old_way_are_redone_once_as_turn_vectors(tmp_path, e5_e
     bank = MemoryBank(tmp_path, e5_embedder)
     turn = bank.add_turn("amy", "I work night shifts at the hospital", "That is tiring.", day1)
     bank.set_summary("amy", Kind.GLOBAL_EVENTS, "Amy is a nurse who works nights.", day1)
-    store = bank._user("amy").store
+    store = bank.user_store("amy")
     store.set_vectors([turn.id], embed_documents(e5_embedder, [turn.text]))  # as earlier versions made them
     store.set_meta("embedder", e5_embedder.id)
     bank.close()
@@ -203,7 +203,7 @@ def test_vectors_made_the_old_way_are_redone_once_as_turn_vectors(tmp_path, e5_e
     again.settle()
     assert counting.texts["query"][:1] == ["I work night shifts at the hospital"]
     assert sorted(counting.texts["document"]) == ["Amy is a nurse who works nights.", "That is tiring."]
-    vector = again._user("amy").store.vectors([turn.id], e5_embedder.dim)[0]
+    vector = again.user_store("amy").vectors([turn.id])[0]
     assert np.allclose(vector, embed_turns(e5_embedder, [turn.query])[0], atol=1e-6)
     again.close()
     third = CountingEmbedder(e5_embedder)
@@ -232,10 +232,12 @@ def test_two_processes_writing_one_home(tmp_path, day1):
     turns = bank.records("shared", kind=Kind.TURN)
     assert len(turns) == 50
     assert sorted(t.position for t in turns) == list(range(50))  # one place each, no duplicates
-    db = sqlite3.connect(bank.user_dir("shared") / "memory.db")
+    db = sqlite3.connect(bank.stores.user_dir("shared") / "memory.db")
     assert db.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
     bank.settle()
-    assert len(bank._user("shared").index) == 100  # the index caught up with both writers (message + reply each)
+    assert (
+        bank.user_store("shared").vector_count() == 100
+    )  # the index caught up with both writers (message + reply each)
     bank.close()
 
 
@@ -253,7 +255,7 @@ def test_delete_purge_and_pin(paper_bank, day1):
     assert paper_bank.delete("amy", [b.id]) == 1
     assert paper_bank.purge_archived("amy") == 1
     assert [r.id for r in paper_bank.records("amy")] == [c.id]
-    assert len(paper_bank._user("amy").index) == 1
+    assert paper_bank.user_store("amy").vector_count() == 1
 
 
 def test_summaries_are_upserted_and_editable(paper_bank, day1):
@@ -271,7 +273,7 @@ def test_summaries_are_upserted_and_editable(paper_bank, day1):
 
 def test_delete_user_removes_every_file(paper_bank, day1):
     paper_bank.add_turn("amy", "hello", "hi", day1)
-    folder = paper_bank.user_dir("amy")
+    folder = paper_bank.stores.user_dir("amy")
     assert folder.exists()
     paper_bank.delete_user("amy")
     assert not folder.exists() and "amy" not in paper_bank.users()

@@ -35,8 +35,9 @@ def pg_url(pg_server):
 
 @pytest.fixture
 def pg_bank(pg_url, e5_embedder):
-    from memory.pg_store import PgMemoryBank
+    from memory.bank import MemoryBank
+    from memory.stores.postgres import PostgresStores
 
-    bank = PgMemoryBank(pg_url, e5_embedder)
+    bank = MemoryBank(PostgresStores(pg_url), e5_embedder)
     yield bank
     bank.close()
