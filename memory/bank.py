@@ -383,6 +383,21 @@ class MemoryBank:
             self._replies.submit(user)
         return self.get(user, memory_id)
 
+    def supersede(
+        self, user: str, memory_id: int, reason: str, *, by: int | None = None, when: datetime | None = None
+    ) -> MemoryRecord:
+        """A memory replaced by another (an edited message: ``reason`` "edited", ``by`` the new
+        turn's id) leaves active memory: kept and shown, never retrieved again. The reason, the
+        replacement and the time are kept in its extra fields under "superseded"."""
+        u = self.user_store(user)
+        rec = self.get(user, memory_id)
+        note = {"reason": reason, "by": by, "at": when.isoformat() if when else None}
+        extra = json.dumps({**rec.extra, "superseded": note}, ensure_ascii=False)
+        u.replace_text(rec.stored_id, rec.text, u.vectors([rec.stored_id])[0], extra=extra)
+        u.set_state([rec.stored_id], State.SUPERSEDED, when)
+        u.sync()
+        return self.get(user, memory_id)
+
     # -- reading ------------------------------------------------------------------------------
     def get(self, user: str, memory_id: int) -> MemoryRecord:
         rec = self.user_store(user).get(int(memory_id))
@@ -394,7 +409,8 @@ class MemoryBank:
         return self.user_store(user).records(**filters)
 
     def turns_on(self, user: str, day: date) -> list[MemoryRecord]:
-        return self.user_store(user).records(kind=Kind.TURN, day=day)
+        """The day's turns in order, without the superseded ones (an edited message's old turn)."""
+        return [t for t in self.user_store(user).records(kind=Kind.TURN, day=day) if t.state != State.SUPERSEDED]
 
     def days(self, user: str) -> list[date]:
         return self.user_store(user).days()

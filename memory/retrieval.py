@@ -169,7 +169,9 @@ def _search_sides(
 
 
 def _allowed(rec: MemoryRecord, config: RetrievalConfig) -> bool:
-    return rec.kind in config.kinds and (rec.state == State.ACTIVE or config.archive_penalty is not None)
+    return rec.kind in config.kinds and (
+        rec.state == State.ACTIVE or (rec.state == State.ARCHIVED and config.archive_penalty is not None)
+    )
 
 
 def _gather(

@@ -14,8 +14,9 @@ import importlib.util
 import json
 import logging
 import os
-from typing import Any, Iterator
+from typing import Any, AsyncIterator, Generator
 
+import anyio
 from fastapi import Depends, FastAPI, Query, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.openapi.docs import get_swagger_ui_html
@@ -28,7 +29,7 @@ from starlette.staticfiles import StaticFiles
 
 from . import footnote
 from .keys import KeyOwner
-from .service import MODEL_ID, ApiError, ApiService, Completion
+from .service import MODEL_ID, ApiError, ApiService, Completion, Switches
 from .tool_calls import refuse_tool_calling
 
 log = logging.getLogger("siliconfriend.api")
@@ -62,6 +63,14 @@ class ChatCompletionRequest(BaseModel):
     stream: bool = False
     n: int | None = Field(None, description="only 1")
     stream_options: dict[str, Any] | None = None
+    siliconfriend: dict[str, Any] | None = Field(
+        None,
+        description='SiliconFriend\'s switches: {"task": "title"} (a chat app\'s own request: answered, '
+        'never remembered; as the X-SiliconFriend-Task header), {"memory": "off"} (answered with the '
+        "companion's memory, nothing written or reinforced) or \"on\" (a turn of the person's even "
+        "where it looks like a task); as the X-SiliconFriend-Memory header; "
+        '{"show_memories": true}: the "what I remembered" footnote (X-SiliconFriend-Show-Memories)',
+    )
 
 
 def openai_error(
@@ -168,9 +177,10 @@ def build_api(api: ApiService) -> FastAPI:
             raise ApiError(400, "n must be 1: the companion gives one reply per turn", param="n")
         messages = footnote.strip_footnotes([m.model_dump() for m in body.messages])
         refuse_tool_calling(body.model_extra or {}, messages)  # a 400 that names the setting to change
-        ours = getattr(body, "siliconfriend", None) or (body.model_extra or {}).get("siliconfriend")
-        show = footnote.wanted({k.lower(): v for k, v in request.headers.items()}, ours)
-        completion = api.start_chat(who.user, messages, model=body.model)
+        headers = {k.lower(): v for k, v in request.headers.items()}
+        show = footnote.wanted(headers, body.siliconfriend)
+        switches = Switches.of(headers, body.siliconfriend)
+        completion = api.start_chat(who.user, messages, model=body.model, switches=switches)
         if not body.stream:
             done = api.finish(completion)
             if show:
@@ -178,7 +188,7 @@ def build_api(api: ApiService) -> FastAPI:
             return JSONResponse(done)
         usage = bool((body.stream_options or {}).get("include_usage"))
         return StreamingResponse(
-            sse_chunks(api, completion, usage, show_memories=show),
+            sse_body(api, completion, usage, show_memories=show),
             media_type="text/event-stream",
             headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
         )
@@ -243,7 +253,9 @@ def _event(data: dict | str) -> str:
     return f"data: {data if isinstance(data, str) else json.dumps(data, ensure_ascii=False)}\n\n"
 
 
-def sse_chunks(api: ApiService, completion: Completion, usage: bool, *, show_memories: bool = False) -> Iterator[str]:
+def sse_chunks(
+    api: ApiService, completion: Completion, usage: bool, *, show_memories: bool = False
+) -> Generator[str, None, None]:
     """The turn as OpenAI's ``chat.completion.chunk`` events: the first carries the role and the
     memories used, the last the finish reason and the stored turn; a backend failure mid-reply
     is an ``error`` event (the OpenAI SDK raises it). ``show_memories``: the "what I remembered"
@@ -298,6 +310,27 @@ def sse_chunks(api: ApiService, completion: Completion, usage: bool, *, show_mem
             close()  # a client that went away: the companion keeps what came so far
 
 
+async def sse_body(
+    api: ApiService, completion: Completion, usage: bool, *, show_memories: bool = False
+) -> AsyncIterator[str]:
+    """``sse_chunks`` for the server, each chunk taken on a worker thread. A client that goes away
+    (a stop button, a closed tab) cancels this at its next chunk: the reply is stopped there and
+    the turn stored at once with what came so far, marked as stopped, instead of whenever the
+    abandoned generator would have been collected."""
+    chunks = sse_chunks(api, completion, usage, show_memories=show_memories)
+    try:
+        while True:
+            piece = await anyio.to_thread.run_sync(next, chunks, None)
+            if piece is None:
+                return
+            yield piece
+    finally:
+        if completion.stream.result is None:
+            completion.stream.stop()
+        with anyio.CancelScope(shield=True):
+            await anyio.to_thread.run_sync(chunks.close)
+
+
 def mount(api: ApiService) -> Mount:
     """The API as a route for another Starlette / FastAPI app (the web app's), at ``/v1``."""
     return Mount(PREFIX, app=build_api(api))
@@ -314,4 +347,4 @@ def standalone_app(api: ApiService) -> FastAPI:
     return root
 
 
-__all__ = ["build_api", "mount", "standalone_app", "sse_chunks", "PREFIX"]
+__all__ = ["build_api", "mount", "standalone_app", "sse_chunks", "sse_body", "PREFIX"]
