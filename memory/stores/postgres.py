@@ -629,8 +629,13 @@ class PgUserStore:
         return out[:k]
 
     def vector_count(self) -> int:
-        """Memories in the dense search (both tiers)."""
-        return self.count()
+        return int(
+            one(
+                self.db.fetchone(
+                    "SELECT count(embedding) + count(reply_embedding) FROM memories WHERE owner = %s", (self.user,)
+                )
+            )[0]
+        )
 
 
 class PostgresStores:
