@@ -56,8 +56,6 @@ class RetrievalConfig:
     retention_weight: float = 0.05
     use_dates: bool = True
     use_replies: bool = True  # a turn's dense similarity also looks at its reply's vector
-    reply_mode: str = "mean"  # how the two sides combine: "mean" of the cosines, "max", or
-    # "scaled" (max of each side scaled over the pool: noise in small pools)
     reply_share: float = 1 / 3  # the reply's share of a turn's mean; the message has the rest
     archive_penalty: float | None = 0.3  # taken off an archived memory's score; None: never retrieved
     kinds: tuple[Kind, ...] = (Kind.TURN, Kind.DAILY_EVENTS)
@@ -217,14 +215,9 @@ def _combine_dense(
 ) -> tuple[dict[int, float], dict[int, float]]:
     """A pool member's dense similarity (raw, for the reasons) and its dense score in [0, 1]."""
     raw = {i: max(s, reply.get(i, -1.0)) for i, s in own.items()}
-    if config.reply_mode == "scaled" and reply:
-        own_s, reply_s = _scale(own), _scale(reply)
-        return raw, {i: max(own_s[i], reply_s.get(i, 0.0)) for i in own}
-    if config.reply_mode == "mean":
-        w = config.reply_share
-        mixed = {i: (1 - w) * s + w * reply[i] if i in reply else s for i, s in own.items()}
-        return raw, _scale(mixed)
-    return raw, _scale(raw)
+    w = config.reply_share
+    mixed = {i: (1 - w) * s + w * reply[i] if i in reply else s for i, s in own.items()}
+    return raw, _scale(mixed)
 
 
 def _base_scores(

@@ -18,9 +18,9 @@ from datetime import date, datetime
 from typing import Callable, Iterator, Sequence
 
 from memory.bank import MemoryBank, UnknownMemory, user_key
-from memory.pg_db import StoreUnavailable
 from memory.records import Kind, MemoryRecord
 from memory.retrieval import Hit
+from memory.stores.base import StoreUnavailable
 
 from ..backends.base import BackendError, ChatBackend, Message
 from ..config import Settings
@@ -29,6 +29,7 @@ from .prompting import PromptSet, fit_chat, load_prompts, truncate_tokens
 
 log = logging.getLogger("siliconfriend.core.companion")
 
+MAX_MESSAGE_CHARS = 20_000  # the longest message a person may send (the web app and the API refuse more)
 QUERY_CHARS = 2000  # what of a (very long) message is used as the retrieval query
 MEMORY_CHARS = 400  # a remembered message or reply is cut to this many characters in the prompt
 # today's conversation in the prompt: each earlier message (and reply) of the day is cut to this
