@@ -1,7 +1,7 @@
 """Hybrid retrieval over one user's active memories.
 
-Candidates come from three places: the dense index (cosine of e5 / MiniLM vectors), the lexical
-index (SQLite FTS5 BM25 over jieba / English word tokens) and, when the query names days ("on May
+Candidates come from three places: the store's dense search (cosine of e5 / MiniLM vectors), its
+lexical search (BM25 over jieba / English word tokens) and, when the query names days ("on May
 4th", "前天") or conversations ("our first conversation", "上次我们聊": the user's first day, the
 latest before today), every active memory of those days. A candidate's base score mixes its dense
 similarity and lexical score, each scaled to [0, 1] over the candidates. A dialogue turn then
@@ -39,10 +39,9 @@ import numpy as np
 from .dates import conversation_days, days_in_query
 from .embedders import Embedder, embed_query, embed_replies, embed_turns, normalise
 from .forgetting import ForgettingPolicy
-from .lexical import fts_query
+from .lexical import query_terms
 from .records import Kind, MemoryRecord, State
-from .store import REPLY_ID_OFFSET
-from .store_protocol import MemoryStore, VectorIndex
+from .stores.base import SearchHit, Side, UserStore
 
 
 @dataclass(frozen=True)
@@ -146,15 +145,16 @@ def _workers() -> ThreadPoolExecutor:
 
 
 def _lexical_side(
-    store: MemoryStore, query: str, config: RetrievalConfig, named_days: Sequence[date] = ()
-) -> tuple[str | None, list[tuple[int, float]]]:
-    """The FTS5 query and its ranked matches. One query gives both the candidates (its best
-    ``candidates``) and the lexical scores of the neighbours that join the pool (its best
-    ``lexical_depth``): asking FTS5 for given rows' scores costs a full pass over each query
-    word's matches per row. Exact while fewer than ``lexical_depth`` memories match; past that,
-    a neighbour beyond them scores 0."""
-    match = fts_query(query, named_days)
-    return match, store.lexical(match, max(config.candidates, config.lexical_depth)) if match else []
+    store: UserStore, query: str, config: RetrievalConfig, named_days: Sequence[date] = ()
+) -> list[tuple[int, float]]:
+    """The lexical side's ranked matches (id, BM25). One search gives both the candidates (its
+    best ``candidates``) and the lexical scores of the neighbours that join the pool (its best
+    ``lexical_depth``): asking for given rows' scores costs a full pass over each query word's
+    matches per row. Exact while fewer than ``lexical_depth`` memories match; past that, a
+    neighbour beyond them scores 0."""
+    terms = query_terms(query, named_days)
+    hits: list[SearchHit] = store.lexical(terms, max(config.candidates, config.lexical_depth)) if terms else []
+    return [(h.id, h.score) for h in hits]
 
 
 @dataclass
@@ -195,8 +195,7 @@ def _talk_words(talk: Sequence[TalkLine], config: RetrievalConfig) -> str:
 
 
 def _search_sides(
-    store: MemoryStore,
-    index: VectorIndex,
+    store: UserStore,
     embedder: Embedder,
     query: str,
     config: RetrievalConfig,
@@ -217,16 +216,15 @@ def _search_sides(
     talk_pending = _workers().submit(_lexical_side, store, words, config) if words.strip() else None
     qvec = embed_query(embedder, query) if query_vector is None else query_vector
     tvec = _talk_vector(embedder, talk, config)
-    _, ranked = pending.result() if pending is not None else _lexical_side(store, query, config, named_days)
+    ranked = pending.result() if pending is not None else _lexical_side(store, query, config, named_days)
     found: list[int] = []
-    # a turn can be in the index twice (its message and its reply): ask for twice the candidates
-    for vid, _ in index.search(_cue_mix(qvec, tvec, config), config.candidates * (2 if config.use_replies else 1)):
-        if vid >= REPLY_ID_OFFSET and not config.use_replies:
+    # a turn can be found twice (its message and its reply): ask for twice the candidates
+    for hit in store.dense(_cue_mix(qvec, tvec, config), config.candidates * (2 if config.use_replies else 1)):
+        if hit.side == Side.REPLY and not config.use_replies:
             continue
-        rid = vid - REPLY_ID_OFFSET if vid >= REPLY_ID_OFFSET else vid
-        if rid not in found:
-            found.append(rid)
-    talk_ranked = talk_pending.result()[1] if talk_pending is not None else []
+        if hit.id not in found:
+            found.append(hit.id)
+    talk_ranked = talk_pending.result() if talk_pending is not None else []
     return _Sides(qvec, tvec, found[: config.candidates], ranked, talk_ranked)
 
 
@@ -271,11 +269,13 @@ def _talk_vector(embedder: Embedder, talk: Sequence[TalkLine], config: Retrieval
 
 
 def _allowed(rec: MemoryRecord, config: RetrievalConfig) -> bool:
-    return rec.kind in config.kinds and (rec.state == State.ACTIVE or config.archive_penalty is not None)
+    return rec.kind in config.kinds and (
+        rec.state == State.ACTIVE or (rec.state == State.ARCHIVED and config.archive_penalty is not None)
+    )
 
 
 def _gather(
-    store: MemoryStore,
+    store: UserStore,
     dense: list[int],
     ranked: list[tuple[int, float]],
     named_days: list[date],
@@ -306,19 +306,17 @@ class _Vectors:
     replies: np.ndarray
 
 
-def _pool_vectors(
-    store: MemoryStore, index: VectorIndex, pool: dict[int, MemoryRecord], config: RetrievalConfig
-) -> _Vectors:
+def _pool_vectors(store: UserStore, dim: int, pool: dict[int, MemoryRecord], config: RetrievalConfig) -> _Vectors:
     """Phase 3a: the exact stored vectors of the pool (the index may be approximate; a turn
     without a reply vector yet has no reply side)."""
     ids = list(pool)
-    own = store.vectors(ids, index.dim) if ids else np.zeros((0, index.dim), dtype=np.float32)
+    own = store.vectors(ids) if ids else np.zeros((0, dim), dtype=np.float32)
     turns: list[int] = []
-    replies: np.ndarray = np.zeros((0, index.dim), dtype=np.float32)
+    replies: np.ndarray = np.zeros((0, dim), dtype=np.float32)
     if config.use_replies:
         answered = [i for i in ids if pool[i].kind == Kind.TURN and pool[i].response.strip()]
         if answered:
-            vecs = store.vectors(answered, index.dim, column="reply_vector")
+            vecs = store.vectors(answered, column="reply_vector")
             keep = [n for n, v in enumerate(vecs) if v.any()]
             turns, replies = [answered[n] for n in keep], vecs[keep]
     return _Vectors(ids, own, turns, replies)
@@ -496,8 +494,7 @@ def _rank(
 
 
 def retrieve(
-    store: MemoryStore,
-    index: VectorIndex,
+    store: UserStore,
     embedder: Embedder,
     policy: ForgettingPolicy,
     query: str,
@@ -517,14 +514,14 @@ def retrieve(
     if config.use_dates:
         named_days = days_in_query(query, now.date())
         named_days += [d for d in conversation_days(query, store.days, now.date()) if d not in named_days]
-    sides = _search_sides(store, index, embedder, query, config, query_vector, named_days, talk)
+    sides = _search_sides(store, embedder, query, config, query_vector, named_days, talk)
     records, members = _gather(store, sides.dense, sides.ranked, named_days, config, sides.talk_ranked)
     deeper = dict(sides.ranked)
     lexical = {i: deeper[i] for i in members if i in deeper}
     talk_deeper = dict(sides.talk_ranked)
     talk_lexical = {i: talk_deeper[i] for i in members if i in talk_deeper}
     cues = np.stack([sides.qvec, sides.tvec]) if sides.tvec is not None else sides.qvec[None, :]
-    vectors = _pool_vectors(store, index, members, config)
+    vectors = _pool_vectors(store, len(sides.qvec), members, config)
     raw, dense_s, talk_dense = _cue_dense(_dense_sides(vectors, cues), config)
     p = _Pool(sides.qvec, named_days, records, members, raw, lexical)
     base, from_words = _base_scores(members, dense_s, lexical, config, talk_lexical)

@@ -114,9 +114,9 @@ def evaluate_label_sets(
     with _scratch_store(database_url) as where:
         bank: MemoryBank
         if database_url:
-            from memory.pg_store import PgMemoryBank
+            from memory.stores.postgres import PostgresStores
 
-            bank = PgMemoryBank(where, embedder, policy=policy, retrieval=config)
+            bank = MemoryBank(PostgresStores(where), embedder, policy=policy, retrieval=config)
         else:
             bank = MemoryBank(where, embedder, policy=policy, retrieval=config)
         try:

@@ -16,13 +16,16 @@ def _settings(args: argparse.Namespace):
 
 def _keys(args: argparse.Namespace):
     from ..api.keys import ApiKeys
-    from ..web.accounts import Accounts
+    from ..web.accounts_pg import open_accounts
 
     settings = _settings(args)
-    accounts = Accounts(settings.home / "accounts.db", signup_open=settings.signup_open)
+    accounts = open_accounts(settings)  # accounts.db in the home, or the database of database_url
     if accounts.canonical(args.user) is None:
         accounts.close()
-        raise ValueError(f"no account named {args.user!r} in {settings.home} (sign up in the web app first)")
+        where = "the database of database_url" if settings.database_url else str(settings.home)
+        raise ValueError(
+            f"no account named {args.user!r} in {where} (sign up in the web app, or `siliconfriend users create NAME`)"
+        )
     return accounts, ApiKeys(accounts)
 
 

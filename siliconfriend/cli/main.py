@@ -15,6 +15,7 @@ COMMAND_MODULES = [
     "siliconfriend.cli.bench",  # bench
     "siliconfriend.cli.store",  # migrate-store
     "siliconfriend.cli.api",  # keys, serve-api
+    "siliconfriend.cli.users",  # users create|list|delete
 ]
 
 

@@ -439,6 +439,10 @@ class WebService:
         if rec.state == State.ARCHIVED:
             since = f" since {rec.archived_at.date().isoformat()}" if rec.archived_at else ""
             return f"faded{since}: back only on a strong cue, or restore it"
+        if rec.state == State.SUPERSEDED:
+            why = rec.extra.get("superseded") or {}
+            by = f" by #{why['by']}" if why.get("by") else ""
+            return f"superseded ({why.get('reason') or 'replaced'}){by}: kept, never used again"
         fades = getattr(self.bank.policy, "fades_at", lambda r: None)(rec)
         if fades is None:
             return "active"

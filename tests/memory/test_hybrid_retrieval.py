@@ -114,7 +114,7 @@ def test_archived_memories_are_a_second_tier_a_strong_cue_brings_back(paper_bank
             (2, "I walked along the river after lunch", "Lovely."),
         ],
     )
-    paper_bank._user("amy").store.set_state([t[0].id], State.ARCHIVED, D + timedelta(days=3))
+    paper_bank.user_store("amy").set_state([t[0].id], State.ARCHIVED, D + timedelta(days=3))
     now = D + timedelta(days=4)
     # left out when the archive is not consulted, and below active memories on a weak cue
     assert t[0].id not in {
