@@ -33,7 +33,7 @@ from .forgetting import EbbinghausPolicy, ForgettingPolicy
 from .importance import rate_importance
 from .lexical import tokenize
 from .records import Kind, MemoryRecord, State, turn_text
-from .retrieval import Hit, RetrievalConfig, retrieve
+from .retrieval import Hit, RetrievalConfig, TalkLine, retrieve
 from .stores.base import MAX_USERNAME, Stores, UserStore, user_key
 
 log = logging.getLogger(__name__)
@@ -427,7 +427,9 @@ class MemoryBank:
         k: int | None = None,
         config: RetrievalConfig | None = None,
         query_vector: np.ndarray | None = None,
+        talk: Sequence[TalkLine] = (),
     ) -> list[Hit]:
+        """The memories for ``query``; ``talk``: the conversation before it (``retrieve``)."""
         u = self.user_store(user)
         return retrieve(
             u,
@@ -438,7 +440,26 @@ class MemoryBank:
             config or self.retrieval_config,
             k=k,
             query_vector=query_vector,
+            talk=talk,
         )
+
+    def talk(self, user: str, turns: Sequence[MemoryRecord]) -> list[TalkLine]:
+        """Stored turns (today's, oldest first) as the conversation ``retrieve`` takes as a cue,
+        each line with its stored vector (a reply whose vector is not made yet counts for
+        nothing): reading them costs no embedding."""
+        ids = [t.stored_id for t in turns]
+        if not ids:
+            return []
+        u = self.user_store(user)
+        messages = u.vectors(ids)
+        replies = u.vectors(ids, column="reply_vector")
+        lines: list[TalkLine] = []
+        for t, m, r in zip(turns, messages, replies):
+            if t.query.strip():
+                lines.append(TalkLine("user", t.query, m))
+            if t.response.strip():
+                lines.append(TalkLine("assistant", t.response, r))
+        return lines
 
     def search_text(
         self, user: str, text: str, now: datetime, *, k: int = 20, include_archived: bool = False

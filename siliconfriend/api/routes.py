@@ -17,6 +17,7 @@ import os
 from typing import Any, AsyncIterator, Generator
 
 import anyio
+import anyio.lowlevel
 from fastapi import Depends, FastAPI, Query, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.openapi.docs import get_swagger_ui_html
@@ -187,7 +188,7 @@ def build_api(api: ApiService) -> FastAPI:
                 done["choices"][0]["message"]["content"] += footnote.of_completion(completion)
             return JSONResponse(done)
         usage = bool((body.stream_options or {}).get("include_usage"))
-        return StreamingResponse(
+        return ClosingStreamingResponse(
             sse_body(api, completion, usage, show_memories=show),
             media_type="text/event-stream",
             headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
@@ -321,6 +322,8 @@ async def sse_body(
     try:
         while True:
             piece = await anyio.to_thread.run_sync(next, chunks, None)
+            # a cancel while the thread ran (a disconnect) waited for it: it is raised here
+            await anyio.lowlevel.checkpoint()
             if piece is None:
                 return
             yield piece
@@ -329,6 +332,20 @@ async def sse_body(
             completion.stream.stop()
         with anyio.CancelScope(shield=True):
             await anyio.to_thread.run_sync(chunks.close)
+
+
+class ClosingStreamingResponse(StreamingResponse):
+    """A streaming response that closes its body when it ends, however it ends: a client that
+    went away leaves the body suspended, and its ``finally`` (``sse_body``) must run now."""
+
+    async def __call__(self, scope, receive, send) -> None:
+        try:
+            await super().__call__(scope, receive, send)
+        finally:
+            close = getattr(self.body_iterator, "aclose", None)
+            if close is not None:
+                with anyio.CancelScope(shield=True):
+                    await close()
 
 
 def mount(api: ApiService) -> Mount:

@@ -24,6 +24,7 @@ from ..core.companion import MAX_MESSAGE_CHARS, TODAY, ReplyStream, used_entry
 from ..web.accounts import Accounts
 from .frontends import Task, person_words, task_of
 from .keys import ApiKeys, KeyLimiter, KeyOwner, LoginStyleLimiter, RateLimited
+from .resent import Placed, place
 
 MODEL_ID = "siliconfriend"  # the one model /v1/models lists: the companion with its memory
 MAX_PERSONA_CHARS = 4000  # a client's system prompt, used as the persona for the turn
@@ -183,17 +184,25 @@ class Switches:
 
     task: str | None = None
     memory: str | None = None
+    chat: str | None = None  # the client's id of the chat (``resent.py``)
 
     @classmethod
     def of(cls, headers: dict[str, str], body: Any) -> "Switches":
         body = body if isinstance(body, dict) else {}
         task = headers.get("x-siliconfriend-task") or body.get("task")
         memory = headers.get("x-siliconfriend-memory") or body.get("memory")
+        chat = headers.get("x-siliconfriend-chat") or headers.get("x-openwebui-chat-id") or body.get("chat")
+        if chat is not None and (not isinstance(chat, str) or not 0 < len(chat.strip()) <= 200):
+            raise bad_request("the chat id is a string of 1 to 200 characters", "siliconfriend.chat")
         if task is not None and (not isinstance(task, str) or not re.fullmatch(r"[A-Za-z0-9_.-]{1,40}", task.strip())):
             raise bad_request("the task is a short name such as title, tags or queries", "siliconfriend.task")
         if memory is not None and (not isinstance(memory, str) or memory.strip().lower() not in ("on", "off")):
             raise bad_request('memory is "on" or "off"', "siliconfriend.memory")
-        return cls(task.strip().lower() if task else None, memory.strip().lower() if memory else None)
+        return cls(
+            task.strip().lower() if task else None,
+            memory.strip().lower() if memory else None,
+            chat.strip() if chat else None,
+        )
 
 
 @dataclass
@@ -207,6 +216,7 @@ class Completion:
     first: str | None = None  # the first chunk, taken before the answer starts
     remembered: list[dict] = field(default_factory=list)
     task: Task | None = None  # a front end's task: answered, never remembered
+    placed: Placed = field(default_factory=Placed)  # the turn it regenerates or edits, if any
 
 
 # -- the service --------------------------------------------------------------------------------------
@@ -301,6 +311,9 @@ class ApiService:
         prefs = self.accounts.prefs(user)
         persona = turn.persona if turn.persona is not None else (prefs.get("persona") or None)
         lang = prefs.get("lang") if prefs.get("lang") in ("en", "zh") else None
+        store = switches.memory != "off"
+        # a regenerate or an edit, told from the client's history (resent.py)
+        placed = place(self.bank, user, turn.text, turn.history, chat=switches.chat) if store else Placed()
         stream = self.companion.respond(
             user,
             turn.text,
@@ -308,9 +321,14 @@ class ApiService:
             history=turn.history,
             persona=persona,
             shown=turn.shown,
-            store=switches.memory != "off",
+            store=store,
+            extra=placed.extra,
+            replaces=placed.replaces,
+            supersedes=placed.supersedes,
         )
-        return self._begin(stream, model, None)
+        completion = self._begin(stream, model, None)
+        completion.placed = placed
+        return completion
 
     @staticmethod
     def task_of(messages: Sequence[dict], switches: Switches) -> Task | None:
@@ -372,10 +390,14 @@ class ApiService:
         the stored turn, and what a day rollover before this turn summarised."""
         result = completion.stream.result
         report = completion.stream.consolidation
+        stored = result is not None and result.turn is not None
         return {
             "memories": completion.remembered,
             "task": completion.task.name if completion.task is not None else None,
             "turn_id": result.turn.id if result is not None and result.turn is not None else None,
+            # a regenerate replaced this turn's reply; an edit superseded that turn
+            "regenerated": stored and completion.placed.replaces is not None,
+            "supersedes": completion.placed.supersedes.id if stored and completion.placed.supersedes else None,
             "day_rollover": None
             if report is None
             else {
