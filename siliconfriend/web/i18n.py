@@ -96,6 +96,7 @@ TEXT: dict[str, dict[str, str]] = {
     "kind_today": {"en": "today", "zh": "今天"},
     "state_active": {"en": "active", "zh": "活跃"},
     "state_archived": {"en": "archived", "zh": "已归档"},
+    "state_superseded": {"en": "superseded", "zh": "已被取代"},
     "yes": {"en": "yes", "zh": "是"},
     # memory page
     "mem_intro": {

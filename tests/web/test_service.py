@@ -191,7 +191,7 @@ def test_delete_account_leaves_nothing(two, tmp_path):
     gradio_copy = tmp_path / "gradio-cache" / "abc" / f"siliconfriend-{user_key('alice')}.json"
     gradio_copy.parent.mkdir(parents=True)
     gradio_copy.write_text("{}")
-    user_dir = service.bank.user_dir("alice")
+    user_dir = service.bank.stores.user_dir("alice")
     assert user_dir.exists()
     with pytest.raises(ValueError):
         service.delete_account(alice, "wrong password")
