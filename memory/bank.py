@@ -33,7 +33,7 @@ from .forgetting import EbbinghausPolicy, ForgettingPolicy
 from .importance import rate_importance
 from .lexical import tokenize
 from .records import Kind, MemoryRecord, State, turn_text
-from .retrieval import Hit, RetrievalConfig, retrieve
+from .retrieval import Hit, RetrievalConfig, TalkLine, retrieve
 from .stores.base import MAX_USERNAME, Stores, UserStore, user_key
 
 log = logging.getLogger(__name__)
@@ -307,11 +307,17 @@ class MemoryBank:
             self._replies.submit(user)
         return stored
 
-    def set_summary(self, user: str, kind: Kind, text: str, when: datetime, *, day: date | None = None) -> MemoryRecord:
-        """Create or replace the summary of ``kind`` for ``day`` (daily kinds) or the global one."""
-        return self._set_summaries(user, [(kind, text, when, day)])[0]
+    def set_summary(
+        self, user: str, kind: Kind, text: str, when: datetime, *, day: date | None = None, extra: dict | None = None
+    ) -> MemoryRecord:
+        """Create or replace the summary of ``kind`` for ``day`` (daily kinds) or the global one.
+        ``extra`` replaces the summary's extra fields (how it was written: the day rollover's
+        grounding check); without it a replaced summary keeps none of the old ones."""
+        return self._set_summaries(user, [(kind, text, when, day)], extra=extra)[0]
 
-    def _set_summaries(self, user: str, items: Sequence[tuple[Kind, str, datetime, date | None]]) -> list[MemoryRecord]:
+    def _set_summaries(
+        self, user: str, items: Sequence[tuple[Kind, str, datetime, date | None]], *, extra: dict | None = None
+    ) -> list[MemoryRecord]:
         """``set_summary`` for many summaries at once (imports): one embedding batch, one index sync."""
         if not items:
             return []
@@ -328,7 +334,8 @@ class MemoryBank:
             existing = u.records(kind=kind, day=day)
             if existing:
                 rec = existing[0]
-                u.replace_text(rec.stored_id, text, vector, created_at=when.isoformat())
+                extra_json = json.dumps(extra or {}, ensure_ascii=False)
+                u.replace_text(rec.stored_id, text, vector, created_at=when.isoformat(), extra=extra_json)
                 if rec.state == State.ARCHIVED:
                     u.set_state([rec.stored_id], State.ACTIVE)
             else:
@@ -341,6 +348,7 @@ class MemoryBank:
                             created_at=when,
                             day=day,
                             strength=self.policy.initial_strength(0.0),
+                            extra=dict(extra or {}),
                         )
                     ],
                     vector[None, :],
@@ -427,7 +435,9 @@ class MemoryBank:
         k: int | None = None,
         config: RetrievalConfig | None = None,
         query_vector: np.ndarray | None = None,
+        talk: Sequence[TalkLine] = (),
     ) -> list[Hit]:
+        """The memories for ``query``; ``talk``: the conversation before it (``retrieve``)."""
         u = self.user_store(user)
         return retrieve(
             u,
@@ -438,7 +448,26 @@ class MemoryBank:
             config or self.retrieval_config,
             k=k,
             query_vector=query_vector,
+            talk=talk,
         )
+
+    def talk(self, user: str, turns: Sequence[MemoryRecord]) -> list[TalkLine]:
+        """Stored turns (today's, oldest first) as the conversation ``retrieve`` takes as a cue,
+        each line with its stored vector (a reply whose vector is not made yet counts for
+        nothing): reading them costs no embedding."""
+        ids = [t.stored_id for t in turns]
+        if not ids:
+            return []
+        u = self.user_store(user)
+        messages = u.vectors(ids)
+        replies = u.vectors(ids, column="reply_vector")
+        lines: list[TalkLine] = []
+        for t, m, r in zip(turns, messages, replies):
+            if t.query.strip():
+                lines.append(TalkLine("user", t.query, m))
+            if t.response.strip():
+                lines.append(TalkLine("assistant", t.response, r))
+        return lines
 
     def search_text(
         self, user: str, text: str, now: datetime, *, k: int = 20, include_archived: bool = False

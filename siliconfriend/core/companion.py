@@ -18,9 +18,9 @@ from datetime import date, datetime
 from typing import Callable, Iterator, Sequence
 
 from memory.bank import MemoryBank, UnknownMemory, user_key
-from memory.pg_db import StoreUnavailable
 from memory.records import Kind, MemoryRecord
-from memory.retrieval import Hit
+from memory.retrieval import Hit, TalkLine
+from memory.stores.base import StoreUnavailable
 
 from ..backends.base import BackendError, ChatBackend, Message
 from ..config import Settings
@@ -29,6 +29,7 @@ from .prompting import PromptSet, fit_chat, load_prompts, truncate_tokens
 
 log = logging.getLogger("siliconfriend.core.companion")
 
+MAX_MESSAGE_CHARS = 20_000  # the longest message a person may send (the web app and the API refuse more)
 QUERY_CHARS = 2000  # what of a (very long) message is used as the retrieval query
 MEMORY_CHARS = 400  # a remembered message or reply is cut to this many characters in the prompt
 # today's conversation in the prompt: each earlier message (and reply) of the day is cut to this
@@ -36,6 +37,10 @@ MEMORY_CHARS = 400  # a remembered message or reply is cut to this many characte
 # message does not ride along in every later prompt of the day
 HISTORY_CHARS = 1000
 HISTORY_TOKENS = 1200
+# the conversation retrieval takes as its second cue: today's latest exchanges (an older one
+# weighs little: see RetrievalConfig.talk_decay); in the API a line the store does not have is
+# embedded, so this also bounds what a long foreign history costs
+TALK_TURNS = 6
 TODAY = "today"  # the kind of a "what I remembered" entry that is a line of today's talk
 
 
@@ -420,7 +425,9 @@ class Companion:
             else f"{turn.text[: QUERY_CHARS // 2]}\n{turn.text[-QUERY_CHARS // 2 :]}"
         )
         hits = [
-            h for h in self.bank.retrieve(turn.user, query, turn.now, k=k + len(exclude)) if h.record.id not in exclude
+            h
+            for h in self.bank.retrieve(turn.user, query, turn.now, k=k + len(exclude), talk=self._talk(turn))
+            if h.record.id not in exclude
         ][:k]
         if turn.given_history is not None:
             pairs = turn.given_history[-self.history_turns :] if self.history_turns else []
@@ -444,6 +451,29 @@ class Companion:
         else:
             today = turn.history[len(turn.history) - len(kept) :] if kept else []
         return fitted.messages, hits[: fitted.kept_memories], today
+
+    def _talk(self, turn: _Turn) -> list[TalkLine]:
+        """The conversation before this message, retrieval's second cue: today's latest stored
+        turns, with their stored vectors; in the API the client's own history, where a line that
+        is one of today's stored turns takes its vector and the others are embedded."""
+        if turn.given_history is None:
+            return self.bank.talk(turn.user, turn.history[-TALK_TURNS:])
+        stored: dict[str, dict[str, TalkLine]] = {}
+        key = ""
+        for line in self.bank.talk(turn.user, turn.history):
+            if line.role == "user":
+                key = " ".join(line.text.split())
+            stored.setdefault(key, {})[line.role] = line  # a reply follows its message
+        lines: list[TalkLine] = []
+        for q, a in turn.given_history[-TALK_TURNS:]:
+            known = stored.get(" ".join(q.split()), {})
+            mine = known.get("user")
+            lines.append(mine if mine is not None else TalkLine("user", q))
+            if a.strip():
+                reply = known.get("assistant")
+                same = reply is not None and " ".join(reply.text.split()) == " ".join(a.split())
+                lines.append(reply if same and reply is not None else TalkLine("assistant", a))
+        return lines
 
     def _budget(self, backend: ChatBackend) -> int:
         room = backend.context_tokens - self.max_new_tokens - 32
