@@ -15,7 +15,7 @@ import pytest
 from memory.records import Kind
 from siliconfriend.core.companion import HISTORY_CHARS
 from siliconfriend.web.chat import ChatHandlers, stored_remembered
-from siliconfriend.web.memory_page import MemoryHandlers
+from siliconfriend.web.memory_page import MemoryHandlers, grounding_note
 from siliconfriend.web.plot import cjk_font
 
 FILTERS = ("all", "all", "all", "", True)
@@ -188,3 +188,8 @@ def test_summarise_now_reports_each_day(amy, web_clock):
     assert not service.bank.get_summary("amy", Kind.DAILY_EVENTS, web_clock.now.date())
     *_, last = MemoryHandlers(service).summarise(token, *FILTERS, True)
     assert last[-1] == "Summarised: 2024-05-04"
+    # under each summary, what the grounding check left out of it (or that these are her own words)
+    page = MemoryHandlers(service)
+    events = page.summary_values(token, "2024-05-03")[1]
+    info = service.summaries(token, "2024-05-03")["grounding"]["daily_events"]
+    assert events["value"] and events["info"] == grounding_note(info, "en")
