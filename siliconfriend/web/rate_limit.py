@@ -3,7 +3,7 @@
 Three kinds of key, each with its own limit, so that no one key can be used against the others:
 
 * ``pair`` -- one secret's name from one client (``user:amy|client:10.0.0.7``): a few tries, then
-  that pair waits a back-off that grows with every further failure (2 s, 4 s, 8 s ... capped at
+  that pair waits a back-off that grows with every further failure (5 s, 10 s, 20 s ... capped at
   ``max_backoff_s``), not a wall: the person who mistypes her own password waits here, seconds
   and never long, nobody else does; a guesser from that client is slowed to one try a minute, and
   the client limit below bounds it over all names.
@@ -104,7 +104,7 @@ class Limits:
     per_pair: int = 5  # one name from one client, before its back-off starts
     per_client: int = 30  # one client, all names
     per_account: int = 10  # one name, all clients, before the back-off starts
-    base_backoff_s: float = 2.0  # the first back-off; doubled for every further failure
+    base_backoff_s: float = 5.0  # the first back-off; doubled for every further failure
     max_backoff_s: float = 60.0  # the longest the owner can be held out
     known_client_days: float = 30.0
 
