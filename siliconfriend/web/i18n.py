@@ -265,6 +265,8 @@ def _zh(zh: str) -> Say:
     return lambda m, lang: zh.format(**m.groupdict()) if lang == "zh" else m.string
 
 
+SUPERSEDED_ZH = {"edited": "已编辑", "regenerated": "已重新生成", "replaced": "已替换"}
+
 MESSAGES: list[tuple[re.Pattern[str], Say]] = [
     (
         re.compile(r"too many failed tries: try again in (?P<s>\d+) seconds"),
@@ -417,9 +419,6 @@ MESSAGES: list[tuple[re.Pattern[str], Say]] = [
         _zh("记得的内容里最接近的"),
     ),
 ]
-
-
-SUPERSEDED_ZH = {"edited": "已编辑", "regenerated": "已重新生成", "replaced": "已替换"}
 
 
 def say(message: str, lang: str) -> str:
