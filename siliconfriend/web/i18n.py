@@ -269,11 +269,11 @@ SUPERSEDED_ZH = {"edited": "已编辑", "regenerated": "已重新生成", "repla
 
 MESSAGES: list[tuple[re.Pattern[str], Say]] = [
     (
-        re.compile(r"too many failed tries: try again in (?P<s>\d+) seconds"),
+        re.compile(r"too many failed (?P<what>tries|logins): try again in (?P<s>\d+) seconds"),
         lambda m, lang: (
             f"尝试失败次数过多：请{wait_words(int(m['s']), lang)}后再试。"
             if lang == "zh"
-            else f"too many failed tries: try again in {wait_words(int(m['s']), lang)}"
+            else f"too many failed {m['what']}: try again in {wait_words(int(m['s']), lang)}"
         ),
     ),
     (re.compile(r"^wrong user name or password"), _zh("用户名或密码错误。")),

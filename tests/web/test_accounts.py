@@ -9,6 +9,7 @@ from argon2 import PasswordHasher
 from fakes import Clock
 
 from siliconfriend.web.accounts import AccountError, Accounts, SignupClosed, TooManyAttempts
+from siliconfriend.web.i18n import say
 from siliconfriend.web.rate_limit import Attempt, Limits
 from siliconfriend.web.rate_limit import TooManyAttempts as RateLimited
 
@@ -129,6 +130,8 @@ def test_the_owner_who_mistypes_waits_seconds_that_grow_never_long(accounts, clo
     with pytest.raises(TooManyAttempts) as exc:
         accounts.login("hana", "long enough pw", client="1.2.3.4")
     assert 0 < exc.value.retry_after <= lim.max_backoff_s  # it was 869 s with a 15-minute wall
+    assert say(str(exc.value), "zh") == "尝试失败次数过多：请一分钟后再试。"  # in minutes, in the page's language
+    assert say(str(exc.value), "en").endswith("try again in a minute")
     clock.now += exc.value.retry_after + 0.01
     assert accounts.login("hana", "long enough pw", client="1.2.3.4").user == "hana"
 
