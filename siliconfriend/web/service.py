@@ -474,13 +474,15 @@ class WebService:
     def summaries(self, token: str, day: str | None = None) -> dict:
         """Daily events and personality of ``day`` (or the latest day), and the global ones."""
         user = self.user(token)
-        out = {
+        grounding: dict[str, dict] = {}
+        out: dict[str, Any] = {
             "day": day or "",
             "daily_events": "",
             "daily_personality": "",
             "global_events": "",
             "global_personality": "",
             "summary_days": [],
+            "grounding": grounding,  # key -> {"path", "dropped"}: what the day rollover's check did
         }
         if not self.bank.has_user(user):
             return out
@@ -497,9 +499,11 @@ class WebService:
             for key, kind in (("daily_events", Kind.DAILY_EVENTS), ("daily_personality", Kind.DAILY_PERSONALITY)):
                 rec = self.bank.get_summary(user, kind, d)
                 out[key] = rec.text if rec else ""
+                grounding[key] = _grounding(rec)
         for key, kind in (("global_events", Kind.GLOBAL_EVENTS), ("global_personality", Kind.GLOBAL_PERSONALITY)):
             rec = self.bank.get_summary(user, kind)
             out[key] = rec.text if rec else ""
+            grounding[key] = _grounding(rec)
         return out
 
     def save_summaries(self, token: str, *, day: str | None = None, **texts: str) -> list[str]:
@@ -689,3 +693,12 @@ __all__ = [
     "UnknownMemory",
     "user_export",
 ]
+
+
+def _grounding(rec: MemoryRecord | None) -> dict:
+    """What the day rollover's grounding check did to a summary: how it was written (``path``,
+    None when written by hand or before the check) and how many sentences it left out."""
+    info = rec.extra.get("grounding") if rec is not None and isinstance(rec.extra, dict) else None
+    if not isinstance(info, dict):
+        return {"path": None, "dropped": 0}
+    return {"path": info.get("path"), "dropped": int(info.get("dropped") or 0)}
