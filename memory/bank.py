@@ -1,8 +1,10 @@
-"""MemoryBank: every user's memories under one home folder, the API the companion uses.
+"""MemoryBank: every user's memories, the API the companion uses, over one store.
 
-Each user has a folder ``users/<key>/`` with ``memory.db`` (SQLite, the truth) and
-``index.faiss`` (the cache). Every call names its user and only ever opens that user's files.
-Open users are kept in a small LRU so that a server with many users does not hold every index.
+The bank holds the logic once (storing turns and summaries, retrieval, forgetting, rehearsal,
+the replies' vectors); where the memories live is its store (``memory/stores``): a home folder
+of SQLite files with their FAISS indexes, or a PostgreSQL database. Every call names its user
+and only ever opens that user's store. Open users are kept in a small LRU so that a server with
+many users does not hold every index.
 
 A turn is stored with the vector its message's retrieval made; the reply's vector is made after
 the reply, by a worker thread of the bank (``settle`` waits for it), so that it costs the turn
@@ -12,67 +14,35 @@ next opened.
 
 from __future__ import annotations
 
-import fcntl
-import hashlib
 import json
 import logging
 import queue
 import random
 import re
-import shutil
 import threading
 from collections import OrderedDict
-from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import date, datetime
 from pathlib import Path
-from typing import Callable, ContextManager, Iterator, Sequence
+from typing import Callable, ContextManager, Sequence
 
 import numpy as np
 
 from .embedders import TURN_VECTORS, Embedder, QueryHandover, embed_documents, embed_query, embed_replies, embed_turns
 from .forgetting import EbbinghausPolicy, ForgettingPolicy
 from .importance import rate_importance
-from .index import UserIndex
 from .lexical import tokenize
 from .records import Kind, MemoryRecord, State, turn_text
-from .retrieval import Hit, RetrievalConfig, retrieve
-from .store import UserStore, stored_user
-from .store_protocol import MemoryStore, VectorIndex
+from .retrieval import Hit, RetrievalConfig, TalkLine, retrieve
+from .stores.base import MAX_USERNAME, Stores, UserStore, user_key
 
 log = logging.getLogger(__name__)
 
-MAX_USERNAME = 64
+__all__ = ["MAX_USERNAME", "ForgetDecision", "MemoryBank", "UnknownMemory", "user_key"]
 
 
 class UnknownMemory(KeyError):
     """No memory with that id for that user."""
-
-
-def user_key(user: str) -> str:
-    """A folder name for a user: a readable slug plus a hash of the exact name."""
-    if not user or not user.strip() or len(user) > MAX_USERNAME:
-        raise ValueError(f"a user name must be 1..{MAX_USERNAME} characters, not blank")
-    slug = re.sub(r"[^a-z0-9]+", "-", user.lower()).strip("-")[:24]
-    digest = hashlib.sha256(user.encode("utf-8")).hexdigest()[:16]
-    return f"{slug}-{digest}" if slug else digest
-
-
-@contextmanager
-def _file_lock(path: Path) -> Iterator[None]:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "a") as fh:
-        fcntl.flock(fh, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(fh, fcntl.LOCK_UN)
-
-
-@dataclass
-class _Open:
-    store: MemoryStore
-    index: VectorIndex
 
 
 class _ReplyWorker:
@@ -116,7 +86,7 @@ class ForgetDecision:
 class MemoryBank:
     def __init__(
         self,
-        home: Path | str | None,  # None: PgMemoryBank, whose memories live in PostgreSQL
+        stores: Stores | Path | str,  # a home folder: its SQLite stores
         embedder: Embedder,
         *,
         policy: ForgettingPolicy | None = None,
@@ -124,7 +94,11 @@ class MemoryBank:
         max_open_users: int = 64,
         progress: Callable | None = None,
     ):
-        self.home = Path(home) if home is not None else None
+        if isinstance(stores, (Path, str)):
+            from .stores.sqlite import SqliteStores
+
+            stores = SqliteStores(stores)
+        self.stores: Stores = stores
         self.embedder = embedder
         # what every vector is made with and how; stored with each user's vectors and index
         self.vectors_id = f"{embedder.id}; {TURN_VECTORS}"
@@ -133,52 +107,34 @@ class MemoryBank:
         self.retrieval_config = retrieval or RetrievalConfig()
         self.max_open_users = max_open_users
         self.progress = progress  # e.g. tqdm, for re-embedding
-        self._open: OrderedDict[str, _Open] = OrderedDict()
+        self._open: OrderedDict[str, UserStore] = OrderedDict()
         self._lock = threading.RLock()
         self._replies = _ReplyWorker(self)
-        self._prepare_home()
-
-    def _folder(self) -> Path:
-        """The home of the files (SQLite, FAISS); a PgMemoryBank has none."""
-        if self.home is None:
-            raise NotImplementedError("memories live in PostgreSQL, not in a folder")
-        return self.home
-
-    def _prepare_home(self) -> None:
-        (self._folder() / "users").mkdir(parents=True, exist_ok=True)
 
     # -- users --------------------------------------------------------------------------------
-    def user_dir(self, user: str) -> Path:
-        return self._folder() / "users" / user_key(user)
-
-    def _user(self, user: str) -> _Open:
+    def user_store(self, user: str) -> UserStore:
+        """``user``'s store, opened (and made) if it is not open: their memories' rows, vectors
+        and searches, for what the bank's API does not cover (copies, benchmarks, tests)."""
         with self._lock:
             if user in self._open:
                 self._open.move_to_end(user)
                 return self._open[user]
-            folder = self.user_dir(user)
-            store = UserStore(folder / "memory.db", user)
-            self._reembed_if_needed(store)
-            opened = _Open(store, UserIndex(store, folder / "index.faiss", self.embedder.dim, self.vectors_id))
-            self._open[user] = opened
+            user_key(user)  # refuses a name no store may hold
+            store = self.stores.open(user, dim=self.embedder.dim, vectors_id=self.vectors_id)
+            try:
+                self._reembed_if_needed(store)
+            except BaseException:
+                store.close(save=False)
+                raise
+            self._open[user] = store
             while len(self._open) > self.max_open_users:
                 _, old = self._open.popitem(last=False)
-                self._close(old, save=False)
-            if store.replies_pending(1):  # left over from a crash or a migration
-                self._replies.submit(user)
-            return opened
+                old.close(save=False)
+        if store.replies_pending(1):  # left over from a crash or a migration
+            self._replies.submit(user)
+        return store
 
-    def _close(self, opened: _Open, *, save: bool = True) -> None:
-        """Close a user's files. An evicted user's index is not saved: what changed since its last
-        save is replayed from the store when the user comes back (a few rows), whereas saving a
-        user's whole index at every eviction costs a file write per turn on a busy server."""
-        try:
-            if save:
-                opened.index.flush()
-        finally:
-            opened.store.close()
-
-    def _reembed_if_needed(self, store: MemoryStore) -> None:
+    def _reembed_if_needed(self, store: UserStore) -> None:
         stored = store.get_meta("embedder")
         if stored == self.vectors_id:
             return
@@ -204,36 +160,30 @@ class MemoryBank:
         store.set_meta("embedder", self.vectors_id)
 
     def users(self) -> list[str]:
-        names = []
-        for folder in sorted((self._folder() / "users").iterdir()):
-            db = folder / "memory.db"
-            name = stored_user(db) if db.exists() else None
-            if name:
-                names.append(name)
-        return names
+        return self.stores.users()
 
     def has_user(self, user: str) -> bool:
-        return (self.user_dir(user) / "memory.db").exists()
+        return self.stores.has_user(user)
 
     def delete_user(self, user: str) -> None:
-        """Every memory and file of ``user``, gone for good."""
+        """Every memory of ``user``, gone for good."""
         with self._lock:
             opened = self._open.pop(user, None)
             if opened:
-                opened.store.close()
-            shutil.rmtree(self.user_dir(user), ignore_errors=True)
+                opened.close(save=False)
+            self.stores.delete_user(user)
 
     def user_meta(self, user: str, key: str) -> str | None:
         """A small value the app keeps with a user's memories (shared by every process)."""
-        return self._user(user).store.get_meta(key)
+        return self.user_store(user).get_meta(key)
 
     def set_user_meta(self, user: str, key: str, value: str) -> None:
-        self._user(user).store.set_meta(key, value)
+        self.user_store(user).set_meta(key, value)
 
     def exclusive(self, user: str, purpose: str) -> ContextManager:
         """A lock on ``user`` for ``purpose`` (the day rollover) held across processes: a lock file
-        in the user's folder here, an advisory lock in the PostgreSQL store."""
-        return _file_lock(self.user_dir(user) / f".{purpose}.lock")
+        in the user's folder (SQLite), an advisory lock (PostgreSQL)."""
+        return self.stores.exclusive(user, purpose)
 
     def settle(self) -> None:
         """Wait until every reply vector asked for so far is stored (evaluations, tests, closing)."""
@@ -247,25 +197,28 @@ class MemoryBank:
         with self._lock:
             if user not in self._open and not self.has_user(user):
                 return  # deleted meanwhile
-            u = self._user(user)
-        while pending := u.store.replies_pending(batch):
+            u = self.user_store(user)
+        while pending := u.replies_pending(batch):
             ids = [rid for rid, _ in pending]
-            u.store.set_vectors(ids, embed_replies(self.embedder, [text for _, text in pending]), column="reply_vector")
-            u.index.sync()
+            u.set_vectors(ids, embed_replies(self.embedder, [text for _, text in pending]), column="reply_vector")
+            u.sync()
             if len(pending) < batch:
                 break
 
     def flush(self) -> None:
         with self._lock:
             for opened in self._open.values():
-                opened.index.flush()
+                opened.flush()
 
     def close(self) -> None:
         self.settle()
         with self._lock:
-            for opened in self._open.values():
-                self._close(opened)
-            self._open.clear()
+            try:
+                for opened in self._open.values():
+                    opened.close()
+            finally:
+                self._open.clear()
+                self.stores.close()
 
     # -- writing ------------------------------------------------------------------------------
     def add_turn(
@@ -306,7 +259,7 @@ class MemoryBank:
         the day: its message vector is then the reply's words on the message side."""
         if replies not in ("now", "later", "queued"):
             raise ValueError(f"replies must be 'now', 'later' or 'queued', not {replies!r}")
-        u = self._user(user)
+        u = self.user_store(user)
         records: list[MemoryRecord] = []
         positions: dict[date, int] = {}
         for i, (query, response, when) in enumerate(turns):
@@ -314,7 +267,7 @@ class MemoryBank:
                 continue
             day = when.date()
             if day not in positions:
-                positions[day] = u.store.next_position(day)
+                positions[day] = u.next_position(day)
             rated = rate_importance(query) if importance is None else min(1.0, max(0.0, float(importance)))
             rec = MemoryRecord(
                 user=user,
@@ -341,24 +294,30 @@ class MemoryBank:
         vectors = embed_turns(
             self._embed.for_turns, [rec.query if rec.query.strip() else rec.response for rec in records]
         )
-        stored = u.store.insert(records, vectors)
+        stored = u.insert(records, vectors)
         answered = [rec for rec in stored if rec.response.strip()]
         if replies == "now" and answered:
-            u.store.set_vectors(
+            u.set_vectors(
                 [rec.stored_id for rec in answered],
                 embed_replies(self.embedder, [rec.response for rec in answered]),
                 column="reply_vector",
             )
-        u.index.sync()
+        u.sync()
         if replies == "later" and answered:
             self._replies.submit(user)
         return stored
 
-    def set_summary(self, user: str, kind: Kind, text: str, when: datetime, *, day: date | None = None) -> MemoryRecord:
-        """Create or replace the summary of ``kind`` for ``day`` (daily kinds) or the global one."""
-        return self._set_summaries(user, [(kind, text, when, day)])[0]
+    def set_summary(
+        self, user: str, kind: Kind, text: str, when: datetime, *, day: date | None = None, extra: dict | None = None
+    ) -> MemoryRecord:
+        """Create or replace the summary of ``kind`` for ``day`` (daily kinds) or the global one.
+        ``extra`` replaces the summary's extra fields (how it was written: the day rollover's
+        grounding check); without it a replaced summary keeps none of the old ones."""
+        return self._set_summaries(user, [(kind, text, when, day)], extra=extra)[0]
 
-    def _set_summaries(self, user: str, items: Sequence[tuple[Kind, str, datetime, date | None]]) -> list[MemoryRecord]:
+    def _set_summaries(
+        self, user: str, items: Sequence[tuple[Kind, str, datetime, date | None]], *, extra: dict | None = None
+    ) -> list[MemoryRecord]:
         """``set_summary`` for many summaries at once (imports): one embedding batch, one index sync."""
         if not items:
             return []
@@ -367,19 +326,20 @@ class MemoryBank:
                 raise ValueError("use add_turn for dialogue turns")
             if kind.is_daily and day is None:
                 raise ValueError(f"{kind.value} needs the day it summarises")
-        u = self._user(user)
+        u = self.user_store(user)
         vectors = embed_documents(self._embed, [text for _, text, _, _ in items])
         ids = []
         for (kind, text, when, day), vector in zip(items, vectors):
             day = day if kind.is_daily and day is not None else date(1970, 1, 1)
-            existing = u.store.records(kind=kind, day=day)
+            existing = u.records(kind=kind, day=day)
             if existing:
                 rec = existing[0]
-                u.store.replace_text(rec.stored_id, text, vector, created_at=when.isoformat())
+                extra_json = json.dumps(extra or {}, ensure_ascii=False)
+                u.replace_text(rec.stored_id, text, vector, created_at=when.isoformat(), extra=extra_json)
                 if rec.state == State.ARCHIVED:
-                    u.store.set_state([rec.stored_id], State.ACTIVE)
+                    u.set_state([rec.stored_id], State.ACTIVE)
             else:
-                rec = u.store.insert(
+                rec = u.insert(
                     [
                         MemoryRecord(
                             user=user,
@@ -388,29 +348,30 @@ class MemoryBank:
                             created_at=when,
                             day=day,
                             strength=self.policy.initial_strength(0.0),
+                            extra=dict(extra or {}),
                         )
                     ],
                     vector[None, :],
                 )[0]
             ids.append(rec.stored_id)
-        u.index.sync()
-        found = u.store.get_many(ids)
+        u.sync()
+        found = u.get_many(ids)
         return [found[i] for i in ids]
 
     def get_summary(self, user: str, kind: Kind, day: date | None = None) -> MemoryRecord | None:
         day = day if kind.is_daily else date(1970, 1, 1)
-        found = self._user(user).store.records(kind=kind, day=day)
+        found = self.user_store(user).records(kind=kind, day=day)
         return found[0] if found else None
 
     def summaries(self, user: str, kind: Kind) -> list[MemoryRecord]:
-        return self._user(user).store.records(kind=kind)
+        return self.user_store(user).records(kind=kind)
 
     def edit_text(self, user: str, memory_id: int, text: str, *, extra: dict | None = None) -> MemoryRecord:
         """Replace a memory's text (an edited summary, a regenerated reply) and its vector. A turn's
         vector is its user's message (``embed_turns``), which a new reply leaves as it was: the
         stored one is kept, nothing is embedded.
         ``extra``, if given, is merged into the memory's extra fields in the same write."""
-        u = self._user(user)
+        u = self.user_store(user)
         rec = self.get(user, memory_id)
         if not text.strip():
             raise ValueError("a memory's text cannot be blank")
@@ -421,33 +382,49 @@ class MemoryBank:
             fields["response"] = text
             fields["reply_vector"] = None  # the new reply's vector: made by the reply worker
             text = turn_text(rec.query, text)
-            vector = u.store.vectors([memory_id], self.embedder.dim)[0]
+            vector = u.vectors([memory_id])[0]
         else:
             vector = embed_documents(self._embed, [text])[0]
-        u.store.replace_text(memory_id, text, vector, **fields)
-        u.index.sync()
+        u.replace_text(memory_id, text, vector, **fields)
+        u.sync()
         if rec.kind == Kind.TURN:
             self._replies.submit(user)
         return self.get(user, memory_id)
 
+    def supersede(
+        self, user: str, memory_id: int, reason: str, *, by: int | None = None, when: datetime | None = None
+    ) -> MemoryRecord:
+        """A memory replaced by another (an edited message: ``reason`` "edited", ``by`` the new
+        turn's id) leaves active memory: kept and shown, never retrieved again. The reason, the
+        replacement and the time are kept in its extra fields under "superseded"."""
+        u = self.user_store(user)
+        rec = self.get(user, memory_id)
+        note = {"reason": reason, "by": by, "at": when.isoformat() if when else None}
+        extra = json.dumps({**rec.extra, "superseded": note}, ensure_ascii=False)
+        u.replace_text(rec.stored_id, rec.text, u.vectors([rec.stored_id])[0], extra=extra)
+        u.set_state([rec.stored_id], State.SUPERSEDED, when)
+        u.sync()
+        return self.get(user, memory_id)
+
     # -- reading ------------------------------------------------------------------------------
     def get(self, user: str, memory_id: int) -> MemoryRecord:
-        rec = self._user(user).store.get(int(memory_id))
+        rec = self.user_store(user).get(int(memory_id))
         if rec is None:
             raise UnknownMemory(f"no memory {memory_id} for this user")
         return rec
 
     def records(self, user: str, **filters) -> list[MemoryRecord]:
-        return self._user(user).store.records(**filters)
+        return self.user_store(user).records(**filters)
 
     def turns_on(self, user: str, day: date) -> list[MemoryRecord]:
-        return self._user(user).store.records(kind=Kind.TURN, day=day)
+        """The day's turns in order, without the superseded ones (an edited message's old turn)."""
+        return [t for t in self.user_store(user).records(kind=Kind.TURN, day=day) if t.state != State.SUPERSEDED]
 
     def days(self, user: str) -> list[date]:
-        return self._user(user).store.days()
+        return self.user_store(user).days()
 
     def count(self, user: str, **filters) -> int:
-        return self._user(user).store.count(**filters)
+        return self.user_store(user).count(**filters)
 
     def retrieve(
         self,
@@ -458,11 +435,12 @@ class MemoryBank:
         k: int | None = None,
         config: RetrievalConfig | None = None,
         query_vector: np.ndarray | None = None,
+        talk: Sequence[TalkLine] = (),
     ) -> list[Hit]:
-        u = self._user(user)
+        """The memories for ``query``; ``talk``: the conversation before it (``retrieve``)."""
+        u = self.user_store(user)
         return retrieve(
-            u.store,
-            u.index,
+            u,
             self._embed,
             self.policy,
             query,
@@ -470,7 +448,26 @@ class MemoryBank:
             config or self.retrieval_config,
             k=k,
             query_vector=query_vector,
+            talk=talk,
         )
+
+    def talk(self, user: str, turns: Sequence[MemoryRecord]) -> list[TalkLine]:
+        """Stored turns (today's, oldest first) as the conversation ``retrieve`` takes as a cue,
+        each line with its stored vector (a reply whose vector is not made yet counts for
+        nothing): reading them costs no embedding."""
+        ids = [t.stored_id for t in turns]
+        if not ids:
+            return []
+        u = self.user_store(user)
+        messages = u.vectors(ids)
+        replies = u.vectors(ids, column="reply_vector")
+        lines: list[TalkLine] = []
+        for t, m, r in zip(turns, messages, replies):
+            if t.query.strip():
+                lines.append(TalkLine("user", t.query, m))
+            if t.response.strip():
+                lines.append(TalkLine("assistant", t.response, r))
+        return lines
 
     def search_text(
         self, user: str, text: str, now: datetime, *, k: int = 20, include_archived: bool = False
@@ -490,14 +487,14 @@ class MemoryBank:
     def reinforce(self, user: str, memory_ids: Sequence[int], now: datetime) -> list[MemoryRecord]:
         """A recall: S grows and t resets for each memory (those that exist); an archived memory
         that was recalled (a strong cue brought it back) is active again."""
-        u = self._user(user)
-        recs = u.store.get_many(memory_ids)
+        u = self.user_store(user)
+        recs = u.get_many(memory_ids)
         updated = [self.policy.reinforce(r, now) for r in recs.values()]
-        u.store.update_forgetting(updated)
+        u.update_forgetting(updated)
         back = [r.stored_id for r in recs.values() if r.state == State.ARCHIVED]
         if back:
-            u.store.set_state(back, State.ACTIVE)
-            u.index.sync()
+            u.set_state(back, State.ACTIVE)
+            u.sync()
             updated = [r.with_(state=State.ACTIVE, archived_at=None) if r.id in back else r for r in updated]
         return updated
 
@@ -530,53 +527,53 @@ class MemoryBank:
     ) -> list[ForgetDecision]:
         """Archive the active memories that the policy lets go. Global summaries never fade."""
         rng = rng or random.Random(0)
-        u = self._user(user)
+        u = self.user_store(user)
         decisions = []
-        for rec in u.store.records(state=State.ACTIVE):
+        for rec in u.records(state=State.ACTIVE):
             if rec.kind.is_global:
                 continue
             decisions.append(ForgetDecision(rec, self.policy.retention(rec, now), self.policy.forget(rec, now, rng)))
         if not dry_run:
-            u.store.set_state([d.record.stored_id for d in decisions if d.archived], State.ARCHIVED, now)
-            u.index.sync()
+            u.set_state([d.record.stored_id for d in decisions if d.archived], State.ARCHIVED, now)
+            u.sync()
         return decisions
 
     def pin(self, user: str, memory_id: int, pinned: bool = True) -> MemoryRecord:
-        u = self._user(user)
+        u = self.user_store(user)
         self.get(user, memory_id)
-        u.store.set_pinned(int(memory_id), pinned)
+        u.set_pinned(int(memory_id), pinned)
         if pinned:
-            u.store.set_state([int(memory_id)], State.ACTIVE)
-            u.index.sync()
+            u.set_state([int(memory_id)], State.ACTIVE)
+            u.sync()
         return self.get(user, memory_id)
 
     def archive(self, user: str, memory_id: int) -> MemoryRecord:
         """Archive one memory by hand, as forgetting would: not retrieved, kept, restorable.
         A pinned memory is unpinned (pinning would bring it straight back)."""
-        u = self._user(user)
+        u = self.user_store(user)
         rec = self.get(user, memory_id)
         if rec.pinned:
-            u.store.set_pinned(rec.stored_id, False)
-        u.store.set_state([rec.stored_id], State.ARCHIVED)
-        u.index.sync()
+            u.set_pinned(rec.stored_id, False)
+        u.set_state([rec.stored_id], State.ARCHIVED)
+        u.sync()
         return self.get(user, memory_id)
 
     def restore(self, user: str, memory_id: int, now: datetime) -> MemoryRecord:
         """Bring an archived memory back, as if just recalled."""
-        u = self._user(user)
+        u = self.user_store(user)
         rec = self.get(user, memory_id)
-        u.store.set_state([rec.stored_id], State.ACTIVE)
-        u.store.update_forgetting([self.policy.reinforce(rec, now)])
-        u.index.sync()
+        u.set_state([rec.stored_id], State.ACTIVE)
+        u.update_forgetting([self.policy.reinforce(rec, now)])
+        u.sync()
         return self.get(user, memory_id)
 
     def delete(self, user: str, memory_ids: Sequence[int]) -> int:
-        u = self._user(user)
-        n = u.store.delete([int(i) for i in memory_ids])
-        u.index.sync()
+        u = self.user_store(user)
+        n = u.delete([int(i) for i in memory_ids])
+        u.sync()
         return n
 
     def purge_archived(self, user: str) -> int:
         """Delete every archived memory for good (a separate, explicit step)."""
-        u = self._user(user)
-        return self.delete(user, [r.stored_id for r in u.store.records(state=State.ARCHIVED)])
+        u = self.user_store(user)
+        return self.delete(user, [r.stored_id for r in u.records(state=State.ARCHIVED)])

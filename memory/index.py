@@ -1,7 +1,7 @@
 """The FAISS index of one user's memories: a cache of the vectors stored in SQLite.
 
 Inner product on normalised vectors, ids = memory ids (a turn's reply vector: the id plus
-``store.REPLY_ID_OFFSET``); archived memories are in it too, as the second tier. Up to ``IVF_MIN`` vectors the search is
+``stores.sqlite.REPLY_ID_OFFSET``); archived memories are in it too, as the second tier. Up to ``IVF_MIN`` vectors the search is
 exact (``IndexIDMap2`` over ``IndexFlatIP``); past that, exact search grows with the memories
 (docs/benchmarks.md), so the index becomes an inverted file
 (``IndexIVFScalarQuantizer``, vectors kept as float16, about sqrt(n) lists of which a seventh,
@@ -21,11 +21,13 @@ import math
 import os
 import threading
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import faiss
 import numpy as np
 
-from .store import UserStore
+if TYPE_CHECKING:  # the store that owns this index (which imports this module)
+    from .stores.sqlite import SqliteUserStore
 
 log = logging.getLogger(__name__)
 
@@ -57,7 +59,7 @@ def _nprobe(nlist: int) -> int:
 
 
 class UserIndex:
-    def __init__(self, store: UserStore, path: Path, dim: int, embedder_id: str):
+    def __init__(self, store: SqliteUserStore, path: Path, dim: int, embedder_id: str):
         self.store, self.path, self.dim, self.embedder_id = store, Path(path), dim, embedder_id
         self._lock = threading.RLock()
         self.seq = -1

@@ -98,21 +98,11 @@ def fts_document(text: str, days: Iterable[date] = ()) -> str:
     return " ".join([*tokenize(text), *(day_token(d) for d in days)])
 
 
-def fts_query(text: str, days: Iterable[date] = ()) -> str | None:
-    """An FTS5 MATCH expression that ORs the query's distinct tokens and the tokens of the days it
-    names; None if nothing is left."""
+def query_terms(text: str, days: Iterable[date] = ()) -> list[str]:
+    """The distinct terms a query searches for: the tokens of the days it names, then its own
+    tokens in order (empty if nothing is left)."""
     seen: list[str] = [day_token(d) for d in days]
     for tok in tokenize(text):
         if tok not in seen:
             seen.append(tok)
-    if not seen:
-        return None
-    return " OR ".join('"' + t.replace('"', '""') + '"' for t in seen)
-
-
-_QUOTED = re.compile(r'"((?:[^"]|"")*)"')
-
-
-def fts_terms(match: str) -> list[str]:
-    """The distinct tokens of an ``fts_query`` expression, for stores that score terms themselves."""
-    return list(dict.fromkeys(m.group(1).replace('""', '"') for m in _QUOTED.finditer(match or "")))
+    return seen

@@ -26,6 +26,9 @@ class Kind(str, enum.Enum):
 class State(str, enum.Enum):
     ACTIVE = "active"
     ARCHIVED = "archived"  # forgotten: the second tier, back only on a strong cue; visible, restorable
+    # replaced (an edited message: extra["superseded"] says why, by what and when): kept and
+    # visible, never retrieved, summarised or in today's conversation
+    SUPERSEDED = "superseded"
 
 
 @dataclass(frozen=True)

@@ -1,7 +1,7 @@
 """Hybrid retrieval over one user's active memories.
 
-Candidates come from three places: the dense index (cosine of e5 / MiniLM vectors), the lexical
-index (SQLite FTS5 BM25 over jieba / English word tokens) and, when the query names days ("on May
+Candidates come from three places: the store's dense search (cosine of e5 / MiniLM vectors), its
+lexical search (BM25 over jieba / English word tokens) and, when the query names days ("on May
 4th", "前天") or conversations ("our first conversation", "上次我们聊": the user's first day, the
 latest before today), every active memory of those days. A candidate's base score mixes its dense
 similarity and lexical score, each scaled to [0, 1] over the candidates. A dialogue turn then
@@ -37,12 +37,11 @@ from typing import Sequence
 import numpy as np
 
 from .dates import conversation_days, days_in_query
-from .embedders import Embedder, embed_query
+from .embedders import Embedder, embed_query, embed_replies, embed_turns, normalise
 from .forgetting import ForgettingPolicy
-from .lexical import fts_query
+from .lexical import query_terms
 from .records import Kind, MemoryRecord, State
-from .store import REPLY_ID_OFFSET
-from .store_protocol import MemoryStore, VectorIndex
+from .stores.base import SearchHit, Side, UserStore
 
 
 @dataclass(frozen=True)
@@ -57,15 +56,37 @@ class RetrievalConfig:
     retention_weight: float = 0.05
     use_dates: bool = True
     use_replies: bool = True  # a turn's dense similarity also looks at its reply's vector
-    reply_mode: str = "mean"  # how the two sides combine: "mean" of the cosines, "max", or
-    # "scaled" (max of each side scaled over the pool: noise in small pools)
     reply_share: float = 1 / 3  # the reply's share of a turn's mean; the message has the rest
     archive_penalty: float | None = 0.3  # taken off an archived memory's score; None: never retrieved
     kinds: tuple[Kind, ...] = (Kind.TURN, Kind.DAILY_EVENTS)
+    # the conversation so far as a second cue (see _talk_vector): its share of the dense query,
+    # how fast an earlier line's weight falls (per line back), and the companion's lines' weight
+    talk_weight: float = 0.5
+    talk_decay: float = 0.8
+    talk_reply_share: float = 0.5
+    # the conversation's words: the lexical side's share that goes to a second BM25 query over
+    # the talk's latest lines (this many exchanges back)
+    talk_lexical_weight: float = 0.6
+    talk_lexical_turns: int = 3
+    # memories that chain (see _second_hop): the first hits whose vectors seed a second cue, and
+    # that cue's weight in a memory's base score
+    hop_seeds: int = 3
+    hop_weight: float = 0.0
 
     @property
     def lexical_weight(self) -> float:
         return 1.0 - self.dense_weight
+
+
+@dataclass(frozen=True)
+class TalkLine:
+    """One line of the conversation so far (today's talk), oldest first in a ``talk`` sequence:
+    who said it, what, and its vector when one is stored already (a stored turn's message or reply
+    vector); a line without one is embedded as a stored turn's would be."""
+
+    role: str  # "user" or "assistant"
+    text: str
+    vector: np.ndarray | None = None
 
 
 @dataclass
@@ -77,6 +98,9 @@ class Hit:
     retention: float = 1.0
     on_named_day: bool = False
     reasons: list[str] = field(default_factory=list)
+    # the cue that found it: "message", "conversation" (the talk so far), "neighbour" (the turn
+    # next to it), "named day", "second hop" (a first hit's names)
+    cue: str = "message"
 
     def as_dict(self) -> dict:
         r = self.record
@@ -92,6 +116,7 @@ class Hit:
             "strength": r.strength,
             "on_named_day": self.on_named_day,
             "reasons": self.reasons,
+            "cue": self.cue,
         }
 
 
@@ -118,15 +143,16 @@ def _workers() -> ThreadPoolExecutor:
 
 
 def _lexical_side(
-    store: MemoryStore, query: str, config: RetrievalConfig, named_days: Sequence[date] = ()
-) -> tuple[str | None, list[tuple[int, float]]]:
-    """The FTS5 query and its ranked matches. One query gives both the candidates (its best
-    ``candidates``) and the lexical scores of the neighbours that join the pool (its best
-    ``lexical_depth``): asking FTS5 for given rows' scores costs a full pass over each query
-    word's matches per row. Exact while fewer than ``lexical_depth`` memories match; past that,
-    a neighbour beyond them scores 0."""
-    match = fts_query(query, named_days)
-    return match, store.lexical(match, max(config.candidates, config.lexical_depth)) if match else []
+    store: UserStore, query: str, config: RetrievalConfig, named_days: Sequence[date] = ()
+) -> list[tuple[int, float]]:
+    """The lexical side's ranked matches (id, BM25). One search gives both the candidates (its
+    best ``candidates``) and the lexical scores of the neighbours that join the pool (its best
+    ``lexical_depth``): asking for given rows' scores costs a full pass over each query word's
+    matches per row. Exact while fewer than ``lexical_depth`` memories match; past that, a
+    neighbour beyond them scores 0."""
+    terms = query_terms(query, named_days)
+    hits: list[SearchHit] = store.lexical(terms, max(config.candidates, config.lexical_depth)) if terms else []
+    return [(h.id, h.score) for h in hits]
 
 
 @dataclass
@@ -141,49 +167,122 @@ class _Pool:
     lexical: dict[int, float]  # BM25 (0 when not among the lexical side's matches)
 
 
+@dataclass
+class _Sides:
+    """What the search sides found: the cues' vectors, the dense candidates, the lexical matches
+    of the message and of the conversation's words."""
+
+    qvec: np.ndarray
+    tvec: np.ndarray | None  # the conversation's vector (None without a conversation)
+    dense: list[int]
+    ranked: list[tuple[int, float]]
+    talk_ranked: list[tuple[int, float]]
+
+
+def _talk_words(talk: Sequence[TalkLine], config: RetrievalConfig) -> str:
+    """The latest ``talk_lexical_turns`` exchanges of the conversation, as one text."""
+    lines: list[str] = []
+    exchanges = 0
+    for line in reversed(talk):
+        if exchanges >= config.talk_lexical_turns:
+            break
+        lines.append(line.text)
+        if line.role == "user":
+            exchanges += 1
+    return "\n".join(reversed(lines))
+
+
 def _search_sides(
-    store: MemoryStore,
-    index: VectorIndex,
+    store: UserStore,
     embedder: Embedder,
     query: str,
     config: RetrievalConfig,
     query_vector: np.ndarray | None,
     named_days: Sequence[date],
-) -> tuple[np.ndarray, list[int], list[tuple[int, float]]]:
-    """Phase 1: the query vector, the dense side's candidates (memory ids whose message or reply
-    vector is among the nearest) and the lexical side's ranked matches.
+    talk: Sequence[TalkLine] = (),
+) -> _Sides:
+    """Phase 1: the query vector, the conversation's vector (phase 1b), the dense side's
+    candidates (memory ids whose message or reply vector is among the nearest to the two cues'
+    mix, ``_cue_mix``) and the lexical side's ranked matches, of the message and of the
+    conversation's latest words.
 
     The lexical side does not need the query vector: it runs on another thread while the query is
     embedded (both leave Python's lock: SQLite while it searches, the embedder in its C / PyTorch
     engine), so that on two cores a turn waits for the slower of the two, not for both."""
+    words = _talk_words(talk, config) if config.talk_lexical_weight > 0 else ""
     pending = _workers().submit(_lexical_side, store, query, config, named_days) if query_vector is None else None
+    talk_pending = _workers().submit(_lexical_side, store, words, config) if words.strip() else None
     qvec = embed_query(embedder, query) if query_vector is None else query_vector
-    _, ranked = pending.result() if pending is not None else _lexical_side(store, query, config, named_days)
+    tvec = _talk_vector(embedder, talk, config)
+    ranked = pending.result() if pending is not None else _lexical_side(store, query, config, named_days)
     found: list[int] = []
-    # a turn can be in the index twice (its message and its reply): ask for twice the candidates
-    for vid, _ in index.search(qvec, config.candidates * (2 if config.use_replies else 1)):
-        if vid >= REPLY_ID_OFFSET and not config.use_replies:
+    # a turn can be found twice (its message and its reply): ask for twice the candidates
+    for hit in store.dense(_cue_mix(qvec, tvec, config), config.candidates * (2 if config.use_replies else 1)):
+        if hit.side == Side.REPLY and not config.use_replies:
             continue
-        rid = vid - REPLY_ID_OFFSET if vid >= REPLY_ID_OFFSET else vid
-        if rid not in found:
-            found.append(rid)
-    return qvec, found[: config.candidates], ranked
+        if hit.id not in found:
+            found.append(hit.id)
+    talk_ranked = talk_pending.result() if talk_pending is not None else []
+    return _Sides(qvec, tvec, found[: config.candidates], ranked, talk_ranked)
+
+
+def _cue_mix(qvec: np.ndarray, tvec: np.ndarray | None, config: RetrievalConfig) -> np.ndarray:
+    """The vector the dense index is searched with: the message's, leaning ``talk_weight``
+    towards the conversation's (the message stays the strongest cue: a change of subject
+    changes what is found). Scoring mixes the two cosines the same way (``_combine_dense``)."""
+    if tvec is None:
+        return qvec
+    return normalise(((1 - config.talk_weight) * qvec + config.talk_weight * tvec)[None, :])[0]
+
+
+def _talk_vector(embedder: Embedder, talk: Sequence[TalkLine], config: RetrievalConfig) -> np.ndarray | None:
+    """Phase 1b: the conversation so far as one vector: a weighted mean of its lines' vectors.
+
+    The newest exchange weighs most and each one before it ``talk_decay`` times less (a talk
+    drifts: what was said ten lines ago is a weaker cue than the line before); the companion's
+    lines weigh ``talk_reply_share`` of the user's (they echo and elaborate what the user
+    raised). Lines whose vector is stored already (today's turns) cost nothing; the others are
+    embedded as a stored turn's message or reply would be."""
+    lines = [line for line in talk if line.vector is not None or line.text.strip()]
+    if not lines or config.talk_weight <= 0:
+        return None
+    # one text per call: a single text runs on one thread, a batch would switch PyTorch's thread
+    # count back and forth (which costs seconds on a busy machine)
+    vectors = [
+        line.vector
+        if line.vector is not None
+        else (embed_turns if line.role == "user" else embed_replies)(embedder, [line.text])[0]
+        for line in lines
+    ]
+    total = np.zeros_like(next(v for v in vectors if v is not None), dtype=np.float32)
+    age = 0
+    for line, vector in zip(reversed(lines), reversed(vectors)):
+        if not vector.any():  # a stored reply whose vector is not made yet
+            continue
+        weight = config.talk_decay**age * (1.0 if line.role == "user" else config.talk_reply_share)
+        total += weight * vector
+        if line.role == "user":
+            age += 1  # a user's line closes the exchange it opened (going back in time)
+    return normalise(total[None, :])[0] if total.any() else None
 
 
 def _allowed(rec: MemoryRecord, config: RetrievalConfig) -> bool:
-    return rec.kind in config.kinds and (rec.state == State.ACTIVE or config.archive_penalty is not None)
+    return rec.kind in config.kinds and (
+        rec.state == State.ACTIVE or (rec.state == State.ARCHIVED and config.archive_penalty is not None)
+    )
 
 
 def _gather(
-    store: MemoryStore,
+    store: UserStore,
     dense: list[int],
     ranked: list[tuple[int, float]],
     named_days: list[date],
     config: RetrievalConfig,
+    talk_ranked: Sequence[tuple[int, float]] = (),
 ) -> tuple[dict[int, MemoryRecord], dict[int, MemoryRecord]]:
     """Phase 2: the candidates' records (dense, lexical and the days the query names) and the pool:
     the candidates plus the neighbouring turns of candidate turns, whose scores they share."""
-    ids = set(dense) | {i for i, _ in ranked[: config.candidates]}
+    ids = set(dense) | {i for i, _ in ranked[: config.candidates]} | {i for i, _ in talk_ranked[: config.candidates]}
     if named_days:
         ids |= {r.stored_id for r in store.records(days=named_days)}
     records = {i: r for i, r in store.get_many(ids).items() if _allowed(r, config)}
@@ -194,51 +293,133 @@ def _gather(
     return records, pool
 
 
-def _dense_sides(
-    store: MemoryStore, index: VectorIndex, qvec: np.ndarray, pool: dict[int, MemoryRecord], config: RetrievalConfig
-) -> tuple[dict[int, float], dict[int, float]]:
-    """Phase 3: the cosine of every pool member's message (or text) and, for turns, of its reply,
-    from the exact stored vectors (the index may be approximate; -1 where a turn has no reply
-    vector yet)."""
+@dataclass
+class _Vectors:
+    """The stored vectors of a pool's members: each member's message (or text) vector, and the
+    reply vector of each turn that has one."""
+
+    ids: list[int]
+    own: np.ndarray
+    turns: list[int]  # the members whose reply vector is in ``replies``
+    replies: np.ndarray
+
+
+def _pool_vectors(store: UserStore, dim: int, pool: dict[int, MemoryRecord], config: RetrievalConfig) -> _Vectors:
+    """Phase 3a: the exact stored vectors of the pool (the index may be approximate; a turn
+    without a reply vector yet has no reply side)."""
     ids = list(pool)
-    own = dict(zip(ids, (store.vectors(ids, index.dim) @ qvec).tolist())) if ids else {}
-    reply: dict[int, float] = {}
+    own = store.vectors(ids) if ids else np.zeros((0, dim), dtype=np.float32)
+    turns: list[int] = []
+    replies: np.ndarray = np.zeros((0, dim), dtype=np.float32)
     if config.use_replies:
-        turns = [i for i in ids if pool[i].kind == Kind.TURN and pool[i].response.strip()]
-        if turns:
-            vecs = store.vectors(turns, index.dim, column="reply_vector")
-            sims = (vecs @ qvec).tolist()
-            reply = {i: s for i, s, v in zip(turns, sims, vecs) if v.any()}
-    return own, reply
+        answered = [i for i in ids if pool[i].kind == Kind.TURN and pool[i].response.strip()]
+        if answered:
+            vecs = store.vectors(answered, column="reply_vector")
+            keep = [n for n, v in enumerate(vecs) if v.any()]
+            turns, replies = [answered[n] for n in keep], vecs[keep]
+    return _Vectors(ids, own, turns, replies)
+
+
+def _dense_sides(vectors: _Vectors, cues: np.ndarray) -> list[tuple[dict[int, float], dict[int, float]]]:
+    """Phase 3b: for each cue (the rows of ``cues``: the message, then the conversation if any),
+    the cosine of every pool member's message (or text) and, for turns, of its reply."""
+    own_sims = vectors.own @ cues.T
+    reply_sims = vectors.replies @ cues.T
+    return [
+        (dict(zip(vectors.ids, own_sims[:, c].tolist())), dict(zip(vectors.turns, reply_sims[:, c].tolist())))
+        for c in range(len(cues))
+    ]
 
 
 def _combine_dense(
     own: dict[int, float], reply: dict[int, float], config: RetrievalConfig
 ) -> tuple[dict[int, float], dict[int, float]]:
     """A pool member's dense similarity (raw, for the reasons) and its dense score in [0, 1]."""
+    raw, mixed = _dense_mixed(own, reply, config)
+    return raw, _scale(mixed)
+
+
+def _dense_mixed(
+    own: dict[int, float], reply: dict[int, float], config: RetrievalConfig
+) -> tuple[dict[int, float], dict[int, float]]:
+    """The better of a member's two cosines (for the reasons), and their mix (unscaled): the
+    reply's cosine weighs ``reply_share`` where the turn has a reply vector."""
     raw = {i: max(s, reply.get(i, -1.0)) for i, s in own.items()}
-    if config.reply_mode == "scaled" and reply:
-        own_s, reply_s = _scale(own), _scale(reply)
-        return raw, {i: max(own_s[i], reply_s.get(i, 0.0)) for i in own}
-    if config.reply_mode == "mean":
-        w = config.reply_share
-        mixed = {i: (1 - w) * s + w * reply[i] if i in reply else s for i, s in own.items()}
-        return raw, _scale(mixed)
-    return raw, _scale(raw)
+    w = config.reply_share
+    return raw, {i: (1 - w) * s + w * reply[i] if i in reply else s for i, s in own.items()}
+
+
+def _cue_dense(
+    sides: list[tuple[dict[int, float], dict[int, float]]], config: RetrievalConfig
+) -> tuple[dict[int, float], dict[int, float], dict[int, float]]:
+    """The dense similarity (raw, of the message), the dense score in [0, 1] of the cues' mix
+    (the message's cosine and the conversation's, weighed as ``_cue_mix`` weighs them), and the
+    conversation's own dense score in [0, 1] (for the cue a hit is credited to)."""
+    if len(sides) == 1:
+        raw, dense_s = _combine_dense(*sides[0], config)
+        return raw, dense_s, {}
+    raw, message = _dense_mixed(*sides[0], config)
+    _, talk = _dense_mixed(*sides[1], config)
+    w = config.talk_weight
+    return raw, _scale({i: (1 - w) * message[i] + w * talk[i] for i in message}), _scale(talk)
 
 
 def _base_scores(
-    pool: dict[int, MemoryRecord], dense_s: dict[int, float], lexical: dict[int, float], config: RetrievalConfig
-) -> dict[int, float]:
+    pool: dict[int, MemoryRecord],
+    dense_s: dict[int, float],
+    lexical: dict[int, float],
+    config: RetrievalConfig,
+    talk_lexical: dict[int, float] | None = None,
+) -> tuple[dict[int, float], dict[int, float]]:
     """Phase 4: each pool member's base score: its dense score and its lexical score (scaled to
-    [0, 1] over the pool), mixed."""
+    [0, 1] over the pool), mixed; the lexical score of the conversation's words, when there are
+    any, takes ``talk_lexical_weight`` of the lexical side. Also what those words give it (their
+    share of the lexical side, scaled on their own)."""
     lex_s = _scale({i: lexical.get(i, 0.0) for i in pool})
-    return {i: config.dense_weight * dense_s.get(i, 0.0) + config.lexical_weight * lex_s[i] for i in pool}
+    from_words: dict[int, float] = {}
+    if talk_lexical:
+        w = config.talk_lexical_weight
+        talk_s = _scale({i: talk_lexical.get(i, 0.0) for i in pool})
+        from_words = {i: config.lexical_weight * w * talk_s[i] for i in pool}
+        lex_s = {i: (1 - w) * lex_s[i] + w * talk_s[i] for i in pool}
+    base = {i: config.dense_weight * dense_s.get(i, 0.0) + config.lexical_weight * lex_s[i] for i in pool}
+    return base, from_words
 
 
-def _reasons(rec: MemoryRecord, dense_s: float, dense: float, lexical: float, context: bool, on_day: bool) -> list[str]:
+def _second_hop(
+    vectors: _Vectors, records: dict[int, MemoryRecord], base: dict[int, float], config: RetrievalConfig
+) -> tuple[list[int], dict[int, float]]:
+    """Phase 4b: memories that chain. The best ``hop_seeds`` candidates of the first hop seed a
+    second cue: the mean of their stored vectors (their people, places, things, as they were
+    said), whose cosine to each pool member, scaled to [0, 1], is added at ``hop_weight``. A
+    memory that speaks of what a first hit names without naming what the question names (the
+    second turn of a multi-hop question) is lifted; the seeds, close to their own mean, keep
+    their place. Costs no embedding: the vectors are the pool's, read already."""
+    if config.hop_weight <= 0 or config.hop_seeds <= 0 or not vectors.ids:
+        return [], {}
+    seeds = sorted(records, key=lambda i: (-base[i], -i))[: config.hop_seeds]
+    at = {rid: n for n, rid in enumerate(vectors.ids)}
+    replies = {rid: n for n, rid in enumerate(vectors.turns)}
+    w = config.reply_share if config.use_replies else 0.0
+    total = np.zeros(vectors.own.shape[1], dtype=np.float32)
+    for rid in seeds:
+        total += vectors.own[at[rid]] * ((1 - w) if rid in replies else 1.0)
+        if rid in replies:
+            total += w * vectors.replies[replies[rid]]
+    if not total.any():
+        return seeds, {}
+    ((own, reply),) = _dense_sides(vectors, normalise(total[None, :]))
+    _, mixed = _dense_mixed(own, reply, config)
+    return seeds, _scale(mixed)
+
+
+def _reasons(
+    rec: MemoryRecord, dense_s: float, dense: float, lexical: float, context: bool, on_day: bool, cue: str
+) -> list[str]:
     reasons = []
-    if dense_s >= 0.5:
+    if cue == "conversation":
+        reasons.append("fits the conversation so far")
+    elif dense_s >= 0.5:
         reasons.append(f"similar in meaning ({dense:.2f})")
     if lexical:
         reasons.append("shares words with your message")
@@ -255,27 +436,35 @@ def _rank(
     p: _Pool,
     base: dict[int, float],
     dense_s: dict[int, float],
+    parts: dict[str, dict[int, float]],  # the part of each base score each cue gave
     policy: ForgettingPolicy,
     now: datetime,
     config: RetrievalConfig,
 ) -> list[Hit]:
     """Phase 5: a candidate's score is its base, plus shares of its neighbours' (a conversation
     runs over several turns), plus the bonus of a named day and a small retention term, less the
-    archive's penalty for a memory of the second tier."""
+    archive's penalty for a memory of the second tier. Each hit is credited to the cue that gave
+    it the most of its score."""
     at = {(r.day, r.position): r.id for r in p.members.values() if r.kind == Kind.TURN}
     hits: list[Hit] = []
     for rid, rec in p.records.items():
         score = base[rid]
         context = False
+        shared = 0.0
         if rec.kind == Kind.TURN:
             prev, nxt = at.get((rec.day, rec.position - 1)), at.get((rec.day, rec.position + 1))
             if prev is not None:
-                score += config.previous_weight * base[prev]
+                shared += config.previous_weight * base[prev]
             if nxt is not None:
-                score += config.next_weight * base[nxt]
+                shared += config.next_weight * base[nxt]
+            score += shared
             context = prev is not None and base[prev] > base[rid]
         retention = policy.retention(rec, now)
         on_day = rec.day in p.named_days
+        cue = max(
+            [*((name, part.get(rid, 0.0)) for name, part in parts.items()), ("neighbour", shared)], key=lambda c: c[1]
+        )[0]
+        cue = "named day" if on_day else cue
         score += (config.date_bonus if on_day else 0.0) + config.retention_weight * retention
         if rec.state == State.ARCHIVED:
             score -= config.archive_penalty or 0.0
@@ -287,7 +476,10 @@ def _rank(
                 p.lexical.get(rid, 0.0),
                 retention,
                 on_day,
-                _reasons(rec, dense_s.get(rid, 0.0), p.dense.get(rid, 0.0), p.lexical.get(rid, 0.0), context, on_day),
+                _reasons(
+                    rec, dense_s.get(rid, 0.0), p.dense.get(rid, 0.0), p.lexical.get(rid, 0.0), context, on_day, cue
+                ),
+                cue,
             )
         )
     hits.sort(key=lambda h: (-h.score, -h.record.stored_id))
@@ -295,8 +487,7 @@ def _rank(
 
 
 def retrieve(
-    store: MemoryStore,
-    index: VectorIndex,
+    store: UserStore,
     embedder: Embedder,
     policy: ForgettingPolicy,
     query: str,
@@ -305,8 +496,10 @@ def retrieve(
     *,
     k: int | None = None,
     query_vector: np.ndarray | None = None,
+    talk: Sequence[TalkLine] = (),
 ) -> list[Hit]:
-    """The best ``k`` memories for ``query`` at ``now``, each with its scores and reasons."""
+    """The best ``k`` memories for ``query`` at ``now``, each with its scores and reasons.
+    ``talk``: the conversation before ``query`` (today's turns), oldest first, a second cue."""
     k = config.k if k is None else k
     if not query.strip() or k <= 0:
         return []
@@ -314,11 +507,29 @@ def retrieve(
     if config.use_dates:
         named_days = days_in_query(query, now.date())
         named_days += [d for d in conversation_days(query, store.days, now.date()) if d not in named_days]
-    qvec, dense_ids, ranked = _search_sides(store, index, embedder, query, config, query_vector, named_days)
-    records, members = _gather(store, dense_ids, ranked, named_days, config)
-    deeper = dict(ranked)
+    sides = _search_sides(store, embedder, query, config, query_vector, named_days, talk)
+    records, members = _gather(store, sides.dense, sides.ranked, named_days, config, sides.talk_ranked)
+    deeper = dict(sides.ranked)
     lexical = {i: deeper[i] for i in members if i in deeper}
-    raw, dense_s = _combine_dense(*_dense_sides(store, index, qvec, members, config), config)
-    p = _Pool(qvec, named_days, records, members, raw, lexical)
-    base = _base_scores(members, dense_s, lexical, config)
-    return _rank(p, base, dense_s, policy, now, config)[:k]
+    talk_deeper = dict(sides.talk_ranked)
+    talk_lexical = {i: talk_deeper[i] for i in members if i in talk_deeper}
+    cues = np.stack([sides.qvec, sides.tvec]) if sides.tvec is not None else sides.qvec[None, :]
+    vectors = _pool_vectors(store, len(sides.qvec), members, config)
+    raw, dense_s, talk_dense = _cue_dense(_dense_sides(vectors, cues), config)
+    p = _Pool(sides.qvec, named_days, records, members, raw, lexical)
+    base, from_words = _base_scores(members, dense_s, lexical, config, talk_lexical)
+    # the conversation's part of a base score: its two sides at their weights, each scaled on its
+    # own, so that a hit is credited to the cue that gave it the most
+    talk_part = {
+        i: config.dense_weight * config.talk_weight * talk_dense.get(i, 0.0) + from_words.get(i, 0.0) for i in members
+    }
+    seeds, hop = _second_hop(vectors, records, base, config)
+    # the message's part: what is left of the first hop's score (the seeds' own lift by the
+    # second hop counts for no cue: they were found already)
+    parts = {
+        "message": {i: b - talk_part[i] for i, b in base.items()},
+        "conversation": talk_part,
+        "second hop": {i: config.hop_weight * v for i, v in hop.items() if i not in seeds},
+    }
+    base = {i: b + config.hop_weight * hop.get(i, 0.0) for i, b in base.items()}
+    return _rank(p, base, dense_s, parts, policy, now, config)[:k]

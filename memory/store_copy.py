@@ -26,8 +26,8 @@ def copy_user(source: MemoryBank, target: MemoryBank, user: str) -> str:
         return "unchanged"
     if target.has_user(user):
         target.delete_user(user)  # an earlier, interrupted copy
-    src = source._user(user).store
-    dst = target._user(user).store  # opened empty: nothing to re-embed
+    src = source.user_store(user)
+    dst = target.user_store(user)  # opened empty: nothing to re-embed
     for key, value in src.all_meta().items():
         dst.set_meta(key, value)
     for batch in src.iter_rows():
@@ -38,7 +38,7 @@ def copy_user(source: MemoryBank, target: MemoryBank, user: str) -> str:
         replies = [(rec.stored_id, r) for rec, _, r in batch if r is not None]
         if replies:
             dst.set_vectors([i for i, _ in replies], np.stack([r for _, r in replies]), column="reply_vector")
-    target._user(user).index.sync()
+    dst.sync()
     got = census(target, user)
     if got != want:
         raise RuntimeError(f"the copy of {user!r} does not match: {got} instead of {want}")

@@ -41,9 +41,9 @@ def build_bank(settings: Settings, *, progress=None, lazy: bool = False) -> Memo
     )
     embedder = lazy_embedder(settings.embedder) if lazy else create_embedder(settings.embedder)
     if settings.database_url:
-        from memory.pg_store import PgMemoryBank
+        from memory.stores.postgres import PostgresStores
 
-        return PgMemoryBank(settings.database_url, embedder, **parts)
+        return MemoryBank(PostgresStores(settings.database_url), embedder, **parts)
     return MemoryBank(settings.home, embedder, **parts)
 
 

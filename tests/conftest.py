@@ -1,7 +1,11 @@
-"""Shared fixtures: the real packaged SmolLM2 (loaded once per test session) and a MemoryBank in a
-temporary home with the default e5 embedder."""
+"""Shared fixtures: the real packaged SmolLM2 (loaded once per test session), a MemoryBank in a
+temporary home with the default e5 embedder, and a real PostgreSQL (started once, on demand)."""
 
 from __future__ import annotations
+
+import secrets
+import shutil
+import tempfile
 
 import pytest
 
@@ -22,6 +26,34 @@ def bank(tmp_path, e5_embedder):
     bank = MemoryBank(tmp_path / "home", e5_embedder)
     yield bank
     bank.close()
+
+
+@pytest.fixture(scope="session")
+def pg_server():
+    """A real PostgreSQL 16 with pgvector (the ``pgserver`` package's binaries), started once per
+    test session in a temporary folder, the first time a test asks for it."""
+    from pg_helpers import start_server
+
+    folder = tempfile.mkdtemp(prefix="sf-pgtest-")
+    server = start_server(folder)
+    yield server
+    server.cleanup()
+    shutil.rmtree(folder, ignore_errors=True)
+
+
+@pytest.fixture
+def pg_url(pg_server):
+    """The URL of a new, empty database on ``pg_server`` (dropped after the test)."""
+    import psycopg
+    from pg_helpers import database_url
+    from psycopg import sql
+
+    name = f"sf_test_{secrets.token_hex(4)}"
+    with psycopg.connect(pg_server.get_uri(), autocommit=True) as con:
+        con.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
+    yield database_url(pg_server, name)
+    with psycopg.connect(pg_server.get_uri(), autocommit=True) as con:
+        con.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name)))
 
 
 @pytest.fixture(scope="session")

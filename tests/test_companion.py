@@ -255,3 +255,31 @@ def test_profile_lists_the_summaries(companion, bank):
         }
     ]
     assert companion.profile("Nobody") == {"global_events": "", "global_personality": "", "daily": []}
+
+
+def test_the_talk_of_today_is_retrievals_second_cue(companion, bank, clock):
+    """Issue 20: today's turns go to retrieval as the conversation, with their stored vectors; in
+    the API the client's history does, a line the store has taking its vector, the others
+    embedded by retrieval."""
+    from siliconfriend.core.companion import _Turn
+
+    seed_day1(bank)
+    clock.now = DAY2
+    first = companion.respond("Maya", "Pixel has been sneezing since this morning.").collect()
+    talk = companion._talk(_Turn("Maya", "Should I worry?", DAY2, "en", companion.backend, history=[first.turn]))
+    assert [(x.role, x.text) for x in talk] == [("user", first.turn.query), ("assistant", first.turn.response)]
+    assert talk[0].vector is not None and talk[0].vector.any()
+    api = _Turn(
+        "Maya",
+        "Should I worry?",
+        DAY2,
+        "en",
+        companion.backend,
+        history=[first.turn],
+        given_history=[(first.turn.query, "an edited reply"), ("A line only the client has", "ok")],
+    )
+    lines = companion._talk(api)
+    assert [x.vector is not None for x in lines] == [True, False, False, False]
+    assert lines[1].text == "an edited reply"
+    found = bank.retrieve("Maya", "Should I worry?", DAY2, k=3, talk=talk)
+    assert any("Pixel" in h.record.query for h in found if h.record.day == DAY1.date())

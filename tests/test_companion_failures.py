@@ -150,7 +150,7 @@ def test_a_failed_summary_leaves_the_day_pending_and_it_is_retried(bank, smollm2
     stream.collect()
     assert stream.consolidation.summarised == [DAY1.date()] and calls >= 1
     assert bank.get_summary("Maya", Kind.DAILY_EVENTS, DAY1.date()) is not None
-    assert bank.get_summary("Maya", Kind.GLOBAL_PERSONALITY) is not None
+    assert bank.get_summary("Maya", Kind.GLOBAL_EVENTS) is not None
     # and not again on the turn after
     stream = companion.respond("Maya", "Good night.", backend=smollm2_backend)
     stream.collect()

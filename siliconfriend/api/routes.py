@@ -3,31 +3,50 @@ FastAPI app) or served alone by ``siliconfriend serve-api``.
 
 OpenAI's chat-completions protocol (``POST /chat/completions``, streaming as server-sent events,
 ``GET /models``) and the memory API (``/memories``), with OpenAI's error shape for every refusal:
-``{"error": {"message", "type", "param", "code"}}`` and 400 / 401 / 404 / 429 / 503. The
+``{"error": {"message", "type", "param", "code"}}`` and 400 / 401 / 404 / 429 / 503 (tool calling
+is refused with a 400: see ``tool_calls.py``). The
 description is at ``/v1/openapi.json``, a page at ``/v1/docs``.
 """
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import logging
-from typing import Any, Iterator
+import os
+from typing import Any, AsyncIterator, Generator
 
+import anyio
+import anyio.lowlevel
 from fastapi import Depends, FastAPI, Query, Request
 from fastapi.exceptions import RequestValidationError
+from fastapi.openapi.docs import get_swagger_ui_html
 from fastapi.responses import JSONResponse, StreamingResponse
 from fastapi.security import HTTPBearer
 from pydantic import BaseModel, ConfigDict, Field
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import Mount
+from starlette.staticfiles import StaticFiles
 
+from . import footnote
 from .keys import KeyOwner
-from .service import MODEL_ID, ApiError, ApiService, Completion
+from .service import MODEL_ID, ApiError, ApiService, Completion, Switches
+from .tool_calls import refuse_tool_calling
 
 log = logging.getLogger("siliconfriend.api")
 
 MAX_BODY_BYTES = 8 * 1024 * 1024
 PREFIX = "/v1"
+DOCS_STATIC = "/docs/static"  # Swagger UI's script, style sheet and icon, under the API's prefix
+
+
+def swagger_ui_dir() -> str:
+    """The folder of Swagger UI's files in the fastapi-offline package (found without importing
+    it: only its files are used, with FastAPI's own docs page)."""
+    spec = importlib.util.find_spec("fastapi_offline")
+    if spec is None or not spec.submodule_search_locations:
+        raise RuntimeError("the fastapi-offline package is missing (pip install fastapi-offline): /v1/docs needs it")
+    return os.path.join(next(iter(spec.submodule_search_locations)), "static")
 
 
 class ChatMessageIn(BaseModel):
@@ -45,6 +64,14 @@ class ChatCompletionRequest(BaseModel):
     stream: bool = False
     n: int | None = Field(None, description="only 1")
     stream_options: dict[str, Any] | None = None
+    siliconfriend: dict[str, Any] | None = Field(
+        None,
+        description='SiliconFriend\'s switches: {"task": "title"} (a chat app\'s own request: answered, '
+        'never remembered; as the X-SiliconFriend-Task header), {"memory": "off"} (answered with the '
+        "companion's memory, nothing written or reinforced) or \"on\" (a turn of the person's even "
+        "where it looks like a task); as the X-SiliconFriend-Memory header; "
+        '{"show_memories": true}: the "what I remembered" footnote (X-SiliconFriend-Show-Memories)',
+    )
 
 
 def openai_error(
@@ -74,7 +101,7 @@ def build_api(api: ApiService) -> FastAPI:
         "retrieval, daily summaries, personality, forgetting), and the memory API. "
         "Authenticate with a per-user key: `Authorization: Bearer sf-...`.",
         openapi_url="/openapi.json",
-        docs_url="/docs",
+        docs_url=None,  # /docs below, with Swagger UI's files served from here, not a CDN
         redoc_url=None,
     )
     bearer = HTTPBearer(auto_error=False, description="a per-user API key, sf-...")
@@ -119,6 +146,20 @@ def build_api(api: ApiService) -> FastAPI:
         # on the event loop: a digest and one indexed SQLite read, cheaper than a hop to a thread
         return api.authenticate(request.headers.get("authorization"), client_of(request))
 
+    # -- the docs page: Swagger UI from the fastapi-offline package (works without the internet) --
+    app.mount(DOCS_STATIC, StaticFiles(directory=swagger_ui_dir()), name="swagger-ui")
+
+    @app.get("/docs", include_in_schema=False)
+    def docs(request: Request):
+        root = request.scope.get("root_path", "").rstrip("/")  # "/v1" where the API is mounted
+        return get_swagger_ui_html(
+            openapi_url=f"{root}/openapi.json",
+            title="SiliconFriend API",
+            swagger_js_url=f"{root}{DOCS_STATIC}/swagger-ui-bundle.js",
+            swagger_css_url=f"{root}{DOCS_STATIC}/swagger-ui.css",
+            swagger_favicon_url=f"{root}{DOCS_STATIC}/favicon.png",
+        )
+
     # -- chat ---------------------------------------------------------------------------------
     @app.get("/models", summary="The models: one, the companion")
     def models(who: KeyOwner = Depends(owner)):
@@ -132,19 +173,30 @@ def build_api(api: ApiService) -> FastAPI:
         return found[0]
 
     @app.post("/chat/completions", summary="One turn with the companion (streaming or not)")
-    def chat_completions(body: ChatCompletionRequest, who: KeyOwner = Depends(owner)):
+    def chat_completions(body: ChatCompletionRequest, request: Request, who: KeyOwner = Depends(owner)):
         if body.n not in (None, 1):
             raise ApiError(400, "n must be 1: the companion gives one reply per turn", param="n")
-        messages = [m.model_dump() for m in body.messages]
-        completion = api.start_chat(who.user, messages, model=body.model)
+        messages = footnote.strip_footnotes([m.model_dump() for m in body.messages])
+        refuse_tool_calling(body.model_extra or {}, messages)  # a 400 that names the setting to change
+        headers = {k.lower(): v for k, v in request.headers.items()}
+        show = footnote.wanted(headers, body.siliconfriend)
+        switches = Switches.of(headers, body.siliconfriend)
+        completion = api.start_chat(who.user, messages, model=body.model, switches=switches)
         if not body.stream:
-            return JSONResponse(api.finish(completion))
+            done = api.finish(completion)
+            if show:
+                done["choices"][0]["message"]["content"] += footnote.of_completion(completion)
+            return JSONResponse(done)
         usage = bool((body.stream_options or {}).get("include_usage"))
-        return StreamingResponse(
-            sse_chunks(api, completion, usage),
+        return ClosingStreamingResponse(
+            sse_body(api, completion, usage, show_memories=show),
             media_type="text/event-stream",
             headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
         )
+
+    @app.get("/turns/{turn_id}", summary='One stored turn and what its reply remembered ("what I remembered")')
+    def turn(turn_id: str, who: KeyOwner = Depends(owner)):
+        return api.turn(who.user, turn_id)
 
     # -- memories -----------------------------------------------------------------------------
     @app.get("/memories", summary="The user's memories, newest day first, a page at a time")
@@ -202,10 +254,13 @@ def _event(data: dict | str) -> str:
     return f"data: {data if isinstance(data, str) else json.dumps(data, ensure_ascii=False)}\n\n"
 
 
-def sse_chunks(api: ApiService, completion: Completion, usage: bool) -> Iterator[str]:
+def sse_chunks(
+    api: ApiService, completion: Completion, usage: bool, *, show_memories: bool = False
+) -> Generator[str, None, None]:
     """The turn as OpenAI's ``chat.completion.chunk`` events: the first carries the role and the
     memories used, the last the finish reason and the stored turn; a backend failure mid-reply
-    is an ``error`` event (the OpenAI SDK raises it)."""
+    is an ``error`` event (the OpenAI SDK raises it). ``show_memories``: the "what I remembered"
+    footnote comes as a last piece of content (``footnote.py``)."""
 
     def chunk(delta: dict, finish: str | None = None, **extra) -> dict:
         return {
@@ -234,6 +289,9 @@ def sse_chunks(api: ApiService, completion: Completion, usage: bool) -> Iterator
                 {"error": {"message": message, "type": "server_error", "param": None, "code": "backend_unavailable"}}
             )
             return
+        note = footnote.of_completion(completion) if show_memories else ""
+        if note:
+            yield _event(chunk({"content": note}))
         end = _event(chunk({}, "stop", siliconfriend=api.extension(completion)))
         if usage:
             end += _event(
@@ -253,6 +311,43 @@ def sse_chunks(api: ApiService, completion: Completion, usage: bool) -> Iterator
             close()  # a client that went away: the companion keeps what came so far
 
 
+async def sse_body(
+    api: ApiService, completion: Completion, usage: bool, *, show_memories: bool = False
+) -> AsyncIterator[str]:
+    """``sse_chunks`` for the server, each chunk taken on a worker thread. A client that goes away
+    (a stop button, a closed tab) cancels this at its next chunk: the reply is stopped there and
+    the turn stored at once with what came so far, marked as stopped, instead of whenever the
+    abandoned generator would have been collected."""
+    chunks = sse_chunks(api, completion, usage, show_memories=show_memories)
+    try:
+        while True:
+            piece = await anyio.to_thread.run_sync(next, chunks, None)
+            # a cancel while the thread ran (a disconnect) waited for it: it is raised here
+            await anyio.lowlevel.checkpoint()
+            if piece is None:
+                return
+            yield piece
+    finally:
+        if completion.stream.result is None:
+            completion.stream.stop()
+        with anyio.CancelScope(shield=True):
+            await anyio.to_thread.run_sync(chunks.close)
+
+
+class ClosingStreamingResponse(StreamingResponse):
+    """A streaming response that closes its body when it ends, however it ends: a client that
+    went away leaves the body suspended, and its ``finally`` (``sse_body``) must run now."""
+
+    async def __call__(self, scope, receive, send) -> None:
+        try:
+            await super().__call__(scope, receive, send)
+        finally:
+            close = getattr(self.body_iterator, "aclose", None)
+            if close is not None:
+                with anyio.CancelScope(shield=True):
+                    await close()
+
+
 def mount(api: ApiService) -> Mount:
     """The API as a route for another Starlette / FastAPI app (the web app's), at ``/v1``."""
     return Mount(PREFIX, app=build_api(api))
@@ -269,4 +364,4 @@ def standalone_app(api: ApiService) -> FastAPI:
     return root
 
 
-__all__ = ["build_api", "mount", "standalone_app", "sse_chunks", "PREFIX"]
+__all__ = ["build_api", "mount", "standalone_app", "sse_chunks", "sse_body", "PREFIX"]

@@ -7,6 +7,7 @@ with the web app when both run in one process; ``routes.py`` only adapts it to H
 
 from __future__ import annotations
 
+import re
 import time
 import uuid
 from dataclasses import dataclass, field
@@ -14,13 +15,16 @@ from datetime import date, datetime
 from typing import Any, Callable, Sequence
 
 from memory.bank import MemoryBank, UnknownMemory
+from memory.memorybank_format import export_person
 from memory.records import Kind, MemoryRecord, State
 
+from ..backends.base import Message, Role
 from ..config import Settings
-from ..core.companion import ReplyStream, used_entry
+from ..core.companion import MAX_MESSAGE_CHARS, TODAY, ReplyStream, used_entry
 from ..web.accounts import Accounts
-from ..web.service import MAX_MESSAGE_CHARS, user_export
+from .frontends import Task, person_words, task_of
 from .keys import ApiKeys, KeyLimiter, KeyOwner, LoginStyleLimiter, RateLimited
+from .resent import Placed, place
 
 MODEL_ID = "siliconfriend"  # the one model /v1/models lists: the companion with its memory
 MAX_PERSONA_CHARS = 4000  # a client's system prompt, used as the persona for the turn
@@ -99,52 +103,106 @@ def content_text(content: Any) -> str:
 class ChatTurn:
     """What the companion makes of a chat request."""
 
-    text: str  # the last user message: the turn
+    text: str  # the last user message as remembered: the person's words (and what was attached)
     history: list[tuple[str, str]]  # the client's earlier exchanges (never stored again)
     persona: str | None  # the client's system prompt, if any
+    shown: str | None = None  # the last message as the model sees it, where it carries more (a file's text)
 
 
-def read_messages(messages: Sequence[dict]) -> ChatTurn:
-    """The turn, the history and the persona of a request's messages (400 on a bad request)."""
+ROLES = ("system", "developer", "user", "assistant", "tool", "function")
+
+
+def read_items(messages: Sequence[dict]) -> list[tuple[str, Any]]:
+    """A request's messages as (role, content), checked (400 on a bad request)."""
     if not messages:
         raise bad_request("messages is empty: send at least one user message", "messages")
     total = 0
-    items: list[tuple[str, str]] = []
+    items: list[tuple[str, Any]] = []
     for i, m in enumerate(messages):
         if not isinstance(m, dict):
             raise bad_request(f"messages[{i}] is not an object", "messages")
         role = m.get("role")
-        if role not in ("system", "developer", "user", "assistant", "tool", "function"):
+        if role not in ROLES:
             raise bad_request(f"messages[{i}].role must be system, user or assistant, not {role!r}", "messages")
-        text = content_text(m.get("content"))
-        total += len(text)
+        content = m.get("content")
+        total += len(content_text(content))
         if total > MAX_REQUEST_CHARS:
             raise bad_request(
                 f"the messages are too long together (at most {MAX_REQUEST_CHARS:,} characters)", "messages"
             )
-        items.append((role, text))
-    role, text = items[-1]
+        items.append((role, content))
+    return items
+
+
+def read_messages(messages: Sequence[dict]) -> ChatTurn:
+    """The turn, the history and the persona of a request's messages (400 on a bad request). A
+    person's messages are read without the front end's markup (``frontends.person_words``)."""
+    items = read_items(messages)
+    # instructions after the person's message (SillyTavern's post-history instructions) join the
+    # client's system prompt; the turn is the message before them
+    after = len(items)
+    while after > 1 and items[after - 1][0] in ("system", "developer"):
+        after -= 1
+    trailing = [content_text(c).strip() for _, c in items[after:]]
+    items = items[:after]
+    role, content = items[-1]
     if role != "user":
         raise bad_request("the last message must be the user's (it is the turn the companion answers)", "messages")
-    text = text.strip()
+    said = person_words(content)
+    text = said.stored
     if not text:
         raise bad_request("the last user message is empty: type something to say", "messages")
     if len(text) > MAX_MESSAGE_CHARS:
         raise bad_request(f"a message can have at most {MAX_MESSAGE_CHARS:,} characters", "messages")
-    system = "\n".join(t.strip() for r, t in items[:-1] if r in ("system", "developer") and t.strip())
+    system = "\n".join(
+        [t for r, c in items[:-1] if r in ("system", "developer") and (t := content_text(c).strip())]
+        + [t for t in trailing if t]
+    )
     history: list[tuple[str, str]] = []
     pending: list[str] = []
-    for r, t in items[:-1]:
-        t = t.strip()[:MAX_MESSAGE_CHARS]
+    for r, c in items[:-1]:
         if r == "user":
+            t = person_words(c).stored[:MAX_MESSAGE_CHARS]
             if t:
                 pending.append(t)
         elif r == "assistant" and pending:  # (a greeting before the user's first words is left out)
-            history.append(("\n".join(pending), t))
+            history.append(("\n".join(pending), content_text(c).strip()[:MAX_MESSAGE_CHARS]))
             pending = []
+    shown = said.shown if said.shown != said.text else None
     if pending:  # the user spoke twice in a row: one turn of the conversation
         text = "\n".join([*pending, text])[-MAX_MESSAGE_CHARS:]
-    return ChatTurn(text, history, system[:MAX_PERSONA_CHARS] or None)
+        shown = "\n".join([*pending, shown]) if shown else None
+    return ChatTurn(text, history, system[:MAX_PERSONA_CHARS] or None, shown[:MAX_MESSAGE_CHARS] if shown else None)
+
+
+@dataclass(frozen=True)
+class Switches:
+    """What a client says of its request itself (``X-SiliconFriend-Task`` / ``-Memory`` headers, or
+    the body's ``siliconfriend`` object): ``task`` names a front-end task (answered, never
+    remembered); ``memory`` "off" answers as the companion but writes and reinforces nothing,
+    "on" makes the request a turn of the person's even where it looks like a task."""
+
+    task: str | None = None
+    memory: str | None = None
+    chat: str | None = None  # the client's id of the chat (``resent.py``)
+
+    @classmethod
+    def of(cls, headers: dict[str, str], body: Any) -> "Switches":
+        body = body if isinstance(body, dict) else {}
+        task = headers.get("x-siliconfriend-task") or body.get("task")
+        memory = headers.get("x-siliconfriend-memory") or body.get("memory")
+        chat = headers.get("x-siliconfriend-chat") or headers.get("x-openwebui-chat-id") or body.get("chat")
+        if chat is not None and (not isinstance(chat, str) or not 0 < len(chat.strip()) <= 200):
+            raise bad_request("the chat id is a string of 1 to 200 characters", "siliconfriend.chat")
+        if task is not None and (not isinstance(task, str) or not re.fullmatch(r"[A-Za-z0-9_.-]{1,40}", task.strip())):
+            raise bad_request("the task is a short name such as title, tags or queries", "siliconfriend.task")
+        if memory is not None and (not isinstance(memory, str) or memory.strip().lower() not in ("on", "off")):
+            raise bad_request('memory is "on" or "off"', "siliconfriend.memory")
+        return cls(
+            task.strip().lower() if task else None,
+            memory.strip().lower() if memory else None,
+            chat.strip() if chat else None,
+        )
 
 
 @dataclass
@@ -157,6 +215,8 @@ class Completion:
     stream: ReplyStream
     first: str | None = None  # the first chunk, taken before the answer starts
     remembered: list[dict] = field(default_factory=list)
+    task: Task | None = None  # a front end's task: answered, never remembered
+    placed: Placed = field(default_factory=Placed)  # the turn it regenerates or edits, if any
 
 
 # -- the service --------------------------------------------------------------------------------------
@@ -221,15 +281,66 @@ class ApiService:
     def models(self) -> list[dict]:
         return [{"id": MODEL_ID, "object": "model", "created": 0, "owned_by": "siliconfriend"}]
 
-    def start_chat(self, user: str, messages: Sequence[dict], *, model: str | None = None) -> Completion:
+    def start_chat(
+        self, user: str, messages: Sequence[dict], *, model: str | None = None, switches: Switches = Switches()
+    ) -> Completion:
         """Begin a turn and run it up to its first chunk (so that a dead backend is a 503 before
-        any reply has been sent). The caller iterates ``completion.stream`` for the rest."""
+        any reply has been sent). The caller iterates ``completion.stream`` for the rest.
+
+        A front end's task (``frontends.task_of``, or the client's own switch) is answered by the
+        model as it is sent, and remembers nothing."""
+        task = self.task_of(messages, switches)
+        if task is not None:
+            items = read_items(messages)
+            roles: dict[str, Role] = {
+                "system": "system",
+                "developer": "system",
+                "user": "user",
+                "assistant": "assistant",
+            }
+            sent = [Message(roles[r], content_text(c)) for r, c in items if r in roles]
+            if not any(m.content.strip() for m in sent):
+                raise bad_request("the messages are empty: there is nothing to answer", "messages")
+            persona = None
+            if task.persona:  # the companion speaks: the account's persona, else the configured one
+                name = self.settings.companion_name
+                persona = self.accounts.prefs(user).get("persona") or self.settings.persona or f"You are {name}."
+            stream = self.companion.answer_as_sent(sent, persona=persona)
+            return self._begin(stream, model, task)
         turn = read_messages(messages)
         prefs = self.accounts.prefs(user)
         persona = turn.persona if turn.persona is not None else (prefs.get("persona") or None)
         lang = prefs.get("lang") if prefs.get("lang") in ("en", "zh") else None
-        stream = self.companion.respond(user, turn.text, lang=lang, history=turn.history, persona=persona)
-        completion = Completion(f"chatcmpl-{uuid.uuid4().hex}", int(time.time()), model or MODEL_ID, stream)
+        store = switches.memory != "off"
+        # a regenerate or an edit, told from the client's history (resent.py)
+        placed = place(self.bank, user, turn.text, turn.history, chat=switches.chat) if store else Placed()
+        stream = self.companion.respond(
+            user,
+            turn.text,
+            lang=lang,
+            history=turn.history,
+            persona=persona,
+            shown=turn.shown,
+            store=store,
+            extra=placed.extra,
+            replaces=placed.replaces,
+            supersedes=placed.supersedes,
+        )
+        completion = self._begin(stream, model, None)
+        completion.placed = placed
+        return completion
+
+    @staticmethod
+    def task_of(messages: Sequence[dict], switches: Switches) -> Task | None:
+        if switches.task and switches.task not in ("chat", "none"):
+            return Task("", switches.task)
+        if switches.memory == "on" or switches.task in ("chat", "none"):
+            return None
+        items = read_items(messages)
+        return task_of([(r, content_text(c)) for r, c in items])
+
+    def _begin(self, stream: ReplyStream, model: str | None, task: Task | None) -> Completion:
+        completion = Completion(f"chatcmpl-{uuid.uuid4().hex}", int(time.time()), model or MODEL_ID, stream, task=task)
         chunks = iter(stream)
         try:
             completion.first = next(chunks)
@@ -279,9 +390,14 @@ class ApiService:
         the stored turn, and what a day rollover before this turn summarised."""
         result = completion.stream.result
         report = completion.stream.consolidation
+        stored = result is not None and result.turn is not None
         return {
             "memories": completion.remembered,
+            "task": completion.task.name if completion.task is not None else None,
             "turn_id": result.turn.id if result is not None and result.turn is not None else None,
+            # a regenerate replaced this turn's reply; an edit superseded that turn
+            "regenerated": stored and completion.placed.replaces is not None,
+            "supersedes": completion.placed.supersedes.id if stored and completion.placed.supersedes else None,
             "day_rollover": None
             if report is None
             else {
@@ -309,6 +425,9 @@ class ApiService:
             "recall_count": rec.recall_count,
             "last_recall": rec.last_recall.isoformat() if rec.last_recall else None,
         }
+        if rec.kind == Kind.TURN:  # a reply stopped before its end; an edited message's old turn
+            out["stopped"] = bool(rec.extra.get("stopped"))
+            out["superseded"] = rec.extra.get("superseded") if rec.state == State.SUPERSEDED else None
         if hit is not None:
             out["score"] = round(hit.score, 4)
             out["why"] = "; ".join(hit.reasons)
@@ -397,6 +516,24 @@ class ApiService:
     def get(self, user: str, memory_id: Any) -> dict:
         return self.memory_json(self._get(user, memory_id), self.now())
 
+    def turn(self, user: str, turn_id: Any) -> dict:
+        """One stored turn of the user's with what its reply remembered (the memories in its
+        prompt, kept with the turn): "what I remembered" for a person whose app dropped the
+        extension field. Another user's turn, or a memory that is not a turn, is "no such turn"."""
+        try:
+            rec = self._get(user, turn_id)
+        except ApiError:
+            rec = None
+        if rec is None or rec.kind != Kind.TURN:
+            raise ApiError(404, f"no turn {str(turn_id)[:40]!r} for this key's user", code="turn_not_found")
+        extra = dict(rec.extra)
+        out = self.memory_json(rec, self.now())
+        out["object"] = "turn"
+        out["remembered"] = extra.pop("used", None)  # None for a turn stored before they were kept
+        out["today_in_prompt"] = extra.pop(TODAY, [])
+        out["extra"] = extra
+        return out
+
     def pin(self, user: str, memory_id: Any, pinned: bool) -> dict:
         rec = self._get(user, memory_id)
         return self.memory_json(self.bank.pin(user, rec.stored_id, pinned), self.now())
@@ -424,7 +561,7 @@ class ApiService:
         return {"id": rec.id, "object": "memory", "deleted": True}
 
     def export(self, user: str) -> dict:
-        return user_export(self.bank, self.accounts, user, self.now())
+        return export_person(self.bank, user, self.now(), self.accounts.prefs(user))
 
 
-__all__ = ["ApiService", "ApiError", "Completion", "ChatTurn", "read_messages", "MODEL_ID"]
+__all__ = ["ApiService", "ApiError", "Completion", "ChatTurn", "Switches", "read_messages", "MODEL_ID"]

@@ -22,6 +22,7 @@ import numpy as np
 from memory.bank import MemoryBank
 from memory.embedders import embed_replies, embed_turns
 from memory.records import Kind, MemoryRecord, State, turn_text
+from memory.stores.sqlite import SqliteStores
 
 from .data import DialogueGenerator, turn_times
 
@@ -67,7 +68,7 @@ def fill_user(
     nrng = np.random.default_rng(seed)
     days = list(gen.days(n_memories, date(2000, 1, 1)))
     shift = (end - timedelta(days=1)) - days[-1][0]  # so that the history ends yesterday
-    store = bank._user(user).store
+    store = bank.user_store(user)
     records: list[MemoryRecord] = []
     counts = {"turns": 0, "summaries": 0, "days": len(days)}
 
@@ -113,13 +114,16 @@ def fill_user(
         if len(records) >= CHUNK:
             flush()
     flush()
-    bank._user(user).index.sync(force_save=True)
+    store.sync()
+    store.flush()
     return counts
 
 
 def clone_user(bank: MemoryBank, source: str, target: str) -> None:
     """``target`` gets a copy of ``source``'s files (the source must be closed)."""
-    src, dst = bank.user_dir(source), bank.user_dir(target)
+    stores = bank.stores
+    assert isinstance(stores, SqliteStores), "copies the files of a home folder"
+    src, dst = stores.user_dir(source), stores.user_dir(target)
     dst.mkdir(parents=True, exist_ok=True)
     for name in ("memory.db", "index.faiss"):
         shutil.copyfile(src / name, dst / name)

@@ -20,7 +20,7 @@ from datetime import datetime, timedelta
 from datetime import time as dtime
 from multiprocessing.synchronize import Barrier
 from pathlib import Path
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
 from memory.bank import MemoryBank
 from memory.embedders import create_embedder
@@ -30,6 +30,9 @@ from .data import DialogueGenerator
 from .fixtures import fill_user, reply_vector_pool, vector_pool
 from .run import END, SEED, machine
 from .turns import TimedEmbedder, TurnRunner, run_turns
+
+if TYPE_CHECKING:  # imported where used: psycopg loads only for a PostgreSQL bench
+    from memory.stores.postgres import PostgresStores
 
 TARGETS = {"p50": 40.0, "p95": 100.0}
 
@@ -72,9 +75,9 @@ PG_QUICK = PgBenchConfig(
 )
 
 
-def _copy_user(bank, source: str, target: str) -> None:
+def _copy_user(stores: PostgresStores, source: str, target: str) -> None:
     """``target`` gets a copy of ``source``'s rows, inside the database (no round trips)."""
-    with bank.db.transaction() as cur:
+    with stores.db.transaction() as cur:
         cur.execute(
             "INSERT INTO mem_users (name, last_id, lex_docs, lex_tokens) SELECT %s, last_id, lex_docs,"
             " lex_tokens FROM mem_users WHERE name = %s",
@@ -100,10 +103,10 @@ def _throughput_worker(
     url: str, embedder: str, users: list[str], turns: int, seed: int, ready: Barrier, out: mp.Queue
 ) -> None:
     """One worker process: its own pool and companion; one thread per simulated user."""
-    from memory.pg_store import PgMemoryBank
+    from memory.stores.postgres import PostgresStores
 
     try:
-        bank = PgMemoryBank(url, create_embedder(embedder), pool_size=len(users) + 2)
+        bank = MemoryBank(PostgresStores(url, pool_size=len(users) + 2), create_embedder(embedder))
     except BaseException as exc:
         out.put({"seconds": 0.0, "turns": 0, "errors": [f"{type(exc).__name__}: {exc}"]})
         ready.abort()
@@ -173,7 +176,7 @@ def measure_throughput(url: str, names: list[str], config: PgBenchConfig) -> dic
 
 
 def run_pg_bench(url: str, config: PgBenchConfig = PG_FULL, *, log: Callable[[str], None] = lambda s: None) -> dict:
-    from memory.pg_store import PgMemoryBank
+    from memory.stores.postgres import PostgresStores
 
     started = time.perf_counter()
     gen = DialogueGenerator(SEED)
@@ -197,19 +200,20 @@ def run_pg_bench(url: str, config: PgBenchConfig = PG_FULL, *, log: Callable[[st
         start_turns = datetime.combine(END, dtime(19, 0))
         for key, size in config.single:
             user = f"big-{key}"
-            bank = PgMemoryBank(db_url, TimedEmbedder(embedder), build_hnsw_in_background=False)
+            stores = PostgresStores(db_url, build_hnsw_in_background=False)
+            bank = MemoryBank(stores, TimedEmbedder(embedder))
             tick = time.perf_counter()
             log(f"writing one user with {size:,} memories")
             fill_user(bank, user, size, gen, pool, end=END, seed=size, reply_pool=replies)
             # the planner's statistics, as autovacuum keeps them on a database in use (they are
             # stale right after a bulk write, and plans made on them read every row of the user)
-            bank.db.execute("ANALYZE memories")
-            bank.db.execute("ANALYZE lex_postings")
+            stores.db.execute("ANALYZE memories")
+            stores.db.execute("ANALYZE lex_postings")
             result["phases_s"][f"fill_{key}"] = round(time.perf_counter() - tick, 1)
             tick = time.perf_counter()
-            if bank.maybe_build_hnsw(user, wait=True):
+            if stores.maybe_build_hnsw(user, embedder.dim, wait=True):
                 result["phases_s"][f"hnsw_{key}"] = round(time.perf_counter() - tick, 1)
-            index = "partial HNSW" if bank.uses_hnsw(user) else "exact"
+            index = "partial HNSW" if stores.uses_hnsw(user) else "exact"
             log(f"{config.turns} turns at {key} ({index} dense search)")
 
             def user_of(i: int, u: str = user) -> str:
@@ -222,7 +226,8 @@ def run_pg_bench(url: str, config: PgBenchConfig = PG_FULL, *, log: Callable[[st
             result["turn_path"] = path
             bank.close()
         users, per_user = config.many
-        bank = PgMemoryBank(db_url, TimedEmbedder(embedder))
+        stores = PostgresStores(db_url)
+        bank = MemoryBank(stores, TimedEmbedder(embedder))
         tick = time.perf_counter()
         log(f"writing {users:,} users x {per_user:,} memories")
         names = [f"member{i:05d}" for i in range(users)]
@@ -230,8 +235,8 @@ def run_pg_bench(url: str, config: PgBenchConfig = PG_FULL, *, log: Callable[[st
         for i in range(templates):
             fill_user(bank, names[i], per_user, gen, pool, end=END, seed=1000 + i, reply_pool=replies)
         for i in range(templates, users):
-            _copy_user(bank, names[i % templates], names[i])
-        bank.db.execute("ANALYZE")
+            _copy_user(stores, names[i % templates], names[i])
+        stores.db.execute("ANALYZE")
         result["phases_s"]["fill_many"] = round(time.perf_counter() - tick, 1)
         rng = random.Random(SEED)
         key = f"{users}x{per_user}"

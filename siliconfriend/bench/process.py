@@ -40,6 +40,7 @@ def _child(args: argparse.Namespace) -> dict:
     from datetime import datetime
 
     from memory.lexical import tokenize
+    from memory.stores.sqlite import SqliteUserStore
     from siliconfriend.config import Settings
     from siliconfriend.factory import build_bank
 
@@ -51,14 +52,15 @@ def _child(args: argparse.Namespace) -> dict:
     hits = bank.retrieve(args.user, args.query, now)
     t_first = time.perf_counter()
     wall_first = time.time()
-    u = bank._user(args.user)
+    u = bank.user_store(args.user)
+    assert isinstance(u, SqliteUserStore)  # a home folder's store
     out = {
         "wall_first": wall_first,
         "imports_s": t_models - t_imports,
         "models_s": t_login - t_models,
         "restart_s": t_first - t_login,
         "hits": len(hits),
-        "memories": u.store.count(),
+        "memories": u.count(),
         "indexed": len(u.index),
         "index_kind": type(u.index.index).__name__,
         "index_rebuilt": u.index.rebuilt,
@@ -78,10 +80,10 @@ def _reembed(bank, opened, sample: int) -> dict:
 
     from memory.embedders import embed_documents
 
-    total = opened.store.count()
+    total = opened.count()
     step = max(1, total // sample)
     texts = []
-    for batch in opened.store.iter_texts(batch=512):
+    for batch in opened.iter_texts(batch=512):
         texts += [text for rid, _, text, _ in batch if rid % step == 0]
     texts = texts[:sample]
     start = time.perf_counter()

@@ -7,6 +7,9 @@ are skipped); hit@k is whether at least one is.
 
 "Now" for a question is its label's ``asked_at`` (an ISO date or datetime, or LongMemEval's
 ``YYYY/MM/DD (Day) HH:MM``) when it has one, else 09:00 on the day after the bank's last date.
+A label's optional ``context`` (``[{"role", "content"}]``: the talk before the question, as in
+MADial-Bench) is given to retrieval as the turn gives it today's conversation (``label_talk``);
+each retrieved turn is credited to the cue that found it (``Hit.cue``), counted per cue.
 
 Two ways to load the bank:
 - plain: imported at once, as ``import-memorybank`` does (the file's strengths, nothing forgotten);
@@ -34,7 +37,7 @@ from memory.embedders import Embedder
 from memory.forgetting import ForgettingPolicy
 from memory.memorybank_format import BankFormatError, ParsedUser, import_bank, parse_bank
 from memory.records import Kind
-from memory.retrieval import RetrievalConfig
+from memory.retrieval import Hit, RetrievalConfig, TalkLine
 
 KS = (1, 2, 3, 5, 10)
 _LONGMEM_TIME = re.compile(r"^\s*(\d{4})/(\d{1,2})/(\d{1,2})(?:\s*\(\w+\))?(?:\s+(\d{1,2}):(\d{2}))?\s*$")
@@ -67,6 +70,11 @@ def load_labels(path: Path | str) -> list[dict]:
             try:
                 item = json.loads(line)
                 item["bank_user"], item["question"], item["evidence"]
+                context = item.get("context")
+                if context is not None and not (
+                    isinstance(context, list) and all(isinstance(m, dict) and "content" in m for m in context)
+                ):
+                    raise TypeError('context must be a list of {"role", "content"} objects')
                 if item.get("asked_at"):
                     item["asked_at"] = parse_asked_at(item["asked_at"])
             except (json.JSONDecodeError, KeyError, TypeError, BankFormatError) as exc:
@@ -106,9 +114,9 @@ def evaluate_label_sets(
     with _scratch_store(database_url) as where:
         bank: MemoryBank
         if database_url:
-            from memory.pg_store import PgMemoryBank
+            from memory.stores.postgres import PostgresStores
 
-            bank = PgMemoryBank(where, embedder, policy=policy, retrieval=config)
+            bank = MemoryBank(PostgresStores(where), embedder, policy=policy, retrieval=config)
         else:
             bank = MemoryBank(where, embedder, policy=policy, retrieval=config)
         try:
@@ -139,15 +147,32 @@ def _scratch_store(database_url: str | None) -> Iterator[str]:
         yield url
 
 
-def _ask(bank: MemoryBank, label: dict, now: datetime, depth: int) -> list[tuple[str, int]]:
-    """The first ``depth`` distinct turns (day, position) retrieved for the label's question."""
+def label_talk(label: dict) -> list[TalkLine]:
+    """A label's ``context`` (the talk before its question, ``[{"role", "content"}]``) as the
+    conversation a turn gives retrieval: each line embedded as today's stored turn would have it
+    (the user's message on the query side, the reply as a passage)."""
+    talk = label.get("context") or []
+    return [
+        TalkLine("user" if m.get("role") == "user" else "assistant", str(m.get("content") or ""))
+        for m in talk
+        if str(m.get("content") or "").strip()
+    ]
+
+
+def _ask(bank: MemoryBank, label: dict, now: datetime, depth: int) -> list[tuple[str, int, str]]:
+    """The first ``depth`` distinct turns (day, position) retrieved for the label's question, with
+    the cue that found each."""
     # ask for enough hits that `depth` distinct turns remain after skipping summaries
-    hits = bank.retrieve(label["bank_user"].strip(), label["question"], now, k=depth * 2)
-    turns: list[tuple[str, int]] = []
+    hits: list[Hit] = bank.retrieve(
+        label["bank_user"].strip(), label["question"], now, k=depth * 2, talk=label_talk(label)
+    )
+    turns: list[tuple[str, int, str]] = []
+    seen: set[tuple[str, int]] = set()
     for h in hits:
         key = (h.record.day.isoformat(), h.record.position)
-        if h.record.kind == Kind.TURN and key not in turns:
-            turns.append(key)
+        if h.record.kind == Kind.TURN and key not in seen:
+            seen.add(key)
+            turns.append((*key, h.cue))
     return turns[:depth]
 
 
@@ -238,15 +263,24 @@ def _rollover(
 
 
 def _score(labels: list[dict], rankings: list, ks: tuple[int, ...], depth: int, details: list | None) -> dict:
+    """recall@k and hit@k; per category (LoCoMo's); and per cue: of all the evidence, the share
+    found within the first 5 and 10 turns by each cue (the message, the conversation, ...)."""
     sums = {f"recall@{k}": 0.0 for k in ks} | {f"hit@{k}": 0.0 for k in ks}
     per_category: dict[str, list[float]] = defaultdict(lambda: [0.0, 0.0, 0.0])  # n, recall@5, recall@10
-    for label, turns in zip(labels, rankings):
+    per_cue: dict[str, list[float]] = defaultdict(lambda: [0.0, 0.0])  # evidence share found @5, @10
+    for label, ranked in zip(labels, rankings):
         evidence = {(e["date"], int(e["turn"])) for e in label["evidence"]}
-        turns = turns or []
+        ranked = ranked or []
+        turns = [(day, pos) for day, pos, _ in ranked]
         for k in ks:
             found = len(evidence & set(turns[:k]))
             sums[f"recall@{k}"] += found / len(evidence)
             sums[f"hit@{k}"] += 1.0 if found else 0.0
+        for rank, (day, pos, cue) in enumerate(ranked[:10]):
+            if (day, pos) in evidence:
+                per_cue[cue][1] += 1 / len(evidence)
+                if rank < 5:
+                    per_cue[cue][0] += 1 / len(evidence)
         if "category" in label:
             c = per_category[str(label["category"])]
             c[0] += 1
@@ -258,7 +292,7 @@ def _score(labels: list[dict], rankings: list, ks: tuple[int, ...], depth: int, 
                     "qid": label.get("qid"),
                     "question": label["question"],
                     "evidence": sorted(evidence),
-                    "retrieved": turns[:depth],
+                    "retrieved": [[day, pos, cue] for day, pos, cue in ranked[:depth]],
                 }
             )
     n = len(labels)
@@ -271,5 +305,9 @@ def _score(labels: list[dict], rankings: list, ks: tuple[int, ...], depth: int, 
         out["by_category"] = {
             c: {"n": int(v[0]), "recall@5": round(v[1] / v[0], 4), "recall@10": round(v[2] / v[0], 4)}
             for c, v in sorted(per_category.items())
+        }
+    if per_cue and n:
+        out["by_cue"] = {
+            c: {"recall@5": round(v[0] / n, 4), "recall@10": round(v[1] / n, 4)} for c, v in sorted(per_cue.items())
         }
     return out

@@ -56,7 +56,7 @@ def measure_ttft(
 
         backend = HFLocalChat("smollm2", temperature=0, max_new_tokens=reply_tokens, device="cpu")
     now = [start]
-    settings = Settings(home=bank.home or Path(), lang="en", max_new_tokens=reply_tokens)  # the home is not read
+    settings = Settings(home=Path(), lang="en", max_new_tokens=reply_tokens)  # the home is not read
     companion = Companion(
         bank,
         backend,

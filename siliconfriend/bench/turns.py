@@ -123,7 +123,7 @@ class TurnRunner:
             self.companion = None
             self.path = "bank"
         else:
-            settings = Settings(home=bank.home or Path(), lang=lang, max_new_tokens=256)  # the home is not read
+            settings = Settings(home=Path(), lang=lang, max_new_tokens=256)  # the home is not read
             self.companion = Companion(
                 bank,
                 self.backend,

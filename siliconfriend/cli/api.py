@@ -16,13 +16,16 @@ def _settings(args: argparse.Namespace):
 
 def _keys(args: argparse.Namespace):
     from ..api.keys import ApiKeys
-    from ..web.accounts import Accounts
+    from ..web.accounts_pg import open_accounts
 
     settings = _settings(args)
-    accounts = Accounts(settings.home / "accounts.db", signup_open=settings.signup_open)
+    accounts = open_accounts(settings)  # accounts.db in the home, or the database of database_url
     if accounts.canonical(args.user) is None:
         accounts.close()
-        raise ValueError(f"no account named {args.user!r} in {settings.home} (sign up in the web app first)")
+        where = "the database of database_url" if settings.database_url else str(settings.home)
+        raise ValueError(
+            f"no account named {args.user!r} in {where} (sign up in the web app, or `siliconfriend users create NAME`)"
+        )
     return accounts, ApiKeys(accounts)
 
 
@@ -74,10 +77,26 @@ def cmd_keys_revoke(args) -> int:
 def cmd_serve_api(args) -> int:
     import logging
 
-    from ..api.serve import serve
-
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     return serve(_settings(args), host=args.host, port=args.port)
+
+
+def serve(settings, *, host: str | None = None, port: int | None = None) -> int:
+    """Serve the API on 127.0.0.1 unless told otherwise; the companion is built on the first chat."""
+    import uvicorn
+
+    from ..api.routes import standalone_app
+    from ..factory import build_api_service
+
+    api = build_api_service(settings)
+    host = host or settings.host
+    port = port or settings.api_port
+    print(
+        f"SiliconFriend API: data in {settings.home}; base URL http://{host}:{port}/v1 (OpenAPI at /v1/openapi.json)",
+        file=sys.stderr,
+    )
+    uvicorn.run(standalone_app(api), host=host, port=port, log_level="info")
+    return 0
 
 
 def register(sub: argparse._SubParsersAction) -> None:

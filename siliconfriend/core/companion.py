@@ -18,17 +18,18 @@ from datetime import date, datetime
 from typing import Callable, Iterator, Sequence
 
 from memory.bank import MemoryBank, UnknownMemory, user_key
-from memory.pg_db import StoreUnavailable
 from memory.records import Kind, MemoryRecord
-from memory.retrieval import Hit
+from memory.retrieval import Hit, TalkLine
+from memory.stores.base import StoreUnavailable
 
 from ..backends.base import BackendError, ChatBackend, Message
 from ..config import Settings
 from .consolidate import ConsolidationReport, Consolidator
-from .prompting import PromptSet, fit_chat, load_prompts
+from .prompting import PromptSet, fit_chat, load_prompts, truncate_tokens
 
 log = logging.getLogger("siliconfriend.core.companion")
 
+MAX_MESSAGE_CHARS = 20_000  # the longest message a person may send (the web app and the API refuse more)
 QUERY_CHARS = 2000  # what of a (very long) message is used as the retrieval query
 MEMORY_CHARS = 400  # a remembered message or reply is cut to this many characters in the prompt
 # today's conversation in the prompt: each earlier message (and reply) of the day is cut to this
@@ -36,6 +37,10 @@ MEMORY_CHARS = 400  # a remembered message or reply is cut to this many characte
 # long message does not ride along in every later prompt of the day
 HISTORY_CHARS = 1000
 HISTORY_TOKENS = 1200
+# the conversation retrieval takes as its second cue: today's latest exchanges (an older one
+# weighs little: see RetrievalConfig.talk_decay); in the API a line the store does not have is
+# embedded, so this also bounds what a long foreign history costs
+TALK_TURNS = 6
 TODAY = "today"  # the kind of a "what I remembered" entry that is a line of today's talk
 
 
@@ -91,6 +96,21 @@ def day_window(costs: Sequence[int], *, turns: int, tokens: int) -> int:
 
 def _clip(text: str, n: int, marker: str) -> str:
     return text if len(text) <= n else f"{text[:n].rstrip()} {marker}"
+
+
+def _fit_as_sent(messages: list[Message], budget: int, count: Callable[[str], int]) -> list[Message]:
+    """A chat app's task prompt within the model's context: the oldest messages after the first
+    system one go first, then the middle of what is left is cut (the app's instructions are at
+    its start and end)."""
+    cost = [count(m.content) + 4 for m in messages]
+    head = 1 if messages and messages[0].role == "system" and len(messages) > 1 else 0
+    while sum(cost) > budget and len(messages) > head + 1:
+        del messages[head], cost[head]
+    if sum(cost) > budget and messages:
+        keep = max(1, budget - sum(cost[:-1]) - 4)
+        last = messages[-1]
+        messages[-1] = Message(last.role, truncate_tokens(last.content, keep, count, marker="…", middle=True))
+    return messages
 
 
 @dataclass
@@ -150,6 +170,9 @@ class _Turn:
     history: list[MemoryRecord] = field(default_factory=list)
     given_history: list[tuple[str, str]] | None = None  # the client's own earlier exchanges (API)
     persona: str | None = None  # replaces the settings' persona for this turn
+    shown: str | None = None  # the message as the model sees it, when more than the words stored
+    extra: dict = field(default_factory=dict)  # kept with the stored turn
+    supersedes: MemoryRecord | None = None  # an edit: this turn leaves active memory once the new one is stored
 
 
 ROLLOVER_MARK = "rollover_mark"  # changed whenever a summarised day becomes pending again
@@ -201,12 +224,21 @@ class Companion:
         store: bool = True,
         history: Sequence[tuple[str, str]] | None = None,
         persona: str | None = None,
+        shown: str | None = None,
+        extra: dict | None = None,
+        replaces: MemoryRecord | None = None,
+        supersedes: MemoryRecord | None = None,
     ) -> ReplyStream:
         """Answer ``text``. Nothing happens until the stream is iterated. ``store=False`` answers
         without writing the turn or reinforcing (probing questions). ``history``: the earlier
         exchanges (user's words, reply) as a client keeps them (a chat app resending its chat),
         used as the conversation so far instead of today's stored turns, and never stored again;
-        ``persona`` replaces the configured persona for this turn."""
+        ``persona`` replaces the configured persona for this turn. ``shown``: the message as the
+        model sees it where it carries more than the person's words (the file contents a chat app
+        attached), never stored; ``extra`` is kept with the stored turn.
+        ``replaces``: a regenerate of that stored turn (its reply is replaced, as ``regenerate``
+        does); ``supersedes``: an edit of that turn's message (it leaves active memory, with the
+        reason "edited", once this turn is stored)."""
         user_key(user)  # a bad user name is a ValueError now, not halfway through
         if not isinstance(text, str) or not text.strip():
             raise ValueError("the message is empty: type something to say")
@@ -216,11 +248,53 @@ class Companion:
             self.clock(),
             self._lang(lang),
             backend or self.backend,
+            replace=replaces,
             store=store,
             given_history=None if history is None else [(str(q), str(a)) for q, a in history],
             persona=persona,
+            shown=shown.strip() if shown and shown.strip() else None,
+            extra=dict(extra or {}),
+            supersedes=supersedes,
         )
         return ReplyStream(lambda stream: self._run(stream, turn))
+
+    def answer_as_sent(
+        self, messages: Sequence[Message], *, persona: str | None = None, backend: ChatBackend | None = None
+    ) -> ReplyStream:
+        """A chat app's own task (a title, search queries, an impersonation): its messages go to the
+        model as they are sent; nothing is retrieved, stored or reinforced, and no day rolls over.
+        ``persona``: opens the prompt (a reply that speaks as the companion)."""
+        backend = backend or self.backend
+        sent = [Message(m.role, m.content) for m in messages if m.content.strip()]
+        if persona and persona.strip():
+            sent.insert(0, Message("system", persona.strip()))
+        sent = _fit_as_sent(sent, self._budget(backend), backend.count_tokens)
+
+        def run(stream: ReplyStream) -> Iterator[str]:
+            stream.messages = sent
+            parts: list[str] = []
+            error = None
+            try:
+                chunks = backend.stream(sent, max_tokens=self.max_new_tokens)
+                try:
+                    for chunk in chunks:
+                        if stream.stopped:
+                            break
+                        parts.append(chunk)
+                        yield chunk
+                finally:
+                    close = getattr(chunks, "close", None)
+                    if close is not None:
+                        close()
+            except BackendError as exc:
+                log.warning("a front end's task failed: %s", exc)
+                error = f"No reply: {exc}."
+            reply = "".join(parts).strip()
+            if error is None and not reply and not stream.stopped:
+                error = "No reply: the model returned nothing."
+            stream.result = TurnResult(reply, [], None, sent, error, stopped=stream.stopped)
+
+        return ReplyStream(run)
 
     def regenerate(self, user: str, *, lang: str | None = None, backend: ChatBackend | None = None) -> ReplyStream:
         """A new reply to the last message of today, replacing the stored one when it is complete."""
@@ -241,7 +315,7 @@ class Companion:
         stream.consolidation = self._rollover(turn.user, turn.now, turn.lang, turn.backend)
         prompts = load_prompts(turn.lang)
         today = self.bank.turns_on(turn.user, turn.now.date())
-        if turn.replace is not None:
+        if turn.replace is not None and turn.given_history is None:
             today = [t for t in today if t.position < turn.replace.position]
         if turn.given_history is not None:
             # the stored turns the client shows again are in the prompt as its history already
@@ -315,22 +389,37 @@ class Companion:
                     return result
                 try:
                     result.turn = self.bank.edit_text(
-                        turn.user, turn.replace.stored_id, reply, extra=self._extra(result)
+                        turn.user, turn.replace.stored_id, reply, extra={**turn.extra, **self._extra(result)}
                     )
                 except UnknownMemory:
                     result.error = "That message was deleted in the meantime: the new reply was not stored."
                     return result
                 self._invalidate_if_summarised(turn.user, turn.replace.day)
             else:
-                result.turn = self.bank.add_turn(turn.user, turn.text, reply, turn.now, extra=self._extra(result))
+                extra = {**turn.extra, **self._extra(result)}
+                result.turn = self.bank.add_turn(turn.user, turn.text, reply, turn.now, extra=extra)
+                if turn.supersedes is not None and result.turn is not None:
+                    self._supersede(turn.user, turn.supersedes, "edited", result.turn)
             if result.used:
                 self.bank.reinforce(turn.user, [h.record.stored_id for h in result.used], turn.now)
         return result
 
     @staticmethod
     def _extra(result: TurnResult) -> dict:
-        """What a stored turn keeps of its prompt: the memories used and today's lines in it."""
-        return {"used": [used_entry(h) for h in result.used], TODAY: [today_entry(t) for t in result.today]}
+        """What a stored turn keeps of its prompt: the memories used and today's lines in it, and
+        whether its reply was stopped before its end (what came so far is the reply)."""
+        return {
+            "used": [used_entry(h) for h in result.used],
+            TODAY: [today_entry(t) for t in result.today],
+            "stopped": result.stopped,
+        }
+
+    def _supersede(self, user: str, old: MemoryRecord, reason: str, new: MemoryRecord) -> None:
+        try:
+            self.bank.supersede(user, old.stored_id, reason, by=new.stored_id, when=new.created_at)
+        except UnknownMemory:  # deleted meanwhile: nothing left to supersede
+            return
+        self._invalidate_if_summarised(user, old.day)
 
     def _store_lock(self, user: str) -> threading.Lock:
         with self._guard:
@@ -362,7 +451,9 @@ class Companion:
             else f"{turn.text[: QUERY_CHARS // 2]}\n{turn.text[-QUERY_CHARS // 2 :]}"
         )
         hits = [
-            h for h in self.bank.retrieve(turn.user, query, turn.now, k=k + len(exclude)) if h.record.id not in exclude
+            h
+            for h in self.bank.retrieve(turn.user, query, turn.now, k=k + len(exclude), talk=self._talk(turn))
+            if h.record.id not in exclude
         ][:k]
         if turn.given_history is not None:
             pairs = turn.given_history[self._window(turn.given_history, turn.backend) :]
@@ -373,7 +464,7 @@ class Companion:
             self.meta_values(turn.user, turn.now, prompts, turn.backend, persona=turn.persona),
             [self.memory_line(h.record, prompts) for h in hits],
             pairs,
-            turn.text,
+            turn.shown or turn.text,
             budget=self._budget(turn.backend),
             count=turn.backend.count_tokens,
         )
@@ -386,6 +477,29 @@ class Companion:
         else:
             today = turn.history[len(turn.history) - len(kept) :] if kept else []
         return fitted.messages, hits[: fitted.kept_memories], today
+
+    def _talk(self, turn: _Turn) -> list[TalkLine]:
+        """The conversation before this message, retrieval's second cue: today's latest stored
+        turns, with their stored vectors; in the API the client's own history, where a line that
+        is one of today's stored turns takes its vector and the others are embedded."""
+        if turn.given_history is None:
+            return self.bank.talk(turn.user, turn.history[-TALK_TURNS:])
+        stored: dict[str, dict[str, TalkLine]] = {}
+        key = ""
+        for line in self.bank.talk(turn.user, turn.history):
+            if line.role == "user":
+                key = " ".join(line.text.split())
+            stored.setdefault(key, {})[line.role] = line  # a reply follows its message
+        lines: list[TalkLine] = []
+        for q, a in turn.given_history[-TALK_TURNS:]:
+            known = stored.get(" ".join(q.split()), {})
+            mine = known.get("user")
+            lines.append(mine if mine is not None else TalkLine("user", q))
+            if a.strip():
+                reply = known.get("assistant")
+                same = reply is not None and " ".join(reply.text.split()) == " ".join(a.split())
+                lines.append(reply if same and reply is not None else TalkLine("assistant", a))
+        return lines
 
     def _budget(self, backend: ChatBackend) -> int:
         room = backend.context_tokens - self.max_new_tokens - 32

@@ -15,10 +15,10 @@ from typing import Any, Callable, Iterator
 
 import gradio as gr
 
-from ..core.companion import TODAY, today_entry
+from ..core.companion import MAX_MESSAGE_CHARS, TODAY, today_entry
 from .common import guard, lang_of, notify
 from .i18n import Translator, t
-from .service import MAX_MESSAGE_CHARS, WebService
+from .service import WebService
 
 log = logging.getLogger("siliconfriend.web")
 

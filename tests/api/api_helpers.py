@@ -29,6 +29,10 @@ class LocalBackend:
     def __init__(self):
         self.calls: list[list] = []
         self.fail: str | None = None
+        self.variant = ""  # added to every reply (a regenerate that says something else)
+        # while an Event: after its first chunk a reply waits for it (up to 10 s), then streams 100
+        # more chunks 20 ms apart -- a model still generating when its client goes away
+        self.hold: threading.Event | None = None
 
     def count_tokens(self, text: str) -> int:
         return max(1, len(text) // 4)
@@ -40,7 +44,17 @@ class LocalBackend:
             raise BackendUnavailable(self.fail)
         self.calls.append(list(messages))
         last = messages[-1].content.split("\n\n")[-1]  # the message, after the memories that come with it
-        return iter(["I hear you", ": ", f"{' '.join(last.split()[:12])}."])
+        if self.hold is not None:
+            return self._slow(self.hold)
+        return iter(["I hear you", ": ", f"{' '.join(last.split()[:12])}.{self.variant}"])
+
+    @staticmethod
+    def _slow(hold: threading.Event):
+        yield "I hear you"
+        hold.wait(10)
+        for i in range(100):
+            time.sleep(0.02)
+            yield f" {i}"
 
 
 def free_port() -> int:
@@ -83,8 +97,9 @@ def client(served: Served, key: str, **options):
     return OpenAI(base_url=served.url, api_key=key, max_retries=0, timeout=30, **options)
 
 
-def serve_api(home: Path, embedder, *, clock: Clock | None = None, **settings_options):
-    """``siliconfriend serve-api``'s app in this process over ``home``: (Served, stop)."""
+def serve_api(home: Path, embedder, *, clock: Clock | None = None, bank=None, **settings_options):
+    """``siliconfriend serve-api``'s app in this process over ``home`` (its memories in ``bank``
+    if given: a PostgreSQL one): (Served, stop)."""
     from memory.bank import MemoryBank
     from siliconfriend.api.keys import ApiKeys
     from siliconfriend.api.routes import standalone_app
@@ -96,7 +111,7 @@ def serve_api(home: Path, embedder, *, clock: Clock | None = None, **settings_op
     clock = clock or Clock(datetime(2024, 5, 1, 19, 0))
     backend = LocalBackend()
     settings = Settings(home=home, max_new_tokens=32, **{"api_requests_per_minute": 0, **settings_options})
-    bank = MemoryBank(home, embedder)
+    bank = bank if bank is not None else MemoryBank(home, embedder)
     companion = build_companion(settings, clock=clock, backend=backend, bank=bank)
     accounts = Accounts(home / "accounts.db", hasher=FAST_HASHER)
     api = ApiService(settings, accounts, bank, companion=companion, keys=ApiKeys(accounts))
@@ -112,4 +127,40 @@ def serve_api(home: Path, embedder, *, clock: Clock | None = None, **settings_op
     return Served(f"http://127.0.0.1:{port}/v1", api, backend, clock, home), stop
 
 
-__all__ = ["Clock", "LocalBackend", "Served", "client", "free_port", "start_uvicorn", "serve_api", "FAST_HASHER"]
+def assert_docs_work_offline(base: str) -> None:
+    """``base``/v1/docs names only URLs of this server (Swagger UI's files, the OpenAPI
+    description), and each of them serves: the page works without the internet."""
+    import re
+
+    import httpx
+
+    page = httpx.get(f"{base}/v1/docs")
+    assert page.status_code == 200 and "SwaggerUIBundle" in page.text
+    assert "://" not in page.text  # no CDN, no other host
+    urls = re.findall(r"""(?:src|href)="([^"]+)"|url: '([^']+)'""", page.text)
+    urls = [a or b for a, b in urls]
+    assert sorted(urls) == sorted(
+        [
+            "/v1/docs/static/swagger-ui.css",
+            "/v1/docs/static/favicon.png",
+            "/v1/docs/static/swagger-ui-bundle.js",
+            "/v1/openapi.json",
+        ]
+    ), urls
+    for url in urls:
+        got = httpx.get(base + url)
+        assert got.status_code == 200 and len(got.content) > 1000, url
+    assert "javascript" in httpx.get(f"{base}/v1/docs/static/swagger-ui-bundle.js").headers["content-type"]
+
+
+__all__ = [
+    "assert_docs_work_offline",
+    "Clock",
+    "LocalBackend",
+    "Served",
+    "client",
+    "free_port",
+    "start_uvicorn",
+    "serve_api",
+    "FAST_HASHER",
+]

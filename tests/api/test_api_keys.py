@@ -14,7 +14,7 @@ from pathlib import Path
 
 import httpx
 import pytest
-from api_helpers import FAST_HASHER, Clock, LocalBackend, free_port
+from api_helpers import FAST_HASHER, Clock, LocalBackend, assert_docs_work_offline, free_port
 
 from siliconfriend.api.keys import ApiKeyError, ApiKeys, digest
 from siliconfriend.web.accounts import Accounts
@@ -141,6 +141,7 @@ def test_the_web_app_serves_the_api_under_v1(tmp_path, e5_embedder):
         assert service.api_keys.owner(made_key).user == "amy"
         assert "<html" in httpx.get(base + "/").text.lower()
         assert httpx.get(base + "/v1/openapi.json").json()["info"]["title"] == "SiliconFriend API"
+        assert_docs_work_offline(base)  # under Gradio's server too
         sdk = OpenAI(base_url=base + "/v1", api_key=made.key, max_retries=0, timeout=30)
         reply = sdk.chat.completions.create(
             model="siliconfriend", messages=[{"role": "user", "content": "I bake bread on Sundays."}]
@@ -188,6 +189,7 @@ def test_serve_api_serves_the_api_alone(tmp_path):
 
                 time.sleep(0.1)
         assert httpx.get(base + "/").json()["base_url"] == "/v1"
+        assert_docs_work_offline(base)
         models = httpx.get(base + "/v1/models", headers={"Authorization": f"Bearer {key}"})
         assert models.status_code == 200 and models.json()["data"][0]["id"] == "siliconfriend"
         assert httpx.get(base + "/v1/models", headers={"Authorization": "Bearer sf-nope"}).status_code == 401

@@ -134,7 +134,7 @@ def test_two_users_keys_never_see_each_others_memories(served):
         model="x", messages=[{"role": "user", "content": "What spices are in my secret recipe?"}]
     )
     assert asked.model_extra["siliconfriend"]["memories"] == []
-    assert "cardamom" not in served.backend.calls[-1][0].content
+    assert all("cardamom" not in m.content for m in served.backend.calls[-1])
     raw = httpx.get(
         f"{served.url}/memories/search",
         params={"q": "cardamom saffron recipe"},

@@ -100,15 +100,26 @@ def test_eval_retrieval_json_uses_a_temporary_home(tmp_path, bank_file):
                     "evidence": [{"date": "2023-04-28", "turn": 0}],
                 },
                 {"bank_user": "Amy", "question": "Did I ever go skydiving?", "answerable": False, "evidence": []},
+                {  # the talk before the question is today's conversation: the cue it needs
+                    "bank_user": "Amy",
+                    "question": "Should I change that, do you think?",
+                    "context": [
+                        {"role": "user", "content": "Another week of night shifts at the hospital ahead."},
+                        {"role": "assistant", "content": "That sounds exhausting."},
+                    ],
+                    "evidence": [{"date": "2023-04-27", "turn": 1}],
+                },
             ]
         )
     )
     home = tmp_path / "home"
-    result = json.loads(
-        run(home, "eval", "retrieval", "--bank", str(bank_file), "--labels", str(labels), "--json").stdout
-    )
-    assert set(result) == {"n"} | {f"{m}@{k}" for m in ("recall", "hit") for k in (1, 2, 3, 5, 10)}
-    assert result["n"] == 2 and result["recall@1"] == 1.0 and result["hit@10"] == 1.0
+    proc = run(home, "eval", "retrieval", "--bank", str(bank_file), "--labels", str(labels), "--json", "--details")
+    result = json.loads(proc.stdout)
+    assert set(result) == {"n", "by_cue"} | {f"{m}@{k}" for m in ("recall", "hit") for k in (1, 2, 3, 5, 10)}
+    assert result["n"] == 3 and result["recall@1"] == 1.0 and result["hit@10"] == 1.0
+    details = [json.loads(x) for x in proc.stderr.splitlines() if x.startswith("{")]
+    assert details[-1]["retrieved"][0] == ["2023-04-27", 1, "conversation"]
+    assert result["by_cue"]["conversation"]["recall@5"] > 0 and result["by_cue"]["message"]["recall@5"] > 0
     assert not (home / "users").exists() or not any((home / "users").iterdir())
 
 

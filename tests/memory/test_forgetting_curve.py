@@ -174,21 +174,3 @@ def test_sixty_days_unrecalled_small_talk_is_archived_a_pinned_or_important_turn
         pinned.id: State.ACTIVE,
     }
     bank.close()
-
-
-def test_a_days_summary_rehearses_the_turns_it_draws_on(paper_bank):
-    """Consolidation as rehearsal: the turn the summary speaks of is reinforced, the other is not."""
-    pixel = paper_bank.add_turn("amy", "I adopted a kitten named Pixel from the shelter", "Lovely!", T0)
-    grey = paper_bank.add_turn("amy", "The sky is grey", "Indeed.", T0 + timedelta(minutes=1))
-    assert paper_bank.rehearse("amy", T0.date(), T0 + timedelta(days=1)) == []  # no summary yet
-    paper_bank.set_summary(
-        "amy",
-        Kind.DAILY_EVENTS,
-        "Amy adopted a kitten, Pixel, from a shelter. She chatted.",
-        T0 + timedelta(hours=12),
-        day=T0.date(),
-    )
-    back = paper_bank.rehearse("amy", T0.date(), T0 + timedelta(days=1))
-    assert [r.id for r in back] == [pixel.id]
-    assert paper_bank.get("amy", pixel.id).strength == 2 and paper_bank.get("amy", pixel.id).recall_count == 1
-    assert paper_bank.get("amy", grey.id).strength == 1

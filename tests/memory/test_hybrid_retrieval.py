@@ -3,7 +3,7 @@
 from datetime import datetime, timedelta
 
 from memory.records import Kind, State
-from memory.retrieval import RetrievalConfig
+from memory.retrieval import RetrievalConfig, TalkLine
 
 D = datetime(2023, 4, 27, 12)
 
@@ -114,7 +114,7 @@ def test_archived_memories_are_a_second_tier_a_strong_cue_brings_back(paper_bank
             (2, "I walked along the river after lunch", "Lovely."),
         ],
     )
-    paper_bank._user("amy").store.set_state([t[0].id], State.ARCHIVED, D + timedelta(days=3))
+    paper_bank.user_store("amy").set_state([t[0].id], State.ARCHIVED, D + timedelta(days=3))
     now = D + timedelta(days=4)
     # left out when the archive is not consulted, and below active memories on a weak cue
     assert t[0].id not in {
@@ -143,3 +143,41 @@ def test_ablation_settings_run(paper_bank):
         RetrievalConfig(use_dates=False, previous_weight=0, next_weight=0),
     ):
         assert paper_bank.retrieve("amy", "bread", now, config=cfg)[0].record.query == "I baked bread"
+
+
+def test_the_conversation_is_a_cue_and_the_message_stays_the_strongest(paper_bank):
+    """Issue 20: "I want that night to be special" after talk of a New Year's party brings back
+    the party of last year; a change of subject still follows the message."""
+    t = _fill(
+        paper_bank,
+        "bart",
+        [
+            (0, "At the New Year's Eve party I danced on stage with my classmates.", ""),
+            (1, "My cat Miso knocked a glass of water over the keyboard.", ""),
+            (2, "I planted tomatoes and basil on the balcony.", ""),
+            (3, "We had a quiet evening and watched a film about sailing.", ""),
+        ],
+    )
+    now = D + timedelta(days=30)
+    talk = [
+        TalkLine("user", "Guess what, I'm performing a magic trick at the New Year's Eve party!"),
+        TalkLine("assistant", "That's fantastic, the audience will love it."),
+        TalkLine("user", "I'm a bit nervous about being on stage."),
+        TalkLine("assistant", "Take a deep breath; you'll shine."),
+    ]
+    message = "I want that night to be special."
+    alone = paper_bank.retrieve("bart", message, now, k=1)[0]
+    with_talk = paper_bank.retrieve("bart", message, now, k=1, talk=talk)[0]
+    assert alone.record.id != t[0].id and alone.cue == "message"
+    assert with_talk.record.id == t[0].id and with_talk.cue == "conversation"
+    assert "fits the conversation so far" in with_talk.reasons
+    changed = paper_bank.retrieve("bart", "What did my cat Miso knock over?", now, k=1, talk=talk)[0]
+    assert changed.record.id == t[1].id and changed.cue == "message"
+    # today's stored turns are the same cue, with their stored vectors (no embedding)
+    today = _fill(paper_bank, "bart", [(30, talk[0].text, talk[1].text), (30, talk[2].text, talk[3].text)])
+    paper_bank.settle()
+    lines = paper_bank.talk("bart", today)
+    assert [x.role for x in lines] == ["user", "assistant", "user", "assistant"]
+    assert all(x.vector is not None and x.vector.any() for x in lines)
+    hits = paper_bank.retrieve("bart", message, now, k=4, talk=lines)
+    assert [h for h in hits if h.record.id not in {x.id for x in today}][0].record.id == t[0].id

@@ -10,8 +10,8 @@ from argon2 import PasswordHasher
 
 from memory.bank import MemoryBank
 from memory.memorybank_format import export_bank
-from memory.pg_store import PgMemoryBank
 from memory.records import Kind
+from memory.stores.postgres import PostgresStores
 from siliconfriend.cli.main import main
 from siliconfriend.cli.migrate_store import migrate_store
 from siliconfriend.config import Settings
@@ -54,7 +54,7 @@ def test_home_to_postgres_and_back(tmp_path, pg_url, e5_embedder, monkeypatch, c
     report = migrate_store(settings, str(home), pg_url, log=lambda s: None)
     assert report["users"] == {"Amy": "copied", "bob": "copied"} and report["accounts"] == 1
     assert counting.texts == 0  # nothing embedded again
-    pg = PgMemoryBank(pg_url, e5_embedder)
+    pg = MemoryBank(PostgresStores(pg_url), e5_embedder)
     try:
         assert export_bank(pg) == before
         hits = pg.retrieve("Amy", "a later message", T0 + timedelta(days=6), k=1)

@@ -1,5 +1,6 @@
-"""The PostgreSQL store against the SQLite one: the same operations give the same memories, the
-same rankings and the same export; users never see each other's rows; clear errors."""
+"""What only the PostgreSQL store has: workers sharing one database without stale caches, vectors
+kept in their rows (migration 3), partial HNSW indexes, clear errors. The behaviours both stores
+share, and the two engines side by side, are in tests/memory/test_store_contract.py."""
 
 from __future__ import annotations
 
@@ -10,103 +11,36 @@ import psycopg
 import pytest
 
 from memory.bank import MemoryBank
-from memory.memorybank_format import export_user
 from memory.pg_db import SchemaTooNew, StoreUnavailable
-from memory.pg_store import PgMemoryBank
-from memory.records import Kind, State
+from memory.records import Kind
+from memory.stores.postgres import PostgresStores
 
 T0 = datetime(2024, 5, 1, 9, 0)
 
 TURNS = [
     ("I adopted a cat named Miso yesterday", "A cat! How is Miso settling in?"),
-    ("Work was stressful, my manager moved the deadline", "That sounds hard. What helps you unwind?"),
     ("我周末去了鼓浪屿，风景很美", "鼓浪屿很漂亮！你最喜欢哪里？"),
-    ("I went hiking on the Dragon's Back trail", "Lovely views there. Was it hot?"),
     ("My sister Lily visits next week", "How nice, what will you do together?"),
-    ("我最近在学做红烧肉", "听起来很好吃！"),
 ]
 
 
 def fill(bank, user: str) -> None:
     for i, (q, a) in enumerate(TURNS):
         bank.add_turn(user, q, a, T0 + timedelta(days=i // 2, minutes=i))
-    bank.set_summary(user, Kind.DAILY_EVENTS, "Amy adopted a cat and worried about work.", T0, day=T0.date())
     bank.set_summary(user, Kind.GLOBAL_PERSONALITY, "Warm, busy, loves animals.", T0)
 
 
-def comparable(export: dict) -> dict:
-    for turns in export["history"].values():
-        for t in turns:
-            t.pop("id")
-    return export
-
-
-def test_same_memories_rankings_and_export_as_sqlite(tmp_path, pg_bank, e5_embedder):
-    lite = MemoryBank(tmp_path / "home", e5_embedder)
-    try:
-        for bank in (lite, pg_bank):
-            fill(bank, "amy")
-            rec = bank.records("amy", kind=Kind.TURN)[1]
-            bank.reinforce("amy", [rec.id], T0 + timedelta(days=3))
-            bank.forget_pass("amy", T0 + timedelta(days=4))
-            bank.restore("amy", bank.records("amy", kind=Kind.TURN)[0].id, T0 + timedelta(days=4))
-            bank.edit_text("amy", bank.records("amy", kind=Kind.TURN)[2].id, "鼓浪屿的钢琴博物馆很有意思")
-        now = T0 + timedelta(days=4)
-        for question in ("what is my cat called?", "鼓浪屿", "who visits me next week", "hiking trail"):
-            want = [(h.record.text, round(h.score, 4)) for h in lite.retrieve("amy", question, now, k=5)]
-            got = [(h.record.text, round(h.score, 4)) for h in pg_bank.retrieve("amy", question, now, k=5)]
-            assert got == want, question
-        assert comparable(export_user(pg_bank, "amy")) == comparable(export_user(lite, "amy"))
-        for state in State:
-            assert pg_bank.count("amy", state=state) == lite.count("amy", state=state)
-    finally:
-        lite.close()
-
-
-def test_lexical_scores_equal_sqlite_bm25(tmp_path, pg_bank, e5_embedder):
-    lite = MemoryBank(tmp_path / "home", e5_embedder)
-    try:
-        for bank in (lite, pg_bank):
-            fill(bank, "amy")
-            bank.forget_pass("amy", T0 + timedelta(days=30))  # archived memories leave the lexical side
-            bank.restore("amy", bank.records("amy", kind=Kind.TURN)[3].id, T0 + timedelta(days=30))
-        from memory.lexical import fts_query
-
-        found = 0
-        for text in ("cat Miso", "鼓浪屿 风景", "trail hiking views hot", "busy animals", "sister"):
-            want = lite._user("amy").store.lexical(fts_query(text), 50)
-            got = pg_bank._user("amy").store.lexical(fts_query(text), 50)
-            assert len(got) == len(want), text
-            assert np.allclose(sorted(s for _, s in got), sorted(s for _, s in want), rtol=1e-6), text
-            found += len(got)
-        assert found >= 2
-    finally:
-        lite.close()
-
-
-def test_users_never_see_each_other(pg_bank):
-    fill(pg_bank, "amy")
-    pg_bank.add_turn("bob", "my dog Rex chewed my shoes", "Oh no, Rex!", T0)
-    amy = pg_bank.records("amy")
-    bob = pg_bank.records("bob")
-    assert len(bob) == 1 and all(r.user == "amy" for r in amy) and bob[0].query.startswith("my dog")
-    hits = pg_bank.retrieve("bob", "what is my cat called? Miso", T0 + timedelta(days=1), k=10)
-    assert [h.record.query for h in hits] == [bob[0].query]
-    assert not any("Rex" in h.record.text for h in pg_bank.retrieve("amy", "dog Rex shoes", T0, k=10))
-    others = [r.id for r in amy if r.id != bob[0].id]  # ids are each user's own
-    with pytest.raises(KeyError):
-        pg_bank.get("bob", others[-1])
-    assert pg_bank.delete("bob", others) == 0  # another user's ids do nothing
-    assert pg_bank.count("amy") == len(amy)
-    pg_bank.delete_user("amy")
-    assert pg_bank.users() == ["bob"] and pg_bank.count("bob") == 1
-
-
 def test_two_banks_share_one_database_without_stale_caches(pg_url, e5_embedder):
-    a, b = PgMemoryBank(pg_url, e5_embedder), PgMemoryBank(pg_url, e5_embedder)
+    a, b = MemoryBank(PostgresStores(pg_url), e5_embedder), MemoryBank(PostgresStores(pg_url), e5_embedder)
     try:
         a.add_turn("amy", "I adopted a cat named Miso", "lovely", T0)
         assert [h.record.query for h in b.retrieve("amy", "cat name", T0, k=1)] == ["I adopted a cat named Miso"]
+        # a summary keeps how it was written (the grounding check's count) in its extra fields
+        how = {"grounding": {"path": "kept", "dropped": 2}}
+        a.set_summary("amy", Kind.DAILY_EVENTS, "Amy adopted Miso.", T0, day=T0.date(), extra=how)
+        assert b.get_summary("amy", Kind.DAILY_EVENTS, T0.date()).extra == how
+        b.set_summary("amy", Kind.DAILY_EVENTS, "Amy adopted a cat, Miso.", T0, day=T0.date())  # by hand
+        assert a.get_summary("amy", Kind.DAILY_EVENTS, T0.date()).extra == {}
         b.delete_user("amy")  # deleted on one worker ...
         assert a.count("amy") == 0  # ... is gone on the other at once
         a.add_turn("amy", "starting over", "welcome back", T0)  # and the name can start again
@@ -121,11 +55,11 @@ def test_vectors_are_kept_in_their_rows_and_migration_3_moves_older_ones_in(pg_u
         toast = con.execute("SELECT reltoastrelid::regclass::text FROM pg_class WHERE relname = 'memories'").fetchone()
         return con.execute(f"SELECT count(*) FROM {toast[0]}").fetchone()[0]
 
-    bank = PgMemoryBank(pg_url, e5_embedder)
+    bank = MemoryBank(PostgresStores(pg_url), e5_embedder)
     fill(bank, "amy")
     bank.settle()
     ids = [r.id for r in bank.records("amy")]
-    before = bank._user("amy").store.vectors(ids, e5_embedder.dim, column="reply_vector")
+    before = bank.user_store("amy").vectors(ids, column="reply_vector")
     bank.close()
     with psycopg.connect(pg_url, autocommit=True) as con:
         storage = (
@@ -140,9 +74,9 @@ def test_vectors_are_kept_in_their_rows_and_migration_3_moves_older_ones_in(pg_u
         con.execute("UPDATE memories SET reply_embedding = reply_embedding::real[]::vector")
         con.execute("UPDATE sf_schema SET version = 2 WHERE component = 'memory'")
         assert toasted(con) > 0
-    bank = PgMemoryBank(pg_url, e5_embedder)  # migrates to 3
+    bank = MemoryBank(PostgresStores(pg_url), e5_embedder)  # migrates to 3
     try:
-        after = bank._user("amy").store.vectors(ids, e5_embedder.dim, column="reply_vector")
+        after = bank.user_store("amy").vectors(ids, column="reply_vector")
         assert np.array_equal(before, after) and after.any(axis=1).sum() == len(TURNS)
     finally:
         bank.close()
@@ -154,7 +88,8 @@ def test_vectors_are_kept_in_their_rows_and_migration_3_moves_older_ones_in(pg_u
 def test_big_user_gets_a_partial_hnsw_index_with_the_same_top_hits(pg_url, e5_embedder):
     from memory.records import MemoryRecord
 
-    bank = PgMemoryBank(pg_url, e5_embedder, hnsw_min=300, build_hnsw_in_background=False)
+    stores = PostgresStores(pg_url, hnsw_min=300, build_hnsw_in_background=False)
+    bank = MemoryBank(stores, e5_embedder)
     try:
         rng = np.random.default_rng(0)
         vecs = rng.standard_normal((400, e5_embedder.dim)).astype(np.float32)
@@ -163,11 +98,11 @@ def test_big_user_gets_a_partial_hnsw_index_with_the_same_top_hits(pg_url, e5_em
             MemoryRecord(user="big", kind=Kind.TURN, text=f"memory {i}", created_at=T0, day=date(2024, 1, 1))
             for i in range(400)
         ]
-        store = bank._user("big").store
+        store = bank.user_store("big")
         store.insert(recs, vecs)
-        exact = store.dense(vecs[7], 10, e5_embedder.dim)
-        assert bank.maybe_build_hnsw("big", wait=True) and bank.has_hnsw("big")
-        assert bank.uses_hnsw("big")
+        exact = store.dense(vecs[7], 10)
+        assert stores.maybe_build_hnsw("big", e5_embedder.dim, wait=True) and stores.has_hnsw("big")
+        assert stores.uses_hnsw("big")
         with psycopg.connect(pg_url) as con:
             from pgvector.psycopg import register_vector
 
@@ -182,26 +117,26 @@ def test_big_user_gets_a_partial_hnsw_index_with_the_same_top_hits(pg_url, e5_em
                 ).fetchall()
             )
         assert "mem_hnsw_" in plan
-        graph = bank._user("big").index.search(vecs[7], 10)
-        assert graph[0] == exact[0] and len({i for i, _ in graph} & {i for i, _ in exact}) >= 8
+        graph = store.dense(vecs[7], 10)
+        assert graph[0].id == exact[0].id and len({h.id for h in graph} & {h.id for h in exact}) >= 8
         bank.delete_user("big")
-        assert not bank.has_hnsw("big")
+        assert not stores.has_hnsw("big")
     finally:
         bank.close()
 
 
 def test_clear_errors(pg_server, pg_url, e5_embedder):
     with pytest.raises(ValueError, match="not a PostgreSQL URL"):
-        PgMemoryBank("mysql://x@localhost/db", e5_embedder)
+        MemoryBank(PostgresStores("mysql://x@localhost/db"), e5_embedder)
     with pytest.raises(StoreUnavailable, match=r"not available .*nothing was lost") as info:
-        PgMemoryBank("postgresql://sf:secret-pw@127.0.0.1:9/nowhere", e5_embedder)
+        MemoryBank(PostgresStores("postgresql://sf:secret-pw@127.0.0.1:9/nowhere"), e5_embedder)
     assert "secret-pw" not in str(info.value)
-    bank = PgMemoryBank(pg_url, e5_embedder)
+    bank = MemoryBank(PostgresStores(pg_url), e5_embedder)
     bank.close()
     with psycopg.connect(pg_url, autocommit=True) as con:
         con.execute("UPDATE sf_schema SET version = 99 WHERE component = 'memory'")
     with pytest.raises(SchemaTooNew, match="version 99, newer than this SiliconFriend knows"):
-        PgMemoryBank(pg_url, e5_embedder)
+        MemoryBank(PostgresStores(pg_url), e5_embedder)
 
 
 def test_a_database_without_pgvector_says_how_to_add_it(pg_server, e5_embedder):
@@ -217,7 +152,7 @@ def test_a_database_without_pgvector_says_how_to_add_it(pg_server, e5_embedder):
     url = database_url(pg_server, name).replace("postgres:@", "sf_plain:@", 1)
     try:
         with pytest.raises(StoreUnavailable, match="CREATE EXTENSION vector"):
-            PgMemoryBank(url, e5_embedder)
+            MemoryBank(PostgresStores(url), e5_embedder)
     finally:
         with psycopg.connect(pg_server.get_uri(), autocommit=True) as con:
             con.execute("DROP DATABASE IF EXISTS sf_novector WITH (FORCE)")

@@ -21,8 +21,9 @@ import psycopg
 import pytest
 from app_process import wait_until_serving
 
-from memory.pg_store import PgMemoryBank
+from memory.bank import MemoryBank
 from memory.records import Kind
+from memory.stores.postgres import PostgresStores
 from siliconfriend.config import Settings
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -222,13 +223,13 @@ def test_day_rollover_runs_once_across_workers(pg_url, e5_embedder):
 
     day1 = datetime(2024, 5, 1, 10, 0)
     settings = Settings(home=Path(tempfile.gettempdir()) / "unused-home")
-    seed = PgMemoryBank(pg_url, e5_embedder)
+    seed = MemoryBank(PostgresStores(pg_url), e5_embedder)
     for i in range(3):
         seed.add_turn("amy", f"talk {i} about my cat Miso", "nice", day1 + timedelta(minutes=i))
     seed.close()
     backends, companions = [], []
     for _ in range(2):  # two workers: their own pools, their own companions and in-process notes
-        bank = PgMemoryBank(pg_url, e5_embedder)
+        bank = MemoryBank(PostgresStores(pg_url), e5_embedder)
         backend = CountingBackend()
         consolidator = Consolidator(bank, backend)
         companions.append(
@@ -282,7 +283,7 @@ def test_database_stopped_mid_turn_loses_no_committed_turn(e5_embedder):
             return len(text) // 4 + 1
 
     backend = StopsTheServer()
-    bank = PgMemoryBank(url, e5_embedder)
+    bank = MemoryBank(PostgresStores(url), e5_embedder)
     companion = Companion(bank, backend, settings=Settings(home=Path(folder) / "home"), clock=lambda: now)
     try:
         for i in range(3):
@@ -300,7 +301,7 @@ def test_database_stopped_mid_turn_loses_no_committed_turn(e5_embedder):
     finally:
         bank.close()
     server = start_server(folder)  # back up: every committed turn is there
-    bank = PgMemoryBank(server.get_uri(), e5_embedder)
+    bank = MemoryBank(PostgresStores(server.get_uri()), e5_embedder)
     try:
         assert [r.query for r in bank.records("amy", kind=Kind.TURN)] == [f"committed message {i}" for i in range(3)]
     finally:

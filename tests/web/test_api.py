@@ -236,7 +236,7 @@ def test_logout_and_delete_account(client):
     assert token == "" and "deleted" in notice
     with pytest.raises(AppError, match="log in"):
         c.predict(alice, *FILTERS, "", True, api_name="/memories")
-    assert not service.bank.user_dir("alice").exists() and not stored.exists()
+    assert not service.bank.stores.user_dir("alice").exists() and not stored.exists()
     with pytest.raises(urllib.error.HTTPError):
         urllib.request.urlopen(link)
     token, _, message = c.predict("alice", "alice-password", "en", api_name="/login")

@@ -335,7 +335,7 @@ def test_two_users_in_a_browser(browser, live_app):
     page.locator("#delete_account").click()
     ui.wait_text("#login_message", "deleted")
     ui.shot("05-deleted")
-    assert not service.bank.user_dir("alice").exists() and not service.accounts.exists("alice")
+    assert not service.bank.stores.user_dir("alice").exists() and not service.accounts.exists("alice")
     home = service.settings.home
     assert not [p for p in home.rglob("*") if p.is_file() and b"Pixel" in p.read_bytes()]
     ui.enter("login", "alice", "alice-password")

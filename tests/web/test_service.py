@@ -14,6 +14,7 @@ import pytest
 from memory.bank import UnknownMemory, user_key
 from memory.memorybank_format import parse_bank
 from memory.records import Kind, State
+from siliconfriend.core.consolidate import PATHS
 from siliconfriend.factory import model_choices
 from siliconfriend.web.service import BackendPool, NotLoggedIn
 
@@ -131,6 +132,8 @@ def test_summaries_read_edit_and_summarise_now(two):
     assert service.summarise_now(alice) == [date(2024, 5, 4)]
     s = service.summaries(alice)
     assert s["day"] == "2024-05-04" and s["daily_events"] and s["global_events"]
+    # how the grounding check wrote each (the memory page says what it left out)
+    assert s["grounding"]["daily_events"]["path"] in PATHS and s["grounding"]["daily_events"]["dropped"] >= 0
     saved = service.save_summaries(
         alice, day="2024-05-04", daily_events="Alice began the violin.", daily_personality=s["daily_personality"]
     )
@@ -138,6 +141,7 @@ def test_summaries_read_edit_and_summarise_now(two):
     service.save_summaries(alice, global_personality="Curious; likes music. Strategy: ask about practice.")
     s = service.summaries(alice, "2024-05-04")
     assert s["daily_events"] == "Alice began the violin."
+    assert s["grounding"]["daily_events"] == {"path": None, "dropped": 0}  # written by hand
     assert s["global_personality"].startswith("Curious")
     assert service.summaries(bob)["global_personality"] == ""
     with pytest.raises(ValueError):
@@ -187,7 +191,7 @@ def test_delete_account_leaves_nothing(two, tmp_path):
     gradio_copy = tmp_path / "gradio-cache" / "abc" / f"siliconfriend-{user_key('alice')}.json"
     gradio_copy.parent.mkdir(parents=True)
     gradio_copy.write_text("{}")
-    user_dir = service.bank.user_dir("alice")
+    user_dir = service.bank.stores.user_dir("alice")
     assert user_dir.exists()
     with pytest.raises(ValueError):
         service.delete_account(alice, "wrong password")

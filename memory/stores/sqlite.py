@@ -1,7 +1,7 @@
-"""The SQLite store of one user's memories: the source of truth.
+"""The SQLite store: a home folder with one SQLite file and one FAISS index per user.
 
-One database file per user (``users/<id>/memory.db`` under the home), so that no query can reach
-another user's rows. WAL journal, a busy timeout so that two processes can write the same home,
+One database file per user (``users/<key>/memory.db`` under the home, the truth), so that no query
+can reach another user's rows, and beside it ``index.faiss`` (``memory/index.py``, a cache). WAL journal, a busy timeout so that two processes can write the same home,
 ordered migrations, and every write in one transaction (a crash mid-write leaves the old state).
 Vectors are stored with their rows, so the FAISS index is a cache that is rebuilt without
 re-embedding. ``vseq`` numbers every change to what the index holds (insert, state change,
@@ -9,31 +9,40 @@ re-embedding, delete) so that an index can catch up with changes made by another
 
 A dialogue turn has two vectors: its user's message (``vector``, made before the reply, by the
 retrieval of that very message) and the companion's reply (``reply_vector``, made after the reply
-has streamed, off the turn's clock; NULL until then). The index holds both, the reply's under
-``id + REPLY_ID_OFFSET``. Archived memories are a second tier: they stay in the lexical table and
+has streamed, off the turn's clock; NULL until then). The FAISS index holds both, the reply's under
+``id + REPLY_ID_OFFSET`` (which never leaves this module: searches return typed hits). Archived memories are a second tier: they stay in the lexical table and
 the index, and retrieval lets them back only on a strong cue (see ``memory/retrieval.py``).
 """
 
 from __future__ import annotations
 
+import fcntl
 import json
+import shutil
 import sqlite3
 import threading
+from contextlib import contextmanager
 from datetime import date, datetime
 from pathlib import Path
 from typing import ContextManager, Iterable, Iterator, Sequence
 
 import numpy as np
 
-from .dates import days_in_query
-from .lexical import fts_document
-from .records import Kind, MemoryRecord, State
-from .sqlite_db import connect, immediate_transaction, run_script
-
-_COLUMNS = (
-    "id, kind, text, query, response, day, position, created_at, strength, last_recall, "
-    "recall_count, importance, pinned, state, extra, archived_at"
+from ..index import UserIndex
+from ..lexical import fts_document
+from ..records import Kind, MemoryRecord, State
+from ..sqlite_db import connect, immediate_transaction, run_script
+from .base import (
+    MEMORY_COLUMNS,
+    VECTOR_COLUMNS,
+    SearchHit,
+    Side,
+    lexical_document,
+    record_from_row,
+    user_key,
 )
+
+_COLUMNS = ", ".join(MEMORY_COLUMNS)
 
 # the index id of a turn's reply vector: its memory id plus this (memory ids stay far below it)
 REPLY_ID_OFFSET = 1 << 40
@@ -86,7 +95,6 @@ def _m2(db: sqlite3.Connection) -> None:
 
 
 def _m3(db: sqlite3.Connection) -> None:
-    # issue 10 (memory as it is used):
     # - reply_vector: a turn's second vector, the companion's reply, written after the reply has
     #   streamed (NULL until then; the partial index finds the turns still waiting for one);
     # - archived_at: when the forgetting pass archived a memory (NULL while active);
@@ -113,38 +121,6 @@ def _m3(db: sqlite3.Connection) -> None:
 MIGRATIONS = [_m1, _m2, _m3]
 
 
-def _days_meant(kind: Kind, text: str, day: date) -> list[date]:
-    """The days a turn's words refer to, relative to the day they were said ("yesterday", "last
-    Friday", "on May 4th"): indexed so that a question naming such a day finds the turn."""
-    return [d for d in days_in_query(text, day) if d != day] if kind == Kind.TURN else []
-
-
-def _dt(value: str | None) -> datetime | None:
-    return datetime.fromisoformat(value) if value else None
-
-
-def _row_to_record(user: str, row: sqlite3.Row) -> MemoryRecord:
-    return MemoryRecord(
-        id=row["id"],
-        user=user,
-        kind=Kind(row["kind"]),
-        text=row["text"],
-        query=row["query"],
-        response=row["response"],
-        day=date.fromisoformat(row["day"]),
-        position=row["position"],
-        created_at=datetime.fromisoformat(row["created_at"]),
-        strength=row["strength"],
-        last_recall=_dt(row["last_recall"]),
-        recall_count=row["recall_count"],
-        importance=row["importance"],
-        pinned=bool(row["pinned"]),
-        state=State(row["state"]),
-        extra=json.loads(row["extra"] or "{}"),
-        archived_at=_dt(row["archived_at"]),
-    )
-
-
 def stored_user(db_path: Path) -> str | None:
     """The user name kept in the store at ``db_path``, read without opening it for writing (None
     where the file holds no name)."""
@@ -156,15 +132,24 @@ def stored_user(db_path: Path) -> str | None:
     return row[0] if row else None
 
 
-class UserStore:
-    """All memories of one user, in one SQLite file."""
+def _match(terms: Sequence[str]) -> str:
+    """An FTS5 MATCH expression that ORs ``terms`` (each quoted)."""
+    return " OR ".join('"' + t.replace('"', '""') + '"' for t in terms)
 
-    def __init__(self, path: Path, user: str):
+
+class SqliteUserStore:
+    """All memories of one user, in one SQLite file, and the FAISS index beside it (opened at
+    its first use, once the vectors are known to be the embedder's)."""
+
+    def __init__(self, path: Path, user: str, *, dim: int, vectors_id: str):
         self.path = Path(path)
         self.user = user
+        self.dim = dim
+        self.vectors_id = vectors_id
         self._db = connect(self.path, "synchronous=NORMAL")
         self._db.row_factory = sqlite3.Row
         self._lock = threading.RLock()
+        self._index: UserIndex | None = None
         self._migrate()
 
     # -- plumbing -----------------------------------------------------------------------------
@@ -183,9 +168,45 @@ class UserStore:
         """BEGIN IMMEDIATE ... COMMIT; rolled back on any error."""
         return immediate_transaction(self._db, self._lock)
 
-    def close(self) -> None:
+    def close(self, *, save: bool = True) -> None:
+        """Close the file. An evicted user's index is not saved (``save`` false): what changed
+        since its last save is replayed from the store when the user comes back (a few rows),
+        whereas saving a user's whole index at every eviction costs a file write per turn on a
+        busy server."""
+        try:
+            if save and self._index is not None:
+                self._index.flush()
+        finally:
+            with self._lock:
+                self._db.close()
+
+    # -- the dense index ----------------------------------------------------------------------
+    @property
+    def index(self) -> UserIndex:
+        """The FAISS index of this user (rebuilt from the stored vectors if its file is missing,
+        corrupt or made for another embedder)."""
         with self._lock:
-            self._db.close()
+            if self._index is None:
+                self._index = UserIndex(self, self.path.with_name("index.faiss"), self.dim, self.vectors_id)
+            return self._index
+
+    def dense(self, query: np.ndarray, k: int) -> list[SearchHit]:
+        return [
+            SearchHit(vid - REPLY_ID_OFFSET, Side.REPLY, score)
+            if vid >= REPLY_ID_OFFSET
+            else SearchHit(vid, Side.OWN, score)
+            for vid, score in self.index.search(query, k)
+        ]
+
+    def vector_count(self) -> int:
+        return len(self.index)
+
+    def sync(self) -> None:
+        self.index.sync()
+
+    def flush(self) -> None:
+        if self._index is not None:
+            self._index.flush()
 
     def _bump(self, db: sqlite3.Connection) -> int:
         db.execute("UPDATE meta SET value = CAST(value AS INTEGER) + 1 WHERE key = 'vseq'")
@@ -250,7 +271,7 @@ class UserStore:
                 rid = cur.lastrowid
                 db.execute(
                     "INSERT INTO memories_fts (rowid, tokens) VALUES (?, ?)",
-                    (rid, fts_document(rec.text, _days_meant(rec.kind, rec.text, rec.day))),
+                    (rid, lexical_document(rec.kind, rec.text, rec.day)),
                 )
                 out.append(rec.with_(id=rid))
         return out
@@ -268,8 +289,8 @@ class UserStore:
             db.execute("DELETE FROM memories_fts WHERE rowid = ?", (rid,))
             row = db.execute("SELECT kind, day FROM memories WHERE id = ?", (rid,)).fetchone()
             if row:
-                days = _days_meant(Kind(row[0]), text, date.fromisoformat(row[1]))
-                db.execute("INSERT INTO memories_fts (rowid, tokens) VALUES (?, ?)", (rid, fts_document(text, days)))
+                document = lexical_document(Kind(row[0]), text, date.fromisoformat(row[1]))
+                db.execute("INSERT INTO memories_fts (rowid, tokens) VALUES (?, ?)", (rid, document))
 
     def update_forgetting(self, records: Iterable[MemoryRecord]) -> None:
         """Strength / recall fields after reinforcement (the index is not affected)."""
@@ -315,7 +336,7 @@ class UserStore:
     def set_vectors(self, ids: Sequence[int], vectors: np.ndarray, *, column: str = "vector") -> None:
         """Stored vectors for memories: ``column`` "vector" (the memory's own) or "reply_vector"
         (a turn's reply)."""
-        if column not in ("vector", "reply_vector"):
+        if column not in VECTOR_COLUMNS:
             raise ValueError(f"no vector column {column!r}")
         with self.transaction() as db:
             seq = self._bump(db)
@@ -356,7 +377,7 @@ class UserStore:
             sql += f" LIMIT {int(limit)} OFFSET {int(offset)}"
         with self._lock:
             rows = self._db.execute(sql, tuple(params)).fetchall()
-        return [_row_to_record(self.user, r) for r in rows]
+        return [record_from_row(self.user, r) for r in rows]
 
     def get(self, rid: int) -> MemoryRecord | None:
         found = self._select("id = ?", (rid,))
@@ -423,11 +444,12 @@ class UserStore:
             ).fetchone()
         return int(row[0])
 
-    def vectors(self, ids: Sequence[int], dim: int, *, column: str = "vector") -> np.ndarray:
+    def vectors(self, ids: Sequence[int], *, column: str = "vector") -> np.ndarray:
         """Stored vectors in the order of ``ids`` (zeros where a row has none); ``column`` as in
         ``set_vectors``."""
-        if column not in ("vector", "reply_vector"):
+        if column not in VECTOR_COLUMNS:
             raise ValueError(f"no vector column {column!r}")
+        dim = self.dim
         out: np.ndarray = np.zeros((len(ids), dim), dtype=np.float32)
         pos = {rid: i for i, rid in enumerate(ids)}
         for start in range(0, len(ids), 500):
@@ -479,7 +501,7 @@ class UserStore:
             last = rows[-1]["id"]
             yield [
                 (
-                    _row_to_record(self.user, r),
+                    record_from_row(self.user, r),
                     None if r["vector"] is None else np.frombuffer(r["vector"], dtype=np.float32),
                     None if r["reply_vector"] is None else np.frombuffer(r["reply_vector"], dtype=np.float32),
                 )
@@ -511,12 +533,60 @@ class UserStore:
             out += self._select(f"+kind = 'turn' AND ({where})", params)
         return out
 
-    def lexical(self, match: str, limit: int) -> list[tuple[int, float]]:
-        """(id, bm25 score, higher is better) of memories (both tiers) matching an FTS5 expression."""
+    def lexical(self, terms: Sequence[str], limit: int) -> list[SearchHit]:
+        if not terms:
+            return []
         with self._lock:
             rows = self._db.execute(
                 "SELECT rowid, -bm25(memories_fts) FROM memories_fts"
                 " WHERE memories_fts MATCH ? ORDER BY bm25(memories_fts) LIMIT ?",
-                (match, limit),
+                (_match(terms), limit),
             ).fetchall()
-        return [(r[0], float(r[1])) for r in rows]
+        return [SearchHit(r[0], Side.WORDS, float(r[1])) for r in rows]
+
+
+@contextmanager
+def _file_lock(path: Path) -> Iterator[None]:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "a") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)
+
+
+class SqliteStores:
+    """Every user's memories under one home folder: ``users/<key>/memory.db`` and ``index.faiss``."""
+
+    def __init__(self, home: Path | str):
+        self.home = Path(home)
+        (self.home / "users").mkdir(parents=True, exist_ok=True)
+
+    def user_dir(self, user: str) -> Path:
+        return self.home / "users" / user_key(user)
+
+    def open(self, user: str, *, dim: int, vectors_id: str) -> SqliteUserStore:
+        return SqliteUserStore(self.user_dir(user) / "memory.db", user, dim=dim, vectors_id=vectors_id)
+
+    def users(self) -> list[str]:
+        names = []
+        for folder in sorted((self.home / "users").iterdir()):
+            db = folder / "memory.db"
+            name = stored_user(db) if db.exists() else None
+            if name:
+                names.append(name)
+        return names
+
+    def has_user(self, user: str) -> bool:
+        return (self.user_dir(user) / "memory.db").exists()
+
+    def delete_user(self, user: str) -> None:
+        shutil.rmtree(self.user_dir(user), ignore_errors=True)
+
+    def exclusive(self, user: str, purpose: str) -> ContextManager:
+        """A lock file in the user's folder."""
+        return _file_lock(self.user_dir(user) / f".{purpose}.lock")
+
+    def close(self) -> None:
+        """Nothing is held beyond the users' stores, which the bank closes."""

@@ -1,7 +1,6 @@
 """Every user's memories in one PostgreSQL database with pgvector: the shared store that several
-app workers use at once. The same interfaces as the SQLite store (``UserStore``), the FAISS
-index (``UserIndex``) and the bank (``MemoryBank``), so that retrieval, forgetting, imports and
-exports run unchanged.
+app workers use at once. The store interface of ``stores/base.py``, like the SQLite store, so that
+the bank's retrieval, forgetting, imports and exports run unchanged over it.
 
 * Scoping: every statement names its user (``owner = %s``) in the SQL itself; a store object
   holds nothing but its user's name, so nothing cached can go stale when another worker writes,
@@ -10,37 +9,34 @@ exports run unchanged.
   workers writing one user's turns at once give them distinct ids and places and keep the
   counts consistent.
 * Dense search: ``embedding <#> q`` (inner product on normalised vectors, like FAISS) over the
-  user's memories of both tiers, and over turns' reply vectors (``reply_embedding``, ids offset
-  by ``REPLY_ID_OFFSET`` as in the FAISS index). A user with fewer than ``HNSW_MIN`` memories is
+  user's memories of both tiers, and over turns' reply vectors (``reply_embedding``). A user with fewer than ``HNSW_MIN`` memories is
   searched exactly through the btree on owner; from ``HNSW_MIN`` on, that user gets partial HNSW
   indexes of their own (``WHERE owner = '...'``), built concurrently in the background, so that
   one user's search never walks another user's graph and never loses hits to a filter.
 * Lexical search: BM25 computed in SQL over a postings table (``lex_postings``: owner, term,
   memory, term frequency, document length) with the per-user document count and token total kept
   on the user's row. Terms are the tokens of ``memory.lexical.fts_document`` (jieba words for
-  Chinese, stemmed English words, the days a turn refers to), so the scores equal SQLite FTS5's
+  Chinese, stemmed English words, the days a turn refers to: ``base.lexical_document``), so the scores equal SQLite FTS5's
   ``bm25()`` (k1 = 1.2, b = 0.75) on the same text: the two stores rank alike.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import threading
-from collections import Counter
-from dataclasses import dataclass
+import time
 from datetime import date, datetime
-from typing import Iterable, Iterator, Sequence
+from typing import ContextManager, Iterable, Iterator, Sequence
 
 import numpy as np
 import psycopg
 from psycopg import sql
 
-from .bank import MemoryBank, _Open, user_key
-from .lexical import fts_document, fts_terms
-from .pg_db import Database, one, run_statements
-from .records import Kind, MemoryRecord, State
-from .store import REPLY_ID_OFFSET, _days_meant
+from ..pg_db import Database, one, run_statements
+from ..records import Kind, MemoryRecord, State
+from .base import MEMORY_COLUMNS, SearchHit, Side, record_from_row, term_counts
 
 log = logging.getLogger(__name__)
 
@@ -48,11 +44,8 @@ HNSW_MIN = 20_000  # active vectors from which a user gets a partial HNSW index
 HNSW_EF_SEARCH = 100  # candidates the graph search keeps (>= the 40 retrieval asks for)
 BM25_K1, BM25_B = 1.2, 0.75
 
-_COLUMNS = (
-    "id, kind, text, query, response, day, position, created_at, strength, last_recall, "
-    "recall_count, importance, pinned, state, extra, archived_at"
-)
-_PLACE_COLUMNS = ", ".join(f"m.{c.strip()}" for c in _COLUMNS.split(","))  # the same, of ``memories m``
+_COLUMNS = ", ".join(MEMORY_COLUMNS)
+_PLACE_COLUMNS = ", ".join(f"m.{c}" for c in MEMORY_COLUMNS)  # the same, of ``memories m``
 VECTOR_COLUMNS = {"vector": "embedding", "reply_vector": "reply_embedding"}
 
 
@@ -112,7 +105,7 @@ def _m1(cur: psycopg.Cursor) -> None:
 
 
 def _m2(cur: psycopg.Cursor) -> None:
-    # the memory model of issue 10: a turn's second vector (its reply, written after the reply has
+    # a turn's second vector (its reply, written after the reply has
     # streamed), when a memory was archived, and the archive as a second tier that stays in the
     # lexical postings (so archived memories get postings and count in the BM25 statistics)
     run_statements(
@@ -126,7 +119,7 @@ def _m2(cur: psycopg.Cursor) -> None:
     )
     rows = cur.execute("SELECT owner, id, kind, text, day FROM memories WHERE state != 'active'").fetchall()
     for owner, rid, kind, text, day in rows:
-        tf, dl = _postings(Kind(kind), text, day)
+        tf, dl = term_counts(Kind(kind), text, day)
         cur.executemany(
             "INSERT INTO lex_postings (owner, term, memory_id, tf, dl) VALUES (%s, %s, %s, %s, %s)",
             [(owner, term, rid, n, dl) for term, n in tf.items()],
@@ -141,7 +134,7 @@ def _m3(cur: psycopg.Cursor) -> None:
     # vectors kept in the row instead of out of line in the TOAST table, where PostgreSQL puts
     # pgvector's values (STORAGE EXTERNAL) once a row passes ~2 kB, which a turn with two 1.5 kB
     # vectors always does: an exact search or a pool's vectors then read one heap page per row
-    # instead of a TOAST look-up per vector (an exact search over 2,000 memories: 24 -> 5 ms).
+    # instead of a TOAST look-up per vector (docs/benchmarks.md, "PostgreSQL").
     # STORAGE MAIN keeps them in the row, and a toast_tuple_target of a whole page (8160, the most
     # allowed) lets a row grow to that before anything is moved out (MAIN values last, and only
     # for rows that would not fit otherwise). Vectors stored before are rewritten into their rows.
@@ -157,53 +150,6 @@ def _m3(cur: psycopg.Cursor) -> None:
 
 
 MIGRATIONS = [_m1, _m2, _m3]
-
-
-def _record(user: str, row: tuple) -> MemoryRecord:
-    (
-        rid,
-        kind,
-        text,
-        query,
-        response,
-        day,
-        position,
-        created_at,
-        strength,
-        last_recall,
-        recall_count,
-        importance,
-        pinned,
-        state,
-        extra,
-        archived_at,
-    ) = row
-    return MemoryRecord(
-        id=rid,
-        user=user,
-        kind=Kind(kind),
-        text=text,
-        query=query,
-        response=response,
-        day=day,
-        position=position,
-        created_at=datetime.fromisoformat(created_at),
-        strength=strength,
-        last_recall=datetime.fromisoformat(last_recall) if last_recall else None,
-        recall_count=recall_count,
-        importance=importance,
-        pinned=bool(pinned),
-        state=State(state),
-        extra=extra or {},
-        archived_at=datetime.fromisoformat(archived_at) if archived_at else None,
-    )
-
-
-def _postings(kind: Kind, text: str, day: date) -> tuple[Counter, int]:
-    """Term frequencies and length of a memory's lexical document: the tokens the SQLite store's
-    FTS5 table holds for it (its words and the days it refers to)."""
-    tokens = fts_document(text, _days_meant(kind, text, day)).split()
-    return Counter(tokens), len(tokens)
 
 
 def as_array(value) -> np.ndarray | None:
@@ -225,17 +171,17 @@ def as_vector_value(value) -> np.ndarray | None:
 
 
 def hnsw_index_name(user: str) -> str:
-    import hashlib
-
     return "mem_hnsw_" + hashlib.sha256(user.encode("utf-8")).hexdigest()[:24]
 
 
 class PgUserStore:
-    """All memories of one user in the shared database (the ``UserStore`` interface)."""
+    """All memories of one user in the shared database (the ``base.UserStore`` interface)."""
 
-    def __init__(self, db: Database, user: str):
-        self.db = db
+    def __init__(self, stores: "PostgresStores", user: str, dim: int):
+        self.stores = stores
+        self.db = stores.db
         self.user = user
+        self.dim = dim
         with self.db.transaction() as cur:
             self._lock_user(cur)
 
@@ -252,8 +198,14 @@ class PgUserStore:
         )
         return docs, tokens
 
-    def close(self) -> None:
-        pass  # the pool belongs to the bank
+    def close(self, *, save: bool = True) -> None:
+        """Nothing to close or save: the pool belongs to the ``PostgresStores``."""
+
+    def sync(self) -> None:
+        self.stores.maybe_build_hnsw(self.user, self.dim)
+
+    def flush(self) -> None:
+        """Nothing is kept in the process."""
 
     def get_meta(self, key: str) -> str | None:
         row = self.db.fetchone("SELECT value FROM mem_meta WHERE owner = %s AND key = %s", (self.user, key))
@@ -273,7 +225,7 @@ class PgUserStore:
 
     def _index_text(self, cur: psycopg.Cursor, rid: int, kind: Kind, text: str, day: date) -> tuple[int, int]:
         """Postings of a memory; returns (1 document, its token count) for the counters."""
-        tf, dl = _postings(kind, text, day)
+        tf, dl = term_counts(kind, text, day)
         if tf:
             cur.executemany(
                 "INSERT INTO lex_postings (owner, term, memory_id, tf, dl) VALUES (%s, %s, %s, %s, %s)",
@@ -343,7 +295,7 @@ class PgUserStore:
                         )
                     rec = rec.with_(position=max(rec.position, free[rec.day]))
                     free[rec.day] = rec.position + 1
-                tf, dl = _postings(rec.kind, rec.text, rec.day)
+                tf, dl = term_counts(rec.kind, rec.text, rec.day)
                 rid = ids[i]
                 rows.append(
                     (
@@ -502,7 +454,7 @@ class PgUserStore:
         query = f"SELECT {_COLUMNS} FROM memories WHERE owner = %s AND ({where}) ORDER BY {order}"
         if limit is not None:
             query += f" LIMIT {int(limit)} OFFSET {int(offset)}"
-        return [_record(self.user, r) for r in self.db.fetchall(query, (self.user, *params))]
+        return [record_from_row(self.user, r) for r in self.db.fetchall(query, (self.user, *params))]
 
     def get(self, rid: int) -> MemoryRecord | None:
         found = self._select("id = %s", (int(rid),))
@@ -574,8 +526,9 @@ class PgUserStore:
             )[0]
         )
 
-    def vectors(self, ids: Sequence[int], dim: int, *, column: str = "vector") -> np.ndarray:
+    def vectors(self, ids: Sequence[int], *, column: str = "vector") -> np.ndarray:
         """Stored vectors in the order of ``ids`` (zeros where a row has none)."""
+        dim = self.dim
         out: np.ndarray = np.zeros((len(ids), dim), dtype=np.float32)
         pos = {int(rid): i for i, rid in enumerate(ids)}
         if pos:
@@ -616,7 +569,7 @@ class PgUserStore:
             if not rows:
                 return
             last = rows[-1][0]
-            yield [(_record(self.user, r[:-2]), as_array(r[-2]), as_array(r[-1])) for r in rows]
+            yield [(record_from_row(self.user, r[:-2]), as_array(r[-2]), as_array(r[-1])) for r in rows]
 
     def turns_at(self, places: Sequence[tuple[date, int]]) -> list[MemoryRecord]:
         """Turns (of either tier) at the given (day, position) places: the neighbours of retrieved turns."""
@@ -631,12 +584,11 @@ class PgUserStore:
             " ORDER BY m.day, m.position, m.id",
             ([d for d, _ in places], [p for _, p in places], self.user),
         )
-        return [_record(self.user, r) for r in rows]
+        return [record_from_row(self.user, r) for r in rows]
 
-    def lexical(self, match: str, limit: int) -> list[tuple[int, float]]:
-        """(id, BM25 score, higher is better) of memories (both tiers) sharing a term with an FTS5-style
-        OR expression (``memory.lexical.fts_query``): the score SQLite's ``bm25()`` gives."""
-        terms = fts_terms(match)
+    def lexical(self, terms: Sequence[str], limit: int) -> list[SearchHit]:
+        """The score SQLite's ``bm25()`` gives, from the postings of ``terms``."""
+        terms = list(dict.fromkeys(terms))
         if not terms:
             return []
         rows = self.db.fetchall(
@@ -650,81 +602,53 @@ class PgUserStore:
                GROUP BY p.memory_id ORDER BY s DESC, p.memory_id LIMIT %(limit)s""",
             {"owner": self.user, "terms": terms, "k1": BM25_K1, "b": BM25_B, "limit": int(limit)},
         )
-        return [(int(r[0]), float(r[1])) for r in rows]
+        return [SearchHit(int(r[0]), Side.WORDS, float(r[1])) for r in rows]
 
     # -- dense --------------------------------------------------------------------------------
-    def dense(self, query: np.ndarray, k: int, dim: int, *, graph: bool = False) -> list[tuple[int, float]]:
-        """(index id, inner product) of the ``k`` vectors closest to ``query``, over every memory of
-        the user (both tiers): their own vectors, and turns' reply vectors under ``id +
-        REPLY_ID_OFFSET`` (as the FAISS index holds them). Exact, or through the user's partial HNSW
-        indexes (``graph``; the user's name is a literal in the SQL so that the indexes' predicate
-        matches, and sorting is ruled out so that the planner takes them)."""
+    def dense(self, query: np.ndarray, k: int) -> list[SearchHit]:
+        """The ``k`` vectors closest to ``query`` over every memory of the user (both tiers):
+        their own vectors and turns' reply vectors. Exact, or through the user's partial HNSW
+        indexes once they have them (the user's name is a literal in the SQL so that the indexes'
+        predicate matches, and sorting is ruled out so that the planner takes them)."""
+        graph = self.stores.uses_hnsw(self.user)
         owner = sql.Literal(self.user)
         q = np.asarray(query, dtype=np.float32).reshape(-1)
-        out: list[tuple[int, float]] = []
+        out: list[SearchHit] = []
         with self.db.connection() as con:
             with con.transaction():
                 if graph:
                     con.execute(f"SET LOCAL hnsw.ef_search = {max(HNSW_EF_SEARCH, int(k))}")
                     con.execute("SET LOCAL enable_sort = off")
-                for column, offset in (("embedding", 0), ("reply_embedding", REPLY_ID_OFFSET)):
+                for column, side in (("embedding", Side.OWN), ("reply_embedding", Side.REPLY)):
                     statement = sql.SQL(
                         "SELECT id, -({col}::vector({dim}) <#> %s) FROM memories WHERE owner = {owner}"
                         " AND {col} IS NOT NULL ORDER BY {col}::vector({dim}) <#> %s LIMIT %s"
-                    ).format(col=sql.Identifier(column), dim=sql.Literal(int(dim)), owner=owner)
-                    out += [
-                        (int(r[0]) + offset, float(r[1])) for r in con.execute(statement, (q, q, int(k))).fetchall()
-                    ]
-        out.sort(key=lambda t: -t[1])
+                    ).format(col=sql.Identifier(column), dim=sql.Literal(int(self.dim)), owner=owner)
+                    out += [SearchHit(int(r[0]), side, float(r[1])) for r in con.execute(statement, (q, q, int(k)))]
+        out.sort(key=lambda h: -h.score)
         return out[:k]
 
-    def active_vector_count(self) -> int:
-        """Memories in the dense search (both tiers)."""
-        return self.count()
+    def vector_count(self) -> int:
+        return int(
+            one(
+                self.db.fetchone(
+                    "SELECT count(embedding) + count(reply_embedding) FROM memories WHERE owner = %s", (self.user,)
+                )
+            )[0]
+        )
 
 
-class PgUserIndex:
-    """The dense side of one user (the ``UserIndex`` interface): nothing is kept in the process;
-    every search asks the database, which holds what every worker wrote."""
-
-    def __init__(self, store: PgUserStore, dim: int, bank: "PgMemoryBank | None" = None):
-        self.store, self.dim, self.bank = store, dim, bank
-        self.rebuilt = False
-        self.index = self  # for the bench's report of the index kind
-
-    def search(self, query: np.ndarray, k: int) -> list[tuple[int, float]]:
-        graph = self.bank is not None and self.bank.uses_hnsw(self.store.user)
-        return self.store.dense(query, k, self.dim, graph=graph)
-
-    def sync(self, *, force_save: bool = False) -> None:
-        if self.bank is not None:
-            self.bank.maybe_build_hnsw(self.store.user)
-
-    def flush(self) -> None:
-        pass
-
-    def __len__(self) -> int:
-        return self.store.active_vector_count()
-
-
-@dataclass
-class _PgOpen(_Open):
-    store: PgUserStore
-    index: PgUserIndex
-
-
-class PgMemoryBank(MemoryBank):
-    """Every user's memories in one PostgreSQL database (``url``), the ``MemoryBank`` API."""
+class PostgresStores:
+    """Every user's memories in one PostgreSQL database (``url``): the ``base.Stores`` interface,
+    and the partial HNSW indexes of its big users."""
 
     def __init__(
         self,
         url: str,
-        embedder,
         *,
         pool_size: int = 8,
         hnsw_min: int = HNSW_MIN,
         build_hnsw_in_background: bool = True,
-        **kw,
     ):
         self.db = Database(url, max_size=pool_size)
         try:
@@ -734,36 +658,13 @@ class PgMemoryBank(MemoryBank):
             raise
         self.hnsw_min = hnsw_min
         self.build_hnsw_in_background = build_hnsw_in_background
+        self._lock = threading.Lock()
         self._hnsw_checked: dict[str, float] = {}
         self._hnsw_users: set[str] = set()
         self._hnsw_building: set[str] = set()
-        super().__init__(None, embedder, **kw)
 
-    def _prepare_home(self) -> None:
-        pass  # nothing on the app's disk
-
-    # -- users --------------------------------------------------------------------------------
-    def user_dir(self, user: str):
-        raise NotImplementedError("memories live in PostgreSQL, not in a folder")
-
-    def _user(self, user: str) -> _PgOpen:
-        with self._lock:
-            opened = self._open.get(user)
-            if isinstance(opened, _PgOpen):  # what this bank opens (None: not open)
-                self._open.move_to_end(user)
-                return opened
-        user_key(user)  # the same names as the SQLite home accepts
-        store = PgUserStore(self.db, user)
-        self._reembed_if_needed(store)
-        opened = _PgOpen(store, PgUserIndex(store, self.embedder.dim, self))
-        with self._lock:
-            self._open[user] = opened
-            while len(self._open) > self.max_open_users:
-                self._open.popitem(last=False)
-        return opened
-
-    def _close(self, opened, *, save: bool = True) -> None:
-        pass
+    def open(self, user: str, *, dim: int, vectors_id: str) -> PgUserStore:
+        return PgUserStore(self, user, dim)
 
     def users(self) -> list[str]:
         return [
@@ -780,7 +681,6 @@ class PgMemoryBank(MemoryBank):
     def delete_user(self, user: str) -> None:
         """Every memory of ``user`` (rows, postings, meta, their HNSW index), gone for good."""
         with self._lock:
-            self._open.pop(user, None)
             self._hnsw_checked.pop(user, None)
             self._hnsw_users.discard(user)
         for name in (hnsw_index_name(user), hnsw_index_name(user) + "_r"):
@@ -788,17 +688,12 @@ class PgMemoryBank(MemoryBank):
         with self.db.transaction() as cur:
             cur.execute("DELETE FROM mem_users WHERE name = %s", (user,))
 
-    def flush(self) -> None:
-        pass
+    def exclusive(self, user: str, purpose: str) -> ContextManager:
+        """An advisory lock, held across every worker."""
+        return self.db.advisory_lock(f"siliconfriend:{purpose}:{user}")
 
     def close(self) -> None:
-        with self._lock:
-            self._open.clear()
         self.db.close()
-
-    def exclusive(self, user: str, purpose: str):
-        """A lock on ``user`` for ``purpose`` held across every worker (an advisory lock)."""
-        return self.db.advisory_lock(f"siliconfriend:{purpose}:{user}")
 
     # -- the dense index of big users ---------------------------------------------------------
     def has_hnsw(self, user: str) -> bool:
@@ -820,30 +715,31 @@ class PgMemoryBank(MemoryBank):
         ``maybe_build_hnsw``, which every write calls)."""
         return user in self._hnsw_users
 
-    def maybe_build_hnsw(self, user: str, *, wait: bool = False) -> bool:
+    def maybe_build_hnsw(self, user: str, dim: int, *, wait: bool = False) -> bool:
         """Give ``user`` a partial HNSW index once they have ``hnsw_min`` active vectors (checked
         at most once a minute per user). Built concurrently: writes go on meanwhile, and searches
         are exact until it is ready. Returns whether a build was started."""
-        import time
-
         now = time.monotonic()
         with self._lock:
             if user in self._hnsw_building or now - self._hnsw_checked.get(user, -1e9) < 60:
                 return False
             self._hnsw_checked[user] = now
-        if self.has_hnsw(user) or self._user(user).store.active_vector_count() < self.hnsw_min:
+        if self.has_hnsw(user) or self._count(user) < self.hnsw_min:
             return False
         with self._lock:
             if user in self._hnsw_building:
                 return False
             self._hnsw_building.add(user)
         if wait or not self.build_hnsw_in_background:
-            self._build_hnsw(user)
+            self._build_hnsw(user, dim)
         else:
-            threading.Thread(target=self._build_hnsw, args=(user,), daemon=True, name="sf-hnsw").start()
+            threading.Thread(target=self._build_hnsw, args=(user, dim), daemon=True, name="sf-hnsw").start()
         return True
 
-    def _build_hnsw(self, user: str) -> None:
+    def _count(self, user: str) -> int:
+        return int(one(self.db.fetchone("SELECT count(*) FROM memories WHERE owner = %s", (user,)))[0])
+
+    def _build_hnsw(self, user: str, dim: int) -> None:
         name = hnsw_index_name(user)
         try:
             with self.db.advisory_lock(f"siliconfriend:hnsw:{user}"):  # one worker builds it
@@ -860,7 +756,7 @@ class PgMemoryBank(MemoryBank):
                             ).format(
                                 name=sql.Identifier(index_name),
                                 col=sql.Identifier(column),
-                                dim=sql.Literal(int(self.embedder.dim)),
+                                dim=sql.Literal(int(dim)),
                                 owner=sql.Literal(user),
                             )
                         )

@@ -1,0 +1,244 @@
+"""The store interface: what the bank and retrieval ask of a database of memories.
+
+A ``Stores`` is one database of every user's memories (a home folder of SQLite files, a
+PostgreSQL database); ``Stores.open`` gives one user's ``UserStore``: their records, their
+vectors and the two searches over them (dense and lexical), each returning typed ``SearchHit``
+values. A store holds its SQL and its index; the bank holds the logic (retrieval, forgetting,
+rehearsal, replies' vectors) once, over either. ``tests/memory/test_store_contract.py`` runs the
+same behaviours against every store.
+
+Also here, because every store needs them the same way: the one mapping from a row to a
+``MemoryRecord``, the lexical document of a memory, and the folder-safe key of a user name.
+"""
+
+from __future__ import annotations
+
+import enum
+import hashlib
+import json
+import re
+from collections import Counter
+from dataclasses import dataclass
+from datetime import date, datetime
+from typing import Any, ContextManager, Iterable, Iterator, Protocol, Sequence
+
+import numpy as np
+
+from ..dates import days_in_query
+from ..lexical import fts_document
+from ..records import Kind, MemoryRecord, State
+
+MAX_USERNAME = 64
+
+# the columns of a memory, in the order ``record_from_row`` reads them
+MEMORY_COLUMNS = (
+    "id",
+    "kind",
+    "text",
+    "query",
+    "response",
+    "day",
+    "position",
+    "created_at",
+    "strength",
+    "last_recall",
+    "recall_count",
+    "importance",
+    "pinned",
+    "state",
+    "extra",
+    "archived_at",
+)
+
+# the two vectors a memory can have: its own (a turn's user message, a summary's text) and a
+# turn's reply
+VECTOR_COLUMNS = ("vector", "reply_vector")
+
+
+class StoreUnavailable(RuntimeError):
+    """The database cannot be used now (unreachable, stopped, refused). The message says why and
+    names the server without its password; nothing half-written was committed."""
+
+
+class SchemaTooNew(RuntimeError):
+    """The database was migrated by a newer SiliconFriend than this one."""
+
+
+def is_postgres_url(url: str | None) -> bool:
+    """Whether ``url`` names a PostgreSQL database (told without importing its client)."""
+    return url is not None and url.split(":", 1)[0] in ("postgresql", "postgres")
+
+
+class Side(str, enum.Enum):
+    """Which side of a memory a search hit matched."""
+
+    OWN = "own"  # its own vector: a turn's message, a summary's text
+    REPLY = "reply"  # a turn's reply vector
+    WORDS = "words"  # the lexical side (BM25 over its words)
+
+
+@dataclass(frozen=True, slots=True)
+class SearchHit:
+    """A search's match: the memory's id, the side that matched, and the score (inner product on
+    the dense side, BM25 on the lexical side: higher is better)."""
+
+    id: int
+    side: Side
+    score: float
+
+
+def user_key(user: str) -> str:
+    """A folder-safe key for a user: a readable slug plus a hash of the exact name. Also what
+    tells a valid user name (1..64 characters, not blank) from one that is not."""
+    if not user or not user.strip() or len(user) > MAX_USERNAME:
+        raise ValueError(f"a user name must be 1..{MAX_USERNAME} characters, not blank")
+    slug = re.sub(r"[^a-z0-9]+", "-", user.lower()).strip("-")[:24]
+    digest = hashlib.sha256(user.encode("utf-8")).hexdigest()[:16]
+    return f"{slug}-{digest}" if slug else digest
+
+
+def _when(value: str | datetime | None) -> datetime | None:
+    if value is None or value == "":
+        return None
+    return value if isinstance(value, datetime) else datetime.fromisoformat(value)
+
+
+def record_from_row(user: str, row: Sequence[Any]) -> MemoryRecord:
+    """A memory from a row of ``MEMORY_COLUMNS`` (dates as ISO text or as dates, ``extra`` as
+    JSON text or as a dict: whichever the database gives)."""
+    (rid, kind, text, query, response, day, position, created_at) = row[:8]
+    (strength, last_recall, recall_count, importance, pinned, state, extra, archived_at) = row[8:16]
+    created = _when(created_at)
+    assert created is not None  # a NOT NULL column
+    return MemoryRecord(
+        id=int(rid),
+        user=user,
+        kind=Kind(kind),
+        text=text,
+        query=query,
+        response=response,
+        day=day if isinstance(day, date) else date.fromisoformat(day),
+        position=position,
+        created_at=created,
+        strength=strength,
+        last_recall=_when(last_recall),
+        recall_count=recall_count,
+        importance=importance,
+        pinned=bool(pinned),
+        state=State(state),
+        extra=extra if isinstance(extra, dict) else json.loads(extra or "{}"),
+        archived_at=_when(archived_at),
+    )
+
+
+def days_meant(kind: Kind, text: str, day: date) -> list[date]:
+    """The days a turn's words refer to, relative to the day they were said ("yesterday", "last
+    Friday", "on May 4th"): indexed so that a question naming such a day finds the turn."""
+    return [d for d in days_in_query(text, day) if d != day] if kind == Kind.TURN else []
+
+
+def lexical_document(kind: Kind, text: str, day: date) -> str:
+    """What the lexical side indexes of a memory: its words and the days it refers to."""
+    return fts_document(text, days_meant(kind, text, day))
+
+
+def term_counts(kind: Kind, text: str, day: date) -> tuple[Counter, int]:
+    """Term frequencies and length of a memory's lexical document (for a store that computes
+    BM25 itself)."""
+    tokens = lexical_document(kind, text, day).split()
+    return Counter(tokens), len(tokens)
+
+
+class UserStore(Protocol):
+    """All memories of one user: records, their vectors, and the searches over them."""
+
+    @property
+    def user(self) -> str: ...
+    @property
+    def dim(self) -> int: ...
+
+    def close(self, *, save: bool = True) -> None: ...
+
+    # -- meta
+    def get_meta(self, key: str) -> str | None: ...
+    def set_meta(self, key: str, value: str) -> None: ...
+    def all_meta(self) -> dict[str, str]: ...
+
+    # -- writes
+    def insert(
+        self, records: Sequence[MemoryRecord], vectors: np.ndarray | None, *, keep_ids: bool = False
+    ) -> list[MemoryRecord]: ...
+    def replace_text(self, rid: int, text: str, vector: np.ndarray | None, **fields: Any) -> None: ...
+    def update_forgetting(self, records: Iterable[MemoryRecord]) -> None: ...
+    def set_state(self, ids: Sequence[int], state: State, when: datetime | None = None) -> int: ...
+    def set_pinned(self, rid: int, pinned: bool) -> bool: ...
+    def delete(self, ids: Sequence[int]) -> int: ...
+    def set_vectors(self, ids: Sequence[int], vectors: np.ndarray, *, column: str = "vector") -> None: ...
+    def clear_reply_vectors(self, ids: Sequence[int]) -> None: ...
+
+    # -- reads
+    def replies_pending(self, limit: int = 10_000) -> list[tuple[int, str]]: ...
+    def get(self, rid: int) -> MemoryRecord | None: ...
+    def get_many(self, ids: Iterable[int]) -> dict[int, MemoryRecord]: ...
+    def records(
+        self,
+        *,
+        kind: Kind | None = None,
+        state: State | None = None,
+        day: date | None = None,
+        days: Sequence[date] | None = None,
+        limit: int | None = None,
+        offset: int = 0,
+        newest_first: bool = False,
+    ) -> list[MemoryRecord]: ...
+    def count(self, *, kind: Kind | None = None, state: State | None = None) -> int: ...
+    def days(self) -> list[date]: ...
+    def next_position(self, day: date) -> int: ...
+    def vectors(self, ids: Sequence[int], *, column: str = "vector") -> np.ndarray: ...
+    def iter_rows(
+        self, batch: int = 1000
+    ) -> Iterator[list[tuple[MemoryRecord, np.ndarray | None, np.ndarray | None]]]: ...
+    def iter_texts(self, batch: int = 256) -> Iterator[list[tuple[int, Kind, str, str | None]]]: ...
+    def turns_at(self, places: Sequence[tuple[date, int]]) -> list[MemoryRecord]: ...
+
+    # -- searches (both tiers: retrieval tells active and archived apart)
+    def dense(self, query: np.ndarray, k: int) -> list[SearchHit]:
+        """The ``k`` vectors closest to ``query`` (a memory's own and turns' replies), best first."""
+        ...
+
+    def lexical(self, terms: Sequence[str], limit: int) -> list[SearchHit]:
+        """The best ``limit`` memories sharing a term with ``terms`` by BM25 (k1 1.2, b 0.75)."""
+        ...
+
+    def vector_count(self) -> int:
+        """How many vectors the dense search holds."""
+        ...
+
+    def sync(self) -> None:
+        """After writes: the dense index catches up (SQLite's FAISS file) or grows (a
+        PostgreSQL user's HNSW index)."""
+        ...
+
+    def flush(self) -> None:
+        """Save what the process keeps of the index (nothing where the database holds it)."""
+        ...
+
+
+class Stores(Protocol):
+    """One database of every user's memories."""
+
+    def open(self, user: str, *, dim: int, vectors_id: str) -> UserStore:
+        """``user``'s store (made if missing); ``dim`` and ``vectors_id``: the embedder's."""
+        ...
+
+    def users(self) -> list[str]: ...
+    def has_user(self, user: str) -> bool: ...
+    def delete_user(self, user: str) -> None:
+        """Every memory of ``user``, gone for good (the caller has closed its store)."""
+        ...
+
+    def exclusive(self, user: str, purpose: str) -> ContextManager:
+        """A lock on ``user`` for ``purpose`` (the day rollover) held across processes."""
+        ...
+
+    def close(self) -> None: ...

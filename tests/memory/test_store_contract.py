@@ -1,0 +1,321 @@
+"""The store contract: every store and bank behaviour, run against each engine (``open_bank`` and
+``any_bank`` in tests/memory/conftest.py: SQLite files with FAISS, PostgreSQL with pgvector).
+A change to storage passes here on both engines or on neither; what only one engine has (FAISS
+files, migrations, the pool, advisory locks, HNSW) is tested in test_store_and_index.py and
+tests/pg."""
+
+from datetime import date, datetime, timedelta
+
+import numpy as np
+import pytest
+
+from memory.bank import MemoryBank, UnknownMemory
+from memory.embedders import create_embedder, embed_documents, embed_replies, embed_turns
+from memory.lexical import query_terms
+from memory.memorybank_format import export_user
+from memory.records import Kind, MemoryRecord, State
+from memory.stores.base import SearchHit, Side
+
+T0 = datetime(2024, 5, 1, 9, 0)
+
+TURNS = [
+    ("I adopted a cat named Miso yesterday", "A cat! How is Miso settling in?"),
+    ("Work was stressful, my manager moved the deadline", "That sounds hard. What helps you unwind?"),
+    ("我周末去了鼓浪屿，风景很美", "鼓浪屿很漂亮！你最喜欢哪里？"),
+    ("I went hiking on the Dragon's Back trail", "Lovely views there. Was it hot?"),
+    ("My sister Lily visits next week", "How nice, what will you do together?"),
+    ("我最近在学做红烧肉", "听起来很好吃！"),
+]
+
+
+def fill(bank, user: str) -> None:
+    for i, (q, a) in enumerate(TURNS):
+        bank.add_turn(user, q, a, T0 + timedelta(days=i // 2, minutes=i))
+    bank.set_summary(user, Kind.DAILY_EVENTS, "Amy adopted a cat and worried about work.", T0, day=T0.date())
+    bank.set_summary(user, Kind.GLOBAL_PERSONALITY, "Warm, busy, loves animals.", T0)
+
+
+class CountingEmbedder:
+    """The real e5 embedder, counting the texts it embeds on each side."""
+
+    def __init__(self, inner):
+        self.inner, self.id, self.dim = inner, inner.id, inner.dim
+        self.texts = {"query": [], "document": []}
+
+    def embed(self, texts, *, kind):
+        self.texts[kind] += list(texts)
+        return self.inner.embed(texts, kind=kind)
+
+
+def test_turns_are_stored_with_their_time_and_order(any_bank, day1):
+    assert any_bank.add_turn("amy", "   \n ", "reply", day1) is None  # blank: not stored
+    assert any_bank.add_turn("amy", "", "", day1) is None
+    a = any_bank.add_turn("amy", "I adopted a cat named Miso", "What a lovely name!", day1)
+    b = any_bank.add_turn("amy", "She likes tuna", "Cats love tuna.", day1 + timedelta(minutes=5))
+    assert (a.position, b.position) == (0, 1) and any_bank.count("amy") == 2
+    assert [t.query for t in any_bank.turns_on("amy", day1.date())] == ["I adopted a cat named Miso", "She likes tuna"]
+    assert any_bank.days("amy") == [day1.date()]
+    got = any_bank.get("amy", a.id)
+    assert got.created_at == day1 and got.response == "What a lovely name!" and got.state == State.ACTIVE
+    with pytest.raises(UnknownMemory):
+        any_bank.get("amy", b.id + 1)
+
+
+def test_a_100_kb_message_is_stored_whole_and_found(paper_bank, day1):
+    """On one engine: embedding 100 kB is the cost here, and the same on both; the store's part (a
+    100 kB text kept whole) is in test_the_store_interface."""
+    any_bank = paper_bank
+    filler = "I walked along the river and counted the boats. " * 2100
+    text = filler[:50_000] + " My grandmother's secret recipe uses cardamom and saffron. " + filler[:50_000]
+    assert len(text) > 100_000
+    rec = any_bank.add_turn("amy", text, "Thank you for sharing all of that.", day1)
+    assert any_bank.get("amy", rec.id).query == text
+    any_bank.add_turn("amy", "I like football", "Great sport!", day1)
+    hits = any_bank.retrieve("amy", "grandmother's recipe cardamom", day1 + timedelta(hours=1), k=1)
+    assert hits[0].record.id == rec.id
+
+
+def test_users_never_see_each_other(any_bank):
+    fill(any_bank, "amy")
+    any_bank.add_turn("bob", "my dog Rex chewed my shoes", "Oh no, Rex!", T0)
+    amy, bob = any_bank.records("amy"), any_bank.records("bob")
+    assert len(bob) == 1 and all(r.user == "amy" for r in amy) and bob[0].query.startswith("my dog")
+    hits = any_bank.retrieve("bob", "what is my cat called? Miso", T0 + timedelta(days=1), k=10)
+    assert [h.record.query for h in hits] == [bob[0].query]
+    assert not any("Rex" in h.record.text for h in any_bank.retrieve("amy", "dog Rex shoes", T0, k=10))
+    others = [r.id for r in amy if r.id != bob[0].id]  # ids are each user's own
+    with pytest.raises(UnknownMemory):
+        any_bank.get("bob", others[-1])
+    assert any_bank.delete("bob", others) == 0  # another user's ids do nothing
+    assert any_bank.count("amy") == len(amy) and sorted(any_bank.users()) == ["amy", "bob"]
+    any_bank.delete_user("amy")
+    assert any_bank.users() == ["bob"] and not any_bank.has_user("amy") and any_bank.count("bob") == 1
+
+
+def test_the_store_interface(any_bank):
+    """The user store's own calls, with given vectors (no embedder): rows, vectors, typed hits."""
+    store = any_bank.user_store("amy")
+    dim = store.dim
+    rng = np.random.default_rng(0)
+    vecs = rng.standard_normal((4, dim)).astype(np.float32)
+    vecs /= np.linalg.norm(vecs, axis=1, keepdims=True)
+    d1, d2 = date(2024, 1, 1), date(2024, 1, 2)
+    recs = [
+        MemoryRecord(user="amy", kind=Kind.TURN, text="the red kite flies", created_at=T0, day=d1, query="q0"),
+        MemoryRecord(user="amy", kind=Kind.TURN, text="blue kite", created_at=T0, day=d1, response="a reply"),
+        MemoryRecord(user="amy", kind=Kind.TURN, text="green boat", created_at=T0, day=d2, query="x" * 100_000),
+        MemoryRecord(user="amy", kind=Kind.DAILY_EVENTS, text="a kite day", created_at=T0, day=d1, extra={"k": "值"}),
+    ]
+    with pytest.raises(IndexError):  # a write that fails half-way leaves nothing
+        store.insert(recs, vecs[:1])
+    assert store.count() == 0
+    stored = store.insert(recs, vecs)
+    ids = [r.stored_id for r in stored]
+    assert [r.position for r in stored[:3]] == [0, 1, 0] and store.next_position(d1) == 2
+    assert store.get(ids[2]).query == "x" * 100_000 and store.get(10_000) is None
+    assert set(store.get_many([ids[0], ids[3], 10_000])) == {ids[0], ids[3]} and store.get(ids[3]).extra == {"k": "值"}
+    assert [r.id for r in store.records(kind=Kind.TURN, day=d1)] == ids[:2]
+    assert [r.id for r in store.records(days=[d2])] == [ids[2]]
+    assert [r.id for r in store.records(kind=Kind.TURN, newest_first=True, limit=2)] == [ids[2], ids[1]]
+    assert [r.id for r in store.records(kind=Kind.TURN, limit=2, offset=1)] == ids[1:3]
+    assert store.days() == [d1, d2] and store.count(kind=Kind.TURN) == 3
+    assert [r.id for r in store.turns_at([(d1, 1), (d2, 0), (d2, 5)])] == [ids[1], ids[2]]
+    assert np.allclose(store.vectors([ids[2], ids[0]]), vecs[[2, 0]], atol=1e-6)
+    assert store.replies_pending() == [(ids[1], "a reply")]
+    store.set_vectors([ids[1]], vecs[3:4], column="reply_vector")
+    assert store.replies_pending() == [] and np.allclose(store.vectors([ids[1]], column="reply_vector"), vecs[3])
+    store.sync()
+    assert store.vector_count() == 5  # four memories and one reply
+    dense = store.dense(vecs[3], 2)  # the summary's own vector, then the turn's reply (the same)
+    assert {(h.id, h.side) for h in dense} == {(ids[3], Side.OWN), (ids[1], Side.REPLY)}
+    assert all(isinstance(h, SearchHit) and h.score == pytest.approx(1.0, abs=1e-3) for h in dense)
+    words = store.lexical(query_terms("kite"), 10)
+    assert {h.id for h in words} == {ids[0], ids[1], ids[3]} and {h.side for h in words} == {Side.WORDS}
+    assert store.lexical([], 10) == [] and store.lexical(["nothinglikeit"], 10) == []
+    store.clear_reply_vectors([ids[1]])
+    assert store.replies_pending() == [(ids[1], "a reply")]
+    store.set_state([ids[0]], State.ARCHIVED, T0)
+    archived = store.get(ids[0])
+    assert archived.state == State.ARCHIVED and archived.archived_at == T0
+    assert ids[0] in {h.id for h in store.lexical(["kite"], 10)}  # the second tier stays searchable
+    store.replace_text(ids[3], "a boat day", vecs[0])
+    assert ids[3] not in {h.id for h in store.lexical(["kite"], 10)}
+    assert ids[3] in {h.id for h in store.lexical(["boat"], 10)}
+    assert store.set_pinned(ids[2], True) and store.get(ids[2]).pinned
+    rows = [row for batch in store.iter_rows(batch=2) for row in batch]
+    assert [r.id for r, _, _ in rows] == ids and rows[1][2] is None and rows[0][1] is not None
+    assert [t[0] for batch in store.iter_texts(batch=3) for t in batch] == ids
+    store.set_meta("colour", "red")
+    assert store.get_meta("colour") == "red" and store.all_meta()["colour"] == "red"
+    assert store.delete([ids[0], 10_000]) == 1 and store.count() == 3
+
+
+def test_a_turn_is_stored_with_the_vector_its_retrieval_already_made(open_bank, e5_embedder, day1):
+    counting = CountingEmbedder(e5_embedder)
+    bank = open_bank(counting)
+    bank.add_turn("amy", "I adopted a cat named Miso", "Lovely!", day1)
+    message = "My sister Lena is getting married in June"
+    bank.retrieve("amy", message, day1)
+    bank.settle()
+    before = dict((k, len(v)) for k, v in counting.texts.items())
+    turn = bank.add_turn("amy", message, "Congratulations to her!", day1)
+    bank.settle()
+    # the message is not embedded again; the reply is, once, as a passage, after the turn
+    assert len(counting.texts["query"]) == before["query"]
+    assert counting.texts["document"][before["document"] :] == ["Congratulations to her!"]
+    stored = bank.user_store("amy").vectors([turn.id])[0]
+    assert np.allclose(stored, embed_turns(e5_embedder, [message])[0], atol=1e-6)
+    assert np.allclose(stored, bank.embed_query(message), atol=1e-6)
+    reply = bank.user_store("amy").vectors([turn.id], column="reply_vector")[0]
+    assert np.allclose(reply, embed_replies(e5_embedder, ["Congratulations to her!"])[0], atol=1e-6)
+    # a regenerated reply keeps the message's vector; the new reply gets its own, after the turn
+    before = {k: len(v) for k, v in counting.texts.items()}
+    bank.edit_text("amy", turn.id, "How wonderful, congratulations!")
+    bank.settle()
+    assert len(counting.texts["query"]) == before["query"]
+    assert counting.texts["document"][before["document"] :] == ["How wonderful, congratulations!"]
+    assert np.allclose(bank.user_store("amy").vectors([turn.id])[0], stored, atol=1e-6)
+    # a vector is handed over once: the same message on a later turn is embedded again, twice
+    queries = len(counting.texts["query"])
+    bank.retrieve("amy", message, day1)
+    bank.add_turn("amy", message, "You told me!", day1)
+    bank.add_turn("amy", message, "Yes, in June.", day1)
+    assert counting.texts["query"][queries:] == [message, message]
+
+
+def test_changing_the_embedder_reembeds(open_bank, day1):
+    bank = open_bank()
+    bank.add_turn("amy", "I adopted a cat named Miso", "Lovely!", day1)
+    bank.add_turn("amy", "I work night shifts at the hospital", "That is tiring.", day1)
+    bank.close()
+    seen = []
+
+    class Bar:
+        def __init__(self, total, **kw):
+            seen.append(total)
+
+        def update(self, n):
+            seen.append(n)
+
+        def close(self):
+            pass
+
+    minilm = create_embedder("minilm")
+    other = open_bank(minilm, progress=Bar)
+    hits = other.retrieve("amy", "my cat", day1 + timedelta(hours=1), k=1)
+    assert hits[0].record.query.startswith("I adopted a cat")
+    assert seen[0] == 2 and sum(seen[1:]) == 2
+    assert other.user_store("amy").get_meta("embedder") == other.vectors_id
+    assert other.vectors_id.startswith(minilm.id)
+
+
+def test_vectors_made_the_old_way_are_redone_once_as_turn_vectors(open_bank, e5_embedder, day1):
+    bank = open_bank()
+    turn = bank.add_turn("amy", "I work night shifts at the hospital", "That is tiring.", day1)
+    bank.set_summary("amy", Kind.GLOBAL_EVENTS, "Amy is a nurse who works nights.", day1)
+    store = bank.user_store("amy")
+    store.set_vectors([turn.id], embed_documents(e5_embedder, [turn.text]))  # as earlier versions made them
+    store.set_meta("embedder", e5_embedder.id)
+    bank.close()
+    counting = CountingEmbedder(e5_embedder)
+    again = open_bank(counting)
+    hits = again.retrieve("amy", "what is my job", day1 + timedelta(hours=1), k=2)
+    assert turn.id in [h.record.id for h in hits]
+    again.settle()
+    assert counting.texts["query"][:1] == ["I work night shifts at the hospital"]
+    assert sorted(counting.texts["document"]) == ["Amy is a nurse who works nights.", "That is tiring."]
+    vector = again.user_store("amy").vectors([turn.id])[0]
+    assert np.allclose(vector, embed_turns(e5_embedder, [turn.query])[0], atol=1e-6)
+    again.close()
+    third = CountingEmbedder(e5_embedder)
+    reopened = open_bank(third)
+    reopened.retrieve("amy", "night shifts", day1, k=1)
+    assert third.texts["document"] == [] and third.texts["query"] == ["night shifts"]
+
+
+def test_delete_purge_and_pin(any_bank, day1):
+    a = any_bank.add_turn("amy", "secret one", "ok", day1)
+    b = any_bank.add_turn("amy", "secret two", "ok", day1)
+    c = any_bank.add_turn("amy", "keep this forever", "ok", day1)
+    any_bank.pin("amy", c.id)
+    later = day1 + timedelta(days=30)
+    decisions = {d.record.id: d for d in any_bank.forget_pass("amy", later, dry_run=True)}
+    assert decisions[a.id].archived and not decisions[c.id].archived
+    assert any_bank.get("amy", a.id).state == State.ACTIVE  # dry run changed nothing
+    any_bank.forget_pass("amy", later)
+    assert any_bank.get("amy", a.id).state == State.ARCHIVED
+    assert any_bank.delete("amy", [b.id]) == 1
+    assert any_bank.purge_archived("amy") == 1
+    assert [r.id for r in any_bank.records("amy")] == [c.id]
+    any_bank.settle()
+    assert any_bank.user_store("amy").vector_count() == 2  # its message and its reply
+
+
+def test_summaries_are_upserted_and_editable(any_bank, day1):
+    s1 = any_bank.set_summary("amy", Kind.DAILY_EVENTS, "Amy adopted a cat.", day1, day=day1.date())
+    s2 = any_bank.set_summary("amy", Kind.DAILY_EVENTS, "Amy adopted a cat named Miso.", day1, day=day1.date())
+    assert s1.id == s2.id and any_bank.get_summary("amy", Kind.DAILY_EVENTS, day1.date()).text.endswith("Miso.")
+    g = any_bank.set_summary("amy", Kind.GLOBAL_PERSONALITY, "Warm and curious.", day1)
+    edited = any_bank.edit_text("amy", g.id, "Warm, curious, loves cats.")
+    assert any_bank.get_summary("amy", Kind.GLOBAL_PERSONALITY).text == edited.text
+    with pytest.raises(ValueError):
+        any_bank.set_summary("amy", Kind.DAILY_EVENTS, "no day", day1)
+    with pytest.raises(ValueError):
+        any_bank.edit_text("amy", g.id, "  ")
+
+
+def test_a_days_summary_rehearses_the_turns_it_draws_on(any_bank):
+    """Consolidation as rehearsal: the turn the summary speaks of is reinforced, the other is not."""
+    pixel = any_bank.add_turn("amy", "I adopted a kitten named Pixel from the shelter", "Lovely!", T0)
+    grey = any_bank.add_turn("amy", "The sky is grey", "Indeed.", T0 + timedelta(minutes=1))
+    assert any_bank.rehearse("amy", T0.date(), T0 + timedelta(days=1)) == []  # no summary yet
+    text = "Amy adopted a kitten, Pixel, from a shelter. She chatted."
+    any_bank.set_summary("amy", Kind.DAILY_EVENTS, text, T0 + timedelta(hours=12), day=T0.date())
+    back = any_bank.rehearse("amy", T0.date(), T0 + timedelta(days=1))
+    assert [r.id for r in back] == [pixel.id]
+    assert any_bank.get("amy", pixel.id).strength == 2 and any_bank.get("amy", pixel.id).recall_count == 1
+    assert any_bank.get("amy", grey.id).strength == 1
+
+
+def comparable(export: dict) -> dict:
+    for turns in export["history"].values():
+        for t in turns:
+            t.pop("id")
+    return export
+
+
+def test_both_engines_rank_score_and_export_alike(tmp_path, pg_url, e5_embedder):
+    """Not per engine: the two side by side, after the same history (reinforced, forgotten,
+    restored, edited): the same hits with the same scores, the same BM25 scores, the same export."""
+    from memory.stores.postgres import PostgresStores
+
+    banks = [MemoryBank(tmp_path / "home", e5_embedder), MemoryBank(PostgresStores(pg_url), e5_embedder)]
+    try:
+        for bank in banks:
+            fill(bank, "amy")
+            rec = bank.records("amy", kind=Kind.TURN)[1]
+            bank.reinforce("amy", [rec.id], T0 + timedelta(days=3))
+            bank.forget_pass("amy", T0 + timedelta(days=4))
+            bank.restore("amy", bank.records("amy", kind=Kind.TURN)[0].id, T0 + timedelta(days=4))
+            bank.edit_text("amy", bank.records("amy", kind=Kind.TURN)[2].id, "鼓浪屿的钢琴博物馆很有意思")
+            bank.supersede("amy", bank.records("amy", kind=Kind.TURN)[1].id, "edited", when=T0 + timedelta(days=4))
+        lite, pg = banks
+        now = T0 + timedelta(days=4)
+        for question in ("what is my cat called?", "鼓浪屿", "who visits me next week", "hiking trail"):
+            want = [(h.record.text, round(h.score, 4)) for h in lite.retrieve("amy", question, now, k=5)]
+            got = [(h.record.text, round(h.score, 4)) for h in pg.retrieve("amy", question, now, k=5)]
+            assert got == want, question
+        found = 0
+        for text in ("cat Miso", "鼓浪屿 风景", "trail hiking views hot", "busy animals", "sister"):
+            want_words = lite.user_store("amy").lexical(query_terms(text), 50)
+            got_words = pg.user_store("amy").lexical(query_terms(text), 50)
+            assert len(got_words) == len(want_words), text
+            assert np.allclose(sorted(h.score for h in got_words), sorted(h.score for h in want_words), rtol=1e-6), text
+            found += len(got_words)
+        assert found >= 2
+        assert comparable(export_user(pg, "amy")) == comparable(export_user(lite, "amy"))
+        for state in State:
+            assert pg.count("amy", state=state) == lite.count("amy", state=state)
+    finally:
+        for bank in banks:
+            bank.close()
