@@ -313,7 +313,11 @@ class ApiService:
         lang = prefs.get("lang") if prefs.get("lang") in ("en", "zh") else None
         store = switches.memory != "off"
         # a regenerate or an edit, told from the client's history (resent.py)
-        placed = place(self.bank, user, turn.text, turn.history, chat=switches.chat) if store else Placed()
+        placed = (
+            place(self.bank, user, turn.text, turn.history, self.now().date(), chat=switches.chat)
+            if store
+            else Placed()
+        )
         stream = self.companion.respond(
             user,
             turn.text,

@@ -13,6 +13,7 @@ from datetime import timedelta
 
 import httpx
 from api_helpers import client
+from frontend_requests import owui_attached, owui_rag, owui_tasks
 
 from memory.records import Kind, State
 
@@ -124,3 +125,57 @@ def test_a_client_that_goes_away_mid_stream_leaves_its_reply_stored_at_once(serv
     finally:
         served.backend.hold = None
         hold.set()
+
+
+def test_an_ordinary_open_webui_session_leaves_exactly_the_persons_turns(served):
+    """Every request Open WebUI makes in an ordinary session, in its order: each chat message with
+    its background tasks, an attachment with its retrieval query and RAG context, a regenerate, an
+    edit, a stopped reply."""
+    key = served.signup("jo")
+    sdk = client(served, key)
+    usage = {"stream_options": {"include_usage": True}}
+    chat: list[dict] = []
+
+    def message(text: str) -> str:
+        reply, _ = say(sdk, chat, text, **usage)
+        chat.extend([{"role": "user", "content": text}, {"role": "assistant", "content": reply}])
+        for task in ("title", "tags", "follow_ups"):  # after each reply, not streamed
+            sdk.chat.completions.create(model="m", messages=owui_tasks(chat)[task])
+        return reply
+
+    message("Hi, I'm Jo. My dog is called Biscuit.")
+    # a file attached: Open WebUI first asks for retrieval queries, then sends the message with its context
+    sdk.chat.completions.create(model="m", messages=owui_tasks([*chat, {"role": "user", "content": "vet?"}])["queries"])
+    asked = owui_rag(owui_attached("Who is his vet?", "biscuit_notes.txt"), "biscuit_notes.txt", "Vet: Dr. Lee.")
+    message(asked)
+    # regenerate that answer, then edit the question
+    _, ext = say(sdk, chat[:2], asked, **usage)
+    assert ext["regenerated"]
+    edited = owui_attached("Who is Biscuit's vet, and where?", "biscuit_notes.txt")
+    reply, ext = say(sdk, chat[:2], edited, **usage)
+    assert ext["supersedes"]
+    chat[2:] = [{"role": "user", "content": edited}, {"role": "assistant", "content": reply}]
+    # a reply stopped with the stop button
+    hold = served.backend.hold = threading.Event()
+    try:
+        body = {"model": "m", "stream": True, "messages": [*chat, {"role": "user", "content": "Thanks!"}]}
+        with httpx.stream(
+            "POST", f"{served.url}/chat/completions", json=body, headers={"Authorization": f"Bearer {key}"}, timeout=30
+        ) as r:
+            next(r.iter_lines())
+        time.sleep(0.2)
+        hold.set()
+        deadline = time.time() + 3
+        while len(turns(served, "jo")) < 4:
+            assert time.time() < deadline, "the stopped reply was not stored at once"
+            time.sleep(0.05)
+    finally:
+        served.backend.hold = None
+        hold.set()
+    stored = turns(served, "jo")
+    assert [(t.query, t.state, bool(t.extra.get("stopped"))) for t in stored] == [
+        ("Hi, I'm Jo. My dog is called Biscuit.", State.ACTIVE, False),
+        ("Who is his vet?\n[attached: biscuit_notes.txt]", State.SUPERSEDED, False),
+        ("Who is Biscuit's vet, and where?\n[attached: biscuit_notes.txt]", State.ACTIVE, False),
+        ("Thanks!", State.ACTIVE, True),
+    ]

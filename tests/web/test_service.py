@@ -291,3 +291,8 @@ def test_kinds_and_states_filters(two):
     assert {"turn", "daily_events", "global_events"} <= kinds
     assert all(r.kind == "daily_events" for r in service.memories(alice, kind=Kind.DAILY_EVENTS.value))
     assert service.memories(alice, state=State.ARCHIVED.value) == []
+    # an edited message's old turn (through the API): on the page with its reason, kept
+    (turn,) = service.memories(alice, kind=Kind.TURN.value)
+    service.bank.supersede("alice", turn.id, "edited")
+    (row,) = service.memories(alice, state=State.SUPERSEDED.value)
+    assert row.id == turn.id and row.status.startswith("superseded (edited)")
