@@ -25,6 +25,7 @@ from memory.stores.base import StoreUnavailable
 from ..backends.base import BackendError, ChatBackend, Message
 from ..config import Settings
 from .consolidate import ConsolidationReport, Consolidator
+from .grounding import GroundingChecker
 from .prompting import PromptSet, fit_chat, load_prompts, truncate_tokens
 
 log = logging.getLogger("siliconfriend.core.companion")
@@ -42,6 +43,9 @@ HISTORY_TOKENS = 1200
 # embedded, so this also bounds what a long foreign history costs
 TALK_TURNS = 6
 TODAY = "today"  # the kind of a "what I remembered" entry that is a line of today's talk
+# the kind of the "what I remembered" entry that lists the names a reply used that came from
+# neither the memories, the prompt nor today's talk (the model made them up)
+NOT_FROM_MEMORY = "not_from_memory"
 
 
 def used_entry(hit: Hit) -> dict:
@@ -94,6 +98,19 @@ def day_window(costs: Sequence[int], *, turns: int, tokens: int) -> int:
     return start
 
 
+def not_from_memory_entry(names: Sequence[str]) -> dict:
+    """The "what I remembered" entry that says which names of the reply were not from memory."""
+    return {
+        "id": None,
+        "kind": NOT_FROM_MEMORY,
+        "day": "",
+        "strength": 0.0,
+        "retention": 0.0,
+        "why": "named in the reply, but in neither the memories, the prompt nor today's talk",
+        "text": ", ".join(names),
+    }
+
+
 def _clip(text: str, n: int, marker: str) -> str:
     return text if len(text) <= n else f"{text[:n].rstrip()} {marker}"
 
@@ -123,6 +140,8 @@ class TurnResult:
     text: str = ""  # the user's message, kept so that it can be sent again
     stopped: bool = False  # the reply was stopped early (what came so far is the reply)
     today: list[MemoryRecord] = field(default_factory=list)  # today's turns that were in the prompt
+    # names (people, pets, places) and numbers of the reply found nowhere in its prompt
+    not_from_memory: list[str] = field(default_factory=list)
 
 
 class ReplyStream:
@@ -205,6 +224,7 @@ class Companion:
             summary_tokens=summary_tokens or settings.max_new_tokens,
             prompt_budget=prompt_budget,
         )
+        self._names_check = GroundingChecker(None)  # names only: no embedding in a turn
         self._guard = threading.Lock()
         self._store_locks: dict[str, threading.Lock] = defaultdict(threading.Lock)
         self._rollover_locks: dict[str, threading.Lock] = defaultdict(threading.Lock)
@@ -370,6 +390,8 @@ class Companion:
         )
         if error is None and not reply and not stream.stopped:
             result.error = "No reply: the model returned nothing. Your message was not lost; send it again to retry."
+        if reply and result.error is None:
+            result.not_from_memory = self._not_from_memory(turn, reply, stream.messages)
         if result.error or not turn.store:
             return result
         try:
@@ -404,15 +426,27 @@ class Companion:
                 self.bank.reinforce(turn.user, [h.record.stored_id for h in result.used], turn.now)
         return result
 
+    def _not_from_memory(self, turn: _Turn, reply: str, messages: Sequence[Message]) -> list[str]:
+        """The names of ``reply`` that its prompt (memories, summaries, persona, today's talk and
+        the message) never mentions: said as if remembered, but made up."""
+        said = self._names_check.sources(
+            [m.content for m in messages] + [turn.text], allowed=[turn.user, self.settings.companion_name]
+        )
+        return self._names_check.unsupported_names(reply, said)
+
     @staticmethod
     def _extra(result: TurnResult) -> dict:
-        """What a stored turn keeps of its prompt: the memories used and today's lines in it, and
-        whether its reply was stopped before its end (what came so far is the reply)."""
-        return {
+        """What a stored turn keeps of its prompt: the memories used and today's lines in it,
+        whether its reply was stopped before its end (what came so far is the reply), and the
+        names of the reply that were not from memory."""
+        out = {
             "used": [used_entry(h) for h in result.used],
             TODAY: [today_entry(t) for t in result.today],
             "stopped": result.stopped,
         }
+        if result.not_from_memory:
+            out[NOT_FROM_MEMORY] = list(result.not_from_memory)
+        return out
 
     def _supersede(self, user: str, old: MemoryRecord, reason: str, new: MemoryRecord) -> None:
         try:
