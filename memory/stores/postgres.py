@@ -149,7 +149,19 @@ def _m3(cur: psycopg.Cursor) -> None:
     )
 
 
-MIGRATIONS = [_m1, _m2, _m3]
+def _m4(cur: psycopg.Cursor) -> None:
+    # a term's postings read from the primary key alone (an index-only scan): with tf and dl in the
+    # index, a common word's thousands of postings no longer cost a heap page each
+    run_statements(
+        cur,
+        """
+    ALTER TABLE lex_postings DROP CONSTRAINT lex_postings_pkey;
+    ALTER TABLE lex_postings ADD PRIMARY KEY (owner, term, memory_id) INCLUDE (tf, dl)
+    """,
+    )
+
+
+MIGRATIONS = [_m1, _m2, _m3, _m4]
 
 
 def as_array(value) -> np.ndarray | None:
@@ -172,6 +184,35 @@ def as_vector_value(value) -> np.ndarray | None:
 
 def hnsw_index_name(user: str) -> str:
     return "mem_hnsw_" + hashlib.sha256(user.encode("utf-8")).hexdigest()[:24]
+
+
+# a posting as the lexical search packs it: memory id, term frequency, document length
+_POSTING = np.dtype([("id", ">i8"), ("tf", ">i4"), ("dl", ">i4")])
+
+
+def bm25_top(
+    term: np.ndarray, postings: np.ndarray, n_terms: int, docs: float, tokens: float, limit: int
+) -> list[SearchHit]:
+    """The best ``limit`` memories by BM25 (k1 1.2, b 0.75, SQLite FTS5's ``bm25()``) from their
+    postings (memory id, tf, dl) and each posting's term (its position in the query), best first,
+    ties by id."""
+    if not len(postings):
+        return []
+    ids: np.ndarray = postings["id"].astype(np.int64)
+    tf: np.ndarray = postings["tf"].astype(np.float64)
+    dl: np.ndarray = postings["dl"].astype(np.float64)
+    hits = np.bincount(term, minlength=n_terms).astype(np.float64)
+    idf = np.maximum(np.log((docs - hits + 0.5) / (hits + 0.5)), 1e-6)
+    avgdl = max(tokens / max(docs, 1.0), 1e-9)
+    weight = idf[term] * tf * (BM25_K1 + 1) / (tf + BM25_K1 * (1 - BM25_B + BM25_B * dl / avgdl))
+    found, where = np.unique(ids, return_inverse=True)
+    scores = np.bincount(where, weights=weight)
+    if len(found) > limit:  # the best ``limit``, ties at the edge broken by the smaller id
+        edge = np.partition(scores, len(scores) - limit)[len(scores) - limit]
+        keep = scores >= edge
+        found, scores = found[keep], scores[keep]
+    order = np.lexsort((found, -scores))[:limit]
+    return [SearchHit(int(found[i]), Side.WORDS, float(scores[i])) for i in order]
 
 
 class PgUserStore:
@@ -587,22 +628,31 @@ class PgUserStore:
         return [record_from_row(self.user, r) for r in rows]
 
     def lexical(self, terms: Sequence[str], limit: int) -> list[SearchHit]:
-        """The score SQLite's ``bm25()`` gives, from the postings of ``terms``."""
+        """The score SQLite's ``bm25()`` gives, from the postings of ``terms``.
+
+        The postings (an index-only scan of the primary key, which holds each posting's term
+        frequency and document length) come packed, one value per term, and are scored here,
+        with numpy: summing tens of thousands of postings per memory costs PostgreSQL's
+        executor several times more than the same arithmetic on arrays (a conversation's latest
+        lines name 50 to 80 terms, common words among them)."""
         terms = list(dict.fromkeys(terms))
-        if not terms:
+        if not terms or limit <= 0:
             return []
+        # per term, its postings packed into one bytea (memory id int8, tf int4, dl int4, each
+        # big-endian): a value per term instead of a row per posting
         rows = self.db.fetchall(
-            """WITH u AS (SELECT lex_docs::float8 AS n, GREATEST(lex_tokens::float8 / GREATEST(lex_docs, 1), 1e-9) AS avgdl
-                          FROM mem_users WHERE name = %(owner)s),
-                    p AS (SELECT memory_id, term, tf, dl FROM lex_postings WHERE owner = %(owner)s AND term = ANY(%(terms)s)),
-                    d AS (SELECT term, count(*)::float8 AS hits FROM p GROUP BY term)
-               SELECT p.memory_id, sum(GREATEST(ln((u.n - d.hits + 0.5) / (d.hits + 0.5)), 1e-6)
-                                       * p.tf * (%(k1)s + 1) / (p.tf + %(k1)s * (1 - %(b)s + %(b)s * p.dl / u.avgdl))) AS s
-               FROM p JOIN d USING (term) CROSS JOIN u
-               GROUP BY p.memory_id ORDER BY s DESC, p.memory_id LIMIT %(limit)s""",
-            {"owner": self.user, "terms": terms, "k1": BM25_K1, "b": BM25_B, "limit": int(limit)},
+            "SELECT t.i::int4, string_agg(int8send(p.memory_id) || int4send(p.tf) || int4send(p.dl), ''::bytea)"
+            " FROM unnest(%s::text[]) WITH ORDINALITY AS t(term, i)"
+            " JOIN lex_postings p ON p.owner = %s AND p.term = t.term GROUP BY t.i",
+            (terms, self.user),
+            binary=True,
         )
-        return [SearchHit(int(r[0]), Side.WORDS, float(r[1])) for r in rows]
+        docs, tokens = one(self.db.fetchone("SELECT lex_docs, lex_tokens FROM mem_users WHERE name = %s", (self.user,)))
+        parts = [np.frombuffer(packed, _POSTING) for _, packed in rows]
+        term = np.concatenate([np.full(len(part), i - 1) for (i, _), part in zip(rows, parts)]) if parts else None
+        if term is None:
+            return []
+        return bm25_top(term, np.concatenate(parts), len(terms), float(docs), float(tokens), limit)
 
     # -- dense --------------------------------------------------------------------------------
     def dense(self, query: np.ndarray, k: int) -> list[SearchHit]:
@@ -611,20 +661,30 @@ class PgUserStore:
         indexes once they have them (the user's name is a literal in the SQL so that the indexes'
         predicate matches, and sorting is ruled out so that the planner takes them)."""
         graph = self.stores.uses_hnsw(self.user)
-        owner = sql.Literal(self.user)
         q = np.asarray(query, dtype=np.float32).reshape(-1)
-        out: list[SearchHit] = []
+        # both vectors in one statement (each branch through its own index), and in graph mode
+        # the settings and the search sent together (a pipeline): one round trip
+        part = "(SELECT id, {side}, -({col}::vector({dim}) <#> %(q)s) AS s FROM memories WHERE owner = {owner}"
+        part += " AND {col} IS NOT NULL ORDER BY {col}::vector({dim}) <#> %(q)s LIMIT %(k)s)"
+        statement = sql.SQL(" UNION ALL ").join(
+            sql.SQL(part).format(
+                side=sql.Literal(side.value),
+                col=sql.Identifier(column),
+                dim=sql.Literal(int(self.dim)),
+                owner=sql.Literal(self.user),
+            )
+            for column, side in (("embedding", Side.OWN), ("reply_embedding", Side.REPLY))
+        )
+        params = {"q": q, "k": int(k)}
         with self.db.connection() as con:
-            with con.transaction():
-                if graph:
+            if graph:
+                with con.pipeline(), con.transaction():
                     con.execute(f"SET LOCAL hnsw.ef_search = {max(HNSW_EF_SEARCH, int(k))}")
                     con.execute("SET LOCAL enable_sort = off")
-                for column, side in (("embedding", Side.OWN), ("reply_embedding", Side.REPLY)):
-                    statement = sql.SQL(
-                        "SELECT id, -({col}::vector({dim}) <#> %s) FROM memories WHERE owner = {owner}"
-                        " AND {col} IS NOT NULL ORDER BY {col}::vector({dim}) <#> %s LIMIT %s"
-                    ).format(col=sql.Identifier(column), dim=sql.Literal(int(self.dim)), owner=owner)
-                    out += [SearchHit(int(r[0]), side, float(r[1])) for r in con.execute(statement, (q, q, int(k)))]
+                    rows = con.execute(statement, params).fetchall()
+            else:
+                rows = con.execute(statement, params).fetchall()
+        out = [SearchHit(int(r[0]), Side(r[1]), float(r[2])) for r in rows]
         out.sort(key=lambda h: -h.score)
         return out[:k]
 
