@@ -3,8 +3,10 @@ app workers use at once. The store interface of ``stores/base.py``, like the SQL
 the bank's retrieval, forgetting, imports and exports run unchanged over it.
 
 * Scoping: every statement names its user (``owner = %s``) in the SQL itself; a store object
-  holds nothing but its user's name, so nothing cached can go stale when another worker writes,
-  deletes or re-creates that user. Memory ids are each user's own (1, 2, ...), as in SQLite.
+  holds nothing but its user's name. The one thing a worker keeps is the lexical postings it has
+  read (``PostingsCache``), checked against the user's row at every search, so that nothing kept
+  goes stale when another worker writes, deletes or re-creates that user. Memory ids are each
+  user's own (1, 2, ...), as in SQLite.
 * Writes: one transaction each, which first locks the user's row (``mem_users``), so that two
   workers writing one user's turns at once give them distinct ids and places and keep the
   counts consistent.
@@ -13,9 +15,10 @@ the bank's retrieval, forgetting, imports and exports run unchanged over it.
   searched exactly through the btree on owner; from ``HNSW_MIN`` on, that user gets partial HNSW
   indexes of their own (``WHERE owner = '...'``), built concurrently in the background, so that
   one user's search never walks another user's graph and never loses hits to a filter.
-* Lexical search: BM25 computed in SQL over a postings table (``lex_postings``: owner, term,
-  memory, term frequency, document length) with the per-user document count and token total kept
-  on the user's row. Terms are the tokens of ``memory.lexical.fts_document`` (jieba words for
+* Lexical search: BM25 over a postings table (``lex_postings``: owner, term, memory, term
+  frequency, document length; the primary key holds them all, for index-only scans) with the
+  per-user document count and token total kept on the user's row, scored with numpy from the
+  postings the worker keeps. Terms are the tokens of ``memory.lexical.fts_document`` (jieba words for
   Chinese, stemmed English words, the days a turn refers to: ``base.lexical_document``), so the scores equal SQLite FTS5's
   ``bm25()`` (k1 = 1.2, b = 0.75) on the same text: the two stores rank alike.
 """
