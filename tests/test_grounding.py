@@ -215,3 +215,24 @@ def test_eval_grounding_with_the_packaged_model(smollm2_backend, e5_embedder, tm
     assert result["summary"]["written"] == 1 and result["personality"]["written"] == 1
     assert sum(result["summary"]["paths"].values()) == 2  # the day's summary and the first global one
     assert 0 <= result["summary"]["grounded"] <= 1 and "grounded" in format_grounding(result)
+
+
+def test_a_reply_that_names_what_nobody_said_is_marked_not_from_memory(bank, tmp_path):
+    from siliconfriend.config import Settings
+    from siliconfriend.core.companion import Companion
+    from siliconfriend.web.chat import remembered_markdown, remembered_title, stored_remembered
+
+    bank.add_turn("Amy", TURNS_EN[0], TURNS_EN[1], datetime(2023, 5, 2, 19))
+    model = Scripted("Pixel and Sam say hi! Say hello to Bella in Paris, too.", "How is Pixel today?")
+    companion = Companion(
+        bank, model, settings=Settings(home=tmp_path), clock=lambda: datetime(2023, 5, 2, 20), history_turns=20
+    )
+    # Pixel is today's talk and Sam is in the message: from the prompt; Bella and Paris are not
+    result = companion.respond("Amy", "My friend Sam will teach me the guitar.").collect()
+    assert result.not_from_memory == ["Bella", "Paris"]
+    entries = stored_remembered(bank.get("Amy", result.turn.id))
+    panel = remembered_markdown(entries, "en")
+    assert "Not from memory: Bella, Paris." in panel and "(0)" in remembered_title(entries, "en")
+    assert "不是来自记忆：Bella, Paris" in remembered_markdown(entries, "zh")
+    second = companion.respond("Amy", "Thanks!").collect()
+    assert second.not_from_memory == [] and "not_from_memory" not in bank.get("Amy", second.turn.id).extra

@@ -233,6 +233,10 @@ TEXT: dict[str, dict[str, str]] = {
         "en": "The model's summary did not match what you said: these are your own words",
         "zh": "模型写的总结与你说的话对不上：这里是你自己的原话",
     },
+    "not_from_memory": {
+        "en": "Not from memory: {names}. I named this without having heard it from you.",
+        "zh": "不是来自记忆：{names}。这是我自己说出来的，你并没有告诉过我。",
+    },
     "no_profile_note": {
         "en": "No profile: what the model wrote could not be found in what you said",
         "zh": "没有画像：模型写的内容在你说过的话里找不到依据",
