@@ -376,7 +376,9 @@ def test_two_users_in_a_browser(browser, live_app):
     elsewhere = browser.new_context()  # another browser, with no session: refused, link still good
     assert elsewhere.request.get(url + href).status == 404
     elsewhere.close()
-    exported = json.loads(download_export(page))
+    with page.expect_download() as download:  # the same link, in alice's browser
+        page.locator("#export_link a#download").click()
+    exported = json.loads(Path(download.value.path()).read_text())
     assert list(exported) == ["alice"]
     assert any("Pixel" in t["query"] for t in exported["alice"]["history"]["2024-05-04"])
     assert exported["alice"]["siliconfriend"]["memories"]
