@@ -307,11 +307,17 @@ class MemoryBank:
             self._replies.submit(user)
         return stored
 
-    def set_summary(self, user: str, kind: Kind, text: str, when: datetime, *, day: date | None = None) -> MemoryRecord:
-        """Create or replace the summary of ``kind`` for ``day`` (daily kinds) or the global one."""
-        return self._set_summaries(user, [(kind, text, when, day)])[0]
+    def set_summary(
+        self, user: str, kind: Kind, text: str, when: datetime, *, day: date | None = None, extra: dict | None = None
+    ) -> MemoryRecord:
+        """Create or replace the summary of ``kind`` for ``day`` (daily kinds) or the global one.
+        ``extra`` replaces the summary's extra fields (how it was written: the day rollover's
+        grounding check); without it a replaced summary keeps none of the old ones."""
+        return self._set_summaries(user, [(kind, text, when, day)], extra=extra)[0]
 
-    def _set_summaries(self, user: str, items: Sequence[tuple[Kind, str, datetime, date | None]]) -> list[MemoryRecord]:
+    def _set_summaries(
+        self, user: str, items: Sequence[tuple[Kind, str, datetime, date | None]], *, extra: dict | None = None
+    ) -> list[MemoryRecord]:
         """``set_summary`` for many summaries at once (imports): one embedding batch, one index sync."""
         if not items:
             return []
@@ -328,7 +334,8 @@ class MemoryBank:
             existing = u.records(kind=kind, day=day)
             if existing:
                 rec = existing[0]
-                u.replace_text(rec.stored_id, text, vector, created_at=when.isoformat())
+                extra_json = json.dumps(extra or {}, ensure_ascii=False)
+                u.replace_text(rec.stored_id, text, vector, created_at=when.isoformat(), extra=extra_json)
                 if rec.state == State.ARCHIVED:
                     u.set_state([rec.stored_id], State.ACTIVE)
             else:
@@ -341,6 +348,7 @@ class MemoryBank:
                             created_at=when,
                             day=day,
                             strength=self.policy.initial_strength(0.0),
+                            extra=dict(extra or {}),
                         )
                     ],
                     vector[None, :],

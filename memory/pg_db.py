@@ -19,6 +19,8 @@ import psycopg
 import psycopg.sql
 from psycopg_pool import ConnectionPool, PoolTimeout
 
+from .stores.base import SchemaTooNew, StoreUnavailable, is_postgres_url
+
 log = logging.getLogger(__name__)
 
 CONNECT_TIMEOUT_S = 5
@@ -31,13 +33,7 @@ PGVECTOR_HELP = (
 )
 
 
-class StoreUnavailable(RuntimeError):
-    """The database cannot be used now (unreachable, stopped, refused). The message says why and
-    names the server without its password; nothing half-written was committed."""
-
-
-class SchemaTooNew(RuntimeError):
-    """The database was migrated by a newer SiliconFriend than this one."""
+__all__ = ["Database", "SchemaTooNew", "StoreUnavailable", "is_postgres_url", "redact", "scratch_database"]
 
 
 def redact(url: str) -> str:
@@ -50,10 +46,6 @@ def one(row: tuple | None) -> tuple:
     if row is None:
         raise RuntimeError("the database returned no row where a query always returns one")
     return row
-
-
-def is_postgres_url(url: str | None) -> bool:
-    return url is not None and url.split(":", 1)[0] in ("postgresql", "postgres")
 
 
 def _unavailable(url: str, exc: BaseException) -> StoreUnavailable:

@@ -56,8 +56,6 @@ class RetrievalConfig:
     retention_weight: float = 0.05
     use_dates: bool = True
     use_replies: bool = True  # a turn's dense similarity also looks at its reply's vector
-    reply_mode: str = "mean"  # how the two sides combine: "mean" of the cosines, "max", or
-    # "scaled" (max of each side scaled over the pool: noise in small pools)
     reply_share: float = 1 / 3  # the reply's share of a turn's mean; the message has the rest
     archive_penalty: float | None = 0.3  # taken off an archived memory's score; None: never retrieved
     kinds: tuple[Kind, ...] = (Kind.TURN, Kind.DAILY_EVENTS)
@@ -348,22 +346,17 @@ def _combine_dense(
 ) -> tuple[dict[int, float], dict[int, float]]:
     """A pool member's dense similarity (raw, for the reasons) and its dense score in [0, 1]."""
     raw, mixed = _dense_mixed(own, reply, config)
-    if config.reply_mode == "scaled" and reply:
-        own_s, reply_s = _scale(own), _scale(reply)
-        return raw, {i: max(own_s[i], reply_s.get(i, 0.0)) for i in own}
     return raw, _scale(mixed)
 
 
 def _dense_mixed(
     own: dict[int, float], reply: dict[int, float], config: RetrievalConfig
 ) -> tuple[dict[int, float], dict[int, float]]:
-    """The better of a member's two cosines (for the reasons), and their mix as ``reply_mode``
-    says (unscaled)."""
+    """The better of a member's two cosines (for the reasons), and their mix (unscaled): the
+    reply's cosine weighs ``reply_share`` where the turn has a reply vector."""
     raw = {i: max(s, reply.get(i, -1.0)) for i, s in own.items()}
-    if config.reply_mode == "mean":
-        w = config.reply_share
-        return raw, {i: (1 - w) * s + w * reply[i] if i in reply else s for i, s in own.items()}
-    return raw, raw
+    w = config.reply_share
+    return raw, {i: (1 - w) * s + w * reply[i] if i in reply else s for i, s in own.items()}
 
 
 def _cue_dense(

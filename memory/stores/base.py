@@ -55,6 +55,20 @@ MEMORY_COLUMNS = (
 VECTOR_COLUMNS = ("vector", "reply_vector")
 
 
+class StoreUnavailable(RuntimeError):
+    """The database cannot be used now (unreachable, stopped, refused). The message says why and
+    names the server without its password; nothing half-written was committed."""
+
+
+class SchemaTooNew(RuntimeError):
+    """The database was migrated by a newer SiliconFriend than this one."""
+
+
+def is_postgres_url(url: str | None) -> bool:
+    """Whether ``url`` names a PostgreSQL database (told without importing its client)."""
+    return url is not None and url.split(":", 1)[0] in ("postgresql", "postgres")
+
+
 class Side(str, enum.Enum):
     """Which side of a memory a search hit matched."""
 

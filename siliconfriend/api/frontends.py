@@ -84,6 +84,13 @@ TASK_PROMPTS: tuple[TaskPrompt, ...] = (
         f"{_OWUI} DEFAULT_IMAGE_PROMPT_GENERATION_PROMPT_TEMPLATE",
     ),
     TaskPrompt(
+        # the summary that replaces the older messages of a long chat (off by default)
+        "Open WebUI",
+        "context_compaction",
+        ("### task:", "summarize the conversation history that will be compacted"),
+        "open-webui/open-webui backend/open_webui/utils/context_compaction.py DEFAULT_CONTEXT_COMPACTION_PROMPT",
+    ),
+    TaskPrompt(
         "Open WebUI",
         "emoji",
         ("your task is to reflect the speaker's likely facial expression through a fitting emoji",),

@@ -25,13 +25,13 @@ from __future__ import annotations
 import hashlib
 import json
 from dataclasses import dataclass, field
+from datetime import date, timedelta
 from typing import Sequence
 
 from memory.bank import MemoryBank
 from memory.records import Kind, MemoryRecord, State
 
 CHAT = "chat"  # the key of a stored turn's extra fields that says where in the client's chat it was
-RECENT_TURNS = 200  # how far back (newest first) a resent message is looked for
 
 
 def _norm(text: str) -> str:
@@ -57,10 +57,18 @@ class Placed:
 
 
 def place(
-    bank: MemoryBank, user: str, text: str, history: Sequence[tuple[str, str]], *, chat: str | None = None
+    bank: MemoryBank,
+    user: str,
+    text: str,
+    history: Sequence[tuple[str, str]],
+    today: date,
+    *,
+    chat: str | None = None,
 ) -> Placed:
     """Where ``text``, sent after ``history`` (in the client's chat ``chat``, where it names one),
-    goes among ``user``'s stored turns."""
+    goes among ``user``'s turns of ``today`` and the day before (a chat that runs past midnight;
+    what is older is not regenerated or edited: read by the day's index, this costs a turn a
+    few milliseconds however long the user's memory)."""
     digest = history_digest(history, chat)
     known = bool(history) or bool(chat)  # a place no other chat shares
     placed = Placed({CHAT: {"history": digest}})
@@ -68,7 +76,7 @@ def place(
         return placed
     recent = [
         t
-        for t in bank.records(user, kind=Kind.TURN, limit=RECENT_TURNS, newest_first=True)
+        for t in bank.records(user, kind=Kind.TURN, days=[today, today - timedelta(days=1)], newest_first=True)
         if t.state != State.SUPERSEDED
     ]
     same = [t for t in recent if (t.extra.get(CHAT) or {}).get("history") == digest]

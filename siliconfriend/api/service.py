@@ -15,13 +15,13 @@ from datetime import date, datetime
 from typing import Any, Callable, Sequence
 
 from memory.bank import MemoryBank, UnknownMemory
+from memory.memorybank_format import export_person
 from memory.records import Kind, MemoryRecord, State
 
 from ..backends.base import Message, Role
 from ..config import Settings
-from ..core.companion import TODAY, ReplyStream, used_entry
+from ..core.companion import MAX_MESSAGE_CHARS, TODAY, ReplyStream, used_entry
 from ..web.accounts import Accounts
-from ..web.service import MAX_MESSAGE_CHARS, user_export
 from .frontends import Task, person_words, task_of
 from .keys import ApiKeys, KeyLimiter, KeyOwner, LoginStyleLimiter, RateLimited
 from .resent import Placed, place
@@ -313,7 +313,11 @@ class ApiService:
         lang = prefs.get("lang") if prefs.get("lang") in ("en", "zh") else None
         store = switches.memory != "off"
         # a regenerate or an edit, told from the client's history (resent.py)
-        placed = place(self.bank, user, turn.text, turn.history, chat=switches.chat) if store else Placed()
+        placed = (
+            place(self.bank, user, turn.text, turn.history, self.now().date(), chat=switches.chat)
+            if store
+            else Placed()
+        )
         stream = self.companion.respond(
             user,
             turn.text,
@@ -561,7 +565,7 @@ class ApiService:
         return {"id": rec.id, "object": "memory", "deleted": True}
 
     def export(self, user: str) -> dict:
-        return user_export(self.bank, self.accounts, user, self.now())
+        return export_person(self.bank, user, self.now(), self.accounts.prefs(user))
 
 
 __all__ = ["ApiService", "ApiError", "Completion", "ChatTurn", "Switches", "read_messages", "MODEL_ID"]

@@ -77,10 +77,26 @@ def cmd_keys_revoke(args) -> int:
 def cmd_serve_api(args) -> int:
     import logging
 
-    from ..api.serve import serve
-
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     return serve(_settings(args), host=args.host, port=args.port)
+
+
+def serve(settings, *, host: str | None = None, port: int | None = None) -> int:
+    """Serve the API on 127.0.0.1 unless told otherwise; the companion is built on the first chat."""
+    import uvicorn
+
+    from ..api.routes import standalone_app
+    from ..factory import build_api_service
+
+    api = build_api_service(settings)
+    host = host or settings.host
+    port = port or settings.api_port
+    print(
+        f"SiliconFriend API: data in {settings.home}; base URL http://{host}:{port}/v1 (OpenAPI at /v1/openapi.json)",
+        file=sys.stderr,
+    )
+    uvicorn.run(standalone_app(api), host=host, port=port, log_level="info")
+    return 0
 
 
 def register(sub: argparse._SubParsersAction) -> None:

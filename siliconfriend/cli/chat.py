@@ -240,6 +240,8 @@ def cmd_replay(args: argparse.Namespace) -> int:
         _report_rollover(stream.consolidation)
         if args.show_memories:
             print("\n".join(_memory_lines(result.used)) or "  (no memory was used)")
+        if result.not_from_memory:
+            print(f"  (not from memory: {', '.join(result.not_from_memory)})")
         if result.error:
             failures += 1
             print(f"  ({result.error})", file=sys.stderr)

@@ -75,7 +75,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"siliconfriend: error: {exc}", file=sys.stderr)
         return 1
     except RuntimeError as exc:  # the store: unreachable database, missing pgvector, newer schema
-        from memory.pg_db import SchemaTooNew, StoreUnavailable
+        from memory.stores.base import SchemaTooNew, StoreUnavailable
 
         if not isinstance(exc, (StoreUnavailable, SchemaTooNew)):
             raise

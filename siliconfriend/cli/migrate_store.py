@@ -9,8 +9,8 @@ import dataclasses
 from pathlib import Path
 from typing import Callable
 
-from memory.pg_db import is_postgres_url
 from memory.store_copy import copy_user
+from memory.stores.base import is_postgres_url
 
 from ..config import Settings
 

@@ -124,7 +124,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     p = users_sub.add_parser("list", help="the accounts, with how many live API keys each has")
     p.add_argument("--home", default=argparse.SUPPRESS, help="data folder (same as the global --home)")
     p.set_defaults(func=cmd_users_list)
-    p = users_sub.add_parser("delete", help="delete an account, its API keys and every memory, for good")
+    p = users_sub.add_parser(
+        "delete",
+        help="delete an account, its API keys and every memory, for good (stop a server using the same store first)",
+    )
     p.add_argument("name")
     p.add_argument("--yes", action="store_true", help="do not ask for confirmation")
     p.add_argument("--home", default=argparse.SUPPRESS, help="data folder (same as the global --home)")

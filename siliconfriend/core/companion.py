@@ -18,22 +18,24 @@ from datetime import date, datetime
 from typing import Callable, Iterator, Sequence
 
 from memory.bank import MemoryBank, UnknownMemory, user_key
-from memory.pg_db import StoreUnavailable
 from memory.records import Kind, MemoryRecord
 from memory.retrieval import Hit, TalkLine
+from memory.stores.base import StoreUnavailable
 
 from ..backends.base import BackendError, ChatBackend, Message
 from ..config import Settings
 from .consolidate import ConsolidationReport, Consolidator
+from .grounding import GroundingChecker
 from .prompting import PromptSet, fit_chat, load_prompts, truncate_tokens
 
 log = logging.getLogger("siliconfriend.core.companion")
 
+MAX_MESSAGE_CHARS = 20_000  # the longest message a person may send (the web app and the API refuse more)
 QUERY_CHARS = 2000  # what of a (very long) message is used as the retrieval query
 MEMORY_CHARS = 400  # a remembered message or reply is cut to this many characters in the prompt
 # today's conversation in the prompt: each earlier message (and reply) of the day is cut to this
-# many characters, and the day's turns, newest first, fill at most HISTORY_TOKENS; so one long
-# message does not ride along in every later prompt of the day
+# many characters, and the day's turns fill at most HISTORY_TOKENS (see ``day_window``); so one
+# long message does not ride along in every later prompt of the day
 HISTORY_CHARS = 1000
 HISTORY_TOKENS = 1200
 # the conversation retrieval takes as its second cue: today's latest exchanges (an older one
@@ -41,6 +43,9 @@ HISTORY_TOKENS = 1200
 # embedded, so this also bounds what a long foreign history costs
 TALK_TURNS = 6
 TODAY = "today"  # the kind of a "what I remembered" entry that is a line of today's talk
+# the kind of the "what I remembered" entry that lists the names a reply used that came from
+# neither the memories, the prompt nor today's talk (the model made them up)
+NOT_FROM_MEMORY = "not_from_memory"
 
 
 def used_entry(hit: Hit) -> dict:
@@ -74,6 +79,38 @@ def today_entry(turn: MemoryRecord) -> dict:
     }
 
 
+def day_window(costs: Sequence[int], *, turns: int, tokens: int) -> int:
+    """The first of today's turns the prompt shows (an index into ``costs``, each turn's tokens,
+    oldest first), so that the prompt holds at most ``turns`` turns and ``tokens`` tokens of them.
+
+    The window does not slide one turn at a time: when a new turn makes it too long, the oldest
+    turns leave until a third of the room is free, and then it stays where it is for the next
+    turns. So each turn's prompt starts with the previous one's (the backend reuses that work)
+    except at those steps. The start is worked out from the day's turns alone, the same at
+    every turn; the newest turn is always shown."""
+    start, used = 0, 0
+    for i, cost in enumerate(costs):
+        used += cost
+        if i + 1 - start > turns or used > tokens:
+            while start < i and (i + 1 - start > turns * 2 // 3 or used > tokens * 2 // 3):
+                used -= costs[start]
+                start += 1
+    return start
+
+
+def not_from_memory_entry(names: Sequence[str]) -> dict:
+    """The "what I remembered" entry that says which names of the reply were not from memory."""
+    return {
+        "id": None,
+        "kind": NOT_FROM_MEMORY,
+        "day": "",
+        "strength": 0.0,
+        "retention": 0.0,
+        "why": "named in the reply, but in neither the memories, the prompt nor today's talk",
+        "text": ", ".join(names),
+    }
+
+
 def _clip(text: str, n: int, marker: str) -> str:
     return text if len(text) <= n else f"{text[:n].rstrip()} {marker}"
 
@@ -103,6 +140,8 @@ class TurnResult:
     text: str = ""  # the user's message, kept so that it can be sent again
     stopped: bool = False  # the reply was stopped early (what came so far is the reply)
     today: list[MemoryRecord] = field(default_factory=list)  # today's turns that were in the prompt
+    # names (people, pets, places) and numbers of the reply found nowhere in its prompt
+    not_from_memory: list[str] = field(default_factory=list)
 
 
 class ReplyStream:
@@ -185,6 +224,7 @@ class Companion:
             summary_tokens=summary_tokens or settings.max_new_tokens,
             prompt_budget=prompt_budget,
         )
+        self._names_check = GroundingChecker(None)  # names only: no embedding in a turn
         self._guard = threading.Lock()
         self._store_locks: dict[str, threading.Lock] = defaultdict(threading.Lock)
         self._rollover_locks: dict[str, threading.Lock] = defaultdict(threading.Lock)
@@ -302,12 +342,12 @@ class Companion:
             said = {" ".join(q.split()) for q, _ in turn.given_history}
             turn.history = [t for t in today if " ".join(t.query.split()) in said]
         else:
-            turn.history = today[-self.history_turns :] if self.history_turns else []
+            turn.history = today[self._window(self._pairs(today, prompts, turn.backend), turn.backend) :]
         stream.messages, stream.used, stream.today = self._prompt(turn, prompts)
         parts: list[str] = []
         error = None
         try:
-            chunks = turn.backend.stream(stream.messages, max_tokens=self.max_new_tokens)
+            chunks = self._stream(turn, stream.messages)
             try:
                 for chunk in chunks:
                     if stream.stopped:
@@ -329,6 +369,13 @@ class Companion:
             raise
         stream.result = self._finish(stream, turn, "".join(parts), error)
 
+    def _stream(self, turn: _Turn, messages: Sequence[Message]) -> Iterator[str]:
+        """The backend's reply; a backend that keeps each conversation's prompt prefix between
+        turns (``keeps_prefix``: the local model's KV cache) is told whose conversation it is."""
+        if getattr(turn.backend, "keeps_prefix", False):
+            return turn.backend.stream(messages, max_tokens=self.max_new_tokens, cache_key=user_key(turn.user))  # type: ignore[call-arg]
+        return turn.backend.stream(messages, max_tokens=self.max_new_tokens)
+
     def _finish(self, stream: ReplyStream, turn: _Turn, reply: str, error: str | None) -> TurnResult:
         reply = reply.strip()
         result = TurnResult(
@@ -343,6 +390,8 @@ class Companion:
         )
         if error is None and not reply and not stream.stopped:
             result.error = "No reply: the model returned nothing. Your message was not lost; send it again to retry."
+        if reply and result.error is None:
+            result.not_from_memory = self._not_from_memory(turn, reply, stream.messages)
         if result.error or not turn.store:
             return result
         try:
@@ -377,15 +426,27 @@ class Companion:
                 self.bank.reinforce(turn.user, [h.record.stored_id for h in result.used], turn.now)
         return result
 
+    def _not_from_memory(self, turn: _Turn, reply: str, messages: Sequence[Message]) -> list[str]:
+        """The names of ``reply`` that its prompt (memories, summaries, persona, today's talk and
+        the message) never mentions: said as if remembered, but made up."""
+        said = self._names_check.sources(
+            [m.content for m in messages] + [turn.text], allowed=[turn.user, self.settings.companion_name]
+        )
+        return self._names_check.unsupported_names(reply, said)
+
     @staticmethod
     def _extra(result: TurnResult) -> dict:
-        """What a stored turn keeps of its prompt: the memories used and today's lines in it, and
-        whether its reply was stopped before its end (what came so far is the reply)."""
-        return {
+        """What a stored turn keeps of its prompt: the memories used and today's lines in it,
+        whether its reply was stopped before its end (what came so far is the reply), and the
+        names of the reply that were not from memory."""
+        out = {
             "used": [used_entry(h) for h in result.used],
             TODAY: [today_entry(t) for t in result.today],
             "stopped": result.stopped,
         }
+        if result.not_from_memory:
+            out[NOT_FROM_MEMORY] = list(result.not_from_memory)
+        return out
 
     def _supersede(self, user: str, old: MemoryRecord, reason: str, new: MemoryRecord) -> None:
         try:
@@ -399,19 +460,19 @@ class Companion:
             return self._store_locks[user]
 
     # -- the prompt ---------------------------------------------------------------------------
-    def _history(self, turn: _Turn, prompts: PromptSet) -> list[tuple[str, str]]:
-        """Today's turns for the prompt, oldest first: each message cut to HISTORY_CHARS, and
-        only the most recent that fit in HISTORY_TOKENS."""
+    @staticmethod
+    def _pairs(turns: Sequence[MemoryRecord], prompts: PromptSet, backend: ChatBackend) -> list[tuple[str, str]]:
+        """Today's turns as the prompt shows them: each message (and reply) cut to HISTORY_CHARS."""
         cut = prompts.fragment("cut")
-        pairs: list[tuple[str, str]] = []
-        used = 0
-        for t in reversed(turn.history):
-            pair = (_clip(t.query, HISTORY_CHARS, cut), _clip(t.response, HISTORY_CHARS, cut))
-            used += turn.backend.count_tokens(pair[0]) + turn.backend.count_tokens(pair[1])
-            if pairs and used > HISTORY_TOKENS:
-                break
-            pairs.insert(0, pair)
-        return pairs
+        return [(_clip(t.query, HISTORY_CHARS, cut), _clip(t.response, HISTORY_CHARS, cut)) for t in turns]
+
+    def _window(self, pairs: Sequence[tuple[str, str]], backend: ChatBackend) -> int:
+        """Where today's conversation in the prompt starts (an index into ``pairs``): see
+        ``day_window``, with at most ``history_turns`` turns and HISTORY_TOKENS tokens."""
+        if not self.history_turns:
+            return len(pairs)
+        costs = [backend.count_tokens(q) + backend.count_tokens(r) for q, r in pairs]
+        return day_window(costs, turns=self.history_turns, tokens=HISTORY_TOKENS)
 
     def _prompt(self, turn: _Turn, prompts: PromptSet) -> tuple[list[Message], list[Hit], list[MemoryRecord]]:
         exclude = {t.id for t in turn.history}
@@ -429,9 +490,9 @@ class Companion:
             if h.record.id not in exclude
         ][:k]
         if turn.given_history is not None:
-            pairs = turn.given_history[-self.history_turns :] if self.history_turns else []
+            pairs = turn.given_history[self._window(turn.given_history, turn.backend) :]
         else:
-            pairs = self._history(turn, prompts)
+            pairs = self._pairs(turn.history, prompts, turn.backend)
         fitted = fit_chat(
             prompts,
             self.meta_values(turn.user, turn.now, prompts, turn.backend, persona=turn.persona),
@@ -533,6 +594,8 @@ class Companion:
         mark = self.bank.user_meta(user, ROLLOVER_MARK)
         if self._rolled.get(user) == (today, mark):
             return None
+        if self._rolled.get(user, (today,))[0] != today:  # a new day: yesterday's prompt is done with
+            self._drop_prefix(backend, user)
         with self._guard:
             lock = self._rollover_locks[user]
         with lock, self.bank.exclusive(user, "rollover"):
@@ -578,8 +641,15 @@ class Companion:
             self.bank.set_user_meta(user, ROLLOVER_MARK, secrets.token_hex(8))  # for every worker
             self._rolled.pop(user, None)
 
+    @staticmethod
+    def _drop_prefix(backend: ChatBackend, user: str) -> None:
+        drop = getattr(backend, "drop_prefix", None)
+        if drop is not None:
+            drop(user_key(user))
+
     def forget_user(self, user: str) -> None:
         """Drop what this companion keeps in memory about ``user`` (after the account is deleted)."""
+        self._drop_prefix(self.backend, user)
         with self._guard:
             self._rolled.pop(user, None)
             self._store_locks.pop(user, None)

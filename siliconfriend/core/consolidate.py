@@ -8,6 +8,15 @@ global text plus the new days, in chunks that fit the model). Every step is idem
 done once both its summaries exist; a failed LLM call leaves that day (or the global fold) pending
 and it is retried on the next run. A summary is a memory with its day, so it can be retrieved.
 Finally the forgetting pass archives what has faded.
+
+Nothing is kept that was not said (``grounding.py``): each sentence of a daily summary or
+personality is checked against the day's turns, each of a global one against the daily ones it
+rolls up. When a sentence fails, the text is written again with the failure named; a second
+failure keeps the grounded sentences when they are the most, and otherwise falls back: the day's
+own statements by the user, said as such ("You told me: ..."), for events; an honest "too little
+was said" for a personality (no profile beats a false one); the dated daily lines for the global
+events. What was left out is counted with the record (``extra["grounding"]``) and the memory page
+says so.
 """
 
 from __future__ import annotations
@@ -20,10 +29,13 @@ from datetime import date, datetime, timedelta
 from typing import Callable, Sequence
 
 from memory.bank import MemoryBank
+from memory.importance import rate_importance
+from memory.lexical import tokenize
 from memory.records import Kind, MemoryRecord
 
 from ..backends.base import BackendError, ChatBackend, Message
-from .prompting import PromptSet, fit_block, load_prompts
+from .grounding import Check, GroundingChecker, Sources, join_sentences, split_sentences
+from .prompting import PromptError, PromptSet, fit_block, load_prompts
 
 log = logging.getLogger("siliconfriend.core.consolidate")
 
@@ -33,6 +45,38 @@ GLOBAL = {
     Kind.GLOBAL_PERSONALITY: ("global_personality", Kind.DAILY_PERSONALITY),
 }
 _SENTENCE_END = re.compile(r"[.!?](?=[\s\"'”’)）]|$)|[。！？]")
+GROUNDING = "grounding"  # the key of what the check found, in a summary's ``extra``
+# how a summary came to be: the model's text as written, written again after a failed check, the
+# model's grounded sentences only, the user's own words, no profile at all
+PATHS = ("model", "regenerated", "kept", "extractive", "none", "daily")
+EXTRACTIVE_STATEMENTS = 4  # at most this many of the user's statements in an extractive summary
+EXTRACTIVE_CHARS = 160  # each cut to about this many characters
+GLOBAL_FALLBACK_CHARS = 1500
+RETRY_ROOM = 64  # tokens kept free in a summary prompt for the note of a second attempt  # the dated daily lines a global fallback keeps, newest first
+
+
+@dataclass
+class Written:
+    """One summary the rollover wrote, and what the grounding check made of it."""
+
+    kind: Kind
+    day: date | None
+    path: str  # one of PATHS
+    attempts: list[Check]  # the check of each model text, in order
+    dropped: int  # sentences of the model's text that were left out
+    text: str
+
+    def extra(self) -> dict:
+        first = self.attempts[0] if self.attempts else None
+        return {
+            GROUNDING: {
+                "path": self.path,
+                "dropped": self.dropped,
+                "sentences": len(first.verdicts) if first else 0,
+                "grounded": len(first.kept) if first else 0,
+                "invented": first.invented[:10] if first else [],
+            }
+        }
 
 
 @dataclass
@@ -42,6 +86,7 @@ class ConsolidationReport:
     failed: dict[date, str] = field(default_factory=dict)  # day -> why it is still pending
     global_updated: list[Kind] = field(default_factory=list)  # GLOBAL_EVENTS / GLOBAL_PERSONALITY
     global_failed: dict[Kind, str] = field(default_factory=dict)
+    written: list[Written] = field(default_factory=list)  # each summary written, with its check
     rehearsed: int = 0  # turns the new daily summaries reinforced
     archived: int = 0  # memories the forgetting pass archived
     forgot: bool = False  # whether the forgetting pass ran
@@ -49,6 +94,11 @@ class ConsolidationReport:
     @property
     def ok(self) -> bool:
         return not self.failed and not self.global_failed
+
+    @property
+    def dropped(self) -> int:
+        """Unsupported sentences left out of what was written."""
+        return sum(w.dropped for w in self.written)
 
 
 def tidy(text: str) -> str:
@@ -75,8 +125,10 @@ class Consolidator:
         summary_tokens: int = 200,
         prompt_budget: int | None = None,
         prompts: Callable[[str], PromptSet] = load_prompts,
+        checker: GroundingChecker | None = None,
     ):
         self.bank = bank
+        self.checker = checker or GroundingChecker(bank.embedder)
         self.backend = backend
         self.companion_name = companion_name
         self.summary_tokens = summary_tokens
@@ -107,6 +159,7 @@ class Consolidator:
         name, daily_kind = GLOBAL[kind]
         current = self.bank.get_summary(user, kind)
         dailies = sorted(self.bank.summaries(user, daily_kind), key=lambda r: r.day)
+        dailies = [r for r in dailies if path_of(r) != "none"]  # no profile: nothing to fold
         if current is None:
             return dailies
         return [r for r in dailies if r.created_at > current.created_at]
@@ -140,7 +193,7 @@ class Consolidator:
         report = ConsolidationReport(user)
         for day in self.pending_days(user, until):
             try:
-                self._summarise_day(user, day, now, prompts, backend)
+                report.written += self._summarise_day(user, day, now, prompts, backend)
                 report.summarised.append(day)
                 report.rehearsed += len(self.bank.rehearse(user, day, now))
             except BackendError as exc:
@@ -151,7 +204,7 @@ class Consolidator:
             if not new:
                 continue
             try:
-                self._fold(user, kind, new, now, prompts, backend)
+                report.written.append(self._fold(user, kind, new, now, prompts, backend))
                 report.global_updated.append(kind)
             except BackendError as exc:
                 log.warning("%s of %s failed, left pending: %s", kind.value, user, exc)
@@ -167,7 +220,9 @@ class Consolidator:
         room = backend.context_tokens - self.summary_tokens - 64
         return min(room, self.prompt_budget) if self.prompt_budget else room
 
-    def _summarise_day(self, user: str, day: date, now: datetime, prompts: PromptSet, backend: ChatBackend) -> None:
+    def _summarise_day(
+        self, user: str, day: date, now: datetime, prompts: PromptSet, backend: ChatBackend
+    ) -> list[Written]:
         turns = self.bank.turns_on(user, day)
         lines = []
         for t in turns:
@@ -177,6 +232,11 @@ class Consolidator:
                     prompts.fragment("dialogue_companion", companion_name=self.companion_name, text=t.response.strip())
                 )
         values = dict(user_name=user, companion_name=self.companion_name, date=prompts.format_date(day))
+        sources = self.checker.sources(
+            [text for t in turns for text in (t.query, t.response)],
+            allowed=[user, self.companion_name, values["date"]],
+        )
+        written = []
         for kind, name in DAILY.items():
             existing = self.bank.get_summary(user, kind, day)
             if existing is not None and existing.created_at >= max(t.created_at for t in turns):
@@ -185,15 +245,76 @@ class Consolidator:
             def render(block: str, name: str = name) -> str:
                 return prompts.render(name, **values, dialogue=block)
 
-            prompt = fit_block(
-                render,
-                lines,
-                budget=self._budget(backend),
-                count=backend.count_tokens,
-                marker=prompts.fragment("cut"),
+            def prompt(note: str, render: Callable[[str], str] = render) -> str:
+                return fit_block(
+                    lambda block: render(block) + note,
+                    lines,
+                    budget=self._budget(backend),
+                    count=backend.count_tokens,
+                    marker=prompts.fragment("cut"),
+                )
+
+            profile = kind == Kind.DAILY_PERSONALITY
+
+            def fallback(kind: Kind = kind) -> tuple[str, str]:
+                if kind == Kind.DAILY_PERSONALITY:
+                    return "none", prompts.fragment("no_profile", user_name=user, date=values["date"])
+                return "extractive", extractive_summary([t.query for t in turns], prompts)
+
+            w = self._grounded(prompts, prompt, backend, sources, kind, day, profile=profile, fallback=fallback)
+            self.bank.set_summary(user, kind, w.text, now, day=day, extra=w.extra())
+            written.append(w)
+        return written
+
+    def _grounded(
+        self,
+        prompts: PromptSet,
+        prompt: Callable[[str], str],
+        backend: ChatBackend,
+        sources: Sources,
+        kind: Kind,
+        day: date | None,
+        *,
+        profile: bool,
+        fallback: Callable[[], tuple[str, str]],
+    ) -> Written:
+        """The model's text when every sentence is grounded; else written once more with the
+        failure named (``prompt(note)``: the prompt, fitted with that note at its end); else its
+        grounded sentences when they are two thirds of it; else ``fallback``."""
+        attempts: list[Check] = []
+        texts: list[str] = []
+        for attempt in range(2):
+            try:
+                asked = prompt("" if attempt == 0 else "\n\n" + self._retry_note(prompts, attempts[-1]))
+            except PromptError:  # no room for the note in a small context: no second attempt
+                break
+            text = self._generate(prompts, asked, backend)
+            check = self.checker.check(text, sources, profile=profile)
+            attempts.append(check)
+            texts.append(text)
+            if check.passed:
+                return Written(kind, day, "model" if attempt == 0 else "regenerated", attempts, 0, text)
+            log.info(
+                "%s of %s: %d of %d sentences unsupported (%s)",
+                kind.value,
+                day,
+                len(check.dropped),
+                len(check.verdicts),
+                "; ".join(v.why() for v in check.dropped)[:300],
             )
-            text = self._generate(prompts, prompt, backend)
-            self.bank.set_summary(user, kind, text, now, day=day)
+        best = max(attempts, key=lambda c: (len(c.kept), -len(c.dropped)))
+        if best.kept and len(best.kept) >= 2 * len(best.dropped):  # two thirds grounded: keep those
+            return Written(kind, day, "kept", attempts, len(best.dropped), best.kept_text())
+        path, text = fallback()
+        return Written(kind, day, path, attempts, len(attempts[-1].verdicts), text)
+
+    @staticmethod
+    def _retry_note(prompts: PromptSet, check: Check) -> str:
+        names = check.invented
+        if names:
+            return prompts.fragment("retry_names", names=", ".join(names[:8]))
+        sentences = [v.sentence if len(v.sentence) <= 120 else v.sentence[:120] + "…" for v in check.dropped][:2]
+        return prompts.fragment("retry_sentences", sentences=" ".join(f'"{s}"' for s in sentences))
 
     def _fold(
         self,
@@ -203,30 +324,50 @@ class Consolidator:
         now: datetime,
         prompts: PromptSet,
         backend: ChatBackend,
-    ) -> None:
+    ) -> Written:
         name, _ = GLOBAL[kind]
         current = self.bank.get_summary(user, kind)
         lines = [prompts.fragment("day_line", date=prompts.format_date(r.day), text=r.text.strip()) for r in new]
         if current is None and len(lines) == 1:  # one day: its summary is the whole story so far
-            self.bank.set_summary(user, kind, lines[0], now)
-            return
+            w = Written(kind, None, "daily", [], 0, lines[0])
+            self.bank.set_summary(user, kind, lines[0], now, extra=w.extra())
+            return w
         previous = current.text if current is not None else prompts.fragment("nothing_yet")
         values = dict(user_name=user, companion_name=self.companion_name)
         budget = self._budget(backend)
+        profile = kind == Kind.GLOBAL_PERSONALITY
+        attempts: list[Check] = []
+        dropped = 0
+        paths = []
         for chunk in self._chunks(lines, previous, prompts, name, values, budget, backend):
 
             def render(block: str, previous: str = previous) -> str:
                 return prompts.render(name, **values, previous=previous, days=block)
 
-            prompt = fit_block(
-                render,
-                chunk,
-                budget=budget,
-                count=backend.count_tokens,
-                marker=prompts.fragment("cut"),
-            )
-            previous = self._generate(prompts, prompt, backend)
-        self.bank.set_summary(user, kind, previous, now)
+            def prompt(note: str, render: Callable[[str], str] = render, chunk: list[str] = chunk) -> str:
+                return fit_block(
+                    lambda block: render(block) + note,
+                    chunk,
+                    budget=budget,
+                    count=backend.count_tokens,
+                    marker=prompts.fragment("cut"),
+                )
+
+            known = [] if current is None and previous == prompts.fragment("nothing_yet") else [previous]
+            sources = self.checker.sources([*known, *chunk], allowed=[user, self.companion_name, *_dates(chunk)])
+
+            def fallback(chunk: list[str] = chunk, known: list[str] = known) -> tuple[str, str]:
+                return "extractive", _recent_lines([*known, *chunk], GLOBAL_FALLBACK_CHARS)
+
+            w = self._grounded(prompts, prompt, backend, sources, kind, None, profile=profile, fallback=fallback)
+            attempts += w.attempts
+            dropped += w.dropped
+            paths.append(w.path)
+            previous = w.text
+        path = next((p for p in ("extractive", "kept", "regenerated") if p in paths), "model")
+        w = Written(kind, None, path, attempts, dropped, previous)
+        self.bank.set_summary(user, kind, previous, now, extra=w.extra())
+        return w
 
     def _chunks(
         self,
@@ -258,3 +399,71 @@ class Consolidator:
         if not text:
             raise BackendError("the model returned an empty summary")
         return text
+
+
+def path_of(rec: MemoryRecord | None) -> str | None:
+    """How a stored summary came to be (``PATHS``), None for one written before the check or by hand."""
+    if rec is None:
+        return None
+    info = rec.extra.get(GROUNDING) if isinstance(rec.extra, dict) else None
+    return info.get("path") if isinstance(info, dict) else None
+
+
+def dropped_of(rec: MemoryRecord | None) -> int:
+    """How many unsupported sentences were left out of a stored summary."""
+    info = rec.extra.get(GROUNDING) if rec is not None and isinstance(rec.extra, dict) else None
+    return int(info.get("dropped") or 0) if isinstance(info, dict) else 0
+
+
+_QUESTION = re.compile(r"[?？]\s*$")
+
+
+def extractive_summary(messages: Sequence[str], prompts: PromptSet) -> str:
+    """The day's own statements by the user, said as such: "You told me: “…” “…”". Questions and
+    small talk are left out, each statement is cut to its first sentences (about
+    EXTRACTIVE_CHARS), near repeats are dropped, and the most telling ones are kept, in order."""
+    candidates: list[tuple[float, int, str]] = []
+    seen: list[set[str]] = []
+    for i, message in enumerate(messages):
+        parts = [p for p in split_sentences(message) if not _QUESTION.search(p)]
+        text = ""
+        for part in parts:
+            if text and len(text) + len(part) > EXTRACTIVE_CHARS:
+                break
+            text = join_sentences([text, part]) if text else part
+        if len(text) > EXTRACTIVE_CHARS * 1.5:
+            text = text[:EXTRACTIVE_CHARS].rstrip() + "…"
+        score = rate_importance(text) if text else 0.0
+        words = set(tokenize(text))
+        if not text or score <= 0 or not words:
+            continue
+        if any(len(words & w) / len(words | w) > 0.6 for w in seen):
+            continue
+        seen.append(words)
+        candidates.append((score, i, text))
+    if not candidates:  # only questions and greetings: the first message, as it was said
+        first = next((m.strip() for m in messages if m.strip()), "")
+        candidates = [(0.0, 0, first[:EXTRACTIVE_CHARS])]
+    kept = sorted(sorted(candidates, reverse=True)[:EXTRACTIVE_STATEMENTS], key=lambda c: c[1])
+    quoted = " ".join(prompts.fragment("quote", text=t) for _, _, t in kept)
+    return prompts.fragment("you_told_me", statements=quoted)
+
+
+_DAY_LINE_DATE = re.compile(r"^([^:：]{4,40})[:：]")
+
+
+def _dates(lines: Sequence[str]) -> list[str]:
+    """The dates the day lines of a fold start with (the prompt gives them: allowed names)."""
+    return [m.group(1) for line in lines if (m := _DAY_LINE_DATE.match(line))]
+
+
+def _recent_lines(lines: Sequence[str], chars: int) -> str:
+    """The newest lines that fit in ``chars`` characters, in order (a global fallback)."""
+    out: list[str] = []
+    used = 0
+    for line in reversed([ln for text in lines for ln in text.splitlines() if ln.strip()]):
+        if out and used + len(line) > chars:
+            break
+        out.insert(0, line)
+        used += len(line) + 1
+    return "\n".join(out)

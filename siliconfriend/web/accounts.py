@@ -216,7 +216,7 @@ class Accounts:
                 version == 2
                 and not db.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'api_keys'").fetchone()
             ):
-                # made by the web branch before the merge, whose migration 2 is 3 here
+                # a database whose migration 2 was the skeletons (today's 3) and had no API keys
                 run_script(db, _MIGRATIONS[1])
                 version = 3
                 db.execute(f"PRAGMA user_version = {version}")
@@ -366,13 +366,6 @@ class Accounts:
         if isinstance(token, str):
             with self._tx() as db:
                 db.execute("DELETE FROM sessions WHERE token_hash = ?", (secret_digest(token),))
-
-    def change_password(self, name: str, old: str, new: str) -> None:
-        self.verify_password(name, old)
-        pw_hash = self.hasher.hash(self.check_password(new))
-        with self._tx() as db:
-            db.execute("UPDATE users SET pw_hash = ? WHERE name = ?", (pw_hash, name))
-            db.execute("DELETE FROM sessions WHERE name = ?", (name,))
 
     def verify_password(self, name: str, password: str, *, client: str | None = None) -> None:
         """For sensitive actions of a logged-in user (deleting the account); rate-limited too."""

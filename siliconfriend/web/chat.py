@@ -15,10 +15,10 @@ from typing import Any, Callable, Iterator
 
 import gradio as gr
 
-from ..core.companion import TODAY, today_entry
+from ..core.companion import MAX_MESSAGE_CHARS, NOT_FROM_MEMORY, TODAY, not_from_memory_entry, today_entry
 from .common import guard, lang_of, notify
 from .i18n import Translator, t
-from .service import MAX_MESSAGE_CHARS, WebService
+from .service import WebService
 
 log = logging.getLogger("siliconfriend.web")
 
@@ -38,8 +38,9 @@ def shown(text: str) -> str:
 def remembered_markdown(items: list[dict], lang: str) -> str:
     """The "what I remembered" text for one reply: the memories retrieved, then the lines of
     today's conversation that were in the prompt."""
-    memories = [it for it in items if it["kind"] != TODAY]
+    memories = [it for it in items if it["kind"] not in (TODAY, NOT_FROM_MEMORY)]
     today = [it for it in items if it["kind"] == TODAY]
+    made_up = [it for it in items if it["kind"] == NOT_FROM_MEMORY]
     lines = []
     for it in memories:
         day = it["day"] if not it["day"].startswith("1970") else "—"
@@ -54,12 +55,14 @@ def remembered_markdown(items: list[dict], lang: str) -> str:
     if today:
         lines.append(f"\n**{t('today_lines', lang, n=len(today))}**")
         lines += [f"- #{it['id']} {html.escape(_clip(it['text'], 160))}" for it in today]
+    for it in made_up:  # names the reply used as if remembered, found in none of the above
+        lines.append(f"\n⚠️ {t('not_from_memory', lang, names=html.escape(_clip(it['text'], 160)))}")
     return "\n".join(lines)
 
 
 def remembered_title(items: list[dict], lang: str) -> str:
-    memories = sum(1 for it in items if it["kind"] != TODAY)
-    today = len(items) - memories
+    memories = sum(1 for it in items if it["kind"] not in (TODAY, NOT_FROM_MEMORY))
+    today = sum(1 for it in items if it["kind"] == TODAY)
     title = f"🧠 {t('remembered', lang)} ({memories})"
     return f"{title} · {t('today_short', lang, n=today)}" if today else title
 
@@ -84,7 +87,8 @@ def stored_remembered(turn: Any) -> list[dict] | None:
     extra = getattr(turn, "extra", None) or {}
     if "used" not in extra:
         return None
-    return [*(extra.get("used") or []), *(extra.get(TODAY) or [])]
+    made_up = [not_from_memory_entry(extra[NOT_FROM_MEMORY])] if extra.get(NOT_FROM_MEMORY) else []
+    return [*made_up, *(extra.get("used") or []), *(extra.get(TODAY) or [])]
 
 
 def counter_text(text: str | None, lang: str = "en") -> str:
@@ -154,8 +158,11 @@ class ChatHandlers:
         yield msgs, gr.skip(), remembered_markdown(used, lang), {}, screen
 
     def _entries(self, source: Any) -> list[dict]:
-        """The panel's entries of a stream or a result: memories used and today's lines."""
+        """The panel's entries of a stream or a result: memories used, today's lines, and the
+        names of the finished reply that were not from memory."""
+        made_up = getattr(source, "not_from_memory", None) or []
         return [
+            *([not_from_memory_entry(made_up)] if made_up else []),
             *self.service.remembered(getattr(source, "used", None) or []),
             *(today_entry(r) for r in getattr(source, "today", None) or []),
         ]

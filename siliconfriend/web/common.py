@@ -10,7 +10,7 @@ from typing import Any, Callable
 import gradio as gr
 
 from memory.bank import UnknownMemory
-from memory.pg_db import StoreUnavailable
+from memory.stores.base import StoreUnavailable
 
 from .accounts import AccountError
 from .i18n import t

@@ -204,6 +204,21 @@ TEXT: dict[str, dict[str, str]] = {
     "confirm_password": {"en": "Your password, to confirm", "zh": "输入密码以确认"},
     "delete_account": {"en": "Delete my account and all my data", "zh": "删除我的账户和全部数据"},
     "account_deleted": {"en": "Your account and all its data were deleted.", "zh": "你的账户及全部数据已删除。"},
+    # what the grounding check of the day rollover left out of a summary (memory page)
+    "left_out_1": {"en": "1 unsupported sentence left out", "zh": "略去了 1 句没有依据的话"},
+    "left_out_n": {"en": "{n} unsupported sentences left out", "zh": "略去了 {n} 句没有依据的话"},
+    "told_me_note": {
+        "en": "The model's summary did not match what you said: these are your own words",
+        "zh": "模型写的总结与你说的话对不上：这里是你自己的原话",
+    },
+    "not_from_memory": {
+        "en": "Not from memory: {names}. I named this without having heard it from you.",
+        "zh": "不是来自记忆：{names}。这是我自己说出来的，你并没有告诉过我。",
+    },
+    "no_profile_note": {
+        "en": "No profile: what the model wrote could not be found in what you said",
+        "zh": "没有画像：模型写的内容在你说过的话里找不到依据",
+    },
 }
 
 

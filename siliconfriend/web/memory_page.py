@@ -61,6 +61,19 @@ def _filters(day_v, kind_v, state_v):
     )
 
 
+def grounding_note(info: dict | None, lang: str) -> str:
+    """The line under a summary that says what the grounding check did: the sentences it left out,
+    the user's own words instead of the model's, no profile instead of a false one."""
+    if not info or not info.get("path"):
+        return ""
+    if info["path"] == "extractive":
+        return t("told_me_note", lang)
+    if info["path"] == "none":
+        return t("no_profile_note", lang)
+    n = int(info.get("dropped") or 0)
+    return "" if n == 0 else t("left_out_1", lang) if n == 1 else t("left_out_n", lang, n=n)
+
+
 class MemoryHandlers:
     """The page's handlers. ``everything`` and the actions return values for ``PAGE`` (+ the
     status line and the selected id for the actions)."""
@@ -89,12 +102,18 @@ class MemoryHandlers:
 
     def summary_values(self, token_v, day_v=None) -> list:
         s = self.service.summaries(token_v, day_v or None)
+        lang = lang_of(self.service, token_v)
+
+        def shown(key: str) -> Any:
+            # the text, with what the grounding check left out said under its label
+            return gr.update(value=s[key], info=grounding_note(s["grounding"].get(key), lang))
+
         return [
             gr.update(choices=s["summary_days"], value=s["day"] or None),
-            s["daily_events"],
-            s["daily_personality"],
-            s["global_events"],
-            s["global_personality"],
+            shown("daily_events"),
+            shown("daily_personality"),
+            shown("global_events"),
+            shown("global_personality"),
         ]
 
     def everything(self, token_v, day_v=ALL, kind_v=ALL, state_v=ALL, query_v="", archived_v=True) -> list:

@@ -22,12 +22,12 @@ from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from memory.bank import MemoryBank, UnknownMemory, user_key
-from memory.memorybank_format import export_user
+from memory.memorybank_format import export_person
 from memory.records import Kind, MemoryRecord, State
 
 from ..backends.base import BackendError
 from ..config import Settings
-from ..core.companion import used_entry
+from ..core.companion import MAX_MESSAGE_CHARS, used_entry
 from ..core.private_files import tighten
 from .accounts import Accounts, Session
 from .client import proxy_networks
@@ -35,7 +35,6 @@ from .client import proxy_networks
 log = logging.getLogger("siliconfriend.web")
 
 EXPORT_DIR = Path(tempfile.gettempdir()) / "siliconfriend-exports"  # used only without a home
-MAX_MESSAGE_CHARS = 20_000
 MAX_MEMORY_ID = 2**63 - 1  # SQLite's largest integer
 # the memory page's search shows a memory only when it really matches: it shares words with the
 # search, is on a day the search names, or its meaning is close both absolutely and against the
@@ -72,50 +71,8 @@ class ModelUnavailable(ValueError):
 
 
 def user_export(bank: MemoryBank, accounts: Accounts, user: str, now: datetime) -> dict:
-    """Everything of ``user``: the original MemoryBank JSON (keyed by the user's name, so
-    ``siliconfriend import-memorybank`` reads it back) plus our fields under "siliconfriend"."""
-    body = (
-        export_user(bank, user)
-        if bank.has_user(user)
-        else {
-            "name": user,
-            "history": {},
-            "summary": {},
-            "personality": {},
-            "overall_history": "",
-            "overall_personality": "",
-        }
-    )
-    memories = []
-    if bank.has_user(user):
-        for r in bank.records(user):
-            memories.append(
-                {
-                    "id": r.id,
-                    "kind": r.kind.value,
-                    "day": r.day.isoformat(),
-                    "text": r.text,
-                    "query": r.query,
-                    "response": r.response,
-                    "created_at": r.created_at.isoformat(),
-                    "strength": r.strength,
-                    "retention": round(bank.retention(r, now), 4),
-                    "last_recall": r.last_recall.isoformat() if r.last_recall else None,
-                    "recall_count": r.recall_count,
-                    "importance": r.importance,
-                    "pinned": r.pinned,
-                    "state": r.state.value,
-                    "position": r.position,
-                    "extra": r.extra,
-                }
-            )
-    body["siliconfriend"] = {
-        "format": 1,
-        "exported_at": now.isoformat(),
-        "account": {"name": user, "preferences": accounts.prefs(user)},
-        "memories": memories,
-    }
-    return {user: body}
+    """Everything of ``user`` (``memorybank_format.export_person``), with their preferences."""
+    return export_person(bank, user, now, accounts.prefs(user))
 
 
 class BackendPool:
@@ -184,10 +141,7 @@ def real_matches(hits: list) -> list:
     return [
         h
         for h in hits
-        if h.lexical > 0
-        or h.on_named_day
-        or "archived; matches your words" in h.reasons
-        or (h.dense >= SEARCH_MIN_SIMILARITY and h.dense >= median + SEARCH_MARGIN)
+        if h.lexical > 0 or h.on_named_day or (h.dense >= SEARCH_MIN_SIMILARITY and h.dense >= median + SEARCH_MARGIN)
     ]
 
 
@@ -520,13 +474,15 @@ class WebService:
     def summaries(self, token: str, day: str | None = None) -> dict:
         """Daily events and personality of ``day`` (or the latest day), and the global ones."""
         user = self.user(token)
-        out = {
+        grounding: dict[str, dict] = {}
+        out: dict[str, Any] = {
             "day": day or "",
             "daily_events": "",
             "daily_personality": "",
             "global_events": "",
             "global_personality": "",
             "summary_days": [],
+            "grounding": grounding,  # key -> {"path", "dropped"}: what the day rollover's check did
         }
         if not self.bank.has_user(user):
             return out
@@ -543,9 +499,11 @@ class WebService:
             for key, kind in (("daily_events", Kind.DAILY_EVENTS), ("daily_personality", Kind.DAILY_PERSONALITY)):
                 rec = self.bank.get_summary(user, kind, d)
                 out[key] = rec.text if rec else ""
+                grounding[key] = _grounding(rec)
         for key, kind in (("global_events", Kind.GLOBAL_EVENTS), ("global_personality", Kind.GLOBAL_PERSONALITY)):
             rec = self.bank.get_summary(user, kind)
             out[key] = rec.text if rec else ""
+            grounding[key] = _grounding(rec)
         return out
 
     def save_summaries(self, token: str, *, day: str | None = None, **texts: str) -> list[str]:
@@ -735,3 +693,12 @@ __all__ = [
     "UnknownMemory",
     "user_export",
 ]
+
+
+def _grounding(rec: MemoryRecord | None) -> dict:
+    """What the day rollover's grounding check did to a summary: how it was written (``path``,
+    None when written by hand or before the check) and how many sentences it left out."""
+    info = rec.extra.get("grounding") if rec is not None and isinstance(rec.extra, dict) else None
+    if not isinstance(info, dict):
+        return {"path": None, "dropped": 0}
+    return {"path": info.get("path"), "dropped": int(info.get("dropped") or 0)}

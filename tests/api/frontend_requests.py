@@ -84,6 +84,15 @@ def owui_tasks(chat: list[dict]) -> dict[str, list[dict]]:
             },
             {"role": "user", "content": f'Query: History:\nUSER: """{last}"""\nQuery: {last}'},
         ],
+        "context_compaction": [
+            {
+                "role": "user",
+                "content": "### Task:\nSummarize the conversation history that will be compacted out of the "
+                f"active chat context.\n\n### Instructions:\n- ...\n\n### Previous Summary:\n\n\n"
+                f"### Messages Being Compacted:\n{owui_history(chat[:-1])}\n\n### Recent Messages Kept In "
+                f"Context:\n{owui_history(chat[-1:])}",
+            }
+        ],
         "custom": owui_task("Write a haiku about the chat history.", chat),
     }
 

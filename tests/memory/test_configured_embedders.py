@@ -1,5 +1,5 @@
 """Embedders by configuration: an OpenAI-compatible embeddings server (a real HTTP server on
-127.0.0.1 that embeds with the packaged e5) and a LangChain ``Embeddings`` object."""
+127.0.0.1 that embeds with the packaged e5), and the lazy embedder of the commands that embed nothing."""
 
 import json
 import threading
@@ -12,7 +12,6 @@ import pytest
 from memory.bank import MemoryBank
 from memory.embedders import (
     _LAZY,
-    LangChainEmbedder,
     LazyEmbedder,
     OpenAIEmbedder,
     create_embedder,
@@ -64,25 +63,6 @@ def test_openai_compatible_embeddings(tmp_path, embeddings_server, e5_embedder):
     bank.add_turn("amy", "I work night shifts", "Tiring.", D)
     assert bank.retrieve("amy", "my pet's name", D + timedelta(hours=1), k=1)[0].record.id == cat.id
     assert seen and all(b["model"] == "e5-small" for b in seen)
-    bank.close()
-
-
-def test_langchain_embeddings_object(tmp_path, e5_embedder):
-    from langchain_core.embeddings import Embeddings
-
-    class E5Embeddings(Embeddings):  # a user's own LangChain embeddings class
-        def embed_documents(self, texts):
-            return e5_embedder.embed(texts, kind="document").tolist()
-
-        def embed_query(self, text):
-            return e5_embedder.embed([text], kind="query")[0].tolist()
-
-    emb = LangChainEmbedder(E5Embeddings(), name="e5")
-    assert emb.dim == 384 and emb.id == "langchain:e5"
-    bank = MemoryBank(tmp_path, emb)
-    cat = bank.add_turn("amy", "I adopted a cat named Miso", "Lovely!", D)
-    bank.add_turn("amy", "I work night shifts", "Tiring.", D)
-    assert bank.retrieve("amy", "my pet's name", D + timedelta(hours=1), k=1)[0].record.id == cat.id
     bank.close()
 
 

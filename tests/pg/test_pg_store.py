@@ -35,6 +35,12 @@ def test_two_banks_share_one_database_without_stale_caches(pg_url, e5_embedder):
     try:
         a.add_turn("amy", "I adopted a cat named Miso", "lovely", T0)
         assert [h.record.query for h in b.retrieve("amy", "cat name", T0, k=1)] == ["I adopted a cat named Miso"]
+        # a summary keeps how it was written (the grounding check's count) in its extra fields
+        how = {"grounding": {"path": "kept", "dropped": 2}}
+        a.set_summary("amy", Kind.DAILY_EVENTS, "Amy adopted Miso.", T0, day=T0.date(), extra=how)
+        assert b.get_summary("amy", Kind.DAILY_EVENTS, T0.date()).extra == how
+        b.set_summary("amy", Kind.DAILY_EVENTS, "Amy adopted a cat, Miso.", T0, day=T0.date())  # by hand
+        assert a.get_summary("amy", Kind.DAILY_EVENTS, T0.date()).extra == {}
         b.delete_user("amy")  # deleted on one worker ...
         assert a.count("amy") == 0  # ... is gone on the other at once
         a.add_turn("amy", "starting over", "welcome back", T0)  # and the name can start again

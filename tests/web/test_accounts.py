@@ -204,13 +204,6 @@ def test_delete_removes_everything(accounts, tmp_path):
         accounts.login("jack", "long enough pw")
 
 
-def test_change_password_ends_sessions(accounts):
-    s = accounts.signup("kim", "long enough pw")
-    accounts.change_password("kim", "long enough pw", "another long pw")
-    assert accounts.user_for(s.token) is None
-    assert accounts.login("kim", "another long pw").user == "kim"
-
-
 @pytest.mark.parametrize("made_by", ["main", "web"])
 def test_an_older_accounts_database_migrates(tmp_path, clock, made_by):
     """A database of the API keys' migration 2 (main) or of the rate limiter's old migration 2 (the

@@ -14,6 +14,7 @@ import pytest
 from memory.bank import UnknownMemory, user_key
 from memory.memorybank_format import parse_bank
 from memory.records import Kind, State
+from siliconfriend.core.consolidate import PATHS
 from siliconfriend.factory import model_choices
 from siliconfriend.web.service import BackendPool, NotLoggedIn
 
@@ -131,6 +132,8 @@ def test_summaries_read_edit_and_summarise_now(two):
     assert service.summarise_now(alice) == [date(2024, 5, 4)]
     s = service.summaries(alice)
     assert s["day"] == "2024-05-04" and s["daily_events"] and s["global_events"]
+    # how the grounding check wrote each (the memory page says what it left out)
+    assert s["grounding"]["daily_events"]["path"] in PATHS and s["grounding"]["daily_events"]["dropped"] >= 0
     saved = service.save_summaries(
         alice, day="2024-05-04", daily_events="Alice began the violin.", daily_personality=s["daily_personality"]
     )
@@ -138,6 +141,7 @@ def test_summaries_read_edit_and_summarise_now(two):
     service.save_summaries(alice, global_personality="Curious; likes music. Strategy: ask about practice.")
     s = service.summaries(alice, "2024-05-04")
     assert s["daily_events"] == "Alice began the violin."
+    assert s["grounding"]["daily_events"] == {"path": None, "dropped": 0}  # written by hand
     assert s["global_personality"].startswith("Curious")
     assert service.summaries(bob)["global_personality"] == ""
     with pytest.raises(ValueError):
@@ -239,7 +243,7 @@ def test_language_persona_and_backend_reach_the_companion(two):
     say(service, bob, "Again?")
     assert built == [("hf", "qwen")]  # built once, then reused
     (other,) = made
-    assert [c[-1].content for c in other.calls] == ["Which model are you?", "Again?"]
+    assert [c[-1].content.split("\n\n")[-1] for c in other.calls] == ["Which model are you?", "Again?"]
     assert len(backend.calls) == calls_before  # bob's chosen backend answered, not the default
 
 
@@ -287,3 +291,8 @@ def test_kinds_and_states_filters(two):
     assert {"turn", "daily_events", "global_events"} <= kinds
     assert all(r.kind == "daily_events" for r in service.memories(alice, kind=Kind.DAILY_EVENTS.value))
     assert service.memories(alice, state=State.ARCHIVED.value) == []
+    # an edited message's old turn (through the API): on the page with its reason, kept
+    (turn,) = service.memories(alice, kind=Kind.TURN.value)
+    service.bank.supersede("alice", turn.id, "edited")
+    (row,) = service.memories(alice, state=State.SUPERSEDED.value)
+    assert row.id == turn.id and row.status.startswith("superseded (edited)")

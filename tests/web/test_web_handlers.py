@@ -14,7 +14,7 @@ import pytest
 
 from siliconfriend.core.companion import HISTORY_CHARS
 from siliconfriend.web.chat import ChatHandlers, stored_remembered
-from siliconfriend.web.memory_page import MemoryHandlers
+from siliconfriend.web.memory_page import MemoryHandlers, grounding_note
 from siliconfriend.web.plot import cjk_font
 
 FILTERS = ("all", "all", "all", "", True)
@@ -158,7 +158,12 @@ def test_summarise_now_reports_each_day(amy, web_clock):
     service.bank.add_turn("amy", "I baked bread.", "Lovely!", web_clock.now - timedelta(days=2))
     service.bank.add_turn("amy", "I painted the fence.", "Nice work.", web_clock.now - timedelta(days=1))
     steps = []
-    out = MemoryHandlers(service).summarise(token, *FILTERS, progress=lambda done, desc: steps.append((done, desc)))
+    page = MemoryHandlers(service)
+    out = page.summarise(token, *FILTERS, progress=lambda done, desc: steps.append((done, desc)))
     assert [s[0] for s in steps] == [(0, 2), (1, 2)]
     assert "2024-05-02" in steps[0][1] and "2024-05-03" in steps[1][1]
     assert "Summarised: 2024-05-02, 2024-05-03" in out[-1]
+    # under each summary, what the grounding check left out of it (or that these are her own words)
+    events = page.summary_values(token, "2024-05-03")[1]
+    info = service.summaries(token, "2024-05-03")["grounding"]["daily_events"]
+    assert events["value"] and events["info"] == grounding_note(info, "en")

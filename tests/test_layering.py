@@ -1,0 +1,106 @@
+"""The arrows of docs/architecture.md, checked on the source: every import (at the top of a module
+or inside a function) must point the way the rooms allow. A new import against them fails here
+with the file, the line and the rule it breaks."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+SOURCES = ("siliconfriend", "memory", "finetune", "prompts", "app.py")
+
+# (room, rooms and modules it must not import, why); a room is a module or a package prefix
+RULES = [
+    ("memory", ("siliconfriend", "prompts", "finetune", "app"), "memory/ imports nothing of the app"),
+    ("memory.stores.base", ("psycopg", "pgvector", "faiss", "memory.pg_db"), "the store interface names no engine"),
+    ("siliconfriend.core", ("siliconfriend.web", "siliconfriend.api", "siliconfriend.cli"), "core is below them"),
+    ("siliconfriend.core", ("siliconfriend.bench", "siliconfriend.factory"), "core is below them"),
+    ("siliconfriend.core", ("psycopg", "memory.pg_db", "memory.stores.postgres"), "core never loads psycopg"),
+    ("siliconfriend.web", ("siliconfriend.api", "siliconfriend.cli", "siliconfriend.bench"), "web is below them"),
+    ("siliconfriend.web", ("siliconfriend.factory",), "web receives what the factory builds"),
+    ("siliconfriend.web.common", ("psycopg", "memory.pg_db"), "the pages never load psycopg"),
+    ("siliconfriend.api", ("siliconfriend.cli", "siliconfriend.bench", "siliconfriend.factory"), "api is below them"),
+    # api shares with web what both need (accounts, keys' rate limits, messages' words), never
+    # the web app's own modules
+    ("siliconfriend.api", ("siliconfriend.web.service", "siliconfriend.web.chat"), "not the web app's internals"),
+    ("siliconfriend.api", ("siliconfriend.web.memory_page", "siliconfriend.web.account_page"), "nor its pages"),
+    ("siliconfriend.backends", ("siliconfriend.core", "siliconfriend.web", "siliconfriend.api"), "backends are below"),
+    ("siliconfriend.backends", ("siliconfriend.cli", "siliconfriend.bench", "siliconfriend.factory"), "below"),
+    ("siliconfriend.config", ("siliconfriend", "memory"), "config knows nothing"),
+    ("app", ("siliconfriend.cli", "siliconfriend.bench", "finetune"), "app.py is the web app's entry point"),
+]
+# the app never imports finetune (a trained adapter reaches it only as a folder); only the CLI
+# command that runs a training does
+RULES += [
+    (room, ("finetune",), "the app never imports finetune: adapters come as folders")
+    for room in ("siliconfriend.core", "siliconfriend.web", "siliconfriend.api", "siliconfriend.backends")
+]
+# the factory is imported only from above it: the entry points
+FACTORY_USERS = ("app", "siliconfriend.cli", "siliconfriend.bench", "siliconfriend.factory")
+
+
+def module_name(path: Path) -> str:
+    parts = list(path.relative_to(ROOT).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def imports(path: Path) -> list[tuple[int, str]]:
+    """(line, absolute module name) of every import in ``path`` (``from x import y`` gives x.y
+    too, so that ``from ..web import service`` names ``siliconfriend.web.service``)."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    package = module_name(path).split(".")
+    if path.name != "__init__.py":
+        package = package[:-1]
+    out: list[tuple[int, str]] = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            out += [(node.lineno, alias.name) for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = ".".join(package[: len(package) - node.level + 1] + ([node.module] if node.module else []))
+            else:
+                base = node.module or ""
+            out.append((node.lineno, base))
+            out += [(node.lineno, f"{base}.{alias.name}") for alias in node.names]
+    return out
+
+
+def within(name: str, room: str) -> bool:
+    return name == room or name.startswith(room + ".")
+
+
+def sources() -> list[Path]:
+    files: list[Path] = []
+    for name in SOURCES:
+        path = ROOT / name
+        files += sorted(path.rglob("*.py")) if path.is_dir() else [path]
+    return files
+
+
+def test_every_import_points_the_way_the_rooms_allow():
+    broken = []
+    for path in sources():
+        here = module_name(path)
+        for line, target in imports(path):
+            for room, forbidden, why in RULES:
+                if within(here, room) and any(within(target, f) for f in forbidden):
+                    broken.append(f"{path.relative_to(ROOT)}:{line} imports {target}: {why}")
+            if within(target, "siliconfriend.factory") and not any(within(here, u) for u in FACTORY_USERS):
+                broken.append(f"{path.relative_to(ROOT)}:{line} imports the factory, which sits above it")
+    assert not broken, "\n".join(sorted(set(broken)))
+
+
+def test_the_rules_catch_what_they_forbid(tmp_path):
+    """The scan itself: a relative import against a rule is resolved and caught."""
+    fake = ROOT / "siliconfriend" / "core" / "_layering_probe.py"
+    source = "from ..web import service\nfrom memory import pg_db\n\ndef f():\n    from ..factory import build_bank\n"
+    fake.write_text(source, encoding="utf-8")
+    try:
+        found = {target for _, target in imports(fake)}
+    finally:
+        fake.unlink()
+    assert {"siliconfriend.web.service", "memory.pg_db", "siliconfriend.factory.build_bank"} <= found
+    assert any(within("siliconfriend.web.service", f) for f in RULES[2][1])
