@@ -84,8 +84,9 @@ class LazyBackend:
             raise AttributeError(name)
         return getattr(self._get(), name)
 
-    def stream(self, messages, *, max_tokens=None):
-        return self._get().stream(messages, max_tokens=max_tokens)
+    def stream(self, messages, *, max_tokens=None, **options):
+        # options: what the built backend's stream takes besides (cache_key where it keeps_prefix)
+        return self._get().stream(messages, max_tokens=max_tokens, **options)
 
 
 def build_companion(

@@ -69,7 +69,8 @@ class _Handler(BaseHTTPRequestHandler):
                     step.get("headers"),
                 )
             if body.get("stream"):
-                return self._sse(body["model"], step["reply"])
+                usage = (body.get("stream_options") or {}).get("include_usage") and step.get("usage")
+                return self._sse(body["model"], step["reply"], usage)
             return self._json(
                 200,
                 {
@@ -99,7 +100,7 @@ class _Handler(BaseHTTPRequestHandler):
         self.end_headers()
         self.wfile.write(data)
 
-    def _sse(self, model: str, reply: str) -> None:
+    def _sse(self, model: str, reply: str, usage: dict | None = None) -> None:
         self.send_response(200)
         self.send_header("content-type", "text/event-stream")
         self.end_headers()
@@ -128,7 +129,11 @@ class _Handler(BaseHTTPRequestHandler):
             "model": model,
             "choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}],
         }
-        self.wfile.write(f"data: {json.dumps(done)}\n\ndata: [DONE]\n\n".encode())
+        self.wfile.write(f"data: {json.dumps(done)}\n\n".encode())
+        if usage:  # as OpenAI and vLLM send it: a last chunk without choices
+            tail = {"id": "c1", "object": "chat.completion.chunk", "created": 0, "model": model, "choices": []}
+            self.wfile.write(f"data: {json.dumps(tail | {'usage': usage})}\n\n".encode())
+        self.wfile.write(b"data: [DONE]\n\n")
         self.wfile.flush()
 
 
@@ -161,6 +166,18 @@ def test_streaming_success(server):
     assert sent["body"]["max_tokens"] == 17
     assert sent["body"]["temperature"] == 0.2
     assert sent["body"]["messages"] == [m.as_dict() for m in MESSAGES]
+    assert backend.last_prompt == {}  # this server reports no usage
+
+
+def test_the_tokens_the_server_had_cached_are_reported(server, caplog):
+    usage = {"prompt_tokens": 900, "completion_tokens": 3, "total_tokens": 903}
+    server.script = [{"reply": "Hi again!", "usage": usage | {"prompt_tokens_details": {"cached_tokens": 768}}}]
+    backend = make(server)
+    with caplog.at_level("INFO", logger="siliconfriend.backends.openai"):
+        assert "".join(backend.stream(MESSAGES)) == "Hi again!"
+    assert server.requests[-1]["body"]["stream_options"] == {"include_usage": True}
+    assert backend.last_prompt == {"total": 900, "processed": 132, "server_cached": 768}
+    assert "prompt of 900 tokens, 768 of them cached" in caplog.text
 
 
 def test_non_streaming_success(server):

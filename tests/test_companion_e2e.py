@@ -66,7 +66,8 @@ def test_three_scripted_days(bank, smollm2_backend, tmp_path):
     assert "Today is Friday, May 3, 2024." in system
     day1 = [h for h in day3.used if h.record.day == D1 and "Pixel" in h.record.text]
     assert day1, [h.as_dict() for h in day3.used]
-    lines = [line for line in system.splitlines() if "Pixel" in line and "Wednesday, May 1, 2024" in line]
+    given = day3.messages[-1].content  # the memories come with the message
+    lines = [line for line in given.splitlines() if "Pixel" in line and "Wednesday, May 1, 2024" in line]
     assert any(line.startswith("- ") for line in lines), system
     # the memories that were used were reinforced
     for hit in day3.used:

@@ -31,7 +31,6 @@ META_FIELDS = {
     "persona",
     "global_events",
     "global_personality",
-    "memories",
 }
 
 
@@ -57,8 +56,9 @@ def test_every_template_loads_and_renders(lang):
     assert prompts.templates["daily_personality"].fields == {"user_name", "companion_name", "date", "dialogue"}
     for name in ("global_events", "global_personality"):
         assert prompts.templates[name].fields == {"user_name", "companion_name", "previous", "days"}
-    text = prompts.render("meta", **meta_values(memories="- a memory"))
-    assert "Maya" in text and "Pixel" in text and "- a memory" in text and "{" not in text
+    assert prompts.templates["turn"].fields == {"user_name", "memories", "message"}
+    text = prompts.render("meta", **meta_values())
+    assert "Maya" in text and "Pixel" in text and "{" not in text
     assert set(TEMPLATE_NAMES) == set(prompts.templates)
 
 
@@ -76,7 +76,7 @@ def test_dates_are_written_for_each_language():
 
 def test_a_missing_variable_is_an_error():
     with pytest.raises(PromptError, match="needs .*global_events"):
-        load_prompts("en").render("meta", **{k: v for k, v in meta_values(memories="").items() if k != "global_events"})
+        load_prompts("en").render("meta", **{k: v for k, v in meta_values().items() if k != "global_events"})
     with pytest.raises(PromptError, match="no 'nope'"):
         load_prompts("en").fragment("nope")
     with pytest.raises(PromptError, match="unknown template"):
@@ -127,8 +127,22 @@ def test_everything_fits_when_there_is_room():
     roles = [m.role for m in fitted.messages]
     assert roles == ["system"] + ["user", "assistant"] * 6 + ["user"]
     assert fitted.kept_memories == 6 and fitted.kept_history == 6 and not fitted.shortened
-    assert all(m in fitted.messages[0].content for m in MEMORIES)
-    assert fitted.messages[-1].content == "Hello there"
+    # what stays the same all day first (the system message, today's talk); what changes each turn
+    # (the memories retrieved for this message, the message) last
+    assert not any(m in fitted.messages[0].content for m in MEMORIES)
+    last = fitted.messages[-1].content
+    assert all(m in last for m in MEMORIES) and last.endswith("\n\nHello there")
+    assert fitted.messages[1].content == HISTORY[0][0]
+    again = fit_chat(
+        load_prompts("en"),
+        meta_values(),
+        MEMORIES[3:],
+        HISTORY + [("Hello there", "Hi!")],
+        "Bye",
+        budget=10_000,
+        count=words,
+    )
+    assert again.messages[: len(fitted.messages) - 1] == fitted.messages[:-1]
 
 
 def test_oldest_history_and_lowest_memories_go_first_and_instructions_stay():
@@ -139,7 +153,7 @@ def test_oldest_history_and_lowest_memories_go_first_and_instructions_stay():
     assert fitted.tokens <= budget
     assert 0 < fitted.kept_memories < 6 and 0 < fitted.kept_history < 6
     system = fitted.messages[0].content
-    kept = [m for m in MEMORIES if m in system]
+    kept = [m for m in MEMORIES if m in fitted.messages[-1].content]
     assert kept == MEMORIES[: fitted.kept_memories]  # the best ones stay
     contents = [m.content for m in fitted.messages[1:-1]]
     assert contents[0].startswith(f"question {6 - fitted.kept_history} ")  # the most recent ones stay
@@ -155,11 +169,11 @@ def test_when_nothing_else_fits_the_summaries_then_the_message_are_shortened():
     )
     assert fitted.kept_memories == 0 and fitted.kept_history == 0
     assert fitted.shortened == ["global_events"] and fitted.tokens <= 400
-    assert "No memories about this yet." in fitted.messages[0].content
+    assert "No memories about this yet." in fitted.messages[-1].content
     huge = "start " + "blah " * 30_000 + "the end"
     fitted = fit_chat(prompts, meta_values(), MEMORIES, HISTORY, huge, budget=500, count=words)
     assert fitted.shortened == ["message"] and fitted.tokens <= 500
-    message = fitted.messages[-1].content
+    message = fitted.messages[-1].content.split("\n\n", 1)[1]
     assert message.startswith("start ") and message.endswith("the end") and "[...]" in message
     assert "Never invent a memory." in fitted.messages[0].content
 
@@ -173,11 +187,12 @@ def test_a_turn_without_reply_keeps_roles_alternating():
     fitted = fit_chat(
         load_prompts("en"), meta_values(), [], [("first", ""), ("second", "ok")], "third", budget=10_000, count=words
     )
-    assert [(m.role, m.content) for m in fitted.messages[1:]] == [
-        ("user", "first\n\nsecond"),
+    assert [(m.role, m.content.split("\n\n")[-1]) for m in fitted.messages[1:]] == [
+        ("user", "second"),
         ("assistant", "ok"),
         ("user", "third"),
     ]
+    assert fitted.messages[1].content == "first\n\nsecond"
 
 
 def test_fit_block_cuts_every_item_evenly():

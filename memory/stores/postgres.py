@@ -3,8 +3,10 @@ app workers use at once. The store interface of ``stores/base.py``, like the SQL
 the bank's retrieval, forgetting, imports and exports run unchanged over it.
 
 * Scoping: every statement names its user (``owner = %s``) in the SQL itself; a store object
-  holds nothing but its user's name, so nothing cached can go stale when another worker writes,
-  deletes or re-creates that user. Memory ids are each user's own (1, 2, ...), as in SQLite.
+  holds nothing but its user's name. The one thing a worker keeps is the lexical postings it has
+  read (``PostingsCache``), checked against the user's row at every search, so that nothing kept
+  goes stale when another worker writes, deletes or re-creates that user. Memory ids are each
+  user's own (1, 2, ...), as in SQLite.
 * Writes: one transaction each, which first locks the user's row (``mem_users``), so that two
   workers writing one user's turns at once give them distinct ids and places and keep the
   counts consistent.
@@ -13,9 +15,10 @@ the bank's retrieval, forgetting, imports and exports run unchanged over it.
   searched exactly through the btree on owner; from ``HNSW_MIN`` on, that user gets partial HNSW
   indexes of their own (``WHERE owner = '...'``), built concurrently in the background, so that
   one user's search never walks another user's graph and never loses hits to a filter.
-* Lexical search: BM25 computed in SQL over a postings table (``lex_postings``: owner, term,
-  memory, term frequency, document length) with the per-user document count and token total kept
-  on the user's row. Terms are the tokens of ``memory.lexical.fts_document`` (jieba words for
+* Lexical search: BM25 over a postings table (``lex_postings``: owner, term, memory, term
+  frequency, document length; the primary key holds them all, for index-only scans) with the
+  per-user document count and token total kept on the user's row, scored with numpy from the
+  postings the worker keeps. Terms are the tokens of ``memory.lexical.fts_document`` (jieba words for
   Chinese, stemmed English words, the days a turn refers to: ``base.lexical_document``), so the scores equal SQLite FTS5's
   ``bm25()`` (k1 = 1.2, b = 0.75) on the same text: the two stores rank alike.
 """
@@ -27,8 +30,9 @@ import json
 import logging
 import threading
 import time
+from collections import OrderedDict
 from datetime import date, datetime
-from typing import ContextManager, Iterable, Iterator, Sequence
+from typing import Callable, ContextManager, Iterable, Iterator, Sequence
 
 import numpy as np
 import psycopg
@@ -155,13 +159,19 @@ def _m4(cur: psycopg.Cursor) -> None:
     run_statements(
         cur,
         """
-    ALTER TABLE lex_postings DROP CONSTRAINT lex_postings_pkey;
+    ALTER TABLE lex_postings DROP CONSTRAINT IF EXISTS lex_postings_pkey;
     ALTER TABLE lex_postings ADD PRIMARY KEY (owner, term, memory_id) INCLUDE (tf, dl)
     """,
     )
 
 
-MIGRATIONS = [_m1, _m2, _m3, _m4]
+def _m5(cur: psycopg.Cursor) -> None:
+    # the version of a user's postings that a worker's cache of them checks (see PostingsCache):
+    # bumped whenever postings go (a deletion, a replaced text) or come in below the newest id
+    cur.execute("ALTER TABLE mem_users ADD COLUMN IF NOT EXISTS lex_epoch BIGINT NOT NULL DEFAULT 0")
+
+
+MIGRATIONS = [_m1, _m2, _m3, _m4, _m5]
 
 
 def as_array(value) -> np.ndarray | None:
@@ -188,6 +198,70 @@ def hnsw_index_name(user: str) -> str:
 
 # a posting as the lexical search packs it: memory id, term frequency, document length
 _POSTING = np.dtype([("id", ">i8"), ("tf", ">i4"), ("dl", ">i4")])
+# and as it is kept and scored: native numbers, converted once
+_KEPT = np.dtype([("id", np.int64), ("tf", np.float64), ("dl", np.float64)])
+_NO_POSTINGS: np.ndarray = np.zeros(0, _KEPT)
+
+
+class _UserPostings:
+    def __init__(self, version: tuple):
+        self.version = version
+        self.terms: dict[str, tuple[int, np.ndarray]] = {}  # term: (ids it holds up to, postings)
+        self.size = 0
+        self.lock = threading.Lock()
+
+
+class PostingsCache:
+    """The lexical postings a worker has read, per user and term, with the id up to which each
+    term's are complete. Exact, whatever other workers do: a user's row says up to which id
+    postings exist (``last_id``: ids only grow, and a memory's postings commit with its id), and
+    its ``lex_epoch`` and ``created_at`` change whenever postings go away or a user is made again;
+    a term is then read whole again, else only its postings above the id it holds. Bounded: the
+    users read longest ago are dropped past ``most`` postings in all."""
+
+    def __init__(self, most: int = 4_000_000):
+        self.most = most
+        self._users: OrderedDict[str, _UserPostings] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def read(
+        self,
+        user: str,
+        version: tuple,
+        last: int,
+        terms: Sequence[str],
+        fetch: Callable[[Sequence[tuple[str, int]], int], list[np.ndarray]],
+    ) -> list[np.ndarray]:
+        """The postings of ``terms`` (ids up to ``last``), fetching what is missing with
+        ``fetch([(term, above id), ...], last)``."""
+        with self._lock:
+            entry = self._users.get(user)
+            if entry is None or entry.version != version:
+                entry = self._users[user] = _UserPostings(version)
+            self._users.move_to_end(user)
+        with entry.lock:
+            wanted = [(t, entry.terms[t][0] if t in entry.terms else 0) for t in terms]
+            wanted = [(t, low) for t, low in wanted if low < last]
+            if any(entry.terms[t][0] > last for t in terms if t in entry.terms):
+                entry.terms.clear()  # ahead of the database: read again
+                entry.size = 0
+                wanted = [(t, 0) for t in terms]
+            if wanted:
+                for (t, _), new in zip(wanted, fetch(wanted, last)):
+                    old = entry.terms[t][1] if t in entry.terms else _NO_POSTINGS
+                    entry.terms[t] = (last, np.concatenate([old, new]) if len(old) else new)
+                    entry.size += len(new)
+            arrays = [entry.terms[t][1] if t in entry.terms else _NO_POSTINGS for t in terms]
+        with self._lock:
+            total = sum(u.size for u in self._users.values())
+            while total > self.most and len(self._users) > 1:
+                _, gone = self._users.popitem(last=False)
+                total -= gone.size
+        return arrays
+
+    def forget(self, user: str) -> None:
+        with self._lock:
+            self._users.pop(user, None)
 
 
 def bm25_top(
@@ -198,15 +272,20 @@ def bm25_top(
     ties by id."""
     if not len(postings):
         return []
-    ids: np.ndarray = postings["id"].astype(np.int64)
-    tf: np.ndarray = postings["tf"].astype(np.float64)
-    dl: np.ndarray = postings["dl"].astype(np.float64)
+    ids: np.ndarray = postings["id"]
+    tf: np.ndarray = postings["tf"]
+    dl: np.ndarray = postings["dl"]
     hits = np.bincount(term, minlength=n_terms).astype(np.float64)
     idf = np.maximum(np.log((docs - hits + 0.5) / (hits + 0.5)), 1e-6)
     avgdl = max(tokens / max(docs, 1.0), 1e-9)
     weight = idf[term] * tf * (BM25_K1 + 1) / (tf + BM25_K1 * (1 - BM25_B + BM25_B * dl / avgdl))
-    found, where = np.unique(ids, return_inverse=True)
-    scores = np.bincount(where, weights=weight)
+    if int(ids.max()) <= 8 * len(ids) + 1_000_000:  # a user's ids are dense: sum over the id range
+        by_id = np.bincount(ids, weights=weight)
+        found = np.flatnonzero(by_id)
+        scores = by_id[found]
+    else:
+        found, where = np.unique(ids, return_inverse=True)
+        scores = np.bincount(where, weights=weight)
     if len(found) > limit:  # the best ``limit``, ties at the edge broken by the smaller id
         edge = np.partition(scores, len(scores) - limit)[len(scores) - limit]
         keep = scores >= edge
@@ -284,6 +363,7 @@ class PgUserStore:
             ).fetchone()
         )
         cur.execute("DELETE FROM lex_postings WHERE owner = %s AND memory_id = ANY(%s)", (self.user, list(ids)))
+        cur.execute("UPDATE mem_users SET lex_epoch = lex_epoch + 1 WHERE name = %s", (self.user,))
         return -int(row[0]), -int(row[1])
 
     def _count(self, cur: psycopg.Cursor, docs: int, tokens: int) -> None:
@@ -308,7 +388,8 @@ class PgUserStore:
             if keep_ids:
                 ids = [r.stored_id for r in records]
                 cur.execute(
-                    "UPDATE mem_users SET last_id = GREATEST(last_id, %s) WHERE name = %s", (max(ids), self.user)
+                    "UPDATE mem_users SET last_id = GREATEST(last_id, %s), lex_epoch = lex_epoch + 1 WHERE name = %s",
+                    (max(ids), self.user),
                 )
             else:
                 last = one(
@@ -631,28 +712,43 @@ class PgUserStore:
         """The score SQLite's ``bm25()`` gives, from the postings of ``terms``.
 
         The postings (an index-only scan of the primary key, which holds each posting's term
-        frequency and document length) come packed, one value per term, and are scored here,
-        with numpy: summing tens of thousands of postings per memory costs PostgreSQL's
-        executor several times more than the same arithmetic on arrays (a conversation's latest
-        lines name 50 to 80 terms, common words among them)."""
+        frequency and document length) are scored here, with numpy: summing hundreds of
+        thousands of postings per memory costs PostgreSQL's executor far more than the same
+        arithmetic on arrays (a conversation's latest lines name 50 to 80 terms, common words
+        among them). A worker keeps the postings it has read (``PostingsCache``) and then reads
+        only the ones added since."""
         terms = list(dict.fromkeys(terms))
         if not terms or limit <= 0:
             return []
-        # per term, its postings packed into one bytea (memory id int8, tf int4, dl int4, each
-        # big-endian): a value per term instead of a row per posting
+        row = self.db.fetchone(
+            "SELECT last_id, lex_docs, lex_tokens, lex_epoch, created_at FROM mem_users WHERE name = %s", (self.user,)
+        )
+        if row is None:
+            return []
+        last, docs, tokens = int(row[0]), float(row[1]), float(row[2])
+        arrays = self.stores.postings.read(self.user, (row[4], int(row[3])), last, terms, self._fetch_postings)
+        if not any(len(a) for a in arrays):
+            return []
+        term = np.concatenate([np.full(len(a), i) for i, a in enumerate(arrays)])
+        return bm25_top(term, np.concatenate(arrays), len(terms), docs, tokens, limit)
+
+    def _fetch_postings(self, wanted: Sequence[tuple[str, int]], last: int) -> list[np.ndarray]:
+        """The postings of each (term, above id) in ``wanted`` with ids up to ``last``: per term,
+        packed into one bytea (memory id int8, tf int4, dl int4, big-endian), a value per term
+        instead of a row per posting."""
         rows = self.db.fetchall(
             "SELECT t.i::int4, string_agg(int8send(p.memory_id) || int4send(p.tf) || int4send(p.dl), ''::bytea)"
-            " FROM unnest(%s::text[]) WITH ORDINALITY AS t(term, i)"
-            " JOIN lex_postings p ON p.owner = %s AND p.term = t.term GROUP BY t.i",
-            (terms, self.user),
+            " FROM unnest(%s::text[], %s::bigint[]) WITH ORDINALITY AS t(term, low, i)"
+            " JOIN lex_postings p ON p.owner = %s AND p.term = t.term AND p.memory_id > t.low AND p.memory_id <= %s"
+            " GROUP BY t.i",
+            ([t for t, _ in wanted], [low for _, low in wanted], self.user, last),
             binary=True,
         )
-        docs, tokens = one(self.db.fetchone("SELECT lex_docs, lex_tokens FROM mem_users WHERE name = %s", (self.user,)))
-        parts = [np.frombuffer(packed, _POSTING) for _, packed in rows]
-        term = np.concatenate([np.full(len(part), i - 1) for (i, _), part in zip(rows, parts)]) if parts else None
-        if term is None:
-            return []
-        return bm25_top(term, np.concatenate(parts), len(terms), float(docs), float(tokens), limit)
+        packed = {int(i): data for i, data in rows}
+        return [
+            np.frombuffer(packed[i], _POSTING).astype(_KEPT) if i in packed else _NO_POSTINGS
+            for i in range(1, len(wanted) + 1)
+        ]
 
     # -- dense --------------------------------------------------------------------------------
     def dense(self, query: np.ndarray, k: int) -> list[SearchHit]:
@@ -722,6 +818,7 @@ class PostgresStores:
         self._hnsw_checked: dict[str, float] = {}
         self._hnsw_users: set[str] = set()
         self._hnsw_building: set[str] = set()
+        self.postings = PostingsCache()
 
     def open(self, user: str, *, dim: int, vectors_id: str) -> PgUserStore:
         return PgUserStore(self, user, dim)
@@ -743,6 +840,7 @@ class PostgresStores:
         with self._lock:
             self._hnsw_checked.pop(user, None)
             self._hnsw_users.discard(user)
+        self.postings.forget(user)
         for name in (hnsw_index_name(user), hnsw_index_name(user) + "_r"):
             self.db.execute(sql.SQL("DROP INDEX IF EXISTS {}").format(sql.Identifier(name)))
         with self.db.transaction() as cur:

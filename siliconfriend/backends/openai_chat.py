@@ -82,6 +82,9 @@ class OpenAIChat:
         self.max_tokens_param = max_tokens_param
         self.extra_body = extra_body
         self._openai = openai
+        # the last reply's prompt tokens as the server reported them: all, those it did not have
+        # cached, and those it did (prefix caching: vLLM, llama.cpp, OpenAI); empty where not reported
+        self.last_prompt: dict[str, int] = {}
         self._client = openai.OpenAI(api_key=api_key, base_url=self.base_url, timeout=timeout, max_retries=0)
 
     def __repr__(self) -> str:
@@ -132,18 +135,30 @@ class OpenAIChat:
             completion = self._client.chat.completions.create(**request)
             if not completion.choices:
                 raise BackendError(f"{self.base_url} returned no choices for model {self.model!r}")
+            self._usage(getattr(completion, "usage", None))
             yield completion.choices[0].message.content or ""
             return
-        response = self._client.chat.completions.create(stream=True, **request)
+        response = self._client.chat.completions.create(stream=True, stream_options={"include_usage": True}, **request)
         try:
             for chunk in response:
                 if getattr(chunk, "error", None):  # some servers report failures inside the stream
                     raise BackendError(f"{self.base_url} failed while streaming: {chunk.error}")
+                self._usage(getattr(chunk, "usage", None))
                 for choice in chunk.choices or ():
                     if choice.delta is not None and choice.delta.content:
                         yield choice.delta.content
         finally:
             response.close()
+
+    def _usage(self, usage: Any) -> None:
+        prompt = getattr(usage, "prompt_tokens", None) if usage is not None else None
+        if not isinstance(prompt, int):
+            return
+        details = getattr(usage, "prompt_tokens_details", None)
+        cached = getattr(details, "cached_tokens", None) if details is not None else None
+        cached = cached if isinstance(cached, int) else 0
+        self.last_prompt = {"total": prompt, "processed": prompt - cached, "server_cached": cached}
+        log.info("prompt of %d tokens, %d of them cached by %s", prompt, cached, self.base_url)
 
     # ------------------------------------------------------------------ failures
     def _retryable(self, exc: Exception) -> bool:

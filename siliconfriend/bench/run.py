@@ -50,6 +50,8 @@ class BenchConfig:
     max_open_users: int = 64
     embedder: str = "e5"
     api_memories: int = 1_000  # the user the API's overhead is measured on
+    ttft_turns: int = 12  # one day of turns with the packaged model (0: skipped)
+    only: str | None = None  # one part alone: "ttft"
 
 
 FULL = BenchConfig(
@@ -75,6 +77,7 @@ QUICK = BenchConfig(
     restart_runs=1,
     reembed_sample=20,
     recall=False,
+    ttft_turns=0,
 )
 TURN_KEYS = ("1k", "10k", "100k", "1000x1k")
 
@@ -129,6 +132,8 @@ def run_bench(
         "embedder": embedder.id,
         "machine": machine(),
         "turn_ms": {k: None for k in TURN_KEYS},
+        "ttft_ms": None,  # the first word of a reply at turns 1, 5, 10 of a day (ttft.py)
+        "prompt_tokens": None,
         "sizes": {},
         "notes": [],
         "phases_s": {},
@@ -144,6 +149,13 @@ def run_bench(
         scratch.close()
         result["phases_s"]["pool"] = round(time.perf_counter() - tick, 1)
         start_turns = datetime.combine(END, dtime(19, 0))
+
+        if config.ttft_turns:
+            _ttft(config, result, root, embedder, gen, pool, replies, start_turns, log)
+        else:
+            result["notes"].append("time to first token skipped (a day with the packaged model takes minutes)")
+        if config.only == "ttft":
+            return _finish(result, started)
 
         largest: tuple[Path, int] | None = None
         for key, size in config.single:
@@ -241,9 +253,39 @@ def run_bench(
         result["phases_s"]["recall"] = round(time.perf_counter() - tick, 1)
     finally:
         tmp.cleanup()
+    return _finish(result, started)
+
+
+def _finish(result: dict, started: float) -> dict:
     result["machine"]["load_avg_1m_end"] = machine()["load_avg_1m"]
     result["seconds"] = round(time.perf_counter() - started, 1)
     return result
+
+
+def _ttft(config, result, root, embedder, gen, pool, replies, start, log) -> None:
+    """The time to the first word over one day, with the packaged model (see ``ttft.py``)."""
+    from .ttft import measure_ttft, packaged_model_missing
+
+    tick = time.perf_counter()
+    missing = packaged_model_missing()
+    if missing:
+        result["notes"].append(missing)
+        return
+    bank = MemoryBank(root / "ttft", embedder)
+    try:
+        fill_user(bank, "ttft", 1_000, gen, pool, end=END, seed=3, reply_pool=replies)
+        log(f"time to first token: one day of {config.ttft_turns} turns with the packaged SmolLM2")
+        ttft = measure_ttft(bank, "ttft", gen, start=start, turns=config.ttft_turns, log=log)
+    finally:
+        bank.close()
+    result["ttft"] = ttft
+    result["ttft_ms"] = ttft["ttft_ms"]
+    result["prompt_tokens"] = ttft["prompt_tokens"]
+    result["sizes"]["ttft"] = (
+        f"1 user, 1,000 memories; {config.ttft_turns} turns of one day, SmolLM2-135M greedy on the CPU, "
+        f"replies of up to {ttft['reply_tokens']} tokens"
+    )
+    result["phases_s"]["ttft"] = round(time.perf_counter() - tick, 1)
 
 
 TARGETS = {
@@ -317,8 +359,28 @@ def format_table(r: dict) -> str:
         f"{'rss_mb_100k':<22}{r.get('rss_mb_100k')!s:>10}{_ok(r.get('rss_mb_100k'), 1024)}",
         f"{'recall_at_5 en / cn':<22}{rec.get('en')!s:>10} / {rec.get('cn')!s}",
     ]
+    lines += _ttft_lines(r)
     lines += [f"note: {n}" for n in r.get("notes", [])]
     return "\n".join(lines)
+
+
+def _ttft_lines(r: dict) -> list[str]:
+    t = r.get("ttft")
+    if not t:
+        return []
+    ms, cold, tokens = t["ttft_ms"], t["ttft_ms_without_reuse"], t["prompt_tokens"]
+    lines = ["", f"{'time to first token':<22}{'ms':>8}{'without reuse':>15}{'prompt tokens processed':>26}"]
+    for key in ms:
+        p = tokens.get(key, {})
+        lines.append(f"{'  ' + key:<22}{ms[key]:>8.0f}{cold[key]:>15.0f}{p.get('processed')!s:>17} of {p.get('total')}")
+    if "ttft_turn10_over_turn1" in t:
+        lines.append(
+            f"{'  turn10 / turn1':<22}{t['ttft_turn10_over_turn1']:>8}{t['ttft_turn10_over_turn1_without_reuse']:>15}"
+            f"{t.get('processed_share_turn10')!s:>17} of the prompt"
+            f"{_ok(t['ttft_turn10_over_turn1'], 1.3)}{_ok(t.get('processed_share_turn10'), 0.5)}"
+        )
+    lines.append(f"{'':<22}{r['sizes'].get('ttft', '')}")
+    return lines
 
 
 def with_overrides(config: BenchConfig, **changes) -> BenchConfig:

@@ -18,6 +18,9 @@ def cmd_bench(args) -> int:
         turns=args.turns,
         embedder=args.embedder,
         eval_dir=Path(args.eval_dir) if args.eval_dir else None,
+        only=args.only,
+        ttft_turns=12 if args.only == "ttft" else None,
+        pool=32 if args.only == "ttft" else None,  # the vectors the TTFT user's history is made of
     )
     if args.no_recall:
         config = with_overrides(config, recall=False)
@@ -72,6 +75,11 @@ def register(sub: argparse._SubParsersAction) -> None:
         "--eval-dir", help="folder of the MemoryBank evaluation sets (default: ../shared/data/memorybank_eval)"
     )
     p.add_argument("--no-recall", action="store_true", help="skip the recall@5 evaluation")
+    p.add_argument(
+        "--only",
+        choices=["ttft"],
+        help="one part alone: ttft = the time to the first word over a day of 12 turns with the packaged model",
+    )
     p.add_argument("--workdir", help="where the temporary homes are made (default: the system's temp folder)")
     p.add_argument(
         "--database-url",

@@ -181,7 +181,7 @@ def cmd_eval(args) -> int:
         as_used=args.as_used,
         backend=backend,
         lang=args.lang or settings.lang,
-        progress=tqdm if args.as_used else None,
+        progress=tqdm,  # the turns imported (or lived) so far and an ETA, on stderr: long banks take minutes
         database_url=args.database_url,
     )
     if args.json:

@@ -34,8 +34,8 @@ MAX_MESSAGE_CHARS = 20_000  # the longest message a person may send (the web app
 QUERY_CHARS = 2000  # what of a (very long) message is used as the retrieval query
 MEMORY_CHARS = 400  # a remembered message or reply is cut to this many characters in the prompt
 # today's conversation in the prompt: each earlier message (and reply) of the day is cut to this
-# many characters, and the day's turns, newest first, fill at most HISTORY_TOKENS; so one long
-# message does not ride along in every later prompt of the day
+# many characters, and the day's turns fill at most HISTORY_TOKENS (see ``day_window``); so one
+# long message does not ride along in every later prompt of the day
 HISTORY_CHARS = 1000
 HISTORY_TOKENS = 1200
 # the conversation retrieval takes as its second cue: today's latest exchanges (an older one
@@ -77,6 +77,25 @@ def today_entry(turn: MemoryRecord) -> dict:
         "why": "today's conversation, in the prompt",
         "text": text,
     }
+
+
+def day_window(costs: Sequence[int], *, turns: int, tokens: int) -> int:
+    """The first of today's turns the prompt shows (an index into ``costs``, each turn's tokens,
+    oldest first), so that the prompt holds at most ``turns`` turns and ``tokens`` tokens of them.
+
+    The window does not slide one turn at a time: when a new turn makes it too long, the oldest
+    turns leave until a third of the room is free, and then it stays where it is for the next
+    turns. So each turn's prompt starts with the previous one's (the backend reuses that work)
+    except at those steps. The start is worked out from the day's turns alone, the same at
+    every turn; the newest turn is always shown."""
+    start, used = 0, 0
+    for i, cost in enumerate(costs):
+        used += cost
+        if i + 1 - start > turns or used > tokens:
+            while start < i and (i + 1 - start > turns * 2 // 3 or used > tokens * 2 // 3):
+                used -= costs[start]
+                start += 1
+    return start
 
 
 def not_from_memory_entry(names: Sequence[str]) -> dict:
@@ -323,12 +342,12 @@ class Companion:
             said = {" ".join(q.split()) for q, _ in turn.given_history}
             turn.history = [t for t in today if " ".join(t.query.split()) in said]
         else:
-            turn.history = today[-self.history_turns :] if self.history_turns else []
+            turn.history = today[self._window(self._pairs(today, prompts, turn.backend), turn.backend) :]
         stream.messages, stream.used, stream.today = self._prompt(turn, prompts)
         parts: list[str] = []
         error = None
         try:
-            chunks = turn.backend.stream(stream.messages, max_tokens=self.max_new_tokens)
+            chunks = self._stream(turn, stream.messages)
             try:
                 for chunk in chunks:
                     if stream.stopped:
@@ -349,6 +368,13 @@ class Companion:
             stream.result = self._finish(stream, turn, "".join(parts), None)
             raise
         stream.result = self._finish(stream, turn, "".join(parts), error)
+
+    def _stream(self, turn: _Turn, messages: Sequence[Message]) -> Iterator[str]:
+        """The backend's reply; a backend that keeps each conversation's prompt prefix between
+        turns (``keeps_prefix``: the local model's KV cache) is told whose conversation it is."""
+        if getattr(turn.backend, "keeps_prefix", False):
+            return turn.backend.stream(messages, max_tokens=self.max_new_tokens, cache_key=user_key(turn.user))  # type: ignore[call-arg]
+        return turn.backend.stream(messages, max_tokens=self.max_new_tokens)
 
     def _finish(self, stream: ReplyStream, turn: _Turn, reply: str, error: str | None) -> TurnResult:
         reply = reply.strip()
@@ -434,19 +460,19 @@ class Companion:
             return self._store_locks[user]
 
     # -- the prompt ---------------------------------------------------------------------------
-    def _history(self, turn: _Turn, prompts: PromptSet) -> list[tuple[str, str]]:
-        """Today's turns for the prompt, oldest first: each message cut to HISTORY_CHARS, and
-        only the most recent that fit in HISTORY_TOKENS."""
+    @staticmethod
+    def _pairs(turns: Sequence[MemoryRecord], prompts: PromptSet, backend: ChatBackend) -> list[tuple[str, str]]:
+        """Today's turns as the prompt shows them: each message (and reply) cut to HISTORY_CHARS."""
         cut = prompts.fragment("cut")
-        pairs: list[tuple[str, str]] = []
-        used = 0
-        for t in reversed(turn.history):
-            pair = (_clip(t.query, HISTORY_CHARS, cut), _clip(t.response, HISTORY_CHARS, cut))
-            used += turn.backend.count_tokens(pair[0]) + turn.backend.count_tokens(pair[1])
-            if pairs and used > HISTORY_TOKENS:
-                break
-            pairs.insert(0, pair)
-        return pairs
+        return [(_clip(t.query, HISTORY_CHARS, cut), _clip(t.response, HISTORY_CHARS, cut)) for t in turns]
+
+    def _window(self, pairs: Sequence[tuple[str, str]], backend: ChatBackend) -> int:
+        """Where today's conversation in the prompt starts (an index into ``pairs``): see
+        ``day_window``, with at most ``history_turns`` turns and HISTORY_TOKENS tokens."""
+        if not self.history_turns:
+            return len(pairs)
+        costs = [backend.count_tokens(q) + backend.count_tokens(r) for q, r in pairs]
+        return day_window(costs, turns=self.history_turns, tokens=HISTORY_TOKENS)
 
     def _prompt(self, turn: _Turn, prompts: PromptSet) -> tuple[list[Message], list[Hit], list[MemoryRecord]]:
         exclude = {t.id for t in turn.history}
@@ -464,9 +490,9 @@ class Companion:
             if h.record.id not in exclude
         ][:k]
         if turn.given_history is not None:
-            pairs = turn.given_history[-self.history_turns :] if self.history_turns else []
+            pairs = turn.given_history[self._window(turn.given_history, turn.backend) :]
         else:
-            pairs = self._history(turn, prompts)
+            pairs = self._pairs(turn.history, prompts, turn.backend)
         fitted = fit_chat(
             prompts,
             self.meta_values(turn.user, turn.now, prompts, turn.backend, persona=turn.persona),
@@ -568,6 +594,8 @@ class Companion:
         mark = self.bank.user_meta(user, ROLLOVER_MARK)
         if self._rolled.get(user) == (today, mark):
             return None
+        if self._rolled.get(user, (today,))[0] != today:  # a new day: yesterday's prompt is done with
+            self._drop_prefix(backend, user)
         with self._guard:
             lock = self._rollover_locks[user]
         with lock, self.bank.exclusive(user, "rollover"):
@@ -613,8 +641,15 @@ class Companion:
             self.bank.set_user_meta(user, ROLLOVER_MARK, secrets.token_hex(8))  # for every worker
             self._rolled.pop(user, None)
 
+    @staticmethod
+    def _drop_prefix(backend: ChatBackend, user: str) -> None:
+        drop = getattr(backend, "drop_prefix", None)
+        if drop is not None:
+            drop(user_key(user))
+
     def forget_user(self, user: str) -> None:
         """Drop what this companion keeps in memory about ``user`` (after the account is deleted)."""
+        self._drop_prefix(self.backend, user)
         with self._guard:
             self._rolled.pop(user, None)
             self._store_locks.pop(user, None)

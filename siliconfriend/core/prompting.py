@@ -8,6 +8,12 @@ language (``key = text`` lines): how a memory line, a dialogue line or a date is
 ``fit_chat`` builds the chat messages of one turn within a token budget: the oldest history and
 the lowest-ranked memories go first, then the global summaries are shortened, then the user's
 message (its middle is cut); the instructions are never cut.
+
+The messages are ordered by how long they stay the same: the system message (``meta``: persona,
+global summaries, instructions) changes once a day, today's conversation only grows, and what is
+new at every turn -- the memories retrieved for this message and the message itself (``turn``) --
+comes last. So the prompt of one turn starts with the prompt of the turn before, and a backend
+reuses that prefix's work (the local model's KV cache, a server's prefix caching).
 """
 
 from __future__ import annotations
@@ -23,7 +29,7 @@ from typing import Callable, Sequence
 from ..backends.base import Message
 
 PROMPTS_DIR: Traversable = resources.files("prompts")  # package data: prompts/<lang>/*.txt
-TEMPLATE_NAMES = ("meta", "daily_events", "daily_personality", "global_events", "global_personality")
+TEMPLATE_NAMES = ("meta", "turn", "daily_events", "daily_personality", "global_events", "global_personality")
 MESSAGE_OVERHEAD = 8  # tokens a chat template adds around each message (role markers, newlines)
 
 Counter = Callable[[str], int]
@@ -196,21 +202,30 @@ def fit_chat(
     budget: int,
     count: Counter,
 ) -> FittedChat:
-    """The messages of one turn: the meta-prompt (``values`` fill it; ``memories`` are the rendered
-    memory lines, best first), the ``history`` turns (oldest first, as (user, reply)) and the user's
-    ``message``, all within ``budget`` tokens (as counted by ``count``)."""
+    """The messages of one turn: the meta-prompt (``values`` fill it), the ``history`` turns
+    (oldest first, as (user, reply)), then the user's ``message`` with the ``memories`` retrieved
+    for it (the rendered memory lines, best first), all within ``budget`` tokens (as counted by
+    ``count``)."""
     values = dict(values)
     no_memories = prompts.fragment("no_memories")
     marker = prompts.fragment("cut")
+    user_name = values.get("user_name", "")
     mem = list(memories)
     mem_cost = [count(m) + 1 for m in mem]
     hist = list(history)
     hist_cost = [count(q) + count(r) + 2 * MESSAGE_OVERHEAD for q, r in hist]
 
     def system_cost() -> int:
-        return count(prompts.render("meta", **dict(values, memories=no_memories))) + MESSAGE_OVERHEAD
+        return count(prompts.render("meta", **values)) + MESSAGE_OVERHEAD
 
-    fixed = system_cost() + count(message) + MESSAGE_OVERHEAD
+    def turn_text(lines: Sequence[str], text: str) -> str:
+        block = "\n".join(lines) if lines else no_memories
+        return prompts.render("turn", user_name=user_name, memories=block, message=text)
+
+    def fixed_cost() -> int:
+        return system_cost() + count(turn_text([], message)) + MESSAGE_OVERHEAD
+
+    fixed = fixed_cost()
     while fixed + sum(mem_cost) + sum(hist_cost) > budget and (mem or hist):
         if hist and (sum(hist_cost) >= sum(mem_cost) or not mem):
             hist.pop(0), hist_cost.pop(0)
@@ -225,19 +240,18 @@ def fit_chat(
         if have > 8:
             values[key] = truncate_tokens(values[key], max(have - over, 8), count, marker=marker)
             shortened.append(key)
-            fixed = system_cost() + count(message) + MESSAGE_OVERHEAD
+            fixed = fixed_cost()
             over = fixed - budget
     if over > 0:
         room = count(message) - over
         if room < 16:
             raise PromptError(
-                f"the instructions alone take {system_cost()} tokens, more than the prompt budget "
+                f"the instructions alone take {fixed - count(message)} tokens, more than the prompt budget "
                 f"of {budget}: use a model with a longer context or lower max_new_tokens"
             )
         message = truncate_tokens(message, room, count, marker=marker, middle=True)
         shortened.append("message")
-    system = prompts.render("meta", **dict(values, memories="\n".join(mem) if mem else no_memories))
-    messages = [Message("system", system)]
+    messages = [Message("system", prompts.render("meta", **values))]
     for query, reply in hist:
         if messages[-1].role == "user":  # a turn stored without a reply: keep the roles alternating
             messages[-1] = Message("user", f"{messages[-1].content}\n\n{query}")
@@ -245,10 +259,11 @@ def fit_chat(
             messages.append(Message("user", query))
         if reply.strip():
             messages.append(Message("assistant", reply))
+    last = turn_text(mem, message)
     if messages[-1].role == "user":
-        messages[-1] = Message("user", f"{messages[-1].content}\n\n{message}")
+        messages[-1] = Message("user", f"{messages[-1].content}\n\n{last}")
     else:
-        messages.append(Message("user", message))
+        messages.append(Message("user", last))
     tokens = sum(count(m.content) + MESSAGE_OVERHEAD for m in messages)
     return FittedChat(messages, len(mem), len(hist), shortened, tokens)
 

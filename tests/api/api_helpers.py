@@ -43,7 +43,7 @@ class LocalBackend:
         if self.fail:
             raise BackendUnavailable(self.fail)
         self.calls.append(list(messages))
-        last = messages[-1].content
+        last = messages[-1].content.split("\n\n")[-1]  # the message, after the memories that come with it
         if self.hold is not None:
             return self._slow(self.hold)
         return iter(["I hear you", ": ", f"{' '.join(last.split()[:12])}.{self.variant}"])

@@ -29,7 +29,7 @@ def test_models_and_a_plain_turn(served):
     # the prompt is the companion's: its meta-prompt first, the user's words last
     prompt = served.backend.calls[-1]
     assert prompt[0].role == "system" and "amy" in prompt[0].content
-    assert prompt[-1].content == "My cat is called Pixel."
+    assert prompt[-1].content.endswith("\n\nMy cat is called Pixel.")  # after the memories that come with it
 
 
 def test_streaming_reports_the_memories_used_and_stores_only_the_last_message(served):
@@ -56,7 +56,7 @@ def test_streaming_reports_the_memories_used_and_stores_only_the_last_message(se
     # the earlier exchange was the conversation so far, in the prompt once, and not stored again
     prompt = served.backend.calls[-1]
     assert "You are Sol, a cheerful friend." in prompt[0].content
-    said = [m.content for m in prompt[1:] if m.role == "user"]
+    said = [m.content.split("\n\n")[-1] for m in prompt[1:] if m.role == "user"]
     assert said == ["I love hiking in the Alps.", "What do I like doing in the mountains?"]
     assert "I love hiking in the Alps." not in prompt[0].content  # not also as a retrieved memory
     assert [t.query for t in served.api.bank.turns_on("ben", served.clock.now.date())] == [
@@ -134,7 +134,7 @@ def test_two_users_keys_never_see_each_others_memories(served):
         model="x", messages=[{"role": "user", "content": "What spices are in my secret recipe?"}]
     )
     assert asked.model_extra["siliconfriend"]["memories"] == []
-    assert "cardamom" not in served.backend.calls[-1][0].content
+    assert all("cardamom" not in m.content for m in served.backend.calls[-1])
     raw = httpx.get(
         f"{served.url}/memories/search",
         params={"q": "cardamom saffron recipe"},

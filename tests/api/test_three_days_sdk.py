@@ -43,8 +43,8 @@ def test_three_scripted_days_through_the_sdk(served):
     # day 3: the day-1 fact was retrieved, with its date, and is in the response's extension
     used = replies[2]["memories"]
     assert any(m["day"] == D1.isoformat() and "Pixel" in m["text"] for m in used), used
-    system = served.backend.calls[-1][0].content
-    assert "Pixel" in system and "May 1, 2024" in system
+    given = served.backend.calls[-1][-1].content  # the memories come with the message
+    assert "Pixel" in given and "May 1, 2024" in given
     # one stored turn per day: the resent history was never stored again
     assert [len(bank.turns_on("Maya", d)) for d in (D1, D2, D3)] == [1, 1, 1]
     assert bank.count("Maya", kind=Kind.TURN) == 3

@@ -299,6 +299,7 @@ def test_both_engines_rank_score_and_export_alike(tmp_path, pg_url, e5_embedder)
             bank.restore("amy", bank.records("amy", kind=Kind.TURN)[0].id, T0 + timedelta(days=4))
             bank.edit_text("amy", bank.records("amy", kind=Kind.TURN)[2].id, "鼓浪屿的钢琴博物馆很有意思")
             bank.supersede("amy", bank.records("amy", kind=Kind.TURN)[1].id, "edited", when=T0 + timedelta(days=4))
+            bank.settle()  # every reply vector made, on both, before they are compared
         lite, pg = banks
         now = T0 + timedelta(days=4)
         for question in ("what is my cat called?", "鼓浪屿", "who visits me next week", "hiking trail"):

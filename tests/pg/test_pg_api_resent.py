@@ -1,6 +1,6 @@
 """Two API workers over one PostgreSQL database keep one turn per message: a chat app's regenerate
 and edit reach another worker than the turn they touch, and a task prompt stores nothing there
-either (the rules themselves: tests/api/test_resent.py, test_frontends.py)."""
+either (the rules themselves: tests/api/test_chat_apps.py)."""
 
 from __future__ import annotations
 

@@ -243,7 +243,7 @@ def test_language_persona_and_backend_reach_the_companion(two):
     say(service, bob, "Again?")
     assert built == [("hf", "qwen")]  # built once, then reused
     (other,) = made
-    assert [c[-1].content for c in other.calls] == ["Which model are you?", "Again?"]
+    assert [c[-1].content.split("\n\n")[-1] for c in other.calls] == ["Which model are you?", "Again?"]
     assert len(backend.calls) == calls_before  # bob's chosen backend answered, not the default
 
 

@@ -1,6 +1,10 @@
 """Chat with a local causal LM run with transformers (loaded by ``loader.py``: Hugging Face id,
 local folder, .gguf file or preset). Each call to ``stream`` gets its own TextIteratorStreamer
 and generation thread; by default one generation runs at a time per model.
+
+``stream(..., cache_key=...)`` names the conversation: the KV cache of its prompt's stable prefix
+(everything before the last message) is kept until its next turn, so that only the new part is
+processed (``prefix_cache.py``).
 """
 
 from __future__ import annotations
@@ -9,6 +13,7 @@ import contextlib
 import logging
 import os
 import threading
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator, Sequence
 
@@ -16,6 +21,7 @@ from ..base import BackendError, BackendModelNotFound, Message
 from ..registry import require
 from .adapter_meta import check_adapter_base, trained_system_prompts
 from .loader import has_accelerate, load_model, load_tokenizer, model_spec, pick_device, pick_dtype, preset_settings
+from .prefix_cache import DEFAULT_PER_KEY_MB, DEFAULT_TOTAL_MB, PrefixCache, common_prefix, full_attention_only
 
 log = logging.getLogger("siliconfriend.backends.hf")
 
@@ -89,9 +95,12 @@ class HFLocalChat:
     settings to another ``model``. ``temperature=0`` means greedy decoding. ``serialize``: run one
     generation at a time on this model (safe default; concurrent callers wait their turn).
     ``loaded``: an already loaded ``(model, tokenizer, resolved_id)`` to share between backends.
+    ``prefix_cache_mb`` / ``prefix_cache_mb_per_key``: how much memory the conversations' kept
+    prompt prefixes may take in all and each (0 turns the reuse off).
     """
 
     name = "hf"
+    keeps_prefix = True  # stream() takes cache_key: the conversation whose prefix it keeps
 
     def __init__(
         self,
@@ -110,6 +119,8 @@ class HFLocalChat:
         serialize: bool = True,
         trust_remote_code: bool | None = None,
         loaded: tuple[Any, Any, str] | None = None,
+        prefix_cache_mb: float = DEFAULT_TOTAL_MB,
+        prefix_cache_mb_per_key: float = DEFAULT_PER_KEY_MB,
     ) -> None:
         spec = preset_settings(preset or str(model))
         if loaded is None:
@@ -144,6 +155,13 @@ class HFLocalChat:
         # what the adapter was trained to follow, per language: the companion opens its
         # meta-prompt with it, so the fine-tuned model sees the start it learned
         self.system_prompts = _trained_system_prompts(adapter) if adapter is not None else {}
+        # models of remote code may not take transformers' cache objects: no reuse for them
+        self.prefix_cache = (
+            PrefixCache(prefix_cache_mb, prefix_cache_mb_per_key)
+            if prefix_cache_mb > 0 and _native(self._model)
+            else None
+        )
+        self.last_prompt = {"total": 0, "processed": 0}  # tokens of the last prompt: all, and not reused
 
     def __repr__(self) -> str:
         return f"HFLocalChat(model={self.model!r}, preset={self.preset!r})"
@@ -155,11 +173,11 @@ class HFLocalChat:
     def count_tokens(self, text: str) -> int:
         return len(self.tokenizer.encode(text, add_special_tokens=False)) if text else 0
 
-    def render(self, messages: Sequence[Message]) -> str:
+    def render(self, messages: Sequence[Message], *, generation_prompt: bool = True) -> str:
         """The prompt text the chat template makes of ``messages``."""
         dicts = [m.as_dict() for m in messages]
         try:
-            return self.tokenizer.apply_chat_template(dicts, tokenize=False, add_generation_prompt=True)
+            return self.tokenizer.apply_chat_template(dicts, tokenize=False, add_generation_prompt=generation_prompt)
         except Exception as exc:  # templates that refuse a system role: fold it into the first turn
             if not dicts or dicts[0]["role"] != "system" or "system" not in str(exc).lower():
                 raise BackendError(f"the chat template of {self.model!r} failed: {exc}") from exc
@@ -168,13 +186,23 @@ class HFLocalChat:
                 dicts[0] = {"role": "user", "content": f"{system}\n\n{dicts[0]['content']}"}
             else:
                 dicts.insert(0, {"role": "user", "content": system})
-            return self.tokenizer.apply_chat_template(dicts, tokenize=False, add_generation_prompt=True)
+            return self.tokenizer.apply_chat_template(dicts, tokenize=False, add_generation_prompt=generation_prompt)
 
-    def stream(self, messages: Sequence[Message], *, max_tokens: int | None = None) -> Iterator[str]:
+    def drop_prefix(self, cache_key: str) -> None:
+        """Forget the kept prompt prefix of a conversation (its day is over, its user is gone)."""
+        if self.prefix_cache is not None:
+            self.prefix_cache.drop(cache_key)
+
+    def _ids(self, text: str) -> list[int]:
+        return self.tokenizer(text, add_special_tokens=False)["input_ids"]
+
+    def stream(
+        self, messages: Sequence[Message], *, max_tokens: int | None = None, cache_key: str | None = None
+    ) -> Iterator[str]:
         torch = require("torch")
         transformers = require("transformers")
-        encoded = self.tokenizer(self.render(messages), add_special_tokens=False, return_tensors="pt")
-        prompt_len = encoded["input_ids"].shape[1]
+        ids = self._ids(self.render(messages))
+        prompt_len = len(ids)
         room = self.context_tokens - prompt_len
         if room < 1:
             raise BackendError(
@@ -184,9 +212,11 @@ class HFLocalChat:
         limit = min(max_tokens or self.max_new_tokens, self.generation.get("max_new_tokens") or room, room)
         streamer = transformers.TextIteratorStreamer(self.tokenizer, skip_prompt=True, skip_special_tokens=True)
         cancel = threading.Event()
+        input_ids = torch.tensor([ids], dtype=torch.long, device=self._model.device)
         kwargs = dict(
             self._sampling(),
-            **{k: v.to(self._model.device) for k, v in encoded.items()},
+            input_ids=input_ids,
+            attention_mask=torch.ones_like(input_ids),
             streamer=streamer,
             max_new_tokens=limit,
             eos_token_id=self._eos,
@@ -195,11 +225,18 @@ class HFLocalChat:
         )
         if self.stop:
             kwargs.update(stop_strings=self.stop, tokenizer=self.tokenizer)
+        # the part of this prompt the next turn's starts with: everything before the last message
+        keep = (
+            common_prefix(ids, self._ids(self.render(messages[:-1], generation_prompt=False)))
+            if cache_key is not None and self.prefix_cache is not None and len(messages) > 1
+            else 0
+        )
+        reuse = _Reuse(cache_key, ids, keep) if cache_key is not None and self.prefix_cache is not None else None
         failure: list[BaseException] = []
         running = threading.Event()  # set once the worker holds the model
         worker = threading.Thread(
             target=self._generate,
-            args=(torch, kwargs, streamer, cancel, failure, running),
+            args=(torch, transformers, kwargs, streamer, cancel, failure, running, reuse),
             name="hf-generate",
             daemon=True,
         )
@@ -215,14 +252,38 @@ class HFLocalChat:
         if failure:
             raise _translate(failure[0], self.model) from failure[0]
 
+    def _with_prefix(self, transformers: Any, kwargs: dict, reuse: "_Reuse") -> Any:
+        """Put the conversation's kept cache, cut to what this prompt shares with it, into
+        ``kwargs``; the cache (a fresh one if nothing is shared) or None where it cannot be used."""
+        assert self.prefix_cache is not None
+        kept = self.prefix_cache.take(reuse.key)
+        cache = None
+        if kept is not None:
+            # at least the last token is processed: generate needs one to predict from
+            shared = min(common_prefix(kept.ids, reuse.ids), len(reuse.ids) - 1)
+            if shared > 0:
+                cache = kept.cache
+                have = cache.get_seq_length()
+                if shared < have:
+                    cache.crop(shared - have)
+                reuse.reused = shared
+        if cache is None:
+            cache = transformers.DynamicCache(config=self._model.config)
+            if not full_attention_only(cache):  # sliding windows cannot be cut back to a prefix
+                return None
+        kwargs["cache"] = cache
+        return cache
+
     def _generate(
         self,
         torch: Any,
+        transformers: Any,
         kwargs: dict,
         streamer: Any,
         cancel: threading.Event,
         failure: list[BaseException],
         running: threading.Event,
+        reuse: "_Reuse | None",
     ) -> None:
         try:
             with self._lock or contextlib.nullcontext():
@@ -230,8 +291,16 @@ class HFLocalChat:
                 if cancel.is_set():  # the consumer left while this call waited for the model
                     streamer.end()
                     return
+                cache = self._with_prefix(transformers, kwargs, reuse) if reuse is not None else None
+                total = len(kwargs["input_ids"][0])
+                self.last_prompt = {"total": total, "processed": total - (reuse.reused if reuse else 0)}
+                log.debug(
+                    "prompt of %d tokens, %d reused from the last turn", total, total - self.last_prompt["processed"]
+                )
                 with torch.inference_mode():
                     self._model.generate(**kwargs)
+                if cache is not None and reuse is not None and reuse.keep > 0 and self.prefix_cache is not None:
+                    self.prefix_cache.put(reuse.key, reuse.ids[: reuse.keep], cache)
         except BaseException as exc:  # noqa: BLE001 - re-raised in the consumer's thread
             failure.append(exc)
             streamer.end()
@@ -259,6 +328,19 @@ class HFLocalChat:
                 if isinstance(i, int) and i not in ids:
                     ids.append(i)
         return ids
+
+
+@dataclass
+class _Reuse:
+    key: str  # the conversation
+    ids: list[int]  # this prompt's tokens
+    keep: int  # how many of them to keep for the next turn (those before the last message)
+    reused: int = 0  # how many came from the kept cache
+
+
+def _native(model: Any) -> bool:
+    base = getattr(model, "get_base_model", lambda: model)()  # a peft model: the model it wraps
+    return type(base).__module__.startswith("transformers.")
 
 
 class _Cancelled:
