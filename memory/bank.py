@@ -21,6 +21,7 @@ import random
 import re
 import threading
 from collections import OrderedDict
+from concurrent.futures import Executor, ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import date, datetime
 from pathlib import Path
@@ -93,6 +94,7 @@ class MemoryBank:
         retrieval: RetrievalConfig | None = None,
         max_open_users: int = 64,
         progress: Callable | None = None,
+        workers: Executor | None = None,
     ):
         if isinstance(stores, (Path, str)):
             from .stores.sqlite import SqliteStores
@@ -110,6 +112,9 @@ class MemoryBank:
         self._open: OrderedDict[str, UserStore] = OrderedDict()
         self._lock = threading.RLock()
         self._replies = _ReplyWorker(self)
+        # the threads a retrieval's lexical searches run on beside its query's embedding: the
+        # factory's (shared by the banks it builds), else the bank's own (idle threads end with it)
+        self.workers: Executor = workers or ThreadPoolExecutor(max_workers=4, thread_name_prefix="sf-lexical")
 
     # -- users --------------------------------------------------------------------------------
     def user_store(self, user: str) -> UserStore:
@@ -449,6 +454,7 @@ class MemoryBank:
             k=k,
             query_vector=query_vector,
             talk=talk,
+            workers=self.workers,
         )
 
     def talk(self, user: str, turns: Sequence[MemoryRecord]) -> list[TalkLine]:

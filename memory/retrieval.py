@@ -28,8 +28,7 @@ that day in the lexical table, so a question naming the day finds it too.
 
 from __future__ import annotations
 
-import threading
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Executor
 from dataclasses import dataclass, field
 from datetime import date, datetime
 from typing import Sequence
@@ -130,18 +129,6 @@ def _scale(values: dict[int, float]) -> dict[int, float]:
     return {k: (v - low) / span for k, v in values.items()}
 
 
-_pool: ThreadPoolExecutor | None = None
-_pool_lock = threading.Lock()
-
-
-def _workers() -> ThreadPoolExecutor:
-    global _pool
-    with _pool_lock:
-        if _pool is None:
-            _pool = ThreadPoolExecutor(max_workers=4, thread_name_prefix="sf-lexical")
-        return _pool
-
-
 def _lexical_side(
     store: UserStore, query: str, config: RetrievalConfig, named_days: Sequence[date] = ()
 ) -> list[tuple[int, float]]:
@@ -200,6 +187,7 @@ def _search_sides(
     query_vector: np.ndarray | None,
     named_days: Sequence[date],
     talk: Sequence[TalkLine] = (),
+    workers: Executor | None = None,
 ) -> _Sides:
     """Phase 1: the query vector, the conversation's vector (phase 1b), the dense side's
     candidates (memory ids whose message or reply vector is among the nearest to the two cues'
@@ -210,8 +198,12 @@ def _search_sides(
     embedded (both leave Python's lock: SQLite while it searches, the embedder in its C / PyTorch
     engine), so that on two cores a turn waits for the slower of the two, not for both."""
     words = _talk_words(talk, config) if config.talk_lexical_weight > 0 else ""
-    pending = _workers().submit(_lexical_side, store, query, config, named_days) if query_vector is None else None
-    talk_pending = _workers().submit(_lexical_side, store, words, config) if words.strip() else None
+    pending = (
+        workers.submit(_lexical_side, store, query, config, named_days)
+        if query_vector is None and workers is not None
+        else None
+    )
+    talk_pending = workers.submit(_lexical_side, store, words, config) if words.strip() and workers else None
     qvec = embed_query(embedder, query) if query_vector is None else query_vector
     tvec = _talk_vector(embedder, talk, config)
     ranked = pending.result() if pending is not None else _lexical_side(store, query, config, named_days)
@@ -222,7 +214,10 @@ def _search_sides(
             continue
         if hit.id not in found:
             found.append(hit.id)
-    talk_ranked = talk_pending.result() if talk_pending is not None else []
+    if talk_pending is not None:
+        talk_ranked = talk_pending.result()
+    else:
+        talk_ranked = _lexical_side(store, words, config) if words.strip() else []
     return _Sides(qvec, tvec, found[: config.candidates], ranked, talk_ranked)
 
 
@@ -497,9 +492,12 @@ def retrieve(
     k: int | None = None,
     query_vector: np.ndarray | None = None,
     talk: Sequence[TalkLine] = (),
+    workers: Executor | None = None,
 ) -> list[Hit]:
     """The best ``k`` memories for ``query`` at ``now``, each with its scores and reasons.
-    ``talk``: the conversation before ``query`` (today's turns), oldest first, a second cue."""
+    ``talk``: the conversation before ``query`` (today's turns), oldest first, a second cue.
+    ``workers``: where the lexical searches run beside the query's embedding (the bank's pool;
+    without one they run in turn)."""
     k = config.k if k is None else k
     if not query.strip() or k <= 0:
         return []
@@ -507,7 +505,7 @@ def retrieve(
     if config.use_dates:
         named_days = days_in_query(query, now.date())
         named_days += [d for d in conversation_days(query, store.days, now.date()) if d not in named_days]
-    sides = _search_sides(store, embedder, query, config, query_vector, named_days, talk)
+    sides = _search_sides(store, embedder, query, config, query_vector, named_days, talk, workers)
     records, members = _gather(store, sides.dense, sides.ranked, named_days, config, sides.talk_ranked)
     deeper = dict(sides.ranked)
     lexical = {i: deeper[i] for i in members if i in deeper}

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime
 from typing import Any, Callable
 
@@ -32,12 +33,29 @@ def build_policy(settings: Settings) -> EbbinghausPolicy:
     )
 
 
+_lexical_workers: ThreadPoolExecutor | None = None
+_workers_lock = threading.Lock()
+
+
+def lexical_workers() -> ThreadPoolExecutor:
+    """The threads every bank built here runs its lexical searches on (beside the query's
+    embedding): one pool per process, made on first use."""
+    global _lexical_workers
+    with _workers_lock:
+        if _lexical_workers is None:
+            _lexical_workers = ThreadPoolExecutor(max_workers=4, thread_name_prefix="sf-lexical")
+        return _lexical_workers
+
+
 def build_bank(settings: Settings, *, progress=None, lazy: bool = False) -> MemoryBank:
     """The memory store the settings name: files under the home, or the PostgreSQL database of
     ``database_url``. ``lazy``: the embedder loads only if something is embedded (commands that
     list, export or forget)."""
     parts = dict(
-        policy=build_policy(settings), retrieval=RetrievalConfig(k=settings.retrieval_k), progress=progress or tqdm
+        policy=build_policy(settings),
+        retrieval=RetrievalConfig(k=settings.retrieval_k),
+        progress=progress or tqdm,
+        workers=lexical_workers(),
     )
     embedder = lazy_embedder(settings.embedder) if lazy else create_embedder(settings.embedder)
     if settings.database_url:
