@@ -177,6 +177,12 @@ def test_markup_is_stripped_and_what_was_attached_is_noted(served):
         ("<attached_files>\n- uploads/a b.png\n- uploads/c.txt\n</attached_files>\nLook", "Look", ["a b.png", "c.txt"]),
         ('<source id="2" name="web">ctx</source> Why?', "Why?", ["web"]),
         ([{"type": "file", "file": {"filename": "cv.pdf"}}], "", ["cv.pdf"]),
+        # Open WebUI 0.12.4's own RAG template (no <user_query>), as a real session sent it
+        (
+            owui_rag("Who is Biscuit's vet?", "biscuit_notes.txt", "Vet: Dr. Okafor.", user_query=False),
+            "Who is Biscuit's vet?",
+            ["biscuit_notes.txt"],
+        ),
     ],
 )
 def test_person_words(content, text, attached):
