@@ -478,6 +478,8 @@ class Companion:
         exclude = {t.id for t in turn.history}
         if turn.replace is not None:
             exclude.add(turn.replace.id)
+        if turn.supersedes is not None:  # the words an edit takes back are not a memory of this turn
+            exclude.add(turn.supersedes.id)
         k = self.bank.retrieval_config.k
         query = (
             turn.text

@@ -234,9 +234,12 @@ def test_regenerate_edit_and_a_new_chat(served):
 
     # edit the second message: the history up to it, another message
     served.clock.now += timedelta(minutes=3)
+    strength = served.api.bank.get("nora", first[1].id).strength
     reply, ext = say(sdk, chat[:2], "I work as a day-shift nurse now.")
     assert ext["supersedes"] == first[1].id
     old = served.api.bank.get("nora", first[1].id)
+    # the words taken back neither inform the new reply nor are reinforced by it
+    assert first[1].id not in {m["id"] for m in ext["memories"]} and old.strength == strength
     assert old.state == State.SUPERSEDED and old.extra["superseded"]["reason"] == "edited"
     assert old.extra["superseded"]["by"] == ext["turn_id"]
     # the old turn is shown (memory API and page), never retrieved nor in today's conversation
