@@ -67,6 +67,7 @@ class RetrievalConfig:
     # the talk's latest lines (this many exchanges back)
     talk_lexical_weight: float = 0.6
     talk_lexical_turns: int = 3
+    talk_lexical_terms: int = 24
     # memories that chain (see _second_hop): the first hits whose vectors seed a second cue, and
     # that cue's weight in a memory's base score
     hop_seeds: int = 3
@@ -166,17 +167,26 @@ class _Sides:
     talk_ranked: list[tuple[int, float]]
 
 
-def _talk_words(talk: Sequence[TalkLine], config: RetrievalConfig) -> str:
-    """The latest ``talk_lexical_turns`` exchanges of the conversation, as one text."""
-    lines: list[str] = []
+def _talk_terms(talk: Sequence[TalkLine], query: str, config: RetrievalConfig) -> list[str]:
+    """The words of the conversation's latest ``talk_lexical_turns`` exchanges that the message
+    does not have, newest first, at most ``talk_lexical_terms`` (a long talk's words would make
+    its search slow and diffuse)."""
+    own = set(query_terms(query))
+    terms: list[str] = []
     exchanges = 0
     for line in reversed(talk):
         if exchanges >= config.talk_lexical_turns:
             break
-        lines.append(line.text)
+        terms += [t for t in query_terms(line.text) if t not in own and t not in terms]
         if line.role == "user":
             exchanges += 1
-    return "\n".join(reversed(lines))
+    return terms[: config.talk_lexical_terms]
+
+
+def _talk_lexical_side(store: UserStore, terms: list[str], config: RetrievalConfig) -> list[tuple[int, float]]:
+    """The lexical side's ranked matches of the conversation's words (as ``_lexical_side``)."""
+    hits: list[SearchHit] = store.lexical(terms, max(config.candidates, config.lexical_depth))
+    return [(h.id, h.score) for h in hits]
 
 
 def _search_sides(
@@ -197,13 +207,13 @@ def _search_sides(
     The lexical side does not need the query vector: it runs on another thread while the query is
     embedded (both leave Python's lock: SQLite while it searches, the embedder in its C / PyTorch
     engine), so that on two cores a turn waits for the slower of the two, not for both."""
-    words = _talk_words(talk, config) if config.talk_lexical_weight > 0 else ""
+    words = _talk_terms(talk, query, config) if config.talk_lexical_weight > 0 else []
     pending = (
         workers.submit(_lexical_side, store, query, config, named_days)
         if query_vector is None and workers is not None
         else None
     )
-    talk_pending = workers.submit(_lexical_side, store, words, config) if words.strip() and workers else None
+    talk_pending = workers.submit(_talk_lexical_side, store, words, config) if words and workers else None
     qvec = embed_query(embedder, query) if query_vector is None else query_vector
     tvec = _talk_vector(embedder, talk, config)
     ranked = pending.result() if pending is not None else _lexical_side(store, query, config, named_days)
@@ -217,7 +227,7 @@ def _search_sides(
     if talk_pending is not None:
         talk_ranked = talk_pending.result()
     else:
-        talk_ranked = _lexical_side(store, words, config) if words.strip() else []
+        talk_ranked = _talk_lexical_side(store, words, config) if words else []
     return _Sides(qvec, tvec, found[: config.candidates], ranked, talk_ranked)
 
 

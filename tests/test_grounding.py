@@ -98,6 +98,7 @@ def test_true_sentences_are_kept_and_invented_ones_dropped(checker):
     assert false_zh.verdicts[1].invented == ["张伟", "泰坦尼克号"]
     # the names a reply may take from its prompt, and the ones it made up
     assert checker.unsupported_names("Pixel and Sam say hi from Paris!", en) == ["Paris"]
+    assert checker.unsupported_names("Precious little one! Oh, I watched TV with Pixel.", en) == ["TV"]
 
 
 def test_sentences_and_specifics():

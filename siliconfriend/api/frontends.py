@@ -278,6 +278,12 @@ def clean_text(text: str) -> tuple[str, list[str]]:
         attached += _source_names(context.group(1)) if context else []
         rest = text[query.end() :].strip()  # the person's own message follows the template
         text = rest or query.group(1)
+    elif fold(text[:200]).startswith(_RAG_OPENING) and _CONTEXT.search(text):
+        # 0.12's DEFAULT_RAG_TEMPLATE has no <user_query>: it ends with the context block, and
+        # the person's message follows it (seen in a real Open WebUI 0.12.4 session)
+        context = list(_CONTEXT.finditer(text))[-1]
+        attached += _source_names(context.group(1))
+        text = text[context.end() :]
     for match in _ATTACHED.finditer(text):
         attached += _names(match.group(1))
     text = _ATTACHED.sub("", text)

@@ -403,6 +403,8 @@ class ApiService:
         stored = result is not None and result.turn is not None
         return {
             "memories": completion.remembered,
+            # names of the reply in neither the memories, the prompt nor the talk: not from memory
+            "not_from_memory": list(result.not_from_memory) if result is not None else [],
             "task": completion.task.name if completion.task is not None else None,
             "turn_id": result.turn.id if result is not None and result.turn is not None else None,
             # a regenerate replaced this turn's reply; an edit superseded that turn
@@ -414,6 +416,7 @@ class ApiService:
                 "summarised": [d.isoformat() for d in report.summarised],
                 "archived": report.archived,
                 "failed": {d.isoformat(): why for d, why in report.failed.items()},
+                "left_out": report.dropped,  # unsupported sentences the grounding check left out
             },
         }
 

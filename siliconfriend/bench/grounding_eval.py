@@ -104,7 +104,10 @@ def evaluate_grounding(
             ),
             "invented_per_summary": round(sum(len(a.invented) for a in every) / len(every), 2) if every else None,
             "paths": dict(paths),
-            "fallback": round((paths["extractive"] + paths["none"]) / max(1, sum(paths.values())), 3),
+            # of the texts the model was asked for (a first global one copied from its one day is not)
+            "fallback": round(
+                (paths["extractive"] + paths["none"]) / max(1, sum(n for p, n in paths.items() if p != "daily")), 3
+            ),
             "dropped": sum(w.dropped for w in written if w.kind in kinds),
         }
     out["stored_invented"] = stored_invented

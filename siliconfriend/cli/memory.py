@@ -191,6 +191,8 @@ def cmd_eval(args) -> int:
         print("k      " + "  ".join(f"{k:>6}" for k in ks))
         print("recall " + "  ".join(f"{result[f'recall@{k}']:6.3f}" for k in ks))
         print("hit    " + "  ".join(f"{result[f'hit@{k}']:6.3f}" for k in ks))
+        for cue, c in result.get("by_cue", {}).items():
+            print(f"found by {cue}: recall@5 {c['recall@5']:.3f}, recall@10 {c['recall@10']:.3f}")
         for category, c in result.get("by_category", {}).items():
             print(
                 f"category {category}: {c['n']} questions, recall@5 {c['recall@5']:.3f}, recall@10 {c['recall@10']:.3f}"
@@ -275,7 +277,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     e.add_argument("--k", type=int, default=5)
     e.add_argument("--embedder", help="override the configured embedder")
     e.add_argument("--json", action="store_true")
-    e.add_argument("--details", action="store_true", help="per-question rankings on stderr")
+    e.add_argument(
+        "--details",
+        action="store_true",
+        help="per-question rankings on stderr, each retrieved turn with the cue that found it",
+    )
     e.add_argument(
         "--ablation",
         choices=sorted(ABLATIONS),

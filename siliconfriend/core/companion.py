@@ -24,7 +24,7 @@ from memory.stores.base import StoreUnavailable
 
 from ..backends.base import BackendError, ChatBackend, Message
 from ..config import Settings
-from .consolidate import ConsolidationReport, Consolidator
+from .consolidate import SUMMARY_TOKENS, ConsolidationReport, Consolidator
 from .grounding import GroundingChecker
 from .prompting import PromptSet, fit_chat, load_prompts, truncate_tokens
 
@@ -221,7 +221,7 @@ class Companion:
             bank,
             backend,
             companion_name=settings.companion_name,
-            summary_tokens=summary_tokens or settings.max_new_tokens,
+            summary_tokens=summary_tokens or min(settings.max_new_tokens, SUMMARY_TOKENS),
             prompt_budget=prompt_budget,
         )
         self._names_check = GroundingChecker(None)  # names only: no embedding in a turn
@@ -478,6 +478,8 @@ class Companion:
         exclude = {t.id for t in turn.history}
         if turn.replace is not None:
             exclude.add(turn.replace.id)
+        if turn.supersedes is not None:  # the words an edit takes back are not a memory of this turn
+            exclude.add(turn.supersedes.id)
         k = self.bank.retrieval_config.k
         query = (
             turn.text

@@ -52,6 +52,9 @@ PATHS = ("model", "regenerated", "kept", "extractive", "none", "daily")
 EXTRACTIVE_STATEMENTS = 4  # at most this many of the user's statements in an extractive summary
 EXTRACTIVE_CHARS = 160  # each cut to about this many characters
 GLOBAL_FALLBACK_CHARS = 1500
+# the longest summary the companion asks for: "two or three short sentences" take 40-80 tokens, and
+# what a small model writes past them is where it starts to invent
+SUMMARY_TOKENS = 96
 RETRY_ROOM = 64  # tokens kept free in a summary prompt for the note of a second attempt  # the dated daily lines a global fallback keeps, newest first
 
 

@@ -60,6 +60,7 @@ today tonight tomorrow yesterday overall also however after before later then fi
 lastly next during while when in on at for with as but and or so if though although because
 this that these those there here what who why how where which both each all some many most
 one two three four five six seven eight nine ten dear hi hello yes no not mr mrs ms dr
+oh ohh wow aww aw ah ahh yay hmm hey haha sure well sorry great awesome lovely congratulations
 """.split()
 )
 # words that speak about the conversation or describe a person in general: not claims to find
@@ -200,8 +201,10 @@ def _zh_tagged(text: str) -> list[tuple[str, str]]:
     return [(p.word, p.flag) for p in _posseg.cut(text)]
 
 
-def specifics(sentence: str) -> list[str]:
-    """The names, places, numbers and dates a sentence carries (what must appear in its sources)."""
+def specifics(sentence: str, *, initial: bool = True) -> list[str]:
+    """The names, places, numbers and dates a sentence carries (what must appear in its sources).
+    ``initial``: also a capitalised word that opens the sentence (in a summary it is mostly a name;
+    in a chatty reply mostly an exclamation, "Precious little one!")."""
     found: list[str] = []
     latin = re.sub(f"[{_ideographs()}]+", " ", sentence)
     for m in _CAPITALISED.finditer(latin):
@@ -211,7 +214,7 @@ def specifics(sentence: str) -> list[str]:
             continue
         start = latin[: m.start()].strip()
         at_start = not start or start[-1] in '.!?:;"“(' or (start.endswith(",") and len(start) < 3)
-        if at_start and (low.endswith(("ing", "ed", "ly", "ful")) or low in _ABOUT_TALK_EN):
+        if at_start and (low.endswith(("ing", "ed", "ly", "ful")) or low in _ABOUT_TALK_EN or not initial):
             continue  # a sentence that opens with an ordinary word ("Feeling tired, ...")
         found.append(word)
     if has_ideographs(sentence):
@@ -319,15 +322,17 @@ class GroundingChecker:
         return Check(verdicts)
 
     def unsupported_names(self, text: str, sources: Sources) -> list[str]:
-        """The names (people, pets, places) and numbers of ``text`` that its sources never mention."""
-        return list(dict.fromkeys(w for s in split_sentences(text) for w in self._specifics(s, sources).invented))
+        """The names (people, pets, places) and numbers of ``text`` that its sources never mention
+        (a reply's: a capitalised word that opens a sentence is not taken for a name)."""
+        found = (self._specifics(s, sources, initial=False).invented for s in split_sentences(text))
+        return list(dict.fromkeys(w for names in found for w in names))
 
     @staticmethod
-    def _specifics(sentence: str, sources: Sources) -> Verdict:
+    def _specifics(sentence: str, sources: Sources, *, initial: bool = True) -> Verdict:
         plain = sentence
         for name in sources.allowed:  # the prompt's own names, out before jieba reads the rest
             plain = plain.replace(name, " " if not has_ideographs(name) else "，")
-        return Verdict(sentence, invented=[w for w in specifics(plain) if not sources.has(w)])
+        return Verdict(sentence, invented=[w for w in specifics(plain, initial=initial) if not sources.has(w)])
 
 
 def _about_talk(word: str) -> frozenset[str]:

@@ -97,18 +97,20 @@ def owui_tasks(chat: list[dict]) -> dict[str, list[dict]]:
     }
 
 
-def owui_rag(query: str, source_name: str, source_text: str) -> str:
+def owui_rag(query: str, source_name: str, source_text: str, *, user_query: bool = True) -> str:
     """A user message with Open WebUI's RAG template put in front of it (RAG_SYSTEM_CONTEXT off:
-    add_or_update_user_message(rag_template(...), append=False))."""
+    add_or_update_user_message(rag_template(...), append=False)). ``user_query=False``: 0.12.4's
+    DEFAULT_RAG_TEMPLATE, which ends with the context block (as a real 0.12.4 session sent it)."""
     template = (
         "### Task:\nRespond to the user query using the provided context, incorporating inline citations in "
         "the format [id] **only when the <source> tag includes an explicit id attribute** (e.g., <source "
         'id="1">).\n\n### Guidelines:\n- If you don\'t know the answer, clearly state that.\n\n### Output:\n'
         "Provide a clear and direct response to the user's query.\n\n"
-        f'<context>\n<source id="1" name="{source_name}">{source_text}</source>\n</context>\n\n'
-        f"<user_query>\n{query}\n</user_query>\n"
+        f'<context>\n<source id="1" name="{source_name}">{source_text}</source>\n</context>\n'
     )
-    return f"{template}\n{query}"
+    if not user_query:
+        return f"{template}\n{query}"
+    return f"{template}\n<user_query>\n{query}\n</user_query>\n\n{query}"
 
 
 def owui_attached(query: str, name: str) -> str:

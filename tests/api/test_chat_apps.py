@@ -177,6 +177,12 @@ def test_markup_is_stripped_and_what_was_attached_is_noted(served):
         ("<attached_files>\n- uploads/a b.png\n- uploads/c.txt\n</attached_files>\nLook", "Look", ["a b.png", "c.txt"]),
         ('<source id="2" name="web">ctx</source> Why?', "Why?", ["web"]),
         ([{"type": "file", "file": {"filename": "cv.pdf"}}], "", ["cv.pdf"]),
+        # Open WebUI 0.12.4's own RAG template (no <user_query>), as a real session sent it
+        (
+            owui_rag("Who is Biscuit's vet?", "biscuit_notes.txt", "Vet: Dr. Okafor.", user_query=False),
+            "Who is Biscuit's vet?",
+            ["biscuit_notes.txt"],
+        ),
     ],
 )
 def test_person_words(content, text, attached):
@@ -228,9 +234,12 @@ def test_regenerate_edit_and_a_new_chat(served):
 
     # edit the second message: the history up to it, another message
     served.clock.now += timedelta(minutes=3)
+    strength = served.api.bank.get("nora", first[1].id).strength
     reply, ext = say(sdk, chat[:2], "I work as a day-shift nurse now.")
     assert ext["supersedes"] == first[1].id
     old = served.api.bank.get("nora", first[1].id)
+    # the words taken back neither inform the new reply nor are reinforced by it
+    assert first[1].id not in {m["id"] for m in ext["memories"]} and old.strength == strength
     assert old.state == State.SUPERSEDED and old.extra["superseded"]["reason"] == "edited"
     assert old.extra["superseded"]["by"] == ext["turn_id"]
     # the old turn is shown (memory API and page), never retrieved nor in today's conversation

@@ -36,6 +36,7 @@ def test_three_scripted_days_through_the_sdk(served):
     # each finished day was summarised at the first turn of the next day, and rolled up
     assert replies[1]["day_rollover"]["summarised"] == [D1.isoformat()]
     assert replies[2]["day_rollover"]["summarised"] == [D2.isoformat()]
+    assert replies[1]["day_rollover"]["left_out"] >= 0 and all(isinstance(r["not_from_memory"], list) for r in replies)
     for day in (D1, D2):
         for kind in (Kind.DAILY_EVENTS, Kind.DAILY_PERSONALITY):
             assert bank.get_summary("Maya", kind, day).text.strip(), (kind, day)
