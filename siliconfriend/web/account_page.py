@@ -74,9 +74,9 @@ class AccountHandlers:
         lang = lang_of(self.service, token_v)
         self.service.user(token_v)
         try:
-            if key_id_v is None:
+            if not str(key_id_v or "").strip().isdigit():
                 raise ValueError("type the id of the key to revoke")
-            info = self.service.revoke_api_key(token_v, int(key_id_v))
+            info = self.service.revoke_api_key(token_v, int(str(key_id_v).strip()))
         except (AccountError, ValueError) as exc:
             return self._refused(exc, lang, 2)
         return [keys_markdown(self.service, token_v, lang), t("key_revoked", lang, id=info.id)]
@@ -178,8 +178,10 @@ def build_account(
         key_create = tr(gr.Button(tr.text("key_create"), elem_id="key_create", scale=1), value="key_create")
     new_key = gr.Markdown(elem_id="new_key")
     with gr.Row():
+        # a text box, not gr.Number: a number box shows 0 before anything is typed
         key_id = tr(
-            gr.Number(None, label=tr.text("key_id"), precision=0, minimum=1, elem_id="key_id", scale=3), label="key_id"
+            gr.Textbox("", label=tr.text("key_id"), placeholder="1", max_length=24, elem_id="key_id", scale=3),
+            label="key_id",
         )
         key_revoke = tr(gr.Button(tr.text("key_revoke"), elem_id="key_revoke", scale=1), value="key_revoke")
 

@@ -416,14 +416,14 @@ def test_two_users_in_a_browser(browser, live_app):
     bob_export = download_export(page)
     assert "Pixel" not in bob_export and list(json.loads(bob_export)) == ["bob"]
     # an API key's label is shown as typed, never as HTML; a refused revoke says why, no error badge
-    assert page.locator("#key_id input").input_value() == ""  # not a pre-filled 0
+    assert page.locator("#key_id textarea").input_value() == ""  # not a pre-filled 0
     label = "<b>bold</b> <img src=x> **star**"
     page.locator("#key_label textarea").fill(label)
     page.locator("#key_create").click()
     ui.wait_text("#new_key", "sf-")
     ui.wait_text("#api_keys", label)
     assert page.locator("#api_keys img, #api_keys b, #api_keys strong").count() == 0
-    page.locator("#key_id input").fill("999")
+    page.locator("#key_id textarea").fill("999")
     page.locator("#key_revoke").click()
     ui.wait_text("#new_key", "no API key 999")
     assert "Error" not in ui.text("#new_key") and "error" not in (page.locator("#new_key").get_attribute("class") or "")
