@@ -48,6 +48,14 @@ TODAY = "today"  # the kind of a "what I remembered" entry that is a line of tod
 NOT_FROM_MEMORY = "not_from_memory"
 
 
+def cue_text(text: str) -> str:
+    """What of a (very long) message or line of the talk retrieval embeds as a cue: all of it up
+    to QUERY_CHARS, else its start and its end."""
+    if len(text) <= QUERY_CHARS:
+        return text
+    return f"{text[: QUERY_CHARS // 2]}\n{text[-QUERY_CHARS // 2 :]}"
+
+
 def used_entry(hit: Hit) -> dict:
     """The one "what I remembered" entry of a memory a reply used: kept with the stored turn and
     shown in the panel."""
@@ -481,11 +489,7 @@ class Companion:
         if turn.supersedes is not None:  # the words an edit takes back are not a memory of this turn
             exclude.add(turn.supersedes.id)
         k = self.bank.retrieval_config.k
-        query = (
-            turn.text
-            if len(turn.text) <= QUERY_CHARS
-            else f"{turn.text[: QUERY_CHARS // 2]}\n{turn.text[-QUERY_CHARS // 2 :]}"
-        )
+        query = cue_text(turn.text)
         hits = [
             h
             for h in self.bank.retrieve(turn.user, query, turn.now, k=k + len(exclude), talk=self._talk(turn))
@@ -530,11 +534,13 @@ class Companion:
         for q, a in turn.given_history[-TALK_TURNS:]:
             known = stored.get(" ".join(q.split()), {})
             mine = known.get("user")
-            lines.append(mine if mine is not None else TalkLine("user", q))
+            # a line the client sent that is not stored is embedded now: cut as the query is, so
+            # that a history of huge messages costs a few chunks, not hundreds
+            lines.append(mine if mine is not None else TalkLine("user", cue_text(q)))
             if a.strip():
                 reply = known.get("assistant")
                 same = reply is not None and " ".join(reply.text.split()) == " ".join(a.split())
-                lines.append(reply if same and reply is not None else TalkLine("assistant", a))
+                lines.append(reply if same and reply is not None else TalkLine("assistant", cue_text(a)))
         return lines
 
     def _budget(self, backend: ChatBackend) -> int:
