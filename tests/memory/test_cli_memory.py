@@ -226,9 +226,10 @@ def test_as_used_lives_the_days_and_asks_each_question_at_its_time(tmp_path, ban
         home, "eval", "retrieval", "--bank", str(bank_file), "--labels", str(labels), "--as-used", "--json", "--details"
     )
     result = json.loads(out.stdout)
-    assert set(result) == {"n"} | {f"{m}@{k}" for m in ("recall", "hit") for k in (1, 2, 3, 5, 10)}
+    assert set(result) == {"n", "by_cue"} | {f"{m}@{k}" for m in ("recall", "hit") for k in (1, 2, 3, 5, 10)}
     details = [json.loads(line) for line in out.stderr.splitlines() if line.startswith("{")]
-    assert details[0]["retrieved"][0] == ["2023-04-27", 0]
-    assert ["2023-04-28", 0] not in details[1]["retrieved"]  # asked the day before it was said
-    assert details[2]["retrieved"][0] == ["2023-04-28", 0]  # faded by June, a strong cue brings it
+    # each retrieved turn is [day, turn, the cue that found it]
+    assert details[0]["retrieved"][0][:2] == ["2023-04-27", 0]
+    assert ["2023-04-28", 0] not in [r[:2] for r in details[1]["retrieved"]]  # asked the day before it was said
+    assert details[2]["retrieved"][0][:2] == ["2023-04-28", 0]  # faded by June, a strong cue brings it
     assert result["n"] == 3 and result["recall@1"] == pytest.approx(2 / 3, abs=1e-3)
