@@ -113,6 +113,8 @@ class Database:
                 raise StoreUnavailable(f"{redact(self.url)}: {PGVECTOR_HELP}")
             try:
                 con.execute("CREATE EXTENSION IF NOT EXISTS vector")
+            except psycopg.errors.UniqueViolation:
+                return  # another worker opening the same database at the same moment enabled it
             except psycopg.Error as exc:
                 raise StoreUnavailable(
                     f"{redact(self.url)}: pgvector is installed on the server but not enabled "

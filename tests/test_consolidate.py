@@ -155,8 +155,9 @@ def test_many_days_are_folded_in_chunks_that_fit(bank, smollm2_backend):
         bank.set_summary("Maya", Kind.DAILY_EVENTS, text, at(day + timedelta(days=1), 8), day=day)
     report = c.run("Maya", at(D1 + timedelta(days=5), 9))
     assert report.global_updated == [Kind.GLOBAL_EVENTS]
-    # two chunks (each maybe asked again after a failed grounding check), all within the budget
-    assert len([p for p in model.prompts if "Write it again" not in p]) == 2
+    # at least two chunks (each maybe asked again after a failed grounding check, and the chunks'
+    # summaries folded again when they do not fit together), all within the budget
+    assert len([p for p in model.prompts if "Write it again" not in p]) >= 2
     assert all(smollm2_backend.count_tokens(p) <= 330 for p in model.prompts)
     assert all(f"Day {i}:" in "".join(model.prompts) for i in range(3))
     assert bank.get_summary("Maya", Kind.GLOBAL_EVENTS).text
