@@ -11,7 +11,6 @@ from __future__ import annotations
 import argparse
 import logging
 import os
-import secrets
 import sys
 import threading
 from pathlib import Path
@@ -19,16 +18,16 @@ from pathlib import Path
 import gradio as gr
 from fastapi import Request
 
+from siliconfriend.accounts.users import AccountError
 from siliconfriend.api.routes import mount
 from siliconfriend.config import Settings
 from siliconfriend.core.private_files import make_private
 from siliconfriend.factory import build_api_service, build_web_service, demo_model_hint
+from siliconfriend.i18n import LANGS, Translator, say, t
 from siliconfriend.web.account_page import EXPORT_ROUTE, build_account
-from siliconfriend.web.accounts import AccountError
 from siliconfriend.web.chat import build_chat
 from siliconfriend.web.client import BrowserCookie, browser_id, request_client
 from siliconfriend.web.common import guard
-from siliconfriend.web.i18n import LANGS, Translator, say, t
 from siliconfriend.web.memory_page import build_memory
 from siliconfriend.web.service import WebService
 
@@ -41,24 +40,6 @@ CSS = """
 .sf-note { font-size: 0.85em; opacity: 0.75; }
 #sf-header { align-items: center; }
 """
-
-
-def browser_secret(home: Path) -> str:
-    """The key that encrypts the session token in the browser, kept across restarts."""
-    path = home / ".web_secret"
-    if not path.exists():
-        home.mkdir(parents=True, exist_ok=True)
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-        with os.fdopen(fd, "w") as fh:
-            fh.write(secrets.token_urlsafe(32))
-    return path.read_text().strip()
-
-
-def shared_secret(service: WebService) -> str:
-    """The browser key every worker of this store uses: kept in the database when the accounts
-    are there, else in the home folder."""
-    from_db = getattr(service.accounts, "browser_secret", None)
-    return from_db() if callable(from_db) else browser_secret(service.settings.home)
 
 
 def api_routes(service: WebService) -> list:
@@ -183,7 +164,7 @@ def build_app(service: WebService) -> gr.Blocks:
     tr = Translator(settings.lang)
     guarded = guard(service)
     with gr.Blocks(title="SiliconFriend", delete_cache=(900, 1800)) as demo:
-        token = gr.BrowserState("", storage_key="siliconfriend_session", secret=shared_secret(service))
+        token = gr.BrowserState("", storage_key="siliconfriend_session", secret=service.accounts.browser_secret())
         with gr.Row(elem_id="sf-header"):
             with gr.Column(scale=4):
                 tr(gr.Markdown(tr.text("title")), value="title")

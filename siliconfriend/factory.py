@@ -14,11 +14,11 @@ from memory.embedders import create_embedder, lazy_embedder
 from memory.forgetting import EbbinghausPolicy
 from memory.retrieval import RetrievalConfig
 
+from .accounts.users import Accounts
 from .backends.openai_chat import DEFAULT_MODEL as OPENAI_DEFAULT_MODEL
 from .backends.registry import create_backend
 from .config import DEMO_MODEL, Settings
 from .core.companion import Companion
-from .web.accounts import Accounts
 from .web.service import BackendPool, WebService
 
 
@@ -216,7 +216,7 @@ def build_web_service(
         return build_companion(settings, clock=clock, bank=bank)
 
     if accounts is None:
-        from .web.accounts_pg import open_accounts
+        from .accounts.users import open_accounts
 
         accounts = open_accounts(settings)
     return WebService(
@@ -237,7 +237,7 @@ def build_api_service(
 ):
     """The API's service (``siliconfriend.api``): beside the web app, sharing its accounts, bank
     and companion (``web``), or alone (``serve-api``), with the companion built on the first chat."""
-    from .api.keys import ApiKeys
+    from .accounts.keys import ApiKeys
     from .api.service import ApiService
 
     if web is None:

@@ -20,15 +20,31 @@ RULES = [
     ("siliconfriend.web", ("siliconfriend.api", "siliconfriend.cli", "siliconfriend.bench"), "web is below them"),
     ("siliconfriend.web", ("siliconfriend.factory",), "web receives what the factory builds"),
     ("siliconfriend.web.common", ("psycopg", "memory.pg_db"), "the pages never load psycopg"),
+    ("siliconfriend.web", ("siliconfriend.accounts.postgres",), "the web app gets its accounts store built"),
     ("siliconfriend.api", ("siliconfriend.cli", "siliconfriend.bench", "siliconfriend.factory"), "api is below them"),
-    # api shares with web what both need (accounts, keys' rate limits, messages' words), never
-    # the web app's own modules
-    ("siliconfriend.api", ("siliconfriend.web.service", "siliconfriend.web.chat"), "not the web app's internals"),
-    ("siliconfriend.api", ("siliconfriend.web.memory_page", "siliconfriend.web.account_page"), "nor its pages"),
+    # api and web share what both need through modules both import (siliconfriend.accounts,
+    # siliconfriend.i18n, the core), never through each other's
+    ("siliconfriend.api", ("siliconfriend.web",), "api and web share through modules both import"),
+    ("siliconfriend.accounts", ("siliconfriend.web", "siliconfriend.api"), "accounts are below the web and the API"),
+    ("siliconfriend.accounts", ("siliconfriend.cli", "siliconfriend.bench", "siliconfriend.factory"), "below them"),
+    ("siliconfriend.accounts", ("siliconfriend.core", "siliconfriend.backends"), "accounts know no companion"),
+    ("siliconfriend.i18n", ("siliconfriend", "memory"), "the words know nothing"),
+    ("siliconfriend.core", ("siliconfriend.accounts",), "the companion knows no accounts"),
     ("siliconfriend.backends", ("siliconfriend.core", "siliconfriend.web", "siliconfriend.api"), "backends are below"),
     ("siliconfriend.backends", ("siliconfriend.cli", "siliconfriend.bench", "siliconfriend.factory"), "below"),
     ("siliconfriend.config", ("siliconfriend", "memory"), "config knows nothing"),
     ("app", ("siliconfriend.cli", "siliconfriend.bench", "finetune"), "app.py is the web app's entry point"),
+]
+# only the PostgreSQL store loads psycopg (and only when a database URL is configured)
+RULES += [
+    (room, ("psycopg", "memory.pg_db"), "only accounts.postgres loads psycopg")
+    for room in (
+        "siliconfriend.accounts.store",
+        "siliconfriend.accounts.sqlite",
+        "siliconfriend.accounts.users",
+        "siliconfriend.accounts.keys",
+        "siliconfriend.accounts.rate_limit",
+    )
 ]
 # the app never imports finetune (a trained adapter reaches it only as a folder); only the CLI
 # command that runs a training does

@@ -20,7 +20,7 @@ from typing import Any, Mapping, Sequence
 
 from memory.cjk import language_of
 
-from ..web.i18n import t
+from ..i18n import t
 from .service import bad_request
 
 HEADER = "x-siliconfriend-show-memories"

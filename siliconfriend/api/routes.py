@@ -28,8 +28,8 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import Mount
 from starlette.staticfiles import StaticFiles
 
+from ..accounts.keys import KeyOwner
 from . import footnote
-from .keys import KeyOwner
 from .service import MODEL_ID, ApiError, ApiService, Completion, Switches
 from .tool_calls import refuse_tool_calling
 

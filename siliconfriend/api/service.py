@@ -18,12 +18,13 @@ from memory.bank import MemoryBank, UnknownMemory
 from memory.memorybank_format import export_person
 from memory.records import Kind, MemoryRecord, State
 
+from ..accounts.keys import ApiKeys, KeyOwner
+from ..accounts.users import Accounts
 from ..backends.base import Message, Role
 from ..config import Settings
 from ..core.companion import MAX_MESSAGE_CHARS, TODAY, ReplyStream, used_entry
-from ..web.accounts import Accounts
 from .frontends import Task, person_words, task_of
-from .keys import ApiKeys, KeyLimiter, KeyOwner, LoginStyleLimiter, RateLimited
+from .keys import KeyLimiter, LoginStyleLimiter, RateLimited
 from .resent import Placed, place
 
 MODEL_ID = "siliconfriend"  # the one model /v1/models lists: the companion with its memory

@@ -102,11 +102,11 @@ def measure_api_overhead(
     """``turns`` timed turns per path (after ``warmup`` each) for ``user`` of ``bank``."""
     import httpx
 
-    from ..api.keys import ApiKeys
+    from ..accounts.keys import ApiKeys
+    from ..accounts.users import Accounts
     from ..api.routes import standalone_app
     from ..api.service import ApiService
     from ..config import Settings
-    from ..web.accounts import Accounts
 
     runner = TurnRunner(bank)
     runner.now = start
@@ -114,7 +114,7 @@ def measure_api_overhead(
         return {"note": "the companion is not installed: API overhead not measured"}
     from argon2 import PasswordHasher
 
-    accounts = Accounts(home / "accounts.db", hasher=PasswordHasher(time_cost=1, memory_cost=1024, parallelism=1))
+    accounts = Accounts.at(home / "accounts.db", hasher=PasswordHasher(time_cost=1, memory_cost=1024, parallelism=1))
     accounts.signup(user, "bench-password")
     settings = Settings(home=home, api_requests_per_minute=0)
     timed = _TimedCompanion(runner.companion)

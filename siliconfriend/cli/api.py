@@ -15,8 +15,8 @@ def _settings(args: argparse.Namespace):
 
 
 def _keys(args: argparse.Namespace):
-    from ..api.keys import ApiKeys
-    from ..web.accounts_pg import open_accounts
+    from ..accounts.keys import ApiKeys
+    from ..accounts.users import open_accounts
 
     settings = _settings(args)
     accounts = open_accounts(settings)  # accounts.db in the home, or the database of database_url

@@ -12,6 +12,7 @@ from typing import Callable
 from memory.store_copy import copy_user
 from memory.stores.base import is_postgres_url
 
+from ..accounts.users import Accounts
 from ..config import Settings
 
 
@@ -22,26 +23,16 @@ def _settings_for(settings: Settings, where: str) -> Settings:
     return dataclasses.replace(settings, home=Path(where).expanduser(), database_url="")
 
 
-def _copy_accounts(source, target) -> tuple[int, int]:
+def _copy_accounts(source: Accounts, target: Accounts) -> tuple[int, int]:
     """Users and sessions that the target lacks; returns (users, sessions) now in the target."""
-    users = source._db.execute("SELECT name, pw_hash, created_at, prefs FROM users").fetchall()
-    sessions = source._db.execute("SELECT token_hash, name, created_at, expires_at FROM sessions").fetchall()
-    with target._tx() as db:
-        db.executemany(
-            "INSERT INTO users (name, pw_hash, created_at, prefs) VALUES (?, ?, ?, ?) ON CONFLICT DO NOTHING",
-            [tuple(u) for u in users],
-        )
-        db.executemany(
-            "INSERT INTO sessions (token_hash, name, created_at, expires_at) VALUES (?, ?, ?, ?)"
-            " ON CONFLICT DO NOTHING",
-            [tuple(s) for s in sessions],
-        )
+    users = source.store.user_rows()
+    target.store.copy_in(users, source.store.session_rows())
     have_users = len(target.users())
-    have_sessions = target._db.execute("SELECT count(*) FROM sessions").fetchone()[0]
-    missing = {u[0] for u in users} - set(target.users())
+    have_sessions = len(target.store.session_rows())
+    missing = {u.name for u in users} - set(target.users())
     if missing:
         raise RuntimeError(f"accounts not copied (a name taken in another case?): {', '.join(sorted(missing))}")
-    return have_users, int(have_sessions)
+    return have_users, have_sessions
 
 
 def migrate_store(
@@ -49,8 +40,8 @@ def migrate_store(
 ) -> dict:
     """Copy accounts and memories from ``source`` to ``target`` (each a home folder or a
     postgresql:// URL). Returns what was done, per user."""
+    from ..accounts.users import open_accounts as build_accounts
     from ..factory import build_bank
-    from ..web.accounts_pg import open_accounts as build_accounts
 
     if (is_postgres_url(source) and source == target) or (
         not is_postgres_url(source) and not is_postgres_url(target) and Path(source).resolve() == Path(target).resolve()

@@ -17,8 +17,8 @@ from dataclasses import replace
 
 
 def _accounts(args: argparse.Namespace, *, create: bool = False):
+    from ..accounts.users import open_accounts
     from ..config import Settings
-    from ..web.accounts_pg import open_accounts
 
     settings = Settings.load(home=getattr(args, "home", None))
     if create:  # the operator makes accounts even where sign-up on the web page is closed
@@ -39,8 +39,8 @@ def _read_password(args: argparse.Namespace) -> str:
 
 
 def cmd_users_create(args) -> int:
-    from ..api.keys import ApiKeys
-    from ..web.accounts import Accounts
+    from ..accounts.keys import ApiKeys
+    from ..accounts.users import Accounts
 
     Accounts.check_username(args.name)  # a bad name is refused before the password is asked
     password = Accounts.check_password(_read_password(args))
@@ -64,7 +64,7 @@ def cmd_users_create(args) -> int:
 
 
 def cmd_users_list(args) -> int:
-    from ..api.keys import ApiKeys
+    from ..accounts.keys import ApiKeys
 
     _, accounts = _accounts(args)
     try:

@@ -15,9 +15,9 @@ from typing import Callable
 
 import gradio as gr
 
-from .accounts import AccountError
+from ..accounts.users import AccountError
+from ..i18n import Translator, say, t
 from .common import guard, lang_of, notify
-from .i18n import Translator, say, t
 from .service import WebService
 
 EXPORT_ROUTE = "/sf-export"  # + "/<ticket>": served by app.py, once, to the session that asked

@@ -17,8 +17,8 @@ import gradio as gr
 
 from ..config import DEMO_MODEL
 from ..core.companion import MAX_MESSAGE_CHARS, NOT_FROM_MEMORY, TODAY, not_from_memory_entry, today_entry
+from ..i18n import Translator, say, t, why_words
 from .common import guard, lang_of, notify
-from .i18n import Translator, say, t, why_words
 from .service import WebService
 
 log = logging.getLogger("siliconfriend.web")

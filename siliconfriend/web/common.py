@@ -12,8 +12,8 @@ import gradio as gr
 from memory.bank import UnknownMemory
 from memory.stores.base import StoreUnavailable
 
-from .accounts import AccountError
-from .i18n import say, t
+from ..accounts.users import AccountError
+from ..i18n import say, t
 from .service import NotLoggedIn, WebService
 
 log = logging.getLogger("siliconfriend.web")

@@ -20,9 +20,9 @@ import gradio as gr
 from memory.bank import UnknownMemory
 from memory.records import Kind, State
 
-from .accounts import AccountError
+from ..accounts.users import AccountError
+from ..i18n import Translator, say, t, why_words
 from .common import guard, lang_of, notify
-from .i18n import Translator, say, t, why_words
 from .plot import retention_figure
 from .service import MemoryRow, WebService
 

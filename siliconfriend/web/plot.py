@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import functools
 
-from .i18n import t
+from ..i18n import t
 
 CJK_FONTS = (
     "WenQuanYi Micro Hei",

@@ -26,11 +26,11 @@ from memory.bank import MemoryBank, UnknownMemory, user_key
 from memory.memorybank_format import export_person
 from memory.records import Kind, MemoryRecord, State
 
+from ..accounts.users import Accounts, Session
 from ..backends.base import BackendError
 from ..config import Settings
 from ..core.companion import MAX_MESSAGE_CHARS, used_entry
 from ..core.private_files import tighten
-from .accounts import Accounts, Session
 from .client import proxy_networks
 
 log = logging.getLogger("siliconfriend.web")

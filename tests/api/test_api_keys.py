@@ -16,15 +16,15 @@ import httpx
 import pytest
 from api_helpers import FAST_HASHER, Clock, LocalBackend, assert_docs_work_offline, free_port
 
-from siliconfriend.api.keys import ApiKeyError, ApiKeys, digest
-from siliconfriend.web.accounts import Accounts
+from siliconfriend.accounts.keys import ApiKeyError, ApiKeys, digest
+from siliconfriend.accounts.users import Accounts
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture
 def accounts(tmp_path):
-    acc = Accounts(tmp_path / "accounts.db", hasher=FAST_HASHER)
+    acc = Accounts.at(tmp_path / "accounts.db", hasher=FAST_HASHER)
     yield acc
     acc.close()
 
@@ -79,7 +79,7 @@ def _cli(home: Path, *args: str) -> subprocess.CompletedProcess:
 
 def test_the_keys_command(tmp_path):
     home = tmp_path / "home"
-    acc = Accounts(home / "accounts.db", hasher=FAST_HASHER)
+    acc = Accounts.at(home / "accounts.db", hasher=FAST_HASHER)
     acc.signup("amy", "amy-password")
     acc.close()
     made = _cli(home, "keys", "create", "--user", "amy", "--label", "Open WebUI")
@@ -92,7 +92,7 @@ def test_the_keys_command(tmp_path):
     revoked = _cli(home, "keys", "revoke", "1", "--user", "amy")
     assert revoked.returncode == 0 and "revoked" in revoked.stderr
     assert "revoked" in _cli(home, "keys", "list", "--user", "amy").stdout
-    acc = Accounts(home / "accounts.db", hasher=FAST_HASHER)
+    acc = Accounts.at(home / "accounts.db", hasher=FAST_HASHER)
     assert ApiKeys(acc).owner(key) is None
     acc.close()
     nobody = _cli(home, "keys", "create", "--user", "zed")
@@ -162,7 +162,7 @@ def test_the_web_app_serves_the_api_under_v1(tmp_path, e5_embedder):
 def test_serve_api_serves_the_api_alone(tmp_path):
     """``siliconfriend serve-api`` in its own process: the key works, a wrong one gets 401."""
     home = tmp_path / "home"
-    acc = Accounts(home / "accounts.db", hasher=FAST_HASHER)
+    acc = Accounts.at(home / "accounts.db", hasher=FAST_HASHER)
     acc.signup("amy", "amy-password")
     key = ApiKeys(acc).create("amy").key
     acc.close()

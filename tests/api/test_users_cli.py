@@ -11,9 +11,9 @@ from datetime import datetime
 import pytest
 from api_helpers import FAST_HASHER
 
-from siliconfriend.api.keys import ApiKeys
+from siliconfriend.accounts.keys import ApiKeys
+from siliconfriend.accounts.users import Accounts
 from siliconfriend.cli.main import main
-from siliconfriend.web.accounts import Accounts
 
 
 class Stdin(io.StringIO):
@@ -28,7 +28,7 @@ class Stdin(io.StringIO):
 @pytest.fixture(autouse=True)
 def fast_hashing(monkeypatch):
     """Argon2 at its test cost (0.2 s a hash at the real one, and every command opens the accounts)."""
-    monkeypatch.setattr("siliconfriend.web.accounts.PasswordHasher", lambda: FAST_HASHER)
+    monkeypatch.setattr("siliconfriend.accounts.users.PasswordHasher", lambda: FAST_HASHER)
 
 
 def run(monkeypatch, home, *args, stdin: str = "", tty: bool = False) -> int:
@@ -42,7 +42,7 @@ def test_create_list_and_delete_users_without_the_web_app(tmp_path, monkeypatch,
     out = capsys.readouterr()
     key = out.out.strip()
     assert "account Amy created" in out.err and key.startswith("sf-")
-    accounts = Accounts(home / "accounts.db")
+    accounts = Accounts.at(home / "accounts.db")
     try:
         accounts.login("amy", "amy password")  # the line as typed, without its newline
         assert ApiKeys(accounts).owner(key).user == "Amy"
@@ -85,7 +85,7 @@ def test_create_list_and_delete_users_without_the_web_app(tmp_path, monkeypatch,
     bank = MemoryBank(home, e5_embedder)
     assert not bank.has_user("Amy") and bank.count("bob") == 1
     bank.close()
-    accounts = Accounts(home / "accounts.db")
+    accounts = Accounts.at(home / "accounts.db")
     try:
         assert accounts.users() == ["bob"] and ApiKeys(accounts).owner(key) is None
     finally:

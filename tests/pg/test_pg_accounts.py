@@ -7,10 +7,10 @@ import psycopg
 import pytest
 from argon2 import PasswordHasher
 
-from siliconfriend.web.accounts import _MIGRATIONS as SQLITE_MIGRATIONS
-from siliconfriend.web.accounts import AccountError, TooManyAttempts
-from siliconfriend.web.accounts_pg import MIGRATIONS, PgAccounts
-from siliconfriend.web.rate_limit import Limits
+from siliconfriend.accounts.postgres import MIGRATIONS
+from siliconfriend.accounts.rate_limit import Limits
+from siliconfriend.accounts.sqlite import MIGRATIONS as SQLITE_MIGRATIONS
+from siliconfriend.accounts.users import AccountError, Accounts, TooManyAttempts
 
 FAST = PasswordHasher(time_cost=1, memory_cost=1024, parallelism=1)
 
@@ -25,7 +25,7 @@ class Clock:
 @pytest.fixture
 def workers(pg_url):
     clock = Clock()
-    a, b = (PgAccounts(pg_url, hasher=FAST, clock=clock) for _ in range(2))
+    a, b = (Accounts.at(pg_url, hasher=FAST, clock=clock) for _ in range(2))
     yield a, b, clock
     a.close()
     b.close()
@@ -43,6 +43,7 @@ def test_session_from_one_worker_is_valid_on_the_other(workers, pg_url):
     assert s2.user == "Alice" and a.user_for(s2.token) == "Alice"
     with pytest.raises(AccountError, match="taken"):
         b.signup("ALICE", "another password")
+    assert a.browser_secret() == b.browser_secret()  # a browser stays logged in on either worker
     a.set_prefs("Alice", lang="zh")
     assert b.prefs("Alice")["lang"] == "zh"
     b.logout(s.token)
@@ -99,7 +100,7 @@ def test_an_account_deleted_on_one_worker_is_gone_on_the_other(workers):
 
 
 def test_api_keys_made_on_one_worker_work_on_the_other(workers):
-    from siliconfriend.api.keys import ApiKeys
+    from siliconfriend.accounts.keys import ApiKeys
 
     a, b, _ = workers
     a.signup("dora", "dora-password")
@@ -115,16 +116,16 @@ def test_the_users_command_over_postgres(pg_url, tmp_path, monkeypatch, capsys):
     """``siliconfriend users`` on the accounts of ``database_url`` (an operator of serve-api alone)."""
     import io
 
-    from siliconfriend.api.keys import ApiKeys
+    from siliconfriend.accounts.keys import ApiKeys
     from siliconfriend.cli.main import main
 
     monkeypatch.setenv("SILICONFRIEND_DATABASE_URL", pg_url)
-    monkeypatch.setattr("siliconfriend.web.accounts.PasswordHasher", lambda: FAST)
+    monkeypatch.setattr("siliconfriend.accounts.users.PasswordHasher", lambda: FAST)
     monkeypatch.setattr("sys.stdin", io.StringIO("zoe password\n"))
     home = str(tmp_path / "home")
     assert main(["--home", home, "users", "create", "Zoe", "--password-stdin", "--key"]) == 0
     key = capsys.readouterr().out.strip()
-    worker = PgAccounts(pg_url, hasher=FAST)
+    worker = Accounts.at(pg_url, hasher=FAST)
     try:
         assert worker.login("zoe", "zoe password").user == "Zoe"
         assert ApiKeys(worker).owner(key).user == "Zoe"

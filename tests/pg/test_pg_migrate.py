@@ -12,11 +12,10 @@ from memory.bank import MemoryBank
 from memory.memorybank_format import export_bank
 from memory.records import Kind
 from memory.stores.postgres import PostgresStores
+from siliconfriend.accounts.users import Accounts
 from siliconfriend.cli.main import main
 from siliconfriend.cli.migrate_store import migrate_store
 from siliconfriend.config import Settings
-from siliconfriend.web.accounts import Accounts
-from siliconfriend.web.accounts_pg import PgAccounts
 
 T0 = datetime(2024, 5, 1, 9, 0)
 
@@ -32,7 +31,7 @@ class CountingEmbedder:
 
 def test_home_to_postgres_and_back(tmp_path, pg_url, e5_embedder, monkeypatch, capsys):
     home = tmp_path / "home"
-    acc = Accounts(home / "accounts.db", hasher=PasswordHasher(time_cost=1, memory_cost=1024, parallelism=1))
+    acc = Accounts.at(home / "accounts.db", hasher=PasswordHasher(time_cost=1, memory_cost=1024, parallelism=1))
     session = acc.signup("Amy", "amy-password")
     acc.set_prefs("Amy", lang="zh")
     acc.close()
@@ -61,7 +60,7 @@ def test_home_to_postgres_and_back(tmp_path, pg_url, e5_embedder, monkeypatch, c
         assert hits[0].record.query == "a later message" and hits[0].lexical > 0 and hits[0].dense > 0.9
     finally:
         pg.close()
-    pg_acc = PgAccounts(pg_url)
+    pg_acc = Accounts.at(pg_url)
     try:
         assert pg_acc.user_for(session.token) == "Amy"  # nobody has to log in again
         assert pg_acc.login("amy", "amy-password").user == "Amy" and pg_acc.prefs("Amy")["lang"] == "zh"

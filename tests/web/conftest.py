@@ -105,14 +105,14 @@ def web_clock():
 
 def make_service(home: Path, embedder, model, clock, **settings_options):
     """A WebService with the real companion over ``model`` (a FailSwitch); returns (service, bank, accounts)."""
+    from siliconfriend.accounts.users import Accounts
     from siliconfriend.config import Settings
     from siliconfriend.factory import build_companion, build_web_service
-    from siliconfriend.web.accounts import Accounts
 
     settings = Settings(home=home, backend="hf", model="smollm2", max_new_tokens=REPLY_TOKENS, **settings_options)
     bank = MemoryBank(settings.home, embedder)
     companion = build_companion(settings, clock=clock, backend=model, bank=bank)
-    accounts = Accounts(settings.home / "accounts.db", hasher=FAST_HASHER, signup_open=settings.signup_open)
+    accounts = Accounts.at(settings.home / "accounts.db", hasher=FAST_HASHER, signup_open=settings.signup_open)
     return build_web_service(settings, accounts=accounts, companion=companion, clock=clock), bank, accounts
 
 

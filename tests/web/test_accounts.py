@@ -8,10 +8,10 @@ import pytest
 from argon2 import PasswordHasher
 from fakes import Clock
 
-from siliconfriend.web.accounts import AccountError, Accounts, SignupClosed, TooManyAttempts
-from siliconfriend.web.i18n import say
-from siliconfriend.web.rate_limit import Attempt, Limits
-from siliconfriend.web.rate_limit import TooManyAttempts as RateLimited
+from siliconfriend.accounts.rate_limit import Attempt, Limits
+from siliconfriend.accounts.rate_limit import TooManyAttempts as RateLimited
+from siliconfriend.accounts.users import AccountError, Accounts, SignupClosed, TooManyAttempts
+from siliconfriend.i18n import say
 
 FAST = PasswordHasher(time_cost=1, memory_cost=1024, parallelism=1)
 
@@ -23,7 +23,7 @@ def clock():
 
 @pytest.fixture
 def accounts(tmp_path, clock):
-    acc = Accounts(tmp_path / "accounts.db", hasher=FAST, clock=clock)
+    acc = Accounts.at(tmp_path / "accounts.db", hasher=FAST, clock=clock)
     yield acc
     acc.close()
 
@@ -173,7 +173,7 @@ def test_many_clients_against_one_account_back_off_but_never_lock_the_owner_out(
 
 def test_limiter_is_reusable_for_other_secrets(tmp_path, clock):
     """The API's keys are limited like logins: the same limiter, another name prefix."""
-    acc = Accounts(tmp_path / "a.db", hasher=FAST, clock=clock)
+    acc = Accounts.at(tmp_path / "a.db", hasher=FAST, clock=clock)
     key = Attempt("apikey:sk-abc1", "9.9.9.9")
     for _ in range(Limits().per_pair):
         acc.limiter.check(key)
@@ -185,7 +185,7 @@ def test_limiter_is_reusable_for_other_secrets(tmp_path, clock):
 
 
 def test_signup_can_be_closed(tmp_path):
-    acc = Accounts(tmp_path / "a.db", hasher=FAST, signup_open=False)
+    acc = Accounts.at(tmp_path / "a.db", hasher=FAST, signup_open=False)
     with pytest.raises(SignupClosed):
         acc.signup("gina", "long enough pw")
 
@@ -236,7 +236,7 @@ def test_an_older_accounts_database_migrates(tmp_path, clock, made_by):
     """A database of the API keys' migration 2 (main) or of the rate limiter's old migration 2 (the
     web branch before the merge) reaches version 3: failures gone, skeletons filled, keys kept."""
     from memory.sqlite_db import run_script
-    from siliconfriend.web.accounts import _MIGRATIONS
+    from siliconfriend.accounts.sqlite import MIGRATIONS as _MIGRATIONS
 
     path = tmp_path / "accounts.db"
     db = sqlite3.connect(path)
@@ -251,13 +251,80 @@ def test_an_older_accounts_database_migrates(tmp_path, clock, made_by):
         db.execute("INSERT INTO api_keys (key_hash, prefix, name, created_at) VALUES ('h', 'sf-x', 'Olga', 0)")
     db.commit()
     db.close()
-    acc = Accounts(path, hasher=FAST, clock=clock)
-    assert acc._db.execute("PRAGMA user_version").fetchone()[0] == 3
-    tables = {r[0] for r in acc._db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+    acc = Accounts.at(path, hasher=FAST, clock=clock)
+    db = sqlite3.connect(path)
+    assert db.execute("PRAGMA user_version").fetchone()[0] == 3
+    tables = {r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
     assert {"api_keys", "rate_events"} <= tables and "failures" not in tables
-    assert acc._db.execute("SELECT skeleton FROM users").fetchone()[0] == "olga"
-    assert acc._db.execute("SELECT count(*) FROM api_keys").fetchone()[0] == (made_by == "main")
+    assert db.execute("SELECT skeleton FROM users").fetchone()[0] == "olga"
+    assert db.execute("SELECT count(*) FROM api_keys").fetchone()[0] == (made_by == "main")
+    db.close()
     assert acc.login("olga", "olga-password", client="1.2.3.4").user == "Olga"
     with pytest.raises(AccountError, match="taken"):
         acc.signup("0lga", "another password")
     acc.close()
+
+
+# the schema as the accounts wrote it before the repository interface: steps 1-3, with the rate
+# limiter's table made at every opening outside them
+_V3_AS_WRITTEN = """
+CREATE TABLE users (name TEXT PRIMARY KEY COLLATE NOCASE, pw_hash TEXT NOT NULL, created_at REAL NOT NULL,
+    prefs TEXT NOT NULL DEFAULT '{}', skeleton TEXT);
+CREATE TABLE sessions (token_hash TEXT PRIMARY KEY,
+    name TEXT NOT NULL COLLATE NOCASE REFERENCES users(name) ON DELETE CASCADE,
+    created_at REAL NOT NULL, expires_at REAL NOT NULL);
+CREATE INDEX sessions_by_name ON sessions(name);
+CREATE TABLE api_keys (id INTEGER PRIMARY KEY, key_hash TEXT NOT NULL UNIQUE, prefix TEXT NOT NULL,
+    name TEXT NOT NULL COLLATE NOCASE REFERENCES users(name) ON DELETE CASCADE, label TEXT NOT NULL DEFAULT '',
+    created_at REAL NOT NULL, last_used_at REAL, revoked_at REAL);
+CREATE INDEX api_keys_by_name ON api_keys(name);
+CREATE INDEX users_by_skeleton ON users(skeleton);
+CREATE TABLE IF NOT EXISTS rate_events (key TEXT NOT NULL, kind TEXT NOT NULL, at REAL NOT NULL);
+CREATE INDEX IF NOT EXISTS rate_events_by_key ON rate_events(key, kind, at);
+PRAGMA user_version = 3;
+"""
+
+
+def test_a_database_of_the_current_schema_keeps_working(tmp_path, clock):
+    """Its sessions, passwords, preferences, API keys and counted failures are all still good."""
+    from siliconfriend.accounts.keys import ApiKeys
+    from siliconfriend.accounts.store import secret_digest
+
+    path = tmp_path / "accounts.db"
+    db = sqlite3.connect(path)
+    db.executescript(_V3_AS_WRITTEN)
+    token, key = "t" * 43, "sf-" + "k" * 43
+    db.execute(
+        "INSERT INTO users (name, pw_hash, created_at, prefs, skeleton) VALUES (?, ?, ?, ?, ?)",
+        ("Olga", FAST.hash("olga-password"), clock(), '{"lang": "zh"}', "olga"),
+    )
+    db.execute("INSERT INTO sessions VALUES (?, 'Olga', ?, ?)", (secret_digest(token), clock(), clock() + 86400 * 29))
+    db.execute(
+        "INSERT INTO api_keys (key_hash, prefix, name, created_at) VALUES (?, 'sf-kkkkkkk', 'Olga', 0)",
+        (secret_digest(key),),
+    )
+    db.executemany("INSERT INTO rate_events VALUES ('user:olga', 'fail', ?)", [(clock() - 1,)] * 10)
+    db.commit()
+    db.close()
+    acc = Accounts.at(path, hasher=FAST, clock=clock)
+    try:
+        assert acc.user_for(token) == "Olga" and acc.prefs("olga")["lang"] == "zh"
+        assert ApiKeys(acc).owner(key).user == "Olga"
+        with pytest.raises(TooManyAttempts):  # the ten failures still count
+            acc.login("olga", "olga-password", client="5.5.5.5")
+        clock.now += Limits().window_s + 1
+        assert acc.login("olga", "olga-password").user == "Olga"
+        with pytest.raises(AccountError, match="taken"):
+            acc.signup("0LGA", "another password")
+    finally:
+        acc.close()
+
+
+def test_the_browser_key_is_kept_beside_the_database(tmp_path, accounts):
+    first = accounts.browser_secret()
+    again = Accounts.at(tmp_path / "accounts.db", hasher=FAST)
+    try:
+        assert again.browser_secret() == first and len(first) >= 32
+    finally:
+        again.close()
+    assert (tmp_path / ".web_secret").stat().st_mode & 0o777 == 0o600

@@ -48,9 +48,9 @@ def live_app(tmp_path_factory, e5_embedder, smollm2_backend):
 
     import app as web_app
     from memory.bank import MemoryBank
+    from siliconfriend.accounts.users import Accounts
     from siliconfriend.config import Settings
     from siliconfriend.factory import build_companion, build_web_service
-    from siliconfriend.web.accounts import Accounts
 
     tmp_path = tmp_path_factory.mktemp("browser")
     clock = Clock(datetime(2024, 5, 4, 10, 0))
@@ -58,7 +58,10 @@ def live_app(tmp_path_factory, e5_embedder, smollm2_backend):
     bank = MemoryBank(settings.home, e5_embedder)
     companion = build_companion(settings, clock=clock, backend=smollm2_backend, bank=bank, summary_tokens=16)
     service = build_web_service(
-        settings, accounts=Accounts(settings.home / "accounts.db", hasher=FAST_HASHER), companion=companion, clock=clock
+        settings,
+        accounts=Accounts.at(settings.home / "accounts.db", hasher=FAST_HASHER),
+        companion=companion,
+        clock=clock,
     )
     demo = web_app.build_app(service)
     port = free_port()

@@ -23,14 +23,14 @@ from siliconfriend.web.client import BROWSER_COOKIE, client_address, proxy_netwo
 def serve(home: Path, embedder, **settings_options):
     import app as web_app
     from memory.bank import MemoryBank
+    from siliconfriend.accounts.users import Accounts
     from siliconfriend.config import Settings
-    from siliconfriend.web.accounts import Accounts
     from siliconfriend.web.service import WebService
 
     settings = Settings(home=home, backend="openai", model="gpt-test", **settings_options)
     bank = MemoryBank(settings.home, embedder)
     service = WebService(
-        settings, Accounts(home / "accounts.db", hasher=FAST_HASHER), bank, companion_factory=lambda: None
+        settings, Accounts.at(home / "accounts.db", hasher=FAST_HASHER), bank, companion_factory=lambda: None
     )
     demo = web_app.build_app(service)
     port = free_port()
@@ -203,8 +203,8 @@ def test_the_data_home_is_private(tmp_path, e5_embedder):
     from datetime import datetime
 
     from memory.bank import MemoryBank
+    from siliconfriend.accounts.users import Accounts
     from siliconfriend.core.private_files import make_private
-    from siliconfriend.web.accounts import Accounts
 
     home = tmp_path / "home"
     (home / "users" / "old").mkdir(parents=True)
@@ -214,7 +214,7 @@ def test_the_data_home_is_private(tmp_path, e5_embedder):
     before = os.umask(0o022)
     try:
         make_private(home)
-        Accounts(home / "accounts.db", hasher=FAST_HASHER).close()
+        Accounts.at(home / "accounts.db", hasher=FAST_HASHER).close()
         bank = MemoryBank(home, e5_embedder)
         bank.add_turn("zoe", "hello", "hi", datetime(2024, 5, 4))
         bank.close()

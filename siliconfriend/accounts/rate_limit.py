@@ -16,78 +16,17 @@ Three kinds of key, each with its own limit, so that no one key can be used agai
   lately (a *known client*, OWASP's "device cookie" idea keyed by address) skips the account
   back-off: an attack from elsewhere does not lock the owner out at all.
 
-State lives behind ``RateLimitStore`` (a table of timestamped events per key; SQLite's is
-``SQLiteRateLimitStore``, in the accounts database), so that another database can hold it.
+State lives in the accounts store (``store.RateEvents``: a table of timestamped events per key),
+so that every worker of a shared database counts the same tries.
 """
 
 from __future__ import annotations
 
-import sqlite3
-import threading
 import time
 from dataclasses import dataclass
-from typing import Callable, Iterable, Protocol
+from typing import Callable
 
-from memory.sqlite_db import immediate_transaction
-
-RATE_LIMIT_TABLE = """
-CREATE TABLE IF NOT EXISTS rate_events (key TEXT NOT NULL, kind TEXT NOT NULL, at REAL NOT NULL);
-CREATE INDEX IF NOT EXISTS rate_events_by_key ON rate_events(key, kind, at);
-"""
-
-
-class RateLimitStore(Protocol):
-    """Timestamped events per key: ``kind`` is "fail" (a failed try) or "ok" (a success)."""
-
-    def add(self, keys: Iterable[str], kind: str, at: float) -> None: ...
-
-    def events(self, key: str, kind: str, since: float) -> list[float]:
-        """The times of ``key``'s ``kind`` events at or after ``since``, oldest first."""
-        ...
-
-    def clear(self, keys: Iterable[str], kind: str) -> None: ...
-
-    def prune(self, before: float) -> None:
-        """Forget every event older than ``before``."""
-        ...
-
-    def forget_prefix(self, prefix: str) -> None:
-        """Forget every event of the keys that start with ``prefix`` (a deleted account)."""
-        ...
-
-
-class SQLiteRateLimitStore:
-    """``RateLimitStore`` in a table of an existing SQLite connection (the accounts database)."""
-
-    def __init__(self, db: sqlite3.Connection, lock: threading.RLock):
-        self._db, self._lock = db, lock
-        with immediate_transaction(self._db, self._lock) as tx:
-            for statement in filter(str.strip, RATE_LIMIT_TABLE.split(";")):
-                tx.execute(statement)
-
-    def add(self, keys: Iterable[str], kind: str, at: float) -> None:
-        with immediate_transaction(self._db, self._lock) as tx:
-            tx.executemany("INSERT INTO rate_events (key, kind, at) VALUES (?, ?, ?)", [(k, kind, at) for k in keys])
-
-    def events(self, key: str, kind: str, since: float) -> list[float]:
-        with self._lock:
-            rows = self._db.execute(
-                "SELECT at FROM rate_events WHERE key = ? AND kind = ? AND at >= ? ORDER BY at", (key, kind, since)
-            ).fetchall()
-        return [r[0] for r in rows]
-
-    def clear(self, keys: Iterable[str], kind: str) -> None:
-        with immediate_transaction(self._db, self._lock) as tx:
-            tx.executemany("DELETE FROM rate_events WHERE key = ? AND kind = ?", [(k, kind) for k in keys])
-
-    def prune(self, before: float) -> None:
-        with immediate_transaction(self._db, self._lock) as tx:
-            tx.execute("DELETE FROM rate_events WHERE at < ?", (before,))
-
-    def forget_prefix(self, prefix: str) -> None:
-        escaped = prefix.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
-        with immediate_transaction(self._db, self._lock) as tx:
-            tx.execute("DELETE FROM rate_events WHERE key LIKE ? ESCAPE '\\'", (escaped + "%",))
+from .store import RateEvents
 
 
 class TooManyAttempts(ValueError):
@@ -129,13 +68,13 @@ class RateLimiter:
     """``check`` before verifying a secret (TooManyAttempts when the try must wait), then
     ``failed`` or ``succeeded`` after."""
 
-    def __init__(self, store: RateLimitStore, limits: Limits = Limits(), clock: Callable[[], float] = time.time):
+    def __init__(self, store: RateEvents, limits: Limits = Limits(), clock: Callable[[], float] = time.time):
         self.store, self.limits, self.clock = store, limits, clock
 
     def check(self, attempt: Attempt) -> None:
         lim, now = self.limits, self.clock()
         since = now - lim.window_s
-        self.store.prune(now - max(lim.window_s, lim.known_client_days * 86400))
+        self.store.prune_events(now - max(lim.window_s, lim.known_client_days * 86400))
         pair = self.store.events(attempt.pair, "fail", since)
         self._back_off(pair, lim.per_pair, now)
         if attempt.client_key:
@@ -164,19 +103,19 @@ class RateLimiter:
 
     def failed(self, attempt: Attempt) -> None:
         keys = [attempt.pair, attempt.name] + ([attempt.client_key] if attempt.client_key else [])
-        self.store.add(keys, "fail", self.clock())
+        self.store.add_events(keys, "fail", self.clock())
 
     def succeeded(self, attempt: Attempt) -> None:
         """The pair's failures are forgotten and the client becomes known for the name; the
         account's and the client's failures stay (an attacker's are not wiped by the owner)."""
-        self.store.clear([attempt.pair], "fail")
-        self.store.clear([attempt.pair], "ok")
+        self.store.clear_events([attempt.pair], "fail")
+        self.store.clear_events([attempt.pair], "ok")
         if attempt.client:
-            self.store.add([attempt.pair], "ok", self.clock())
+            self.store.add_events([attempt.pair], "ok", self.clock())
 
     def forget(self, name: str) -> None:
-        self.store.forget_prefix(name + "|")
-        self.store.clear([name], "fail")
+        self.store.forget_events_prefix(name + "|")
+        self.store.clear_events([name], "fail")
 
 
-__all__ = ["Attempt", "Limits", "RateLimitStore", "RateLimiter", "SQLiteRateLimitStore", "TooManyAttempts"]
+__all__ = ["Attempt", "Limits", "RateLimiter", "TooManyAttempts"]
