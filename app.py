@@ -2,7 +2,7 @@
 
 A thin Gradio Blocks layer: log in / sign up, then three tabs (chat, memory, settings & account).
 The session token lives in the browser (``gr.BrowserState``, encrypted) and is the first input of
-every handler, which turns it into the user on the server (``WebService.user``); no handler takes
+every handler, which turns it into the user on the server (``AccountService.user``); no handler takes
 a user name from the client. Data lives under ``$SILICONFRIEND_HOME``.
 """
 
@@ -78,7 +78,7 @@ class AppHandlers:
                 *self.account.blank(),
                 gr.skip(),
             ]
-        prefs = service.prefs(token_v)
+        prefs = service.account.prefs(token_v)
         chat = self.chat.restore(token_v)
         if owner_v and owner_v != user:  # another person's draft: not for this user's eyes
             chat[self.chat.outputs.index(self.chat.message)] = ""
@@ -129,18 +129,18 @@ class AppHandlers:
     def login(self, name: str, pw: str, lang_v: str, request: gr.Request = None):
         client = request_client(request, self.service.trusted_proxies)
         try:
-            session = self.service.login(name, pw, client=client)
+            session = self.service.account.login(name, pw, client=client)
         except AccountError as exc:
             return "", "", f"⚠️ {say(str(exc), self._lang(lang_v))}"
         return session.token, "", ""
 
     def signup(self, name: str, pw: str, lang_v: str):
         try:
-            session = self.service.signup(name, pw)
+            session = self.service.account.signup(name, pw)
         except AccountError as exc:
             return "", gr.skip(), f"⚠️ {say(str(exc), self._lang(lang_v))}"
         if lang_v in LANGS:
-            self.service.save_prefs(session.token, lang=lang_v)
+            self.service.account.save_prefs(session.token, lang=lang_v)
         return session.token, "", ""
 
     def logout(self, token_v: str, lang_v: str):
@@ -150,7 +150,7 @@ class AppHandlers:
 
     def set_lang(self, token_v: str, lang_v: str) -> None:
         if self.service.accounts.user_for(token_v) is not None and lang_v in LANGS:
-            self.service.save_prefs(token_v, lang=lang_v)
+            self.service.account.save_prefs(token_v, lang=lang_v)
 
     def memory_in_lang(self, token_v: str, lang_v: str) -> list:
         """The memory page again after a language switch (its table and plot are drawn in it)."""
@@ -287,7 +287,7 @@ def build_app(service: WebService) -> gr.Blocks:
         @guarded
         def whoami_api(token_v: str) -> str:
             """The user name of a session token (refused without a valid one)."""
-            return service.user(token_v)
+            return service.account.user(token_v)
 
         gr.api(whoami_api, api_name="whoami")
     demo.queue(default_concurrency_limit=2)
@@ -300,7 +300,7 @@ def serve_exports(app, service: WebService) -> None:
     from fastapi.responses import PlainTextResponse, Response
 
     def download(ticket: str, request: Request):
-        found = service.take_export(ticket, browser_id(request))
+        found = service.exports.take_export(ticket, browser_id(request))
         if found is None:
             return PlainTextResponse(
                 "This download link has expired, was already used, or belongs to another browser or session: "
@@ -382,7 +382,7 @@ def main(argv: list[str] | None = None) -> int:
     host, port = settings.web_address
     host, port = args.host or host, args.port or port
     service = build_web_service(settings)
-    service.clear_exports()  # left by a previous run
+    service.exports.clear_exports()  # left by a previous run
     demo = build_app(service)
     threading.Thread(target=_warm_up, args=(service,), daemon=True).start()
     print(

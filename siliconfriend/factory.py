@@ -19,7 +19,8 @@ from .backends.openai_chat import DEFAULT_MODEL as OPENAI_DEFAULT_MODEL
 from .backends.registry import create_backend
 from .config import DEMO_MODEL, Settings
 from .core.companion import Companion
-from .web.service import BackendPool, WebService
+from .web.chat_sessions import BackendPool
+from .web.service import WebService
 
 
 def build_policy(settings: Settings) -> EbbinghausPolicy:
@@ -242,13 +243,13 @@ def build_api_service(
 
     if web is None:
         web = build_web_service(settings, clock=clock)
-    if web.api_keys is None:
-        web.api_keys = ApiKeys(web.accounts)
+    if web.account.api_keys is None:
+        web.account.api_keys = ApiKeys(web.accounts)
     return ApiService(
         settings,
         web.accounts,
         web.bank,
         companion=lambda: web.companion,
-        keys=web.api_keys,
+        keys=web.account.api_keys,
         clock=web.clock if clock is None else clock,
     )

@@ -369,7 +369,7 @@ MESSAGES: list[tuple[re.Pattern[str], Say]] = [
         re.compile(r"^Your message and this reply could not be saved: (?P<why>.*)", re.S),
         _zh("你的消息和这条回复没能保存：{why}"),
     ),
-    # the forgetting state of a memory (WebService._status)
+    # the forgetting state of a memory (core/memory_view.status)
     (re.compile(r"^pinned: never fades"), _zh("已钉住：永不淡忘")),
     (re.compile(r"^global summary: never fades"), _zh("总体摘要：永不淡忘")),
     (

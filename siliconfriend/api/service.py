@@ -22,7 +22,8 @@ from ..accounts.keys import ApiKeys, KeyOwner
 from ..accounts.users import Accounts
 from ..backends.base import Message, Role
 from ..config import Settings
-from ..core.companion import MAX_MESSAGE_CHARS, TODAY, ReplyStream, used_entry
+from ..core.companion import MAX_MESSAGE_CHARS, TODAY, Companion, ReplyStream, used_entry
+from ..core.memory_view import memory_id as parse_memory_id
 from .frontends import Task, person_words, task_of
 from .keys import KeyLimiter, LoginStyleLimiter, RateLimited
 from .resent import Placed, place
@@ -228,7 +229,7 @@ class ApiService:
         accounts: Accounts,
         bank: MemoryBank,
         *,
-        companion: Callable[[], Any] | Any,
+        companion: Callable[[], Companion],
         keys: ApiKeys | None = None,
         limiter: KeyLimiter | None = None,
         clock: Callable[[], datetime] | None = None,
@@ -236,23 +237,17 @@ class ApiService:
         self.settings = settings
         self.accounts = accounts
         self.bank = bank
-        # the companion, or a function that returns it (the web app builds its companion lazily)
-        self._companion = companion if hasattr(companion, "respond") else None
-        self._companion_source = companion if self._companion is None else None
+        self._companion = companion  # a function: the web app builds its companion on the first chat
         self.keys = keys or ApiKeys(accounts)
         self.limiter = limiter or LoginStyleLimiter(accounts, requests_per_minute=settings.api_requests_per_minute)
         self._clock = clock
 
     @property
-    def companion(self) -> Any:
-        if self._companion is None and self._companion_source is not None:
-            return self._companion_source()
-        return self._companion
+    def companion(self) -> Companion:
+        return self._companion()
 
     def now(self) -> datetime:
-        if self._clock is not None:
-            return self._clock()
-        return getattr(self.companion, "clock", datetime.now)()
+        return self._clock() if self._clock is not None else self.companion.clock()
 
     # -- keys ---------------------------------------------------------------------------------
     def authenticate(self, authorization: str | None, client: str | None) -> KeyOwner:
@@ -447,19 +442,11 @@ class ApiService:
             out["why"] = "; ".join(hit.reasons)
         return out
 
-    @staticmethod
-    def _memory_id(memory_id: Any) -> int:
-        """A memory id from a URL: a positive integer SQLite can hold, else "no such memory"."""
-        text = str(memory_id).strip()
-        if not text.isdigit() or len(text) > 18 or int(text) <= 0:
-            raise not_found(memory_id)
-        return int(text)
-
     def _get(self, user: str, memory_id: Any) -> MemoryRecord:
-        mid = self._memory_id(memory_id)
-        if not self.bank.has_user(user):
-            raise not_found(memory_id)
         try:
+            mid = parse_memory_id(memory_id)
+            if not self.bank.has_user(user):
+                raise not_found(memory_id)
             return self.bank.get(user, mid)
         except UnknownMemory:
             raise not_found(memory_id) from None

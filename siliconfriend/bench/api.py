@@ -20,7 +20,7 @@ from __future__ import annotations
 import threading
 import time
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Sequence, cast
 
 import numpy as np
 
@@ -107,6 +107,7 @@ def measure_api_overhead(
     from ..api.routes import standalone_app
     from ..api.service import ApiService
     from ..config import Settings
+    from ..core.companion import Companion
 
     runner = TurnRunner(bank)
     runner.now = start
@@ -118,7 +119,8 @@ def measure_api_overhead(
     accounts.signup(user, "bench-password")
     settings = Settings(home=home, api_requests_per_minute=0)
     timed = _TimedCompanion(runner.companion)
-    api = ApiService(settings, accounts, bank, companion=timed, keys=ApiKeys(accounts))
+    as_companion = cast(Companion, timed)  # the companion, its respond timed
+    api = ApiService(settings, accounts, bank, companion=lambda: as_companion, keys=ApiKeys(accounts))
     key = api.keys.create(user, "bench").key
     server, thread, port = _serve(standalone_app(api))
     url = f"http://127.0.0.1:{port}/v1/chat/completions"

@@ -30,15 +30,15 @@ class AccountHandlers:
 
     def model_options(self) -> list[tuple[str, str]]:
         """(friendly name, "backend:model") of each model users may choose."""
-        return [(label, key) for key, label in self.service.model_labels.items()]
+        return [(label, key) for key, label in self.service.models.labels.items()]
 
     def save(self, token_v, name_v, persona_v, model_v) -> str:
         lang = lang_of(self.service, token_v)
         backend, _, model = (model_v or "").partition(":")
         if not model:
-            prefs = self.service.prefs(token_v)
+            prefs = self.service.account.prefs(token_v)
             backend, model = prefs["backend"], prefs["model"]
-        self.service.save_prefs(token_v, companion_name=name_v, persona=persona_v, backend=backend, model=model)
+        self.service.account.save_prefs(token_v, companion_name=name_v, persona=persona_v, backend=backend, model=model)
         return t("saved", lang)
 
     def export(self, token_v, request: gr.Request = None) -> str:
@@ -47,9 +47,12 @@ class AccountHandlers:
         from .client import browser_id
 
         lang = lang_of(self.service, token_v)
-        ticket = self.service.export_file(token_v, browser_id(request))
+        ticket = self.service.exports.export_file(token_v, browser_id(request))
         return t(
-            "export_link", lang, url=f"{EXPORT_ROUTE.lstrip('/')}/{ticket}", minutes=self.service.export_seconds / 60
+            "export_link",
+            lang,
+            url=f"{EXPORT_ROUTE.lstrip('/')}/{ticket}",
+            minutes=self.service.exports.export_seconds / 60,
         )
 
     def delete(self, token_v, password_v, request: gr.Request = None) -> list:
@@ -65,18 +68,18 @@ class AccountHandlers:
         (too many keys) is said in the new-key box, which is left a plain message (no error badge)."""
         lang = lang_of(self.service, token_v)
         try:
-            made = self.service.create_api_key(token_v, label_v or "")
+            made = self.service.account.create_api_key(token_v, label_v or "")
         except AccountError as exc:
             return self._refused(exc, lang, 3)
         return [keys_markdown(self.service, token_v, lang), t("key_created", lang, secret=made.key), ""]
 
     def revoke_key(self, token_v, key_id_v) -> list:
         lang = lang_of(self.service, token_v)
-        self.service.user(token_v)
+        self.service.account.user(token_v)
         try:
             if not str(key_id_v or "").strip().isdigit():
                 raise ValueError("type the id of the key to revoke")
-            info = self.service.revoke_api_key(token_v, int(str(key_id_v).strip()))
+            info = self.service.account.revoke_api_key(token_v, int(str(key_id_v).strip()))
         except (AccountError, ValueError) as exc:
             return self._refused(exc, lang, 2)
         return [keys_markdown(self.service, token_v, lang), t("key_revoked", lang, id=info.id)]
@@ -90,7 +93,7 @@ class AccountHandlers:
 
     def fill(self, token_v: str) -> list:
         """Values for the tab's outputs: settings, export link, password box, the API keys section."""
-        p = self.service.prefs(token_v)
+        p = self.service.account.prefs(token_v)
         lang = p.get("lang", "en")
         return [
             p["companion_name"],
@@ -108,7 +111,7 @@ class AccountHandlers:
         found = re.search(r'href="([^"]+)"', link_html or "")
         if not found:
             return link_html or ""
-        return t("export_link", lang, url=found.group(1), minutes=self.service.export_seconds / 60)
+        return t("export_link", lang, url=found.group(1), minutes=self.service.exports.export_seconds / 60)
 
     def keys_section(self, token_v: str) -> list:
         """The API keys section's intro and table, in the user's language (after a switch)."""
@@ -214,9 +217,9 @@ def build_account(
 
 def keys_markdown(service: WebService, token: str, lang: str) -> str:
     """The user's API keys as a table (their first characters only)."""
-    if service.api_keys is None:
+    if service.account.api_keys is None:
         return ""
-    keys = service.list_api_keys(token)
+    keys = service.account.list_api_keys(token)
     if not keys:
         return t("no_keys", lang)
 

@@ -123,7 +123,7 @@ class ChatHandlers:
         error = None
         try:
             stream = start()
-            ahead = service.ahead(token)
+            ahead = service.chat.ahead(token)
             if ahead:  # the model answers one reply at a time: say where this one stands
                 msgs[-1] = {"role": "assistant", "content": t("waiting_model", lang, n=ahead)}
                 yield msgs, gr.skip(), gr.skip(), gr.skip(), screen
@@ -152,7 +152,7 @@ class ChatHandlers:
             error, result = str(exc) or type(exc).__name__, None
         finally:
             if stream is not None:
-                service.finished(token, stream)
+                service.chat.finished(token, stream)
         if error:
             msgs[-1] = {"role": "assistant", "content": t("llm_error", lang, error=say(error, lang))}
             yield msgs, text, gr.skip(), {"user": user, "text": text}, screen
@@ -171,7 +171,7 @@ class ChatHandlers:
         made_up = getattr(source, "not_from_memory", None) or []
         return [
             *([not_from_memory_entry(made_up)] if made_up else []),
-            *self.service.remembered(getattr(source, "used", None) or []),
+            *self.service.chat.remembered(getattr(source, "used", None) or []),
             *(today_entry(r) for r in getattr(source, "today", None) or []),
         ]
 
@@ -188,9 +188,9 @@ class ChatHandlers:
         """Send the message in the box. An empty or too long one is refused with a note, and
         stays in the box."""
         service = self.service
-        user = service.user(token_v)
+        user = service.account.user(token_v)
         try:
-            text = service.check_message(text)
+            text = service.chat.check_message(text)
         except ValueError as exc:
             notify(str(exc), lang_of(service, token_v))
             yield gr.skip(), gr.skip(), gr.skip(), gr.skip(), gr.skip()
@@ -200,34 +200,34 @@ class ChatHandlers:
             {"role": "assistant", "content": THINKING},
         ]
         yield msgs, "", gr.skip(), {}, {"user": user, "messages": msgs}
-        yield from self._run(token_v, user, lambda: service.respond(token_v, text), msgs, text)
+        yield from self._run(token_v, user, lambda: service.chat.respond(token_v, text), msgs, text)
 
     def regenerate(self, token_v: str, view_v: dict, failed_v: dict):
         service = self.service
-        user = service.user(token_v)
+        user = service.account.user(token_v)
         lang = lang_of(service, token_v)
         msgs = list(self.mine(view_v, user, "messages", []))
         retry = self.mine(failed_v, user, "text", "")
         if retry:  # the last reply failed: send the kept message again
             msgs = self._ask(msgs, retry)
             yield msgs, "", gr.skip(), {}, {"user": user, "messages": msgs}
-            yield from self._run(token_v, user, lambda: service.respond(token_v, retry), msgs, retry)
+            yield from self._run(token_v, user, lambda: service.chat.respond(token_v, retry), msgs, retry)
             return
-        turns = service.today(token_v)
+        turns = service.chat.today(token_v)
         if not turns:
             notify(t("nothing_to_regen", lang), lang, level="info")
             yield gr.skip(), gr.skip(), gr.skip(), gr.skip(), gr.skip()
             return
         msgs = self._ask(msgs, turns[-1].query)
         yield msgs, gr.skip(), gr.skip(), {}, {"user": user, "messages": msgs}
-        yield from self._run(token_v, user, lambda: service.regenerate(token_v), msgs, "")
+        yield from self._run(token_v, user, lambda: service.chat.regenerate(token_v), msgs, "")
 
     def stop(self, token_v: str) -> None:
-        self.service.stop(token_v)
+        self.service.chat.stop(token_v)
 
     def clear(self, token_v: str) -> list:
         lang = lang_of(self.service, token_v)
-        self.service.user(token_v)
+        self.service.account.user(token_v)
         return [[], t("remembered_empty", lang), {}, {}]
 
     def count(self, token_v: str, text: str, lang_v: str | None = None) -> str:
@@ -240,7 +240,7 @@ class ChatHandlers:
         packaged demo model, that it is one (plainly, in the chat's language), else nothing."""
         lang = lang_v if lang_v in ("en", "zh") else lang_of(self.service, token_v)
         try:
-            prefs = self.service.prefs(token_v)
+            prefs = self.service.account.prefs(token_v)
         except PermissionError:
             return gr.update(placeholder=None)
         demo = (prefs["backend"], prefs["model"]) == DEMO_MODEL
@@ -251,10 +251,10 @@ class ChatHandlers:
         message box is left as it is (a message typed before a re-login is kept)."""
         service = self.service
         lang = lang_of(service, token_v)
-        user = service.user(token_v)
+        user = service.account.user(token_v)
         msgs: list[dict] = []
         try:
-            turns = service.today(token_v)
+            turns = service.chat.today(token_v)
         except PermissionError:
             raise
         except Exception as exc:  # no companion yet (model missing...): an empty screen, logged

@@ -21,7 +21,7 @@ log = logging.getLogger("siliconfriend.web")
 
 def lang_of(service: WebService, token: str | None) -> str:
     try:
-        return service.prefs(token)["lang"]
+        return service.account.prefs(token)["lang"]
     except NotLoggedIn:
         return service.settings.lang
 

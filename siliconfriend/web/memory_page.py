@@ -23,8 +23,9 @@ from memory.records import Kind, State
 from ..accounts.users import AccountError
 from ..i18n import Translator, say, t, why_words
 from .common import guard, lang_of, notify
+from .memory_service import MemoryRow
 from .plot import retention_figure
-from .service import MemoryRow, WebService
+from .service import WebService
 
 COLUMNS = ["id", "day", "kind", "state", "pinned", "S", "R", "recalls", "text", "why", "importance", "status"]
 ALL = "all"
@@ -99,13 +100,13 @@ class MemoryHandlers:
 
     def table(self, token_v, day_v=ALL, kind_v=ALL, state_v=ALL, query_v="", archived_v=True) -> dict:
         d, k, s = _filters(day_v, kind_v, state_v)
-        rows = self.service.memories(
+        rows = self.service.memory_page.memories(
             token_v, day=d, kind=k, state=s, query=query_v or "", include_archived=bool(archived_v)
         )
         return table_value(rows, lang_of(self.service, token_v))
 
     def summary_values(self, token_v, day_v=None) -> list:
-        s = self.service.summaries(token_v, day_v or None)
+        s = self.service.memory_page.summaries(token_v, day_v or None)
         lang = lang_of(self.service, token_v)
 
         def shown(key: str) -> Any:
@@ -123,13 +124,13 @@ class MemoryHandlers:
     def everything(self, token_v, day_v=ALL, kind_v=ALL, state_v=ALL, query_v="", archived_v=True) -> list:
         service = self.service
         lang = lang_of(service, token_v)
-        days = service.days(token_v)
+        days = service.memory_page.days(token_v)
         day_v = day_v if day_v in days else ALL
         table = self.table(token_v, day_v, kind_v, state_v, query_v, archived_v)
         return [
             gr.update(choices=[(t("all", lang), ALL)] + [(d, d) for d in days], value=day_v),
             table,
-            retention_figure(service.retention_curves(token_v), lang),
+            retention_figure(service.memory_page.retention_curves(token_v), lang),
             *self.summary_values(token_v),
         ]
 
@@ -141,7 +142,7 @@ class MemoryHandlers:
         return out + [t("no_match", lang_of(self.service, token_v)) if none else ""]
 
     def select(self, token_v, evt: gr.SelectData):
-        self.service.user(token_v)
+        self.service.account.user(token_v)
         row = evt.row_value or []
         return str(row[0]) if row else ""
 
@@ -154,7 +155,7 @@ class MemoryHandlers:
 
     def _act(self, name: str, fn: Callable[[int], Any], token_v, memory_v, filters: tuple) -> list:
         lang = lang_of(self.service, token_v)
-        self.service.user(token_v)
+        self.service.account.user(token_v)
         if memory_v in (None, ""):
             return [gr.skip()] * len(self.PAGE) + [t("pick_memory", lang), gr.skip()]
         try:
@@ -168,23 +169,23 @@ class MemoryHandlers:
         ]
 
     def pin(self, token_v, memory_v, *filters) -> list:
-        return self._act("pin", lambda i: self.service.pin(token_v, i, True), token_v, memory_v, filters)
+        return self._act("pin", lambda i: self.service.memory_page.pin(token_v, i, True), token_v, memory_v, filters)
 
     def unpin(self, token_v, memory_v, *filters) -> list:
-        return self._act("unpin", lambda i: self.service.pin(token_v, i, False), token_v, memory_v, filters)
+        return self._act("unpin", lambda i: self.service.memory_page.pin(token_v, i, False), token_v, memory_v, filters)
 
     def restore(self, token_v, memory_v, *filters) -> list:
-        return self._act("restore", lambda i: self.service.restore(token_v, i), token_v, memory_v, filters)
+        return self._act("restore", lambda i: self.service.memory_page.restore(token_v, i), token_v, memory_v, filters)
 
     def ask_delete(self, token_v, memory_v) -> list:
         """The first step of "delete for good": the memory is named and a confirmation asked
         for; nothing is deleted yet. Values for (status, confirm row, pending)."""
         lang = lang_of(self.service, token_v)
-        user = self.service.user(token_v)
+        user = self.service.account.user(token_v)
         if memory_v in (None, ""):
             return [t("pick_memory", lang), gr.update(visible=False), {}]
         try:
-            rec = self.service.memory(token_v, memory_v)
+            rec = self.service.memory_page.memory(token_v, memory_v)
         except self.REFUSALS as exc:
             message = say(str(exc.args[0]) if exc.args else str(exc), lang)
             notify(message, lang)
@@ -200,16 +201,18 @@ class MemoryHandlers:
         """The second step: delete the memory that was asked about. Values for PAGE, status,
         selected id, confirm row, pending."""
         lang = lang_of(self.service, token_v)
-        user = self.service.user(token_v)
+        user = self.service.account.user(token_v)
         pending = pending_v if isinstance(pending_v, dict) and pending_v.get("user") == user else {}
         if not pending.get("id"):
             return [gr.skip()] * len(self.PAGE) + [t("pick_memory", lang), gr.skip(), gr.update(visible=False), {}]
-        out = self._act("delete", lambda i: self.service.delete_memories(token_v, [i]), token_v, pending["id"], filters)
+        out = self._act(
+            "delete", lambda i: self.service.memory_page.delete_memories(token_v, [i]), token_v, pending["id"], filters
+        )
         return out + [gr.update(visible=False), {}]
 
     def cancel_delete(self, token_v) -> list:
         lang = lang_of(self.service, token_v)
-        self.service.user(token_v)
+        self.service.account.user(token_v)
         return [t("delete_cancelled", lang), gr.update(visible=False), {}]
 
     def summary_of_day(self, token_v, day_v) -> list:
@@ -218,7 +221,7 @@ class MemoryHandlers:
     def save_daily(self, token_v, day_v, events_v, pers_v) -> str:
         lang = lang_of(self.service, token_v)
         try:
-            saved = self.service.save_summaries(
+            saved = self.service.memory_page.save_summaries(
                 token_v, day=day_v or None, daily_events=events_v, daily_personality=pers_v
             )
         except self.REFUSALS as exc:
@@ -227,7 +230,7 @@ class MemoryHandlers:
 
     def save_global(self, token_v, events_v, pers_v) -> str:
         lang = lang_of(self.service, token_v)
-        saved = self.service.save_summaries(token_v, global_events=events_v, global_personality=pers_v)
+        saved = self.service.memory_page.save_summaries(token_v, global_events=events_v, global_personality=pers_v)
         return t("saved" if saved else "nothing_saved", lang)
 
     def summarise(self, token_v, *args, tick: float = 1.0):
@@ -237,7 +240,7 @@ class MemoryHandlers:
         its place and the seconds spent; the page is redrawn at the end."""
         *filters_v, include_today_v = args if len(args) == 6 else (*args, False)
         lang = lang_of(self.service, token_v)
-        self.service.user(token_v)
+        self.service.account.user(token_v)
         where: dict[str, Any] = {}
         outcome: dict[str, Any] = {}
 
@@ -246,7 +249,7 @@ class MemoryHandlers:
 
         def work() -> None:
             try:
-                outcome["days"] = self.service.summarise_now(
+                outcome["days"] = self.service.memory_page.summarise_now(
                     token_v, include_today=bool(include_today_v), progress=step
                 )
             except Exception as exc:  # said below, by the guard, as any refusal

@@ -114,7 +114,7 @@ def serve_api(home: Path, embedder, *, clock: Clock | None = None, bank=None, **
     bank = bank if bank is not None else MemoryBank(home, embedder)
     companion = build_companion(settings, clock=clock, backend=backend, bank=bank)
     accounts = Accounts.at(home / "accounts.db", hasher=FAST_HASHER)
-    api = ApiService(settings, accounts, bank, companion=companion, keys=ApiKeys(accounts))
+    api = ApiService(settings, accounts, bank, companion=lambda: companion, keys=ApiKeys(accounts))
     port = free_port()
     server, thread = start_uvicorn(standalone_app(api), port)
 

@@ -129,16 +129,16 @@ def test_the_web_app_serves_the_api_under_v1(tmp_path, e5_embedder):
         from gradio_client.exceptions import AppError
 
         base = f"http://127.0.0.1:{port}"
-        session = service.signup("amy", "amy-password")
+        session = service.account.signup("amy", "amy-password")
         page = Client(base + "/", verbose=False)  # the account page's own handlers
         table, shown, label = page.predict(session.token, "phone", api_name="/api_key_create")
         made_key = shown.split("```")[1].strip()
         assert made_key.startswith("sf-") and "phone" in table and made_key[:10] in table and made_key not in table
         with pytest.raises(AppError, match="log in"):
             page.predict("", "stolen", api_name="/api_key_create")
-        made = service.create_api_key(session.token, "laptop")
-        assert [k.label for k in service.list_api_keys(session.token)] == ["phone", "laptop"]
-        assert service.api_keys.owner(made_key).user == "amy"
+        made = service.account.create_api_key(session.token, "laptop")
+        assert [k.label for k in service.account.list_api_keys(session.token)] == ["phone", "laptop"]
+        assert service.account.api_keys.owner(made_key).user == "amy"
         assert "<html" in httpx.get(base + "/").text.lower()
         assert httpx.get(base + "/v1/openapi.json").json()["info"]["title"] == "SiliconFriend API"
         assert_docs_work_offline(base)  # under Gradio's server too
@@ -148,11 +148,11 @@ def test_the_web_app_serves_the_api_under_v1(tmp_path, e5_embedder):
         )
         assert reply.choices[0].message.content
         # the turn is the web app's too: today's conversation shows it after a login
-        assert [t.query for t in service.today(session.token)] == ["I bake bread on Sundays."]
-        service.revoke_api_key(session.token, made.info.id)
+        assert [t.query for t in service.chat.today(session.token)] == ["I bake bread on Sundays."]
+        service.account.revoke_api_key(session.token, made.info.id)
         assert httpx.get(base + "/v1/models", headers={"Authorization": f"Bearer {made.key}"}).status_code == 401
         table, message = page.predict(session.token, 1, api_name="/api_key_revoke")
-        assert "revoked" in message and service.api_keys.owner(made_key) is None
+        assert "revoked" in message and service.account.api_keys.owner(made_key) is None
     finally:
         demo.close()
         companion.bank.close()

@@ -119,7 +119,7 @@ def make_service(home: Path, embedder, model, clock, **settings_options):
 @pytest.fixture
 def web_service(tmp_path, e5_embedder, smollm2_backend, web_clock):
     service, bank, accounts = make_service(tmp_path / "home", e5_embedder, FailSwitch(smollm2_backend), web_clock)
-    service.export_dir = tmp_path / "exports"
+    service.exports.export_dir = tmp_path / "exports"
     yield service
     join_generations()
     bank.close()

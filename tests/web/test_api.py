@@ -148,17 +148,17 @@ def test_memory_actions_via_api(client, web_clock):
     c.predict(alice, "I planted tomatoes in the garden.", api_name="/chat")
     (row,) = c.predict(alice, *FILTERS, "", True, api_name="/memories")[1]["data"]
     memory_id = row[0]
-    strength = service.memories(alice)[0].strength
+    strength = service.memory_page.memories(alice)[0].strength
     out = c.predict(alice, memory_id, *FILTERS, "", True, api_name="/memory_pin")
     assert out[1]["data"][0][4] == "yes" and "pinned" in out[-2]
     out = c.predict(alice, memory_id, *FILTERS, "", True, api_name="/memory_unpin")
     assert out[1]["data"][0][4] == ""
     # restoring an active memory is refused, and changes nothing: no "restored", no extra strength
     out = c.predict(alice, memory_id, *FILTERS, "", True, api_name="/memory_restore")
-    assert "not archived" in out[-2] and service.memories(alice)[0].strength == strength
+    assert "not archived" in out[-2] and service.memory_page.memories(alice)[0].strength == strength
     # deleting asks first; only the confirmation deletes
     status = c.predict(alice, memory_id, api_name="/memory_delete")  # the status line (the rest is layout)
-    assert "for good?" in status and len(service.memories(alice)) == 1
+    assert "for good?" in status and len(service.memory_page.memories(alice)) == 1
     out = c.predict(alice, *FILTERS, "", True, api_name="/memory_delete_confirm")
     assert out[1]["data"] == [] and "deleted" in out[8]
 
@@ -171,11 +171,11 @@ def test_llm_failure_keeps_the_message_for_retry(client):
     text = _texts(chat)
     assert "Are you awake?" in text and "not answering" in text and "retry" in text.lower()
     assert box == "Are you awake?"  # the message is back in the box
-    assert service.memories(alice) == []
+    assert service.memory_page.memories(alice) == []
     service.companion.backend.fail = None
     chat, box, remembered = c.predict(alice, api_name="/regenerate")
     assert "Are you awake?" in _texts(chat) and "not answering" not in _texts(chat)
-    (row,) = service.memories(alice)  # the kept message, sent again, answered and stored
+    (row,) = service.memory_page.memories(alice)  # the kept message, sent again, answered and stored
     query, reply = row.text.split("\n", 1)
     assert query == "Are you awake?" and reply.strip() and _reply(chat).strip() == reply.strip()
 
@@ -184,11 +184,11 @@ def test_regenerate_replaces_todays_last_reply(client):
     c, service = client
     alice = signup(c, "alice", "alice-password")
     c.predict(alice, "Tell me something.", api_name="/chat")
-    (before,) = service.memories(alice)
+    (before,) = service.memory_page.memories(alice)
     calls = len(service.companion.backend.calls)
     chat, *_ = c.predict(alice, api_name="/regenerate")
     assert len(service.companion.backend.calls) == calls + 1  # the model was asked again
-    (after,) = service.memories(alice)
+    (after,) = service.memory_page.memories(alice)
     assert after.id == before.id and after.text.split("\n", 1) == ["Tell me something.", _reply(chat).strip()]
 
 
@@ -207,7 +207,7 @@ def test_stop_keeps_a_partial_reply(client):
     chat, *_ = job.result(timeout=60)
     reply = _reply(chat)
     assert reply.endswith(" _(stopped)_")
-    (row,) = service.memories(alice)
+    (row,) = service.memory_page.memories(alice)
     query, kept = row.text.split("\n", 1)
     assert query == "Tell me a long story about a dragon and a princess."
     assert kept.strip() and reply[: -len(" _(stopped)_")].strip() == kept.strip()
@@ -229,7 +229,7 @@ def test_logout_and_delete_account(client):
     alice = signup(c, "alice", "alice-password")
     c.predict(alice, "Remember my locker code is 4711.", api_name="/chat")
     link = export_link(c, alice)
-    stored = service.export_dir / f"{link.rsplit('/', 1)[1]}.json"
+    stored = service.exports.export_dir / f"{link.rsplit('/', 1)[1]}.json"
     assert stored.exists()
     second, _, _ = c.predict("alice", "alice-password", "en", api_name="/login")
     c.predict(second, "en", api_name="/logout")

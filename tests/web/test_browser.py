@@ -212,7 +212,7 @@ def test_a_new_users_first_five_minutes(browser, live_app):
     page.wait_for_function("() => Number(document.querySelector('#mem_id textarea').value) > 0")
     page.locator("#mem_delete").click()
     ui.wait_text("#mem_status", "for good?")
-    assert len(service.memories(service.accounts.login("nina", "nina-password").token)) == 3
+    assert len(service.memory_page.memories(service.accounts.login("nina", "nina-password").token)) == 3
     ui.shot("04-delete-confirm")
     page.locator("#mem_delete_yes").click()
     ui.wait_text("#mem_status", "deleted")
@@ -222,7 +222,7 @@ def test_a_new_users_first_five_minutes(browser, live_app):
     ui.tab("Settings & account")
     exported = json.loads(download_export(page))
     assert list(exported) == ["nina"] and "beagle" in json.dumps(exported)
-    assert not list(service.export_dir.glob("*.json"))  # removed after the download
+    assert not list(service.exports.export_dir.glob("*.json"))  # removed after the download
 
     # 中文: the labels, the placeholder, the table, its values and the plot; every tab read for
     # English words outside what nina and the model said
@@ -307,11 +307,11 @@ def english_words(page, service, user: str, password: str, typed: tuple[str, ...
 
     token = service.accounts.login(user, password).token
     content = " ".join(
-        [r.text for r in service.memories(token)]
-        + [r.response for r in service.today(token)]
-        + list(map(str, service.summaries(token).values()))
-        + list(service.model_labels.values())
-        + list(service.model_labels)
+        [r.text for r in service.memory_page.memories(token)]
+        + [r.response for r in service.chat.today(token)]
+        + list(map(str, service.memory_page.summaries(token).values()))
+        + list(service.models.labels.values())
+        + list(service.models.labels)
     )
     known = set(re.findall(r"[A-Za-z]+", content + " ".join(typed))) | ALLOWED_ENGLISH | {user}
     # Gradio's own toasts' titles, footer and screen-reader announcements ("common.complete") follow

@@ -20,17 +20,17 @@ from siliconfriend.web.service import BackendPool, NotLoggedIn
 
 
 def say(service, token, text):
-    stream = service.respond(token, text)
+    stream = service.chat.respond(token, text)
     for _ in stream:
         pass
-    service.finished(token, stream)
+    service.chat.finished(token, stream)
     return stream.result
 
 
 @pytest.fixture
 def two(web_service):
-    alice = web_service.signup("alice", "alice-password").token
-    bob = web_service.signup("bob", "bob-password").token
+    alice = web_service.account.signup("alice", "alice-password").token
+    bob = web_service.account.signup("bob", "bob-password").token
     return web_service, alice, bob
 
 
@@ -44,22 +44,28 @@ def test_every_method_needs_a_session(web_service):
         "finished",
         "remembered",
         "companion",
-        "take_export",
+        "take_export",  # a ticket carries its session
         "sweep_exports",
         "clear_exports",
-    }  # a ticket carries its session
-    for name, fn in inspect.getmembers(web_service, inspect.ismethod):
-        if name.startswith("_") or name in skip:
-            continue
-        params = list(inspect.signature(fn).parameters.values())
-        assert params[0].name == "token", name
-        args = ["not-a-token" * 3] + [
-            1 if p.annotation in ("int", int) else "x"
-            for p in params[1:]
-            if p.default is inspect.Parameter.empty and p.kind == p.POSITIONAL_OR_KEYWORD
-        ]
-        with pytest.raises(NotLoggedIn):
-            fn(*args)
+        "forget",  # of a deleted account, after its session was checked
+    }
+    services = [web_service, web_service.account, web_service.chat, web_service.memory_page, web_service.exports]
+    checked = 0
+    for service in services:
+        for name, fn in inspect.getmembers(service, inspect.ismethod):
+            if name.startswith("_") or name in skip:
+                continue
+            params = list(inspect.signature(fn).parameters.values())
+            assert params[0].name == "token", name
+            args = ["not-a-token" * 3] + [
+                1 if p.annotation in ("int", int) else "x"
+                for p in params[1:]
+                if p.default is inspect.Parameter.empty and p.kind == p.POSITIONAL_OR_KEYWORD
+            ]
+            with pytest.raises(NotLoggedIn):
+                fn(*args)
+            checked += 1
+    assert checked >= 20
 
 
 def test_chat_and_memory_page(two, web_clock):
@@ -71,104 +77,109 @@ def test_chat_and_memory_page(two, web_clock):
         "My cat is called Pixel and she loves tuna.",
         r.reply,
     )
-    rows = service.memories(alice)
+    rows = service.memory_page.memories(alice)
     assert [row.kind for row in rows] == ["turn"] and "Pixel" in rows[0].text
     # S = 1 + 4 x the importance rated when the turn was written; the page says when it fades
     assert rows[0].strength == pytest.approx(1 + 4 * rows[0].importance, abs=0.01) and rows[0].importance > 0
     assert rows[0].retention == 1.0 and rows[0].state == "active" and "fades in" in rows[0].status
-    assert service.memories(bob) == [] and service.memories(bob, query="Pixel") == []
+    assert service.memory_page.memories(bob) == [] and service.memory_page.memories(bob, query="Pixel") == []
 
     web_clock.now += timedelta(days=1)  # a new day: yesterday's words are remembered
     r2 = say(service, alice, "What is my cat called?")
-    used = service.remembered(r2.used)
+    used = service.chat.remembered(r2.used)
     assert any("Pixel" in u["text"] and u["day"] == "2024-05-04" for u in used)
     assert all({"day", "strength", "retention", "why"} <= set(u) for u in used)
-    found = service.memories(alice, query="Pixel")
+    found = service.memory_page.memories(alice, query="Pixel")
     assert found and "Pixel" in found[0].text and found[0].why
-    assert service.days(alice) == ["2024-05-05", "2024-05-04"]
-    assert [r.day for r in service.memories(alice, day="2024-05-04", kind="turn")] == ["2024-05-04"]
-    assert [t.query for t in service.today(alice)] == ["What is my cat called?"]
-    assert service.today(bob) == []
+    assert service.memory_page.days(alice) == ["2024-05-05", "2024-05-04"]
+    assert [r.day for r in service.memory_page.memories(alice, day="2024-05-04", kind="turn")] == ["2024-05-04"]
+    assert [t.query for t in service.chat.today(alice)] == ["What is my cat called?"]
+    assert service.chat.today(bob) == []
     # bob asks the same: nothing of alice's reaches his prompt, his memories or his day
     r3 = say(service, bob, "What is my cat called?")
     assert r3.error is None and r3.reply and r3.used == [] and r3.turn.user == "bob"
     assert not [m.content for m in r3.messages if "Pixel" in m.content or "tuna" in m.content]
-    assert [t.query for t in service.today(bob)] == ["What is my cat called?"]
-    assert all(row.text.startswith("What is my cat called?") for row in service.memories(bob))
-    assert not any("Pixel" in row.text or "tuna" in row.text for row in service.memories(bob, query="Pixel tuna"))
+    assert [t.query for t in service.chat.today(bob)] == ["What is my cat called?"]
+    assert all(row.text.startswith("What is my cat called?") for row in service.memory_page.memories(bob))
+    assert not any(
+        "Pixel" in row.text or "tuna" in row.text for row in service.memory_page.memories(bob, query="Pixel tuna")
+    )
 
 
 def test_pin_forget_restore_delete(two, web_clock):
     service, alice, bob = two
     say(service, alice, "I climbed Mount Tai with my sister.")
     say(service, alice, "Then we ate dumplings.")
-    first, second = sorted(r.id for r in service.memories(alice))
-    service.pin(alice, first)
+    first, second = sorted(r.id for r in service.memory_page.memories(alice))
+    service.memory_page.pin(alice, first)
     web_clock.now += timedelta(days=90)  # past the weeks a plain statement lasts unrecalled
     service.bank.forget_pass("alice", web_clock.now)
-    by_id = {r.id: r for r in service.memories(alice, kind="turn")}
+    by_id = {r.id: r for r in service.memory_page.memories(alice, kind="turn")}
     assert by_id[first].state == "active" and by_id[first].pinned and by_id[first].retention == 1.0
     assert by_id[second].state == "archived"
-    assert [r.id for r in service.memories(alice, kind="turn", include_archived=False)] == [first]
-    service.restore(alice, second)
-    assert {r.id: r.state for r in service.memories(alice, kind="turn")}[second] == "active"
-    service.pin(alice, first, False)
+    assert [r.id for r in service.memory_page.memories(alice, kind="turn", include_archived=False)] == [first]
+    service.memory_page.restore(alice, second)
+    assert {r.id: r.state for r in service.memory_page.memories(alice, kind="turn")}[second] == "active"
+    service.memory_page.pin(alice, first, False)
     # bob can neither touch nor see alice's memories, whatever ids he tries
     for action in (
-        lambda i: service.pin(bob, i),
-        lambda i: service.restore(bob, i),
-        lambda i: service.delete_memories(bob, [i]),
+        lambda i: service.memory_page.pin(bob, i),
+        lambda i: service.memory_page.restore(bob, i),
+        lambda i: service.memory_page.delete_memories(bob, [i]),
     ):
         with pytest.raises(UnknownMemory):
             action(first)
-    assert len(service.memories(alice, kind="turn")) == 2
-    assert service.delete_memories(alice, [second]) == 1
-    assert [r.id for r in service.memories(alice, kind="turn")] == [first]
+    assert len(service.memory_page.memories(alice, kind="turn")) == 2
+    assert service.memory_page.delete_memories(alice, [second]) == 1
+    assert [r.id for r in service.memory_page.memories(alice, kind="turn")] == [first]
 
 
 def test_summaries_read_edit_and_summarise_now(two):
     service, alice, bob = two
     say(service, alice, "Today I started learning the violin.")
-    assert service.summarise_now(alice) == []  # today is not over: summarised only when asked
-    assert service.summarise_now(alice, include_today=True) == [date(2024, 5, 4)]
-    s = service.summaries(alice)
+    assert service.memory_page.summarise_now(alice) == []  # today is not over: summarised only when asked
+    assert service.memory_page.summarise_now(alice, include_today=True) == [date(2024, 5, 4)]
+    s = service.memory_page.summaries(alice)
     assert s["day"] == "2024-05-04" and s["daily_events"] and s["global_events"]
     # how the grounding check wrote each (the memory page says what it left out)
     assert s["grounding"]["daily_events"]["path"] in PATHS and s["grounding"]["daily_events"]["dropped"] >= 0
-    saved = service.save_summaries(
+    saved = service.memory_page.save_summaries(
         alice, day="2024-05-04", daily_events="Alice began the violin.", daily_personality=s["daily_personality"]
     )
     assert saved == ["daily_events"]
-    service.save_summaries(alice, global_personality="Curious; likes music. Strategy: ask about practice.")
-    s = service.summaries(alice, "2024-05-04")
+    service.memory_page.save_summaries(alice, global_personality="Curious; likes music. Strategy: ask about practice.")
+    s = service.memory_page.summaries(alice, "2024-05-04")
     assert s["daily_events"] == "Alice began the violin."
     assert s["grounding"]["daily_events"] == {"path": None, "dropped": 0}  # written by hand
     assert s["global_personality"].startswith("Curious")
-    assert service.summaries(bob)["global_personality"] == ""
+    assert service.memory_page.summaries(bob)["global_personality"] == ""
     with pytest.raises(ValueError):
-        service.save_summaries(alice, daily_events="no day given")
+        service.memory_page.save_summaries(alice, daily_events="no day given")
 
 
 def test_retention_curves(two, web_clock):
     service, alice, bob = two
     say(service, alice, "I like rainy days.")
-    curves = service.retention_curves(alice, horizon_days=120)  # t is counted in weeks by default
+    curves = service.memory_page.retention_curves(alice, horizon_days=120)  # t is counted in weeks by default
     assert curves["threshold"] == service.settings.forgetting_threshold
     (c,) = curves["curves"]
     assert c["values"][0] == pytest.approx(1.0) and c["values"][-1] < 0.01
-    assert service.retention_curves(bob)["curves"] == []
+    assert service.memory_page.retention_curves(bob)["curves"] == []
 
 
 def test_export_is_memorybank_json_plus_our_fields(two, tmp_path):
     service, alice, bob = two
-    service.save_prefs(alice, persona="gentle")
+    service.account.save_prefs(alice, persona="gentle")
     say(service, alice, "My favourite tea is oolong.")
-    ticket = service.export_file(alice, "alice-browser")
-    stored = service.export_dir / f"{ticket}.json"
-    assert stat.S_IMODE(stored.stat().st_mode) == 0o600 and stat.S_IMODE(service.export_dir.stat().st_mode) == 0o700
-    name, content = service.take_export(ticket, "alice-browser")
+    ticket = service.exports.export_file(alice, "alice-browser")
+    stored = service.exports.export_dir / f"{ticket}.json"
+    assert (
+        stat.S_IMODE(stored.stat().st_mode) == 0o600
+        and stat.S_IMODE(service.exports.export_dir.stat().st_mode) == 0o700
+    )
+    name, content = service.exports.take_export(ticket, "alice-browser")
     assert name.endswith(".json") and not stored.exists()  # removed right after the download
-    assert service.take_export(ticket, "alice-browser") is None  # once only
+    assert service.exports.take_export(ticket, "alice-browser") is None  # once only
     path = tmp_path / name
     path.write_bytes(content)
     data = json.loads(path.read_text())
@@ -181,14 +192,14 @@ def test_export_is_memorybank_json_plus_our_fields(two, tmp_path):
     assert ours["memories"][0]["state"] == "active" and "retention" in ours["memories"][0]
     (parsed,) = parse_bank(path)  # the original format reads it back
     assert parsed.name == "alice" and parsed.turns[0][0] == "My favourite tea is oolong."
-    assert "oolong" not in json.dumps(service.export_data(bob))
+    assert "oolong" not in json.dumps(service.exports.export_data(bob))
 
 
 def test_delete_account_leaves_nothing(two, tmp_path):
     service, alice, bob = two
     say(service, alice, "A secret: I sing in the shower.")
     say(service, bob, "Hello there.")
-    export = service.export_dir / f"{service.export_file(alice)}.json"
+    export = service.exports.export_dir / f"{service.exports.export_file(alice)}.json"
     gradio_copy = tmp_path / "gradio-cache" / "abc" / f"siliconfriend-{user_key('alice')}.json"
     gradio_copy.parent.mkdir(parents=True)
     gradio_copy.write_text("{}")
@@ -200,9 +211,9 @@ def test_delete_account_leaves_nothing(two, tmp_path):
     assert not user_dir.exists() and not export.exists() and not gradio_copy.exists()
     assert not service.accounts.exists("alice")
     with pytest.raises(NotLoggedIn):
-        service.memories(alice)
+        service.memory_page.memories(alice)
     assert "alice" not in service.bank.users()
-    assert service.memories(bob)  # bob is untouched
+    assert service.memory_page.memories(bob)  # bob is untouched
     home = service.settings.home
     leftovers = [p for p in home.rglob("*") if p.is_file() and b"shower" in p.read_bytes()]
     assert leftovers == []
@@ -212,7 +223,7 @@ def test_delete_account_leaves_nothing(two, tmp_path):
 def test_language_persona_and_backend_reach_the_companion(two):
     service, alice, bob = two
     backend = service.companion.backend
-    service.save_prefs(alice, lang="zh", companion_name="小硅", persona="像一位温柔的老朋友")
+    service.account.save_prefs(alice, lang="zh", companion_name="小硅", persona="像一位温柔的老朋友")
     r = say(service, alice, "我今天很累。")
     system = backend.calls[-1][0].content
     assert "小硅" in system and "温柔的老朋友" in system and r.error is None and r.reply
@@ -230,14 +241,14 @@ def test_language_persona_and_backend_reach_the_companion(two):
         made.append(Other(backend.real))  # the same loaded SmolLM2, standing in for "qwen"
         return made[-1]
 
-    service.backends = BackendPool(factory)
+    service.chat.backends = BackendPool(factory)
     with pytest.raises(ValueError):
-        service.save_prefs(bob, backend="no-such-backend")
+        service.account.save_prefs(bob, backend="no-such-backend")
     with pytest.raises(ValueError, match="not offered"):  # the operator has not listed it
-        service.save_prefs(bob, backend="hf", model="qwen")
+        service.account.save_prefs(bob, backend="hf", model="qwen")
     service.settings = replace(service.settings, web_models=("hf:qwen",))
-    service.choices = model_choices(service.settings)
-    service.save_prefs(bob, backend="hf", model="qwen")
+    service.models.offered.update(model_choices(service.settings))  # the operator lists it
+    service.account.save_prefs(bob, backend="hf", model="qwen")
     calls_before = len(backend.calls)
     r = say(service, bob, "Which model are you?")
     assert built == [("hf", "qwen")] and r.error is None and r.reply
@@ -253,27 +264,27 @@ def test_llm_failure_is_reported_and_nothing_stored(two):
     service.companion.backend.fail = "the model server is down"
     r = say(service, alice, "Are you there?")
     assert r.error and "down" in r.error and r.turn is None
-    assert service.memories(alice) == []
+    assert service.memory_page.memories(alice) == []
     service.companion.backend.fail = None
     r = say(service, alice, "Are you there?")
     assert r.error is None and r.reply
-    (row,) = service.memories(alice)
+    (row,) = service.memory_page.memories(alice)
     assert row.text == f"Are you there?\n{r.reply}"
 
 
 def test_stop_keeps_the_partial_reply(two):
     service, alice, _ = two
     service.companion.max_new_tokens = 64  # a reply long enough to be stopped
-    stream = service.respond(alice, "Tell me a long story about a cat.")
+    stream = service.chat.respond(alice, "Tell me a long story about a cat.")
     chunks = []
     for chunk in stream:
         chunks.append(chunk)
         if len(chunks) == 3:
-            assert service.stop(alice)
-    service.finished(alice, stream)
+            assert service.chat.stop(alice)
+    service.chat.finished(alice, stream)
     assert stream.result.stopped and len(chunks) == 3 and stream.result.error is None
     assert stream.result.reply == "".join(chunks).strip() and stream.result.reply
-    (row,) = service.memories(alice)
+    (row,) = service.memory_page.memories(alice)
     assert row.text == f"Tell me a long story about a cat.\n{stream.result.reply}"
 
 
@@ -281,21 +292,21 @@ def test_logout_ends_the_session(two):
     service, alice, _ = two
     service.logout(alice)
     with pytest.raises(NotLoggedIn):
-        service.user(alice)
+        service.account.user(alice)
 
 
 def test_kinds_and_states_filters(two):
     service, alice, _ = two
     say(service, alice, "Hello.")
-    service.summarise_now(alice, include_today=True)
-    kinds = {r.kind for r in service.memories(alice)}
+    service.memory_page.summarise_now(alice, include_today=True)
+    kinds = {r.kind for r in service.memory_page.memories(alice)}
     assert {"turn", "daily_events", "global_events"} <= kinds
-    assert all(r.kind == "daily_events" for r in service.memories(alice, kind=Kind.DAILY_EVENTS.value))
-    assert service.memories(alice, state=State.ARCHIVED.value) == []
+    assert all(r.kind == "daily_events" for r in service.memory_page.memories(alice, kind=Kind.DAILY_EVENTS.value))
+    assert service.memory_page.memories(alice, state=State.ARCHIVED.value) == []
     # an edited message's old turn (through the API): on the page with its reason, kept
-    (turn,) = service.memories(alice, kind=Kind.TURN.value)
+    (turn,) = service.memory_page.memories(alice, kind=Kind.TURN.value)
     service.bank.supersede("alice", turn.id, "edited")
-    (row,) = service.memories(alice, state=State.SUPERSEDED.value)
+    (row,) = service.memory_page.memories(alice, state=State.SUPERSEDED.value)
     assert row.id == turn.id and row.status.startswith("superseded (edited)")
 
 
@@ -316,13 +327,13 @@ def test_search_shows_only_real_matches_in_both_languages(web_service, web_clock
     """Unrelated words, in English and in Chinese, match nothing (e5-small puts any two texts near
     0.8: "banana" once listed an unrelated turn as "similar in meaning"); words and clear meanings do."""
     service = web_service
-    token = service.signup("mia", "mia-password").token
+    token = service.account.signup("mia", "mia-password").token
     for i, (query, reply) in enumerate(SEARCHED):
         service.bank.add_turn("mia", query, reply, web_clock.now - timedelta(days=1, minutes=-i))
     service.bank.settle()
 
     def found(words: str) -> list[str]:
-        return [r.text.split("\n")[0] for r in service.memories(token, query=words)]
+        return [r.text.split("\n")[0] for r in service.memory_page.memories(token, query=words)]
 
     for words in ("zzqxj", "banana", "quantum physics", "music", "香蕉", "量子物理", "电脑游戏"):
         assert found(words) == [], words

@@ -33,7 +33,7 @@ def skipped(values) -> bool:
 
 @pytest.fixture
 def amy(web_service):
-    return web_service, web_service.signup("amy", "amy-password").token
+    return web_service, web_service.account.signup("amy", "amy-password").token
 
 
 def test_too_long_and_empty_messages_are_refused_and_kept(amy):
@@ -43,8 +43,8 @@ def test_too_long_and_empty_messages_are_refused_and_kept(amy):
         (out,) = run(chat.send(token, text, {}))
         assert skipped(out)  # nothing changes on screen: the text stays in the box
     with pytest.raises(ValueError, match="100,000 characters.*split it"):
-        service.check_message("x" * 100_000)
-    assert service.memories(token) == [] and not service.companion.backend.calls
+        service.chat.check_message("x" * 100_000)
+    assert service.memory_page.memories(token) == [] and not service.companion.backend.calls
     assert "⚠️" in chat.count(token, "x" * 100_000) and "20,000" in chat.count(token, "hi")
 
 
@@ -66,7 +66,7 @@ def test_same_day_recall_shows_todays_lines_and_a_long_message_stops_weighing(am
     restored = chat.restore(token)[0]
     titles = [m["metadata"]["title"] for m in restored if m.get("metadata")]
     assert len(titles) == 2 and "today's conversation: 1" in titles[1]
-    turn = service.today(token)[-1]
+    turn = service.chat.today(token)[-1]
     assert stored_remembered(turn)[-1]["kind"] == "today"
 
 
@@ -82,7 +82,7 @@ def test_a_reload_mid_reply_keeps_it_marked_stopped(amy):
         if msgs and msgs[-1]["content"].endswith(" ▌"):
             break
     gen.close()
-    (turn,) = service.today(token)
+    (turn,) = service.chat.today(token)
     assert turn.response.strip() and turn.extra.get("stopped")
     restored = chat.restore(token)[0]
     assert restored[-1]["content"] == f"{turn.response} _(stopped)_"
@@ -90,22 +90,22 @@ def test_a_reload_mid_reply_keeps_it_marked_stopped(amy):
 
 def test_the_waiting_reply_shows_its_place(two_users):
     service, alice, bob = two_users
-    first = service.respond(alice, "Hello, I am first.")  # registered, not yet generating
+    first = service.chat.respond(alice, "Hello, I am first.")  # registered, not yet generating
     outs = run(ChatHandlers(service).send(bob, "And I am second.", {}))
     shown = [str(o[0][-1]["content"]) for o in outs if isinstance(o[0], list)]
     assert any("Waiting for the model: 1" in s for s in shown), shown
-    assert service.ahead(bob) == 0  # bob's reply finished
+    assert service.chat.ahead(bob) == 0  # bob's reply finished
     first.collect()
-    service.finished(alice, first)
-    assert service.ahead(alice) == 0
+    service.chat.finished(alice, first)
+    assert service.chat.ahead(alice) == 0
 
 
 @pytest.fixture
 def two_users(web_service):
     return (
         web_service,
-        web_service.signup("alice", "alice-password").token,
-        web_service.signup("bob", "bob-password").token,
+        web_service.account.signup("alice", "alice-password").token,
+        web_service.account.signup("bob", "bob-password").token,
     )
 
 
@@ -129,22 +129,22 @@ def test_search_shows_only_real_matches_and_refusals_leave_the_page(amy, web_clo
         out = page.pin(token, bad, *FILTERS)
         assert skipped(out[:8]) and out[8].startswith("⚠️ no memory") and skipped(out[9:])
     # restore is for archived memories only
-    rid = service.memories(token)[0].id
+    rid = service.memory_page.memories(token)[0].id
     out = page.restore(token, str(rid), *FILTERS)
     assert "not archived" in out[8]
     # delete asks, then deletes what it asked about
     status, row, pending = page.ask_delete(token, str(rid))
-    assert "for good?" in status and row["visible"] is True and len(service.memories(token)) == 3
-    assert "Nothing was deleted" in page.cancel_delete(token)[0] and len(service.memories(token)) == 3
+    assert "for good?" in status and row["visible"] is True and len(service.memory_page.memories(token)) == 3
+    assert "Nothing was deleted" in page.cancel_delete(token)[0] and len(service.memory_page.memories(token)) == 3
     out = page.confirm_delete(token, pending, *FILTERS)
-    assert "deleted" in out[8] and len(service.memories(token)) == 2
+    assert "deleted" in out[8] and len(service.memory_page.memories(token)) == 2
 
 
 def test_chinese_mode_translates_the_page_and_plots_with_a_cjk_font(amy):
     service, token = amy
     if cjk_font() is None:
         pytest.fail("no CJK font: run .ci/browser-deps (installs fonts-wqy-microhei)")
-    service.save_prefs(token, lang="zh")
+    service.account.save_prefs(token, lang="zh")
     run(ChatHandlers(service).send(token, "我今天去公园散步了。", {}))
     page = MemoryHandlers(service)
     day, table, fig, *_ = page.refresh(token)
@@ -191,5 +191,5 @@ def test_summarise_now_reports_each_day(amy, web_clock):
     # under each summary, what the grounding check left out of it (or that these are her own words)
     page = MemoryHandlers(service)
     events = page.summary_values(token, "2024-05-03")[1]
-    info = service.summaries(token, "2024-05-03")["grounding"]["daily_events"]
+    info = service.memory_page.summaries(token, "2024-05-03")["grounding"]["daily_events"]
     assert events["value"] and events["info"] == grounding_note(info, "en")

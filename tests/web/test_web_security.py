@@ -70,8 +70,8 @@ def test_client_address_believes_only_listed_proxies():
 
 def test_spoofed_forwarded_for_does_not_dodge_the_limit(servers):
     url, service, _ = servers["direct"]
-    service.signup("amy", "amy-password")
-    service.signup("ben", "ben-password")
+    service.account.signup("amy", "amy-password")
+    service.account.signup("ben", "ben-password")
     for i in range(5):  # a new "address" in every try: the server sees 127.0.0.1 each time
         token, message = login(url, "amy", f"guess {i}", forwarded_for=f"198.51.100.{i}")
         assert not token and "wrong" in message
@@ -84,7 +84,7 @@ def test_spoofed_forwarded_for_does_not_dodge_the_limit(servers):
 
 def test_a_listed_proxys_header_names_the_client(servers):
     url, service, _ = servers["proxied"]
-    service.signup("cleo", "cleo-password")
+    service.account.signup("cleo", "cleo-password")
     for i in range(5):
         token, message = login(url, "cleo", f"guess {i}", forwarded_for="203.0.113.5")
         assert not token
@@ -114,14 +114,14 @@ def test_export_reaches_only_its_session_once(servers):
     url, service, _ = servers["direct"]
     dora_browser, eve_browser = "dora-browser-" + "d" * 20, "eve-browser-" + "e" * 20
     c = Client(url, verbose=False, headers={"Cookie": f"{BROWSER_COOKIE}={dora_browser}"})
-    token = service.signup("dora", "dora-password").token
-    other = service.signup("eve", "eve-password").token
+    token = service.account.signup("dora", "dora-password").token
+    other = service.account.signup("eve", "eve-password").token
     html = c.predict(token, api_name="/export")
     link = url + re.search(r'href="([^"]+)"', html).group(1)
     ticket = link.rsplit("/", 1)[1]
-    stored = service.export_dir / f"{ticket}.json"
+    stored = service.exports.export_dir / f"{ticket}.json"
     assert stat.S_IMODE(stored.stat().st_mode) == 0o600
-    assert stat.S_IMODE(service.export_dir.stat().st_mode) == 0o700
+    assert stat.S_IMODE(service.exports.export_dir.stat().st_mode) == 0o700
     # the link in another logged-in browser, or in one with no cookie at all: refused, and still good
     assert fetch(link, eve_browser)[0] == 404 and fetch(link)[0] == 404
     assert stored.exists()
@@ -137,15 +137,15 @@ def test_export_reaches_only_its_session_once(servers):
     eve_link = url + re.search(r'href="([^"]+)"', eve_client.predict(other, api_name="/export")).group(1)
     service.logout(other)
     assert fetch(eve_link, eve_browser)[0] == 404
-    assert not list(service.export_dir.glob("*.json"))
+    assert not list(service.exports.export_dir.glob("*.json"))
     # an export not downloaded is removed within minutes (here: the limit set to a moment)
-    service.export_seconds = 0.2
+    service.exports.export_seconds = 0.2
     c.predict(token, api_name="/export")
     deadline = time.time() + 5
-    while list(service.export_dir.glob("*.json")) and time.time() < deadline:
+    while list(service.exports.export_dir.glob("*.json")) and time.time() < deadline:
         time.sleep(0.1)
-    assert not list(service.export_dir.glob("*.json"))
-    service.export_seconds = 300
+    assert not list(service.exports.export_dir.glob("*.json"))
+    service.exports.export_seconds = 300
     # nothing of the export went through Gradio's cache
     assert not [p for p in Path(servers["direct"][2].GRADIO_CACHE).rglob("*.json") if b"dora" in p.read_bytes()]
 
@@ -158,10 +158,10 @@ def test_users_choose_only_the_models_the_operator_lists(servers, tmp_path):
     from siliconfriend.web.service import BackendPool
 
     _, service, _ = servers["direct"]
-    token = service.signup("finn", "finn-password").token
-    assert service.choices == {"openai": ["gpt-test"]}
+    token = service.account.signup("finn", "finn-password").token
+    assert service.models.offered == {"openai": ["gpt-test"]}
     with pytest.raises(ValueError, match="not offered"):
-        service.save_prefs(token, backend="hf", model="qwen")
+        service.account.save_prefs(token, backend="hf", model="qwen")
     settings = replace(service.settings, web_models=("hf:smollm2", "openai:gpt-big=The big one"))
     assert model_choices(settings) == {"openai": ["gpt-test", "gpt-big"], "hf": ["smollm2"]}
     labels = model_labels(settings)

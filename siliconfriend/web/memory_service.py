@@ -1,0 +1,291 @@
+"""The memory page: a user's memories (filtered, or searched with only the real matches kept),
+their summaries, the retention curves, and pin / restore / delete."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from datetime import date, datetime, timedelta
+from typing import Any, Callable
+
+from memory.bank import MemoryBank
+from memory.records import Kind, MemoryRecord, State
+from memory.retrieval import Hit
+
+from ..config import Settings
+from ..core import memory_view
+from ..core.memory_view import memory_id
+from .account_service import AccountService
+from .chat_sessions import ChatSessions
+
+# the memory page's search shows a memory only when it really matches: it shares words with the
+# search, is on a day the search names, or its meaning is close both absolutely and against the
+# rest. e5-small puts any two short texts at 0.77-0.85 (measured on ten turns, en and zh: "banana",
+# "zzqxj", "quantum physics" reach 0.83 in English; Chinese runs higher: "宠物" -> an unrelated
+# "我昨天去公园跑步了。" 0.852, "小猫" -> "我今天开始学小提琴了。" 0.848), while real matches by
+# meaning only reach 0.85-0.91 ("kitten" -> "My cat is called Pixel" 0.851, "小猫" -> "我的猫叫小白"
+# 0.907, "宠物" -> it 0.881, "音乐" -> the violin 0.873). So a match by meaning needs a cosine of at
+# least SEARCH_MIN_SIMILARITY (a search with Chinese characters: SEARCH_MIN_SIMILARITY_ZH) and
+# SEARCH_MARGIN above the median of the memories found. The price: weak true matches by meaning
+# alone ("mountains" -> "hiking in the Alps", 0.835) are left out. With another embedder (MiniLM's
+# cosines are far lower) the search is by words and days only.
+SEARCH_MIN_SIMILARITY = 0.845
+SEARCH_MIN_SIMILARITY_ZH = 0.865
+SEARCH_MARGIN = 0.04
+_CJK = re.compile(r"[\u3400-\u9fff\uf900-\ufaff]")
+
+
+@dataclass(frozen=True)
+class MemoryRow:
+    id: int
+    day: str
+    kind: str
+    state: str
+    pinned: bool
+    strength: float
+    retention: float
+    recalls: int
+    text: str
+    why: str = ""
+    importance: float = 0.0  # 0 small talk .. 1 a personal fact, rated when written
+    status: str = ""  # the forgetting state in words: when it fades, or since when archived
+
+
+def real_matches(hits: list[Hit], query: str = "") -> list[Hit]:
+    """The hits of a memory-page search for ``query`` that match it (see SEARCH_MIN_SIMILARITY),
+    best first."""
+    dense = sorted(h.dense for h in hits if h.dense)
+    median = dense[len(dense) // 2] if dense else 0.0
+    floor = SEARCH_MIN_SIMILARITY_ZH if _CJK.search(query or "") else SEARCH_MIN_SIMILARITY
+    return [
+        h for h in hits if h.lexical > 0 or h.on_named_day or (h.dense >= floor and h.dense >= median + SEARCH_MARGIN)
+    ]
+
+
+class MemoryPageService:
+    def __init__(
+        self,
+        settings: Settings,
+        account: AccountService,
+        bank: MemoryBank,
+        chat: ChatSessions,
+        clock: Callable[[], datetime],
+    ):
+        self.settings = settings
+        self.account = account
+        self.bank = bank
+        self.chat = chat  # deleting a turn goes through the companion
+        self.clock = clock
+
+    def user(self, token: str | None) -> str:
+        return self.account.user(token)
+
+    def now(self) -> datetime:
+        return self.clock()
+
+    def _row(self, rec: MemoryRecord, now: datetime, why: str = "") -> MemoryRow:
+        return MemoryRow(
+            rec.stored_id,
+            rec.day.isoformat() if not rec.kind.is_global else "",
+            rec.kind.value,
+            rec.state.value,
+            rec.pinned,
+            round(rec.strength, 2),
+            round(self.bank.retention(rec, now), 3),
+            rec.recall_count,
+            rec.text,
+            why,
+            round(rec.importance, 2),
+            memory_view.status(rec, self.bank.policy, now),
+        )
+
+    def memories(
+        self,
+        token: str,
+        *,
+        day: str | date | None = None,
+        kind: str | None = None,
+        state: str | None = None,
+        query: str = "",
+        include_archived: bool = True,
+    ) -> list[MemoryRow]:
+        user = self.user(token)
+        if not self.bank.has_user(user):
+            return []
+        now = self.now()
+        day = date.fromisoformat(day) if isinstance(day, str) and day else (day or None)
+        kind_v = Kind(kind) if kind else None
+        state_v = State(state) if state else None
+        if query and query.strip():
+            hits = self.bank.search_text(user, query.strip(), now, k=50, include_archived=include_archived)
+            hits = real_matches(hits, query)
+            rows = [
+                self._row(h.record, now, "; ".join(r for r in h.reasons if r != "closest of what is remembered"))
+                for h in hits
+            ]
+            return [
+                r
+                for r in rows
+                if (not day or r.day == day.isoformat())
+                and (not kind_v or r.kind == kind_v.value)
+                and (not state_v or r.state == state_v.value)
+            ]
+        recs = self.bank.records(user, kind=kind_v, state=state_v, day=day)
+        if not include_archived:
+            recs = [r for r in recs if r.state == State.ACTIVE]
+        recs.sort(key=lambda r: (r.day, r.kind.value != "turn", r.position, r.id or 0), reverse=True)
+        return [self._row(r, now) for r in recs]
+
+    def days(self, token: str) -> list[str]:
+        user = self.user(token)
+        if not self.bank.has_user(user):
+            return []
+        return [d.isoformat() for d in sorted(self.bank.days(user), reverse=True) if d.year > 1970]
+
+    def pin(self, token: str, memory: int, pinned: bool = True) -> MemoryRecord:
+        user = self.user(token)
+        return self.bank.pin(user, self.bank.get(user, memory_id(memory)).stored_id, pinned)
+
+    def restore(self, token: str, memory: int) -> MemoryRecord:
+        """Bring back an archived memory (as if just recalled). An active one is refused: restoring
+        it again and again would raise its strength each time."""
+        user = self.user(token)
+        rec = self.bank.get(user, memory_id(memory))
+        if rec.state != State.ARCHIVED:
+            raise ValueError(f"memory #{rec.id} is not archived: only archived memories can be restored")
+        return self.bank.restore(user, rec.stored_id, self.now())
+
+    def delete_memories(self, token: str, memory_ids: list[int]) -> int:
+        """Delete for good. A dialogue turn goes through the companion, so that the summaries of
+        its day are written again without it."""
+        user = self.user(token)
+        records = [self.bank.get(user, memory_id(i)) for i in memory_ids]  # UnknownMemory unless all are hers
+        for rec in records:
+            if rec.kind == Kind.TURN:
+                self.chat.companion.delete_turn(user, rec.stored_id)
+            else:
+                self.bank.delete(user, [rec.stored_id])
+        return len(records)
+
+    def summaries(self, token: str, day: str | None = None) -> dict:
+        """Daily events and personality of ``day`` (or the latest day), and the global ones."""
+        user = self.user(token)
+        grounding: dict[str, dict] = {}
+        out: dict[str, Any] = {
+            "day": day or "",
+            "daily_events": "",
+            "daily_personality": "",
+            "global_events": "",
+            "global_personality": "",
+            "summary_days": [],
+            "grounding": grounding,  # key -> {"path", "dropped"}: what the day rollover's check did
+        }
+        if not self.bank.has_user(user):
+            return out
+        summary_days = sorted(
+            {r.day for k in (Kind.DAILY_EVENTS, Kind.DAILY_PERSONALITY) for r in self.bank.summaries(user, k)},
+            reverse=True,
+        )
+        out["summary_days"] = [d.isoformat() for d in summary_days]
+        if not day and summary_days:
+            day = summary_days[0].isoformat()
+        out["day"] = day or ""
+        if day:
+            d = date.fromisoformat(day)
+            for key, kind in (("daily_events", Kind.DAILY_EVENTS), ("daily_personality", Kind.DAILY_PERSONALITY)):
+                rec = self.bank.get_summary(user, kind, d)
+                out[key] = rec.text if rec else ""
+                grounding[key] = _grounding(rec)
+        for key, kind in (("global_events", Kind.GLOBAL_EVENTS), ("global_personality", Kind.GLOBAL_PERSONALITY)):
+            rec = self.bank.get_summary(user, kind)
+            out[key] = rec.text if rec else ""
+            grounding[key] = _grounding(rec)
+        return out
+
+    def save_summaries(self, token: str, *, day: str | None = None, **texts: str) -> list[str]:
+        """Replace the given summaries (``daily_events``, ``daily_personality`` for ``day``;
+        ``global_events``, ``global_personality``); blank or unchanged ones are left alone."""
+        user = self.user(token)
+        current = self.summaries(token, day)
+        saved = []
+        for key, text in texts.items():
+            kind = Kind(key)
+            if text is None or not text.strip() or text == current.get(key):
+                continue
+            if kind.is_daily and not day:
+                raise ValueError("pick the day whose summary you are editing")
+            self.bank.set_summary(
+                user, kind, text.strip(), self.now(), day=date.fromisoformat(day) if kind.is_daily and day else None
+            )
+            saved.append(key)
+        return saved
+
+    def summarise_now(
+        self,
+        token: str,
+        *,
+        include_today: bool = False,
+        progress: Callable[[int, int, date], None] | None = None,
+    ) -> list[date]:
+        """Summarise every finished day not summarised yet (today too, and again, only when
+        ``include_today``: it is not over), one day at a time (``progress(done, total, day)``
+        before each), then the global summaries."""
+        user = self.user(token)
+        today = self.now().date()
+        if not self.bank.has_user(user):
+            return []
+        summarised = {r.day for r in self.bank.summaries(user, Kind.DAILY_EVENTS)}
+        pending = sorted(d for d in self.bank.days(user) if d.year > 1970 and d < today and d not in summarised)
+        if include_today:
+            pending.append(today)
+        done: list[date] = []
+        for i, day in enumerate(pending):
+            if progress is not None:
+                progress(i, len(pending), day)
+            done += [d for d in self.chat.companion.consolidate(user, until=day) if d not in done]
+        return done
+
+    def memory(self, token: str, memory: Any) -> MemoryRecord:
+        """One of this user's memories (UnknownMemory for anyone else's, or a bad id)."""
+        return self.bank.get(self.user(token), memory_id(memory))
+
+    def retention_curves(self, token: str, *, limit: int = 12, horizon_days: int = 14) -> dict:
+        """R over time for the user's most recent memories: from each one's last recall to
+        ``horizon_days`` ahead (points for a plot), with the forgetting threshold."""
+        user = self.user(token)
+        now = self.now()
+        curves = []
+        if self.bank.has_user(user):
+            recs = [r for r in self.bank.records(user, state=State.ACTIVE) if not r.kind.is_global]
+            recs.sort(key=lambda r: r.anchor, reverse=True)
+            for rec in recs[:limit]:
+                start, end = rec.anchor, now + timedelta(days=horizon_days)
+                steps = 40
+                times = [start + (end - start) * i / steps for i in range(steps + 1)]
+                curves.append(
+                    {
+                        "id": rec.id,
+                        "label": f"#{rec.id} {rec.kind.value} {rec.day.isoformat()}",
+                        "kind": rec.kind.value,
+                        "day": rec.day.isoformat(),
+                        "times": times,
+                        "values": [self.bank.retention(rec, t) for t in times],
+                        "now": self.bank.retention(rec, now),
+                    }
+                )
+        return {
+            "now": now,
+            "threshold": self.settings.forgetting_threshold,
+            "curves": curves,
+            "active": self.bank.count(user, state=State.ACTIVE) if self.bank.has_user(user) else 0,
+            "archived": self.bank.count(user, state=State.ARCHIVED) if self.bank.has_user(user) else 0,
+        }
+
+
+def _grounding(rec: MemoryRecord | None) -> dict:
+    """What the day rollover's grounding check did to a summary: how it was written (``path``,
+    None when written by hand or before the check) and how many sentences it left out."""
+    info = rec.extra.get("grounding") if rec is not None and isinstance(rec.extra, dict) else None
+    if not isinstance(info, dict):
+        return {"path": None, "dropped": 0}
+    return {"path": info.get("path"), "dropped": int(info.get("dropped") or 0)}
