@@ -23,8 +23,11 @@ def memory_id(value: Any) -> int:
     if isinstance(value, str):
         text = value.strip()
         number = int(text) if text.isdigit() and len(text) <= 19 else 0
-    elif isinstance(value, numbers.Real):  # also numpy's, as a table's cell gives
-        number = int(value) if math.isfinite(value) and value == int(value) else 0
+    elif isinstance(value, numbers.Integral):  # also numpy's, as a table's cell gives
+        number = int(value)
+    elif isinstance(value, numbers.Real):
+        real = float(value)
+        number = int(real) if math.isfinite(real) and real == int(real) and abs(real) < 2**64 else 0
     else:
         number = 0
     if not 1 <= number <= MAX_MEMORY_ID:
