@@ -42,3 +42,33 @@ def test_the_largest_id_a_store_holds():
 def test_anything_else_is_no_such_memory(value):
     with pytest.raises(UnknownMemory, match="no memory"):
         memory_id(value)
+
+
+def test_one_memory_shown_the_same_to_the_page_and_the_api(tmp_path, e5_embedder):
+    from datetime import datetime, timedelta
+
+    from memory.bank import MemoryBank
+    from memory.records import Kind
+    from siliconfriend.core.memory_view import shown
+
+    t0 = datetime(2024, 5, 1, 9, 0)
+    bank = MemoryBank(tmp_path / "home", e5_embedder)
+    try:
+        turn = bank.add_turn("amy", "My cat is called Miso", "What a name!", t0)
+        bank.set_summary("amy", Kind.GLOBAL_EVENTS, "Amy has a cat.", t0)
+        glob = bank.get_summary("amy", Kind.GLOBAL_EVENTS)
+        later = t0 + timedelta(days=2)
+        m = shown(bank.get("amy", turn.stored_id), bank.policy, later)
+        assert (m.id, m.kind, m.day, m.query, m.stopped) == (turn.stored_id, "turn", "2024-05-01", turn.query, False)
+        assert 0 < m.retention < 1 and m.retention == round(bank.retention(turn, later), 4)
+        assert m.status.startswith("active: fades")
+        api = m.as_json()
+        assert api["object"] == "memory" and api["id"] == m.id and api["retention"] == m.retention
+        assert "score" not in api and api["superseded"] is None
+        g = shown(glob, bank.policy, later)
+        assert g.day is None and g.status == "global summary: never fades" and "stopped" not in g.as_json()
+        hits = bank.search_text("amy", "cat", later, k=2)
+        found = shown(hits[0].record, bank.policy, later, hit=hits[0])
+        assert found.score is not None and found.why == "; ".join(hits[0].reasons)
+    finally:
+        bank.close()

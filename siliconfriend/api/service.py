@@ -17,6 +17,7 @@ from typing import Any, Callable, Sequence
 from memory.bank import MemoryBank, UnknownMemory
 from memory.memorybank_format import export_person
 from memory.records import Kind, MemoryRecord, State
+from memory.retrieval import Hit
 
 from ..accounts.keys import ApiKeys, KeyOwner
 from ..accounts.users import Accounts
@@ -24,6 +25,7 @@ from ..backends.base import Message, Role
 from ..config import Settings
 from ..core.companion import MAX_MESSAGE_CHARS, TODAY, Companion, ReplyStream, used_entry
 from ..core.memory_view import memory_id as parse_memory_id
+from ..core.memory_view import shown
 from .frontends import Task, person_words, task_of
 from .keys import KeyLimiter, LoginStyleLimiter, RateLimited
 from .resent import Placed, place
@@ -417,30 +419,8 @@ class ApiService:
         }
 
     # -- memories -----------------------------------------------------------------------------
-    def memory_json(self, rec: MemoryRecord, now: datetime, hit: Any = None) -> dict:
-        out = {
-            "id": rec.id,
-            "object": "memory",
-            "kind": rec.kind.value,
-            "day": None if rec.kind.is_global else rec.day.isoformat(),
-            "text": rec.text,
-            "query": rec.query,
-            "response": rec.response,
-            "created_at": rec.created_at.isoformat(),
-            "state": rec.state.value,
-            "pinned": rec.pinned,
-            "strength": round(rec.strength, 3),
-            "retention": round(self.bank.retention(rec, now), 4),
-            "recall_count": rec.recall_count,
-            "last_recall": rec.last_recall.isoformat() if rec.last_recall else None,
-        }
-        if rec.kind == Kind.TURN:  # a reply stopped before its end; an edited message's old turn
-            out["stopped"] = bool(rec.extra.get("stopped"))
-            out["superseded"] = rec.extra.get("superseded") if rec.state == State.SUPERSEDED else None
-        if hit is not None:
-            out["score"] = round(hit.score, 4)
-            out["why"] = "; ".join(hit.reasons)
-        return out
+    def memory_json(self, rec: MemoryRecord, now: datetime, hit: Hit | None = None) -> dict:
+        return shown(rec, self.bank.policy, now, hit=hit).as_json()
 
     def _get(self, user: str, memory_id: Any) -> MemoryRecord:
         try:

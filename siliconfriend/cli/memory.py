@@ -9,7 +9,10 @@ import random
 import sys
 from datetime import date, datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from ..core.memory_view import ShownMemory
 
 
 def _bank(args):
@@ -72,18 +75,18 @@ def cmd_export(args) -> int:
     return 0
 
 
-def _fmt(rec, retention: float, extra: str = "") -> str:
-    flag = "pinned" if rec.pinned else rec.state.value
-    text = rec.text.replace("\n", " / ")
+def _fmt(m: ShownMemory, extra: str = "") -> str:
+    flag = "pinned" if m.pinned else m.state
+    text = m.text.replace("\n", " / ")
     if len(text) > 100:
         text = text[:97] + "..."
-    return (
-        f"#{rec.id:<5} {rec.day}  {rec.kind.value:<18} S={rec.strength:<4g} R={retention:.3f} {flag:<8} {extra}{text}"
-    )
+    return f"#{m.id:<5} {m.day or '':<10}  {m.kind:<18} S={m.strength:<4g} R={m.retention:.3f} {flag:<8} {extra}{text}"
 
 
 def cmd_memories(args) -> int:
     from memory.records import Kind, State
+
+    from ..core.memory_view import shown
 
     bank = _bank(args)
     now = _now(args)
@@ -95,7 +98,7 @@ def cmd_memories(args) -> int:
                 print("siliconfriend: memories search needs a query", file=sys.stderr)
                 return 2
             for hit in bank.search_text(args.user, " ".join(args.query), now, k=args.k, include_archived=args.all):
-                print(_fmt(hit.record, hit.retention, f"score={hit.score:.3f} "))
+                print(_fmt(shown(hit.record, bank.policy, now), f"score={hit.score:.3f} "))
                 print(f"        why: {'; '.join(hit.reasons)}")
         else:
             filters: dict[str, Any] = {}
@@ -106,13 +109,15 @@ def cmd_memories(args) -> int:
             if not args.all:
                 filters["state"] = State.ACTIVE
             for rec in bank.records(args.user, **filters):
-                print(_fmt(rec, bank.retention(rec, now)))
+                print(_fmt(shown(rec, bank.policy, now)))
     finally:
         bank.close()
     return 0
 
 
 def cmd_forget(args) -> int:
+    from ..core.memory_view import shown
+
     bank = _bank(args)
     now = _now(args)
     try:
@@ -121,7 +126,7 @@ def cmd_forget(args) -> int:
         decisions = bank.forget_pass(args.user, now, rng=random.Random(args.seed), dry_run=args.dry_run)
         for d in decisions:
             mark = "ARCHIVE" if d.archived else "keep   "
-            print(f"{mark} {_fmt(d.record, d.retention)}")
+            print(f"{mark} {_fmt(shown(d.record, bank.policy, now))}")
         n = sum(d.archived for d in decisions)
         verb = "would be archived" if args.dry_run else "archived"
         print(f"{n} of {len(decisions)} memories {verb} (threshold {bank.policy.threshold}, mode {bank.policy.mode})")

@@ -12,7 +12,7 @@ from __future__ import annotations
 import html
 import threading
 import time
-from dataclasses import astuple, dataclass
+from dataclasses import dataclass
 from typing import Any, Callable
 
 import gradio as gr
@@ -21,9 +21,9 @@ from memory.bank import UnknownMemory
 from memory.records import Kind, State
 
 from ..accounts.users import AccountError
+from ..core.memory_view import ShownMemory
 from ..i18n import Translator, say, t, why_words
 from .common import guard, lang_of, notify
-from .memory_service import MemoryRow
 from .plot import retention_figure
 from .service import WebService
 
@@ -43,18 +43,25 @@ def state_choices(lang: str) -> list[tuple[str, str]]:
     return [(t("all", lang), ALL)] + [(t(f"state_{s.value}", lang), s.value) for s in State]
 
 
-def table_value(rows: list[MemoryRow], lang: str) -> dict:
+def table_value(rows: list[ShownMemory], lang: str) -> dict:
     """The table's value: translated headers, kinds and states; long texts cut."""
-    data = []
-    for r in rows:
-        row = list(astuple(r))
-        row[2] = t(f"kind_{r.kind}", lang)
-        row[3] = t(f"state_{r.state}", lang)
-        row[4] = t("yes", lang) if r.pinned else ""
-        row[8] = r.text if len(r.text) <= 400 else r.text[:399] + "…"
-        row[9] = why_words(r.why, lang)
-        row[11] = say(r.status, lang)
-        data.append(row)
+    data = [
+        [
+            r.id,
+            r.day or "",
+            t(f"kind_{r.kind}", lang),
+            t(f"state_{r.state}", lang),
+            t("yes", lang) if r.pinned else "",
+            round(r.strength, 2),
+            round(r.retention, 3),
+            r.recall_count,
+            r.text if len(r.text) <= 400 else r.text[:399] + "…",
+            why_words(r.why, lang),
+            r.importance,
+            say(r.status, lang),
+        ]
+        for r in rows
+    ]
     return {"headers": headers(lang), "data": data}
 
 

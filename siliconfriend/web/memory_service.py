@@ -4,7 +4,6 @@ their summaries, the retention curves, and pin / restore / delete."""
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
 from datetime import date, datetime, timedelta
 from typing import Any, Callable
 
@@ -14,7 +13,7 @@ from memory.retrieval import Hit
 
 from ..config import Settings
 from ..core import memory_view
-from ..core.memory_view import memory_id
+from ..core.memory_view import ShownMemory, memory_id
 from .account_service import AccountService
 from .chat_sessions import ChatSessions
 
@@ -33,22 +32,6 @@ SEARCH_MIN_SIMILARITY = 0.845
 SEARCH_MIN_SIMILARITY_ZH = 0.865
 SEARCH_MARGIN = 0.04
 _CJK = re.compile(r"[\u3400-\u9fff\uf900-\ufaff]")
-
-
-@dataclass(frozen=True)
-class MemoryRow:
-    id: int
-    day: str
-    kind: str
-    state: str
-    pinned: bool
-    strength: float
-    retention: float
-    recalls: int
-    text: str
-    why: str = ""
-    importance: float = 0.0  # 0 small talk .. 1 a personal fact, rated when written
-    status: str = ""  # the forgetting state in words: when it fades, or since when archived
 
 
 def real_matches(hits: list[Hit], query: str = "") -> list[Hit]:
@@ -83,21 +66,8 @@ class MemoryPageService:
     def now(self) -> datetime:
         return self.clock()
 
-    def _row(self, rec: MemoryRecord, now: datetime, why: str = "") -> MemoryRow:
-        return MemoryRow(
-            rec.stored_id,
-            rec.day.isoformat() if not rec.kind.is_global else "",
-            rec.kind.value,
-            rec.state.value,
-            rec.pinned,
-            round(rec.strength, 2),
-            round(self.bank.retention(rec, now), 3),
-            rec.recall_count,
-            rec.text,
-            why,
-            round(rec.importance, 2),
-            memory_view.status(rec, self.bank.policy, now),
-        )
+    def _shown(self, rec: MemoryRecord, now: datetime, why: str = "") -> ShownMemory:
+        return memory_view.shown(rec, self.bank.policy, now, why=why)
 
     def memories(
         self,
@@ -108,7 +78,7 @@ class MemoryPageService:
         state: str | None = None,
         query: str = "",
         include_archived: bool = True,
-    ) -> list[MemoryRow]:
+    ) -> list[ShownMemory]:
         user = self.user(token)
         if not self.bank.has_user(user):
             return []
@@ -120,7 +90,7 @@ class MemoryPageService:
             hits = self.bank.search_text(user, query.strip(), now, k=50, include_archived=include_archived)
             hits = real_matches(hits, query)
             rows = [
-                self._row(h.record, now, "; ".join(r for r in h.reasons if r != "closest of what is remembered"))
+                self._shown(h.record, now, "; ".join(r for r in h.reasons if r != "closest of what is remembered"))
                 for h in hits
             ]
             return [
@@ -134,7 +104,7 @@ class MemoryPageService:
         if not include_archived:
             recs = [r for r in recs if r.state == State.ACTIVE]
         recs.sort(key=lambda r: (r.day, r.kind.value != "turn", r.position, r.id or 0), reverse=True)
-        return [self._row(r, now) for r in recs]
+        return [self._shown(r, now) for r in recs]
 
     def days(self, token: str) -> list[str]:
         user = self.user(token)

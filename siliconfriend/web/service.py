@@ -28,7 +28,7 @@ from .account_service import AccountService, ModelChoices, NotLoggedIn
 from .chat_sessions import BackendPool, ChatSessions, ModelUnavailable
 from .client import proxy_networks
 from .exports import ExportTickets
-from .memory_service import MemoryPageService, MemoryRow
+from .memory_service import MemoryPageService
 
 
 class WebService:
@@ -90,7 +90,6 @@ class WebService:
 __all__ = [
     "WebService",
     "NotLoggedIn",
-    "MemoryRow",
     "BackendPool",
     "ModelUnavailable",
 ]
