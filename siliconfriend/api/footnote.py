@@ -21,7 +21,7 @@ from typing import Any, Mapping, Sequence
 from memory.cjk import language_of
 
 from ..i18n import t
-from .service import bad_request
+from .service import Completion, bad_request
 
 HEADER = "x-siliconfriend-show-memories"
 SHOWN = 5  # memories listed (the companion puts retrieval_k of them in the prompt: 5 by default)
@@ -82,11 +82,11 @@ def footnote(memories: Sequence[dict], turn_id: Any, said: str) -> str:
     return RULE + "\n".join(lines)
 
 
-def of_completion(completion: Any) -> str:
+def of_completion(completion: Completion) -> str:
     """The footnote of a finished completion: "" unless it stored a turn (a task's reply, such as
     a chat title, never gets one)."""
     result = completion.stream.result
-    if result is None or result.error or getattr(result, "turn", None) is None:
+    if result is None or result.error or result.turn is None:
         return ""
     return footnote(completion.remembered, result.turn.id, result.turn.query)
 

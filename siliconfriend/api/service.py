@@ -387,8 +387,7 @@ class ApiService:
         }
 
     def usage(self, completion: Completion, reply: str) -> dict:
-        backend = getattr(self.companion, "backend", None)
-        count = getattr(backend, "count_tokens", None) or (lambda s: max(1, len(s) // 4))
+        count = self.companion.backend.count_tokens
         prompt = sum(count(m.content) for m in completion.stream.messages)
         done = count(reply) if reply else 0
         return {"prompt_tokens": prompt, "completion_tokens": done, "total_tokens": prompt + done}

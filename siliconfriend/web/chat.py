@@ -10,13 +10,24 @@ from __future__ import annotations
 
 import html
 import logging
+from collections.abc import Generator
 from dataclasses import dataclass
 from typing import Any, Callable, Iterator
 
 import gradio as gr
 
+from memory.records import MemoryRecord
+
 from ..config import DEMO_MODEL
-from ..core.companion import MAX_MESSAGE_CHARS, NOT_FROM_MEMORY, TODAY, not_from_memory_entry, today_entry
+from ..core.companion import (
+    MAX_MESSAGE_CHARS,
+    NOT_FROM_MEMORY,
+    TODAY,
+    ReplyStream,
+    TurnResult,
+    not_from_memory_entry,
+    today_entry,
+)
 from ..i18n import Translator, say, t, why_words
 from .common import guard, lang_of, notify
 from .service import WebService
@@ -82,10 +93,10 @@ def turn_messages(query: str, reply: str, remembered: list[dict] | None, lang: s
     return out
 
 
-def stored_remembered(turn: Any) -> list[dict] | None:
+def stored_remembered(turn: MemoryRecord) -> list[dict] | None:
     """The "what I remembered" entries a stored turn keeps (``companion.used_entry`` and
     ``today_entry``), or None for a turn stored before they were kept."""
-    extra = getattr(turn, "extra", None) or {}
+    extra = turn.extra or {}
     if "used" not in extra:
         return None
     made_up = [not_from_memory_entry(extra[NOT_FROM_MEMORY])] if extra.get(NOT_FROM_MEMORY) else []
@@ -113,12 +124,13 @@ class ChatHandlers:
         """A state that reaches another user's handler (same tab, same API client) is empty."""
         return state.get(key, empty) if isinstance(state, dict) and state.get("user") == user else empty
 
-    def _run(self, token: str, user: str, start: Callable[[], Any], msgs: list, text: str) -> Iterator[tuple]:
+    def _run(self, token: str, user: str, start: Callable[[], ReplyStream], msgs: list, text: str) -> Iterator[tuple]:
         """Stream one reply into the last message of ``msgs``; on failure say why and keep ``text``."""
         service = self.service
         lang = lang_of(service, token)
         screen = {"user": user, "messages": msgs}
-        stream = None
+        stream: ReplyStream | None = None
+        result: TurnResult | None = None
         reply = ""
         error = None
         try:
@@ -132,18 +144,18 @@ class ChatHandlers:
                 reply += chunk
                 msgs[-1] = {"role": "assistant", "content": reply + " ▌"}
                 panel = gr.skip()
-                if not shown_panel and getattr(stream, "messages", None):  # the prompt is built
+                if not shown_panel and stream.messages:  # the prompt is built
                     panel = remembered_markdown(self._entries(stream), lang)
                     shown_panel = True
                 yield msgs, gr.skip(), panel, gr.skip(), screen
             result = stream.result
-            error = getattr(result, "error", None)
+            error = result.error if result is not None else None
         except GeneratorExit:  # the page went away mid-reply (a reload, a closed tab): stopped, as Stop does
             if stream is not None:
                 stream.stop()
-                close = getattr(iter(stream), "close", None)
-                if close is not None:
-                    close()  # the turn is stored now, with what came so far, marked as stopped
+                chunks = iter(stream)
+                if isinstance(chunks, Generator):
+                    chunks.close()  # the turn is stored now, with what came so far, marked as stopped
             raise
         except (gr.Error, PermissionError):
             raise
@@ -157,22 +169,22 @@ class ChatHandlers:
             msgs[-1] = {"role": "assistant", "content": t("llm_error", lang, error=say(error, lang))}
             yield msgs, text, gr.skip(), {"user": user, "text": text}, screen
             return
-        final = getattr(result, "reply", None) or reply
-        if getattr(result, "stopped", False) or getattr(stream, "stopped", False):
+        final = (result.reply if result is not None else "") or reply
+        if (result is not None and result.stopped) or (stream is not None and stream.stopped):
             final = f"{final} {t('stopped', lang)}".strip()
-        used = self._entries(result)
+        used = self._entries(result) if result is not None else []
         asked = msgs[-2] if len(msgs) >= 2 else {"role": "user", "content": ""}  # already as shown
         msgs[-2:] = [asked, *turn_messages("", final, used, lang)[1:]]
         yield msgs, gr.skip(), remembered_markdown(used, lang), {}, screen
 
-    def _entries(self, source: Any) -> list[dict]:
+    def _entries(self, source: ReplyStream | TurnResult) -> list[dict]:
         """The panel's entries of a stream or a result: memories used, today's lines, and the
         names of the finished reply that were not from memory."""
-        made_up = getattr(source, "not_from_memory", None) or []
+        made_up = source.not_from_memory if isinstance(source, TurnResult) else []
         return [
             *([not_from_memory_entry(made_up)] if made_up else []),
-            *self.service.chat.remembered(getattr(source, "used", None) or []),
-            *(today_entry(r) for r in getattr(source, "today", None) or []),
+            *self.service.chat.remembered(source.used),
+            *(today_entry(r) for r in source.today),
         ]
 
     @staticmethod
@@ -262,7 +274,7 @@ class ChatHandlers:
             turns = []
         for turn in turns:
             reply = turn.response
-            if (getattr(turn, "extra", None) or {}).get("stopped"):
+            if (turn.extra or {}).get("stopped"):
                 reply = f"{reply} {t('stopped', lang)}".strip()
             msgs += turn_messages(turn.query, reply, stored_remembered(turn), lang)
         return [msgs, gr.skip(), t("remembered_empty", lang), {}, {"user": user, "messages": msgs}]
