@@ -5,7 +5,9 @@ Two implementations, each plain SQL in its own dialect: ``sqlite.py`` (``account
 home) and ``postgres.py`` (the ``accounts`` schema of the shared database). The logic above them
 is written once, against this interface; a store raises only the errors defined here, never its
 driver's. Names are compared regardless of case by every store (SQLite: ``COLLATE NOCASE``;
-PostgreSQL: ``lower(name)``) and come back as typed at sign-up.
+PostgreSQL: ``lower(name)``) and come back as typed at sign-up; a write that names a user (a
+session, an API key) names them as stored (``UserRow.name``). ``tests/pg/test_account_store_contract.py``
+runs every behaviour against both stores.
 """
 
 from __future__ import annotations
