@@ -131,10 +131,23 @@ FRIENDLY_MODEL_NAMES = {
 }
 
 
+def default_model(settings: Settings) -> tuple[str, str]:
+    """(backend, model) of the companion's own model, the one every user gets unless they pick
+    another: the configured model, else the backend's default ("" when it has none)."""
+    backend = settings.default_backend
+    if settings.model:
+        return backend, settings.model
+    if backend == "hf":
+        return backend, DEMO_MODEL[1]
+    if backend == "openai":
+        return backend, settings.openai_model or OPENAI_DEFAULT_MODEL
+    return backend, ""
+
+
 def demo_model_hint(settings: Settings) -> str | None:
     """For the operator, when the packaged demo model is what answers by default: the one
     setting that connects a real model (None when another model is configured)."""
-    if (settings.default_backend, settings.model or "smollm2") != DEMO_MODEL:
+    if default_model(settings) != DEMO_MODEL:
         return None
     return (
         "the companion answers with the built-in demo model SmolLM2-135M (tiny, English only; its "
@@ -158,15 +171,8 @@ def model_choices(settings: Settings) -> dict[str, list[str]]:
     """The backends and models users may pick: the configured default first, then what the
     operator lists in ``web_models`` ("backend:model" entries, e.g. "hf:qwen", "openai:gpt-4o").
     Nothing else: which models a server downloads and loads is the operator's decision."""
-    default_backend = settings.default_backend
-    default_model = settings.model or (
-        "smollm2"
-        if default_backend == "hf"
-        else settings.openai_model or OPENAI_DEFAULT_MODEL
-        if default_backend == "openai"
-        else ""
-    )
-    choices: dict[str, list[str]] = {default_backend: [default_model] if default_model else []}
+    backend, model = default_model(settings)
+    choices: dict[str, list[str]] = {backend: [model] if model else []}
     for entry in settings.web_models:
         backend, _, model = entry.partition("=")[0].strip().partition(":")
         if not model.strip():
