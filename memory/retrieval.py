@@ -24,6 +24,12 @@ Archived memories are the second tier: they take part, less a penalty, so that o
 brings one back (recognition rather than recall); the turn that uses it reinforces it, which
 makes it active again. A turn that refers to another day ("yesterday", "last Friday") carries
 that day in the lexical table, so a question naming the day finds it too.
+
+The conversation before the message (today's talk) is a second cue, dense and lexical
+(``_talk_vector``, ``_talk_terms``), weaker than the message. Two second hops seeded by the first
+hits can be switched on, their stored vectors' mean (``_second_hop``) and their words
+(``_hop_words``); both are off: on the measured sets they did not help chains (multi-hop
+questions) and the word hop costs a second search (docs/benchmarks.md, issue 20).
 """
 
 from __future__ import annotations
@@ -72,6 +78,12 @@ class RetrievalConfig:
     # that cue's weight in a memory's base score
     hop_seeds: int = 3
     hop_weight: float = 0.0
+    # memories that chain by their words (see _hop_words): the first hits whose words (names,
+    # places, things) are a second lexical search, at most this many of those words, and the
+    # weight of what it finds (off: it did not help on the measured sets, docs/benchmarks.md)
+    hop_word_seeds: int = 2
+    hop_word_terms: int = 24
+    hop_word_weight: float = 0.0
 
     @property
     def lexical_weight(self) -> float:
@@ -424,6 +436,8 @@ def _reasons(
     reasons = []
     if cue == "conversation":
         reasons.append("fits the conversation so far")
+    elif cue == "second hop":
+        reasons.append("linked to another memory found (what it names)")
     elif dense_s >= 0.5:
         reasons.append(f"similar in meaning ({dense:.2f})")
     if lexical:
@@ -516,7 +530,46 @@ def retrieve(
         named_days = days_in_query(query, now.date())
         named_days += [d for d in conversation_days(query, store.days, now.date()) if d not in named_days]
     sides = _search_sides(store, embedder, query, config, query_vector, named_days, talk, workers)
-    records, members = _gather(store, sides.dense, sides.ranked, named_days, config, sides.talk_ranked)
+    scored = _score_pool(store, sides, named_days, config)
+    hop_terms = _hop_words(scored, query, config)
+    if hop_terms:
+        # the first hits' words found memories of their own: they join the pool, scored anew
+        hop_ranked = _talk_lexical_side(store, hop_terms, config)
+        scored = _score_pool(store, sides, named_days, config, hop_ranked, scored.seeds)
+    return _rank(scored.pool, scored.base, scored.dense_s, scored.parts, policy, now, config)[:k]
+
+
+@dataclass
+class _Scored:
+    """A pool scored: its base scores (each cue's part of them) and the first hits that seed the
+    second hops."""
+
+    pool: _Pool
+    base: dict[int, float]
+    dense_s: dict[int, float]
+    parts: dict[str, dict[int, float]]
+    seeds: list[int]
+
+
+def _score_pool(
+    store: UserStore,
+    sides: _Sides,
+    named_days: list[date],
+    config: RetrievalConfig,
+    hop_ranked: Sequence[tuple[int, float]] = (),
+    word_seeds: Sequence[int] = (),
+) -> _Scored:
+    """Phases 2-4: the pool gathered and read, its base scores by every cue. ``hop_ranked``: the
+    word hop's matches (``_hop_words``), found from the first hits ``word_seeds``; they join the
+    pool and add ``hop_word_weight`` of their lexical score (scaled over the pool)."""
+    records, members = _gather(
+        store,
+        sides.dense,
+        sides.ranked,
+        named_days,
+        config,
+        [*sides.talk_ranked[: config.candidates], *hop_ranked[: config.candidates]],
+    )
     deeper = dict(sides.ranked)
     lexical = {i: deeper[i] for i in members if i in deeper}
     talk_deeper = dict(sides.talk_ranked)
@@ -532,12 +585,40 @@ def retrieve(
         i: config.dense_weight * config.talk_weight * talk_dense.get(i, 0.0) + from_words.get(i, 0.0) for i in members
     }
     seeds, hop = _second_hop(vectors, records, base, config)
+    hop_deeper = dict(hop_ranked)
+    # scaled over the memories the hop is for: the seeds match all their own words and would
+    # take the top of the scale, so they get no share of it (they were found already)
+    word_hop = _scale({i: hop_deeper.get(i, 0.0) for i in members if i not in word_seeds}) if hop_ranked else {}
     # the message's part: what is left of the first hop's score (the seeds' own lift by the
-    # second hop counts for no cue: they were found already)
+    # second hops counts for no cue: they were found already)
     parts = {
         "message": {i: b - talk_part[i] for i, b in base.items()},
         "conversation": talk_part,
-        "second hop": {i: config.hop_weight * v for i, v in hop.items() if i not in seeds},
+        "second hop": {
+            i: config.hop_weight * hop.get(i, 0.0) + config.hop_word_weight * word_hop.get(i, 0.0)
+            for i in members
+            if i not in seeds and i not in word_seeds
+        },
     }
-    base = {i: b + config.hop_weight * hop.get(i, 0.0) for i, b in base.items()}
-    return _rank(p, base, dense_s, parts, policy, now, config)[:k]
+    first = base
+    base = {
+        i: b + config.hop_weight * hop.get(i, 0.0) + config.hop_word_weight * word_hop.get(i, 0.0)
+        for i, b in base.items()
+    }
+    top = sorted(records, key=lambda i: (-first[i], -i))[: config.hop_word_seeds]
+    return _Scored(p, base, dense_s, parts, top)
+
+
+def _hop_words(scored: _Scored, query: str, config: RetrievalConfig) -> list[str]:
+    """Phase 4c: the words of the first hits (``hop_word_seeds`` of them, best first) that the
+    message does not have, at most ``hop_word_terms``: what they name (people, places, things)
+    as a second search, so that a memory that says something about what a first hit named,
+    without the question's words, is found too. BM25 weighs the rare among them most."""
+    if config.hop_word_weight <= 0 or config.hop_word_seeds <= 0:
+        return []
+    own = set(query_terms(query))
+    terms: list[str] = []
+    for rid in scored.seeds:
+        rec = scored.pool.records[rid]
+        terms += [t for t in query_terms(rec.text) if t not in own and t not in terms]
+    return terms[: config.hop_word_terms]

@@ -181,3 +181,31 @@ def test_the_conversation_is_a_cue_and_the_message_stays_the_strongest(paper_ban
     assert all(x.vector is not None and x.vector.any() for x in lines)
     hits = paper_bank.retrieve("bart", message, now, k=4, talk=lines)
     assert [h for h in hits if h.record.id not in {x.id for x in today}][0].record.id == t[0].id
+
+
+def test_a_second_hop_follows_the_first_hits_words(paper_bank):
+    """Issue 20, memories that chain: "Where did I move from?" finds the turn that says "since I
+    moved from my home country"; the turn that names the country ("my home country, Sweden")
+    shares no word with the question and is found through the first hit's words when the word
+    hop is on, credited to the second hop."""
+    t = _fill(
+        paper_bank,
+        "amy",
+        [
+            (0, "I've known these friends since I moved from my home country four years ago.", "Good friends."),
+            (1, "My grandma gave me this necklace in my home country, Sweden, when I was little.", "Beautiful."),
+            (2, "We moved the piano into the living room last weekend.", "That sounds heavy!"),
+            (3, "My neighbour moved to a new flat across town.", "Will you visit them?"),
+            (4, "I went hiking in the hills with my dog.", "Lovely."),
+            (5, "I started playing the guitar.", "Nice, do you still play?"),
+        ],
+    )
+    paper_bank.settle()
+    now = D + timedelta(days=30)
+    question = "Where did I move from four years ago?"
+    off = paper_bank.retrieve("amy", question, now, k=2)
+    assert off[0].record.id == t[0].id and t[1].id not in {h.record.id for h in off}
+    on = paper_bank.retrieve("amy", question, now, k=2, config=RetrievalConfig(hop_word_weight=0.3))
+    assert [h.record.id for h in on] == [t[0].id, t[1].id]
+    assert on[0].cue == "message" and on[1].cue == "second hop"
+    assert "linked to another memory found (what it names)" in on[1].reasons
