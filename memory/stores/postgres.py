@@ -10,6 +10,10 @@ the bank's retrieval, forgetting, imports and exports run unchanged over it.
 * Writes: one transaction each, which first locks the user's row (``mem_users``), so that two
   workers writing one user's turns at once give them distinct ids and places and keep the
   counts consistent.
+* Rows: a memory's fields and vectors in ``memories``; the fields each recall rewrites
+  (strength, last recall, recall count) in ``mem_recall``, a narrow table beside it, so that a
+  reinforcement rewrites a few dozen bytes in place instead of the memory's row with both vectors
+  and their index entries.
 * Dense search: ``embedding <#> q`` (inner product on normalised vectors, like FAISS) over the
   user's memories of both tiers, and over turns' reply vectors (``reply_embedding``). A user with fewer than ``HNSW_MIN`` memories is
   searched exactly through the btree on owner; from ``HNSW_MIN`` on, that user gets partial HNSW
@@ -48,8 +52,12 @@ HNSW_MIN = 20_000  # active vectors from which a user gets a partial HNSW index
 HNSW_EF_SEARCH = 100  # candidates the graph search keeps (>= the 40 retrieval asks for)
 BM25_K1, BM25_B = 1.2, 0.75
 
+_RECALL_COLUMNS = ("strength", "last_recall", "recall_count")  # in ``mem_recall`` (migration 6)
 _COLUMNS = ", ".join(MEMORY_COLUMNS)
-_PLACE_COLUMNS = ", ".join(f"m.{c}" for c in MEMORY_COLUMNS)  # the same, of ``memories m``
+# a memory's row: its own fields and its recall fields (unqualified names resolve through USING)
+_MEMORY_ROWS = "memories JOIN mem_recall USING (owner, id)"
+# the same columns of ``memories m`` joined with ``mem_recall r``
+_PLACE_COLUMNS = ", ".join(f"r.{c}" if c in _RECALL_COLUMNS else f"m.{c}" for c in MEMORY_COLUMNS)
 VECTOR_COLUMNS = {"vector": "embedding", "reply_vector": "reply_embedding"}
 
 
@@ -171,7 +179,33 @@ def _m5(cur: psycopg.Cursor) -> None:
     cur.execute("ALTER TABLE mem_users ADD COLUMN IF NOT EXISTS lex_epoch BIGINT NOT NULL DEFAULT 0")
 
 
-MIGRATIONS = [_m1, _m2, _m3, _m4, _m5]
+def _m6(cur: psycopg.Cursor) -> None:
+    # the fields a recall rewrites (strength, last recall, recall count) in a narrow table of their
+    # own: a reinforcement then rewrites a row of a few dozen bytes, which stays on its page (a HOT
+    # update, fillfactor 80 leaves the room) and touches no index, instead of a memory's row, which
+    # holds both vectors (~3 kB), moves to another page and adds entries to both HNSW graphs and
+    # every btree of ``memories``. The values of existing memories move over.
+    run_statements(
+        cur,
+        """
+    CREATE TABLE mem_recall (
+        owner TEXT NOT NULL,
+        id BIGINT NOT NULL,
+        strength DOUBLE PRECISION NOT NULL DEFAULT 1.0,
+        last_recall TEXT,
+        recall_count INTEGER NOT NULL DEFAULT 0,
+        PRIMARY KEY (owner, id),
+        FOREIGN KEY (owner, id) REFERENCES memories (owner, id) ON DELETE CASCADE
+    ) WITH (fillfactor = 80);
+    INSERT INTO mem_recall (owner, id, strength, last_recall, recall_count)
+        SELECT owner, id, strength, last_recall, recall_count FROM memories;
+    ALTER TABLE memories DROP COLUMN strength, DROP COLUMN last_recall, DROP COLUMN recall_count;
+    ANALYZE mem_recall
+    """,
+    )
+
+
+MIGRATIONS = [_m1, _m2, _m3, _m4, _m5, _m6]
 
 
 def as_array(value) -> np.ndarray | None:
@@ -401,6 +435,7 @@ class PgUserStore:
                 ids = list(range(last - len(records) + 1, last + 1))
             free: dict[date, int] = {}
             rows: list[tuple] = []
+            recall: list[tuple] = []
             postings: list[tuple] = []
             for i, rec in enumerate(records):
                 vec = None if vectors is None else np.asarray(vectors[i], dtype=np.float32)
@@ -430,9 +465,6 @@ class PgUserStore:
                         rec.day,
                         rec.position,
                         rec.created_at.isoformat(),
-                        rec.strength,
-                        rec.last_recall.isoformat() if rec.last_recall else None,
-                        rec.recall_count,
                         rec.importance,
                         bool(rec.pinned),
                         rec.state.value,
@@ -442,17 +474,29 @@ class PgUserStore:
                         rec.archived_at.isoformat() if rec.archived_at else None,
                     )
                 )
+                recall.append(
+                    (
+                        self.user,
+                        rid,
+                        rec.strength,
+                        rec.last_recall.isoformat() if rec.last_recall else None,
+                        rec.recall_count,
+                    )
+                )
                 postings += [(self.user, term, rid, n, dl) for term, n in tf.items()]
                 docs, tokens = docs + 1, tokens + dl
                 out.append(rec.with_(id=rid))
             # all rows in one pipelined batch, then all postings in one COPY (a round trip per row
             # made a bulk write ~15 ms per memory); vectors go in binary (%b), not as text
             cur.executemany(
-                "INSERT INTO memories (owner, id, kind, text, query, response, day, position, created_at, strength,"
-                " last_recall, recall_count, importance, pinned, state, embedding, lex_len, extra, archived_at)"
-                " VALUES (%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%b,%s,%s,%s)",
+                "INSERT INTO memories (owner, id, kind, text, query, response, day, position, created_at,"
+                " importance, pinned, state, embedding, lex_len, extra, archived_at)"
+                " VALUES (%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%b,%s,%s,%s)",
                 rows,
             )
+            with cur.copy("COPY mem_recall (owner, id, strength, last_recall, recall_count) FROM STDIN") as copy:
+                for row in recall:
+                    copy.write_row(row)
             if postings:
                 with cur.copy("COPY lex_postings (owner, term, memory_id, tf, dl) FROM STDIN") as copy:
                     for row in postings:
@@ -491,7 +535,7 @@ class PgUserStore:
             with self.db.transaction() as cur:
                 self._lock_user(cur)
                 cur.executemany(
-                    "UPDATE memories SET strength = %s, last_recall = %s, recall_count = %s"
+                    "UPDATE mem_recall SET strength = %s, last_recall = %s, recall_count = %s"
                     " WHERE owner = %s AND id = %s",
                     rows,
                 )
@@ -573,7 +617,7 @@ class PgUserStore:
         limit: int | None = None,
         offset: int = 0,
     ) -> list[MemoryRecord]:
-        query = f"SELECT {_COLUMNS} FROM memories WHERE owner = %s AND ({where}) ORDER BY {order}"
+        query = f"SELECT {_COLUMNS} FROM {_MEMORY_ROWS} WHERE owner = %s AND ({where}) ORDER BY {order}"
         if limit is not None:
             query += f" LIMIT {int(limit)} OFFSET {int(offset)}"
         return [record_from_row(self.user, r) for r in self.db.fetchall(query, (self.user, *params))]
@@ -684,7 +728,7 @@ class PgUserStore:
         last = 0
         while True:
             rows = self.db.fetchall(
-                f"SELECT {_COLUMNS}, embedding, reply_embedding FROM memories WHERE owner = %s"
+                f"SELECT {_COLUMNS}, embedding, reply_embedding FROM {_MEMORY_ROWS} WHERE owner = %s"
                 " AND id > %s ORDER BY id LIMIT %s",
                 (self.user, last, batch),
             )
@@ -703,6 +747,7 @@ class PgUserStore:
         rows = self.db.fetchall(
             f"SELECT {_PLACE_COLUMNS} FROM unnest(%s::date[], %s::int[]) AS p(day, position)"
             " JOIN memories m ON m.owner = %s AND m.day = p.day AND m.position = p.position AND m.kind = 'turn'"
+            " JOIN mem_recall r ON r.owner = m.owner AND r.id = m.id"
             " ORDER BY m.day, m.position, m.id",
             ([d for d, _ in places], [p for _, p in places], self.user),
         )
