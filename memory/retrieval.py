@@ -290,11 +290,13 @@ def _gather(
     ids = set(dense) | {i for i, _ in ranked[: config.candidates]} | {i for i, _ in talk_ranked[: config.candidates]}
     if named_days:
         ids |= {r.stored_id for r in store.records(days=named_days)}
-    records = {i: r for i, r in store.get_many(ids).items() if _allowed(r, config)}
+    found, beside = store.around(ids)
+    records = {i: r for i, r in found.items() if _allowed(r, config)}
     places = {(r.day, r.position + d) for r in records.values() if r.kind == Kind.TURN for d in (-1, 1)}
     pool = dict(records)
-    for rec in store.turns_at(sorted(places)):
-        pool.setdefault(rec.stored_id, rec)
+    for rec in beside:  # the neighbours of the candidates that may become hits
+        if (rec.day, rec.position) in places:
+            pool.setdefault(rec.stored_id, rec)
     return records, pool
 
 
@@ -313,16 +315,14 @@ def _pool_vectors(store: UserStore, dim: int, pool: dict[int, MemoryRecord], con
     """Phase 3a: the exact stored vectors of the pool (the index may be approximate; a turn
     without a reply vector yet has no reply side)."""
     ids = list(pool)
-    own = store.vectors(ids) if ids else np.zeros((0, dim), dtype=np.float32)
-    turns: list[int] = []
-    replies: np.ndarray = np.zeros((0, dim), dtype=np.float32)
-    if config.use_replies:
-        answered = [i for i in ids if pool[i].kind == Kind.TURN and pool[i].response.strip()]
-        if answered:
-            vecs = store.vectors(answered, column="reply_vector")
-            keep = [n for n, v in enumerate(vecs) if v.any()]
-            turns, replies = [answered[n] for n in keep], vecs[keep]
-    return _Vectors(ids, own, turns, replies)
+    empty: np.ndarray = np.zeros((0, dim), dtype=np.float32)
+    if not ids:
+        return _Vectors(ids, empty, [], empty)
+    if not config.use_replies:
+        return _Vectors(ids, store.vectors(ids), [], empty)
+    own, reply = store.vectors_and_replies(ids)
+    keep = [n for n, i in enumerate(ids) if pool[i].kind == Kind.TURN and pool[i].response.strip() and reply[n].any()]
+    return _Vectors(ids, own, [ids[n] for n in keep], reply[keep])
 
 
 def _dense_sides(vectors: _Vectors, cues: np.ndarray) -> list[tuple[dict[int, float], dict[int, float]]]:

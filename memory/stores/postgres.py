@@ -414,22 +414,30 @@ class PgUserStore:
         """Store new memories; ids are the user's own (1, 2, ...; never reused, like SQLite's
         AUTOINCREMENT). ``keep_ids``: the records' ids and places are kept (copying a store)."""
         out: list[MemoryRecord] = []
-        docs = tokens = 0
         if not records:
             return out
+        counts = [term_counts(rec.kind, rec.text, rec.day) for rec in records]
+        tokens = sum(dl for _, dl in counts)
         with self.db.transaction() as cur:
-            self._lock_user(cur)  # ids and positions are settled under the user's lock
+            # the user's row made or locked (ids and positions are settled under that lock), its
+            # ids taken and its lexical counts grown, in one statement
             if keep_ids:
                 ids = [r.stored_id for r in records]
                 cur.execute(
-                    "UPDATE mem_users SET last_id = GREATEST(last_id, %s), lex_epoch = lex_epoch + 1 WHERE name = %s",
-                    (max(ids), self.user),
+                    "INSERT INTO mem_users AS u (name, last_id, lex_docs, lex_tokens, lex_epoch) VALUES (%s, %s, %s, %s, 1)"
+                    " ON CONFLICT (name) DO UPDATE SET last_id = GREATEST(u.last_id, EXCLUDED.last_id),"
+                    " lex_docs = u.lex_docs + EXCLUDED.lex_docs, lex_tokens = u.lex_tokens + EXCLUDED.lex_tokens,"
+                    " lex_epoch = u.lex_epoch + 1",
+                    (self.user, max(ids), len(records), tokens),
                 )
             else:
                 last = one(
                     cur.execute(
-                        "UPDATE mem_users SET last_id = last_id + %s WHERE name = %s RETURNING last_id",
-                        (len(records), self.user),
+                        "INSERT INTO mem_users AS u (name, last_id, lex_docs, lex_tokens) VALUES (%s, %s, %s, %s)"
+                        " ON CONFLICT (name) DO UPDATE SET last_id = u.last_id + EXCLUDED.last_id,"
+                        " lex_docs = u.lex_docs + EXCLUDED.lex_docs, lex_tokens = u.lex_tokens + EXCLUDED.lex_tokens"
+                        " RETURNING last_id",
+                        (self.user, len(records), len(records), tokens),
                     ).fetchone()
                 )[0]
                 ids = list(range(last - len(records) + 1, last + 1))
@@ -452,7 +460,7 @@ class PgUserStore:
                         )
                     rec = rec.with_(position=max(rec.position, free[rec.day]))
                     free[rec.day] = rec.position + 1
-                tf, dl = term_counts(rec.kind, rec.text, rec.day)
+                tf, dl = counts[i]
                 rid = ids[i]
                 rows.append(
                     (
@@ -484,10 +492,10 @@ class PgUserStore:
                     )
                 )
                 postings += [(self.user, term, rid, n, dl) for term, n in tf.items()]
-                docs, tokens = docs + 1, tokens + dl
                 out.append(rec.with_(id=rid))
-            # all rows in one pipelined batch, then all postings in one COPY (a round trip per row
-            # made a bulk write ~15 ms per memory); vectors go in binary (%b), not as text
+            # all rows in one pipelined batch, then the recall fields and the postings each in one
+            # COPY (a round trip per row is what makes a bulk write slow); vectors go in binary
+            # (%b), not as text
             cur.executemany(
                 "INSERT INTO memories (owner, id, kind, text, query, response, day, position, created_at,"
                 " importance, pinned, state, embedding, lex_len, extra, archived_at)"
@@ -501,7 +509,6 @@ class PgUserStore:
                 with cur.copy("COPY lex_postings (owner, term, memory_id, tf, dl) FROM STDIN") as copy:
                     for row in postings:
                         copy.write_row(row)
-            self._count(cur, docs, tokens)
         return out
 
     def replace_text(self, rid: int, text: str, vector: np.ndarray | None, **fields) -> None:
@@ -526,19 +533,30 @@ class PgUserStore:
             self._count(cur, docs + d, tokens + t)
 
     def update_forgetting(self, records: Iterable[MemoryRecord]) -> None:
-        """Strength / recall fields after reinforcement."""
-        rows = [
-            (r.strength, r.last_recall.isoformat() if r.last_recall else None, r.recall_count, self.user, r.id)
-            for r in records
-        ]
-        if rows:
-            with self.db.transaction() as cur:
-                self._lock_user(cur)
-                cur.executemany(
-                    "UPDATE mem_recall SET strength = %s, last_recall = %s, recall_count = %s"
-                    " WHERE owner = %s AND id = %s",
-                    rows,
-                )
+        """Strength / recall fields after reinforcement: one statement over the narrow recall
+        table, sent with the user's lock and the commit in one round trip (a pipeline)."""
+        records = sorted(records, key=lambda r: r.stored_id)
+        if not records:
+            return
+        params = (
+            [r.stored_id for r in records],
+            [r.strength for r in records],
+            [r.last_recall.isoformat() if r.last_recall else None for r in records],
+            [r.recall_count for r in records],
+            self.user,
+        )
+        with self.db.connection() as con, con.pipeline(), con.transaction(), con.cursor() as cur:
+            # the user's lock, as every write takes it (nothing fetched: the pipeline goes on)
+            cur.execute(
+                "INSERT INTO mem_users (name) VALUES (%s) ON CONFLICT (name) DO UPDATE SET name = EXCLUDED.name",
+                (self.user,),
+            )
+            cur.execute(
+                "UPDATE mem_recall r SET strength = v.strength, last_recall = v.last_recall, recall_count = v.n"
+                " FROM unnest(%s::bigint[], %s::float8[], %s::text[], %s::int[]) AS v(id, strength, last_recall, n)"
+                " WHERE r.owner = %s AND r.id = v.id",
+                params,
+            )
 
     def set_state(self, ids: Sequence[int], state: State, when: datetime | None = None) -> int:
         """Archive (``when``: the time of the forgetting pass) or restore memories. Both tiers
@@ -737,21 +755,38 @@ class PgUserStore:
             last = rows[-1][0]
             yield [(record_from_row(self.user, r[:-2]), as_array(r[-2]), as_array(r[-1])) for r in rows]
 
-    def turns_at(self, places: Sequence[tuple[date, int]]) -> list[MemoryRecord]:
-        """Turns (of either tier) at the given (day, position) places: the neighbours of retrieved turns."""
-        places = list(dict.fromkeys(places))
-        if not places:
-            return []
-        # a join on the places: one index look-up each, whatever the planner's statistics say (an
-        # IN over the unnested places read every turn of the user while they were stale)
+    def around(self, ids: Iterable[int]) -> tuple[dict[int, MemoryRecord], list[MemoryRecord]]:
+        """In one statement: the candidates' rows, then the turns at the places beside each turn
+        among them (a join on the places: one index look-up each)."""
+        ids = list(dict.fromkeys(int(i) for i in ids))
+        if not ids:
+            return {}, []
         rows = self.db.fetchall(
-            f"SELECT {_PLACE_COLUMNS} FROM unnest(%s::date[], %s::int[]) AS p(day, position)"
-            " JOIN memories m ON m.owner = %s AND m.day = p.day AND m.position = p.position AND m.kind = 'turn'"
-            " JOIN mem_recall r ON r.owner = m.owner AND r.id = m.id"
-            " ORDER BY m.day, m.position, m.id",
-            ([d for d, _ in places], [p for _, p in places], self.user),
+            f"WITH c AS (SELECT {_COLUMNS} FROM {_MEMORY_ROWS} WHERE owner = %(u)s AND id = ANY(%(ids)s)),"
+            " p AS (SELECT DISTINCT day, position + d AS position FROM c, (VALUES (-1), (1)) AS v(d) WHERE kind = 'turn')"
+            f" (SELECT 0 AS side, {_COLUMNS} FROM c ORDER BY day, kind, position, id) UNION ALL"
+            f" (SELECT 1, {_PLACE_COLUMNS} FROM p JOIN memories m ON m.owner = %(u)s AND m.day = p.day"
+            " AND m.position = p.position AND m.kind = 'turn' JOIN mem_recall r ON r.owner = m.owner AND r.id = m.id"
+            " ORDER BY m.day, m.position, m.id)",
+            {"u": self.user, "ids": ids},
         )
-        return [record_from_row(self.user, r) for r in rows]
+        found = {int(r[1]): record_from_row(self.user, r[1:]) for r in rows if r[0] == 0}
+        return found, [record_from_row(self.user, r[1:]) for r in rows if r[0] == 1]
+
+    def vectors_and_replies(self, ids: Sequence[int]) -> tuple[np.ndarray, np.ndarray]:
+        own: np.ndarray = np.zeros((len(ids), self.dim), dtype=np.float32)
+        reply: np.ndarray = np.zeros((len(ids), self.dim), dtype=np.float32)
+        pos = {int(rid): i for i, rid in enumerate(ids)}
+        if pos:
+            for rid, vec, rvec in self.db.fetchall(
+                "SELECT id, embedding, reply_embedding FROM memories WHERE owner = %s AND id = ANY(%s)",
+                (self.user, list(pos)),
+                binary=True,
+            ):
+                for out, value in ((own, as_array(vec)), (reply, as_array(rvec))):
+                    if value is not None and len(value) == self.dim:
+                        out[pos[rid]] = value
+        return own, reply
 
     def lexical(self, terms: Sequence[str], limit: int) -> list[SearchHit]:
         """The score SQLite's ``bm25()`` gives, from the postings of ``terms``.
