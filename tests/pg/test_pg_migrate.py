@@ -15,6 +15,7 @@ from memory.stores.postgres import PostgresStores
 from siliconfriend.cli.main import main
 from siliconfriend.cli.migrate_store import migrate_store
 from siliconfriend.config import Settings
+from siliconfriend.factory import Embedders
 from siliconfriend.web.accounts import Accounts
 from siliconfriend.web.accounts_pg import PgAccounts
 
@@ -50,6 +51,7 @@ def test_home_to_postgres_and_back(tmp_path, pg_url, e5_embedder, monkeypatch, c
     counting = CountingEmbedder(e5_embedder)
     monkeypatch.setattr("memory.embedders.create_embedder", lambda spec=None: counting)
     monkeypatch.setattr("siliconfriend.factory.create_embedder", lambda spec=None: counting)
+    monkeypatch.setattr("siliconfriend.factory._embedders", Embedders())  # none made before this test
     settings = Settings(home=home)
     report = migrate_store(settings, str(home), pg_url, log=lambda s: None)
     assert report["users"] == {"Amy": "copied", "bob": "copied"} and report["accounts"] == 1
