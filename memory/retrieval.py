@@ -18,8 +18,8 @@ message weighs more because it is the person's own words, what a companion is la
 (in a conversation between two people, the reply is the second speaker's). A turn whose reply has
 no vector yet counts its message only. The two sides weigh the same in the base score: a
 question's words are a sharper cue than its meaning on conversations between two people
-(third-person questions, names, rare nouns), and the dense side carries paraphrase
-(docs/benchmarks.md, "Retrieval quality, issue 10", second and third passes).
+(third-person questions, names, rare nouns), and the dense side carries paraphrase (the
+weights' measurements are in docs/benchmarks.md, under "Retrieval quality").
 Archived memories are the second tier: they take part, less a penalty, so that only a strong cue
 brings one back (recognition rather than recall); the turn that uses it reinforces it, which
 makes it active again. A turn that refers to another day ("yesterday", "last Friday") carries
@@ -252,7 +252,7 @@ def _talk_vector(embedder: Embedder, talk: Sequence[TalkLine], config: Retrieval
     if not lines or config.talk_weight <= 0:
         return None
     # one text per call: a single text runs on one thread, a batch would switch PyTorch's thread
-    # count back and forth (which costs seconds on a busy machine)
+    # count back and forth (slow when other processes hold the cores)
     vectors = [
         line.vector
         if line.vector is not None

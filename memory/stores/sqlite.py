@@ -354,8 +354,8 @@ class SqliteUserStore:
     def replies_pending(self, limit: int = 10_000) -> list[tuple[int, str]]:
         """(id, reply) of turns whose reply has no vector yet, oldest first."""
         with self._lock:
-            # named: without statistics SQLite picks the (kind, state) index and reads every turn
-            # (~200 ms at 100k memories), where the partial index holds only the waiting ones
+            # named: without statistics SQLite picks the (kind, state) index and reads every turn,
+            # where the partial index holds only the waiting ones
             rows = self._db.execute(
                 "SELECT id, response FROM memories INDEXED BY memories_reply_pending"
                 " WHERE kind = 'turn' AND response != '' AND reply_vector IS NULL ORDER BY id LIMIT ?",
