@@ -712,21 +712,7 @@ class PgUserStore:
 
     def vectors(self, ids: Sequence[int], *, column: str = "vector") -> np.ndarray:
         """Stored vectors in the order of ``ids`` (zeros where a row has none)."""
-        dim = self.dim
-        out: np.ndarray = np.zeros((len(ids), dim), dtype=np.float32)
-        pos = {int(rid): i for i, rid in enumerate(ids)}
-        if pos:
-            for rid, vec in self.db.fetchall(
-                sql.SQL("SELECT id, {} FROM memories WHERE owner = %s AND id = ANY(%s)").format(
-                    sql.Identifier(VECTOR_COLUMNS[column])
-                ),
-                (self.user, list(pos)),
-                binary=True,
-            ):
-                vec = as_array(vec)
-                if vec is not None and len(vec) == dim:
-                    out[pos[rid]] = vec
-        return out
+        return self._vectors(ids, (VECTOR_COLUMNS[column],))[0]
 
     def iter_texts(self, batch: int = 256) -> Iterator[list[tuple[int, Kind, str, str | None]]]:
         """Every memory's (id, kind, text, the user's message of a turn), in batches."""
@@ -774,19 +760,29 @@ class PgUserStore:
         return found, [record_from_row(self.user, r[1:]) for r in rows if r[0] == 1]
 
     def vectors_and_replies(self, ids: Sequence[int]) -> tuple[np.ndarray, np.ndarray]:
-        own: np.ndarray = np.zeros((len(ids), self.dim), dtype=np.float32)
-        reply: np.ndarray = np.zeros((len(ids), self.dim), dtype=np.float32)
-        pos = {int(rid): i for i, rid in enumerate(ids)}
-        if pos:
-            for rid, vec, rvec in self.db.fetchall(
-                "SELECT id, embedding, reply_embedding FROM memories WHERE owner = %s AND id = ANY(%s)",
-                (self.user, list(pos)),
-                binary=True,
-            ):
-                for out, value in ((own, as_array(vec)), (reply, as_array(rvec))):
-                    if value is not None and len(value) == self.dim:
-                        out[pos[rid]] = value
+        own, reply = self._vectors(ids, ("embedding", "reply_embedding"))
         return own, reply
+
+    def _vectors(self, ids: Sequence[int], columns: Sequence[str]) -> list[np.ndarray]:
+        """Stored vectors of ``columns`` in the order of ``ids`` (zeros where a row has none),
+        each sent as pgvector's binary form (``vector_send``: dimension, then big-endian floats)
+        and read with numpy, not made into a Python object per vector."""
+        dim = self.dim
+        out: list[np.ndarray] = [np.zeros((len(ids), dim), dtype=np.float32) for _ in columns]
+        pos = {int(rid): i for i, rid in enumerate(ids)}
+        if not pos:
+            return out
+        sent = sql.SQL(", ").join(sql.SQL("vector_send({})").format(sql.Identifier(c)) for c in columns)
+        rows = self.db.fetchall(
+            sql.SQL("SELECT id, {} FROM memories WHERE owner = %s AND id = ANY(%s)").format(sent),
+            (self.user, list(pos)),
+            binary=True,
+        )
+        for row in rows:
+            for target, data in zip(out, row[1:]):
+                if data is not None and len(data) == 4 + 4 * dim:
+                    target[pos[row[0]]] = np.frombuffer(data, ">f4", offset=4)
+        return out
 
     def lexical(self, terms: Sequence[str], limit: int) -> list[SearchHit]:
         """The score SQLite's ``bm25()`` gives, from the postings of ``terms``.
