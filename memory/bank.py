@@ -269,13 +269,15 @@ class MemoryBank:
         *,
         importance: float | None = None,
         extra: dict | None = None,
+        replies: str = "later",
     ) -> MemoryRecord | None:
         """Store one exchange (a chat turn: its reply's vector is made afterwards, on the reply
-        worker). ``importance`` 0..1, e.g. rated by the LLM; by default ``rate_importance`` of the
-        message. A blank message is not stored (returns None)."""
+        worker; ``replies="queued"``: once ``queue_replies`` is called, as in ``add_turns``).
+        ``importance`` 0..1, e.g. rated by the LLM; by default ``rate_importance`` of the message.
+        A blank message is not stored (returns None)."""
         if not query or not query.strip():
             return None
-        stored = self.add_turns(user, [(query, response, when)], importance=importance, extra=extra, replies="later")
+        stored = self.add_turns(user, [(query, response, when)], importance=importance, extra=extra, replies=replies)
         return stored[0] if stored else None
 
     def add_turns(

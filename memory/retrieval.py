@@ -18,8 +18,8 @@ message weighs more because it is the person's own words, what a companion is la
 (in a conversation between two people, the reply is the second speaker's). A turn whose reply has
 no vector yet counts its message only. The two sides weigh the same in the base score: a
 question's words are a sharper cue than its meaning on conversations between two people
-(third-person questions, names, rare nouns), and the dense side carries paraphrase
-(docs/benchmarks.md, "Retrieval quality, issue 10", second and third passes).
+(third-person questions, names, rare nouns), and the dense side carries paraphrase (the
+weights' measurements are in docs/benchmarks.md, under "Retrieval quality").
 Archived memories are the second tier: they take part, less a penalty, so that only a strong cue
 brings one back (recognition rather than recall); the turn that uses it reinforces it, which
 makes it active again. A turn that refers to another day ("yesterday", "last Friday") carries
@@ -264,7 +264,7 @@ def _talk_vector(embedder: Embedder, talk: Sequence[TalkLine], config: Retrieval
     if not lines or config.talk_weight <= 0:
         return None
     # one text per call: a single text runs on one thread, a batch would switch PyTorch's thread
-    # count back and forth (which costs seconds on a busy machine)
+    # count back and forth (slow when other processes hold the cores)
     vectors = [
         line.vector
         if line.vector is not None
@@ -302,11 +302,13 @@ def _gather(
     ids = set(dense) | {i for i, _ in ranked[: config.candidates]} | {i for i, _ in talk_ranked[: config.candidates]}
     if named_days:
         ids |= {r.stored_id for r in store.records(days=named_days)}
-    records = {i: r for i, r in store.get_many(ids).items() if _allowed(r, config)}
+    found, beside = store.around(ids)
+    records = {i: r for i, r in found.items() if _allowed(r, config)}
     places = {(r.day, r.position + d) for r in records.values() if r.kind == Kind.TURN for d in (-1, 1)}
     pool = dict(records)
-    for rec in store.turns_at(sorted(places)):
-        pool.setdefault(rec.stored_id, rec)
+    for rec in beside:  # the neighbours of the candidates that may become hits
+        if (rec.day, rec.position) in places:
+            pool.setdefault(rec.stored_id, rec)
     return records, pool
 
 
@@ -325,16 +327,14 @@ def _pool_vectors(store: UserStore, dim: int, pool: dict[int, MemoryRecord], con
     """Phase 3a: the exact stored vectors of the pool (the index may be approximate; a turn
     without a reply vector yet has no reply side)."""
     ids = list(pool)
-    own = store.vectors(ids) if ids else np.zeros((0, dim), dtype=np.float32)
-    turns: list[int] = []
-    replies: np.ndarray = np.zeros((0, dim), dtype=np.float32)
-    if config.use_replies:
-        answered = [i for i in ids if pool[i].kind == Kind.TURN and pool[i].response.strip()]
-        if answered:
-            vecs = store.vectors(answered, column="reply_vector")
-            keep = [n for n, v in enumerate(vecs) if v.any()]
-            turns, replies = [answered[n] for n in keep], vecs[keep]
-    return _Vectors(ids, own, turns, replies)
+    empty: np.ndarray = np.zeros((0, dim), dtype=np.float32)
+    if not ids:
+        return _Vectors(ids, empty, [], empty)
+    if not config.use_replies:
+        return _Vectors(ids, store.vectors(ids), [], empty)
+    own, reply = store.vectors_and_replies(ids)
+    keep = [n for n, i in enumerate(ids) if pool[i].kind == Kind.TURN and pool[i].response.strip() and reply[n].any()]
+    return _Vectors(ids, own, [ids[n] for n in keep], reply[keep])
 
 
 def _dense_sides(vectors: _Vectors, cues: np.ndarray) -> list[tuple[dict[int, float], dict[int, float]]]:

@@ -10,7 +10,7 @@ from typing import Any, Callable
 from tqdm import tqdm
 
 from memory.bank import MemoryBank
-from memory.embedders import create_embedder, lazy_embedder
+from memory.embedders import Embedder, LazyEmbedder, create_embedder, lazy_embedder
 from memory.forgetting import EbbinghausPolicy
 from memory.retrieval import RetrievalConfig
 
@@ -48,6 +48,34 @@ def lexical_workers() -> ThreadPoolExecutor:
         return _lexical_workers
 
 
+class Embedders:
+    """The embedders the banks built here share, one per spec, each made on first use (a model
+    loads once per process; an embedder is read-only once loaded)."""
+
+    def __init__(self) -> None:
+        self._made: dict[str, Embedder] = {}
+        self._lock = threading.Lock()
+
+    def get(self, spec: str, *, lazy: bool = False) -> Embedder:
+        """The embedder of ``spec``; ``lazy``: its model loads only when something is embedded
+        (where its id and dimension are known without it), else now."""
+        with self._lock:
+            found = self._made.get(spec)
+            if found is None:
+                found = self._made[spec] = lazy_embedder(spec) if lazy else create_embedder(spec)
+        if not lazy and isinstance(found, LazyEmbedder):
+            found.load()
+        return found
+
+
+_embedders = Embedders()
+
+
+def embedders() -> Embedders:
+    """This process's embedders (see ``lexical_workers``)."""
+    return _embedders
+
+
 def build_bank(settings: Settings, *, progress=None, lazy: bool = False) -> MemoryBank:
     """The memory store the settings name: files under the home, or the PostgreSQL database of
     ``database_url``. ``lazy``: the embedder loads only if something is embedded (commands that
@@ -58,7 +86,7 @@ def build_bank(settings: Settings, *, progress=None, lazy: bool = False) -> Memo
         progress=progress or tqdm,
         workers=lexical_workers(),
     )
-    embedder = lazy_embedder(settings.embedder) if lazy else create_embedder(settings.embedder)
+    embedder = embedders().get(settings.embedder, lazy=lazy)
     if settings.database_url:
         from memory.stores.postgres import PostgresStores
 

@@ -8,7 +8,6 @@ import numpy as np
 import pytest
 
 from memory.bank import MemoryBank
-from memory.embedders import create_embedder
 from memory.records import Kind, State
 from siliconfriend.bench.data import DialogueGenerator
 from siliconfriend.bench.fixtures import fill_user, synthetic_vectors, vector_pool
@@ -26,8 +25,8 @@ def test_the_dialogue_is_fixed_by_its_seed_and_mixes_english_and_chinese():
     assert min(lengths) < 60 and max(lengths) > 250  # short and long turns
 
 
-def test_a_synthetic_history_looks_like_a_real_one(tmp_path):
-    e5 = create_embedder("e5")
+def test_a_synthetic_history_looks_like_a_real_one(tmp_path, e5_embedder):
+    e5 = e5_embedder
     bank = MemoryBank(tmp_path, e5)
     gen = DialogueGenerator(1)
     pool = vector_pool(bank, gen, 8)

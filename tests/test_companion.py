@@ -61,6 +61,37 @@ def test_a_new_user_gets_the_meta_prompt_and_the_turn_is_stored(companion, bank)
     assert [t.id for t in companion.today("Maya")] == [result.turn.id]
 
 
+def test_the_replys_vector_is_made_once_the_used_memories_are_reinforced(bank, clock, tmp_path, monkeypatch):
+    """The reply's vector (the reply worker's embedding) waits until the turn's own work, the
+    reinforcement of the memories it used, is done: it would take the cores from it."""
+    from siliconfriend.bench.turns import InstantBackend
+
+    seed_day1(bank)
+    clock.now = DAY2
+    backend = InstantBackend()
+    backend.reply = "Pixel sounds like a wonderful kitten."
+    companion = Companion(bank, backend, settings=Settings(home=tmp_path / "home"), clock=clock)
+    events: list[str] = []
+    reinforce, embed = bank.reinforce, bank._embed_pending_replies
+
+    def slow_reinforce(*args, **kwargs):
+        time.sleep(0.3)  # long enough for a worker started before it to begin
+        events.append("reinforced")
+        return reinforce(*args, **kwargs)
+
+    def noted_embed(user):
+        events.append("reply vector")
+        return embed(user)
+
+    monkeypatch.setattr(bank, "reinforce", slow_reinforce)
+    monkeypatch.setattr(bank, "_embed_pending_replies", noted_embed)
+    stream = companion.respond("Maya", "How is my kitten Pixel doing?")
+    assert "".join(stream) and stream.result.used and stream.result.turn is not None
+    bank.settle()
+    assert events == ["reinforced", "reply vector"]
+    assert bank.user_store("Maya").vectors([stream.result.turn.stored_id], column="reply_vector").any()
+
+
 def test_the_global_summaries_reach_the_prompt_and_used_memories_are_reinforced(companion, bank, clock):
     seed_day1(bank)
     clock.now = DAY2

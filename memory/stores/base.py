@@ -199,7 +199,15 @@ class UserStore(Protocol):
         self, batch: int = 1000
     ) -> Iterator[list[tuple[MemoryRecord, np.ndarray | None, np.ndarray | None]]]: ...
     def iter_texts(self, batch: int = 256) -> Iterator[list[tuple[int, Kind, str, str | None]]]: ...
-    def turns_at(self, places: Sequence[tuple[date, int]]) -> list[MemoryRecord]: ...
+    def around(self, ids: Iterable[int]) -> tuple[dict[int, MemoryRecord], list[MemoryRecord]]:
+        """The memories of ``ids`` (those that exist), and the turns of either tier next to each
+        turn among them (same day, position - 1 and + 1) in (day, position, id) order: a
+        retrieval's candidates and their neighbours, read together."""
+        ...
+
+    def vectors_and_replies(self, ids: Sequence[int]) -> tuple[np.ndarray, np.ndarray]:
+        """``vectors(ids)`` and ``vectors(ids, column="reply_vector")``, read together."""
+        ...
 
     # -- searches (both tiers: retrieval tells active and archived apart)
     def dense(self, query: np.ndarray, k: int) -> list[SearchHit]:

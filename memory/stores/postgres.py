@@ -10,6 +10,10 @@ the bank's retrieval, forgetting, imports and exports run unchanged over it.
 * Writes: one transaction each, which first locks the user's row (``mem_users``), so that two
   workers writing one user's turns at once give them distinct ids and places and keep the
   counts consistent.
+* Rows: a memory's fields and vectors in ``memories``; the fields each recall rewrites
+  (strength, last recall, recall count) in ``mem_recall``, a narrow table beside it, so that a
+  reinforcement rewrites a few dozen bytes in place instead of the memory's row with both vectors
+  and their index entries.
 * Dense search: ``embedding <#> q`` (inner product on normalised vectors, like FAISS) over the
   user's memories of both tiers, and over turns' reply vectors (``reply_embedding``). A user with fewer than ``HNSW_MIN`` memories is
   searched exactly through the btree on owner; from ``HNSW_MIN`` on, that user gets partial HNSW
@@ -48,8 +52,12 @@ HNSW_MIN = 20_000  # active vectors from which a user gets a partial HNSW index
 HNSW_EF_SEARCH = 100  # candidates the graph search keeps (>= the 40 retrieval asks for)
 BM25_K1, BM25_B = 1.2, 0.75
 
+_RECALL_COLUMNS = ("strength", "last_recall", "recall_count")  # in ``mem_recall`` (migration 6)
 _COLUMNS = ", ".join(MEMORY_COLUMNS)
-_PLACE_COLUMNS = ", ".join(f"m.{c}" for c in MEMORY_COLUMNS)  # the same, of ``memories m``
+# a memory's row: its own fields and its recall fields (unqualified names resolve through USING)
+_MEMORY_ROWS = "memories JOIN mem_recall USING (owner, id)"
+# the same columns of ``memories m`` joined with ``mem_recall r``
+_PLACE_COLUMNS = ", ".join(f"r.{c}" if c in _RECALL_COLUMNS else f"m.{c}" for c in MEMORY_COLUMNS)
 VECTOR_COLUMNS = {"vector": "embedding", "reply_vector": "reply_embedding"}
 
 
@@ -171,7 +179,33 @@ def _m5(cur: psycopg.Cursor) -> None:
     cur.execute("ALTER TABLE mem_users ADD COLUMN IF NOT EXISTS lex_epoch BIGINT NOT NULL DEFAULT 0")
 
 
-MIGRATIONS = [_m1, _m2, _m3, _m4, _m5]
+def _m6(cur: psycopg.Cursor) -> None:
+    # the fields a recall rewrites (strength, last recall, recall count) in a narrow table of their
+    # own: a reinforcement then rewrites a row of a few dozen bytes, which stays on its page (a HOT
+    # update, fillfactor 80 leaves the room) and touches no index, instead of a memory's row, which
+    # holds both vectors (~3 kB), moves to another page and adds entries to both HNSW graphs and
+    # every btree of ``memories``. The values of existing memories move over.
+    run_statements(
+        cur,
+        """
+    CREATE TABLE mem_recall (
+        owner TEXT NOT NULL,
+        id BIGINT NOT NULL,
+        strength DOUBLE PRECISION NOT NULL DEFAULT 1.0,
+        last_recall TEXT,
+        recall_count INTEGER NOT NULL DEFAULT 0,
+        PRIMARY KEY (owner, id),
+        FOREIGN KEY (owner, id) REFERENCES memories (owner, id) ON DELETE CASCADE
+    ) WITH (fillfactor = 80);
+    INSERT INTO mem_recall (owner, id, strength, last_recall, recall_count)
+        SELECT owner, id, strength, last_recall, recall_count FROM memories;
+    ALTER TABLE memories DROP COLUMN strength, DROP COLUMN last_recall, DROP COLUMN recall_count;
+    ANALYZE mem_recall
+    """,
+    )
+
+
+MIGRATIONS = [_m1, _m2, _m3, _m4, _m5, _m6]
 
 
 def as_array(value) -> np.ndarray | None:
@@ -380,27 +414,36 @@ class PgUserStore:
         """Store new memories; ids are the user's own (1, 2, ...; never reused, like SQLite's
         AUTOINCREMENT). ``keep_ids``: the records' ids and places are kept (copying a store)."""
         out: list[MemoryRecord] = []
-        docs = tokens = 0
         if not records:
             return out
+        counts = [term_counts(rec.kind, rec.text, rec.day) for rec in records]
+        tokens = sum(dl for _, dl in counts)
         with self.db.transaction() as cur:
-            self._lock_user(cur)  # ids and positions are settled under the user's lock
+            # the user's row made or locked (ids and positions are settled under that lock), its
+            # ids taken and its lexical counts grown, in one statement
             if keep_ids:
                 ids = [r.stored_id for r in records]
                 cur.execute(
-                    "UPDATE mem_users SET last_id = GREATEST(last_id, %s), lex_epoch = lex_epoch + 1 WHERE name = %s",
-                    (max(ids), self.user),
+                    "INSERT INTO mem_users AS u (name, last_id, lex_docs, lex_tokens, lex_epoch) VALUES (%s, %s, %s, %s, 1)"
+                    " ON CONFLICT (name) DO UPDATE SET last_id = GREATEST(u.last_id, EXCLUDED.last_id),"
+                    " lex_docs = u.lex_docs + EXCLUDED.lex_docs, lex_tokens = u.lex_tokens + EXCLUDED.lex_tokens,"
+                    " lex_epoch = u.lex_epoch + 1",
+                    (self.user, max(ids), len(records), tokens),
                 )
             else:
                 last = one(
                     cur.execute(
-                        "UPDATE mem_users SET last_id = last_id + %s WHERE name = %s RETURNING last_id",
-                        (len(records), self.user),
+                        "INSERT INTO mem_users AS u (name, last_id, lex_docs, lex_tokens) VALUES (%s, %s, %s, %s)"
+                        " ON CONFLICT (name) DO UPDATE SET last_id = u.last_id + EXCLUDED.last_id,"
+                        " lex_docs = u.lex_docs + EXCLUDED.lex_docs, lex_tokens = u.lex_tokens + EXCLUDED.lex_tokens"
+                        " RETURNING last_id",
+                        (self.user, len(records), len(records), tokens),
                     ).fetchone()
                 )[0]
                 ids = list(range(last - len(records) + 1, last + 1))
             free: dict[date, int] = {}
             rows: list[tuple] = []
+            recall: list[tuple] = []
             postings: list[tuple] = []
             for i, rec in enumerate(records):
                 vec = None if vectors is None else np.asarray(vectors[i], dtype=np.float32)
@@ -417,7 +460,7 @@ class PgUserStore:
                         )
                     rec = rec.with_(position=max(rec.position, free[rec.day]))
                     free[rec.day] = rec.position + 1
-                tf, dl = term_counts(rec.kind, rec.text, rec.day)
+                tf, dl = counts[i]
                 rid = ids[i]
                 rows.append(
                     (
@@ -430,9 +473,6 @@ class PgUserStore:
                         rec.day,
                         rec.position,
                         rec.created_at.isoformat(),
-                        rec.strength,
-                        rec.last_recall.isoformat() if rec.last_recall else None,
-                        rec.recall_count,
                         rec.importance,
                         bool(rec.pinned),
                         rec.state.value,
@@ -442,22 +482,33 @@ class PgUserStore:
                         rec.archived_at.isoformat() if rec.archived_at else None,
                     )
                 )
+                recall.append(
+                    (
+                        self.user,
+                        rid,
+                        rec.strength,
+                        rec.last_recall.isoformat() if rec.last_recall else None,
+                        rec.recall_count,
+                    )
+                )
                 postings += [(self.user, term, rid, n, dl) for term, n in tf.items()]
-                docs, tokens = docs + 1, tokens + dl
                 out.append(rec.with_(id=rid))
-            # all rows in one pipelined batch, then all postings in one COPY (a round trip per row
-            # made a bulk write ~15 ms per memory); vectors go in binary (%b), not as text
+            # all rows in one pipelined batch, then the recall fields and the postings each in one
+            # COPY (a round trip per row is what makes a bulk write slow); vectors go in binary
+            # (%b), not as text
             cur.executemany(
-                "INSERT INTO memories (owner, id, kind, text, query, response, day, position, created_at, strength,"
-                " last_recall, recall_count, importance, pinned, state, embedding, lex_len, extra, archived_at)"
-                " VALUES (%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%b,%s,%s,%s)",
+                "INSERT INTO memories (owner, id, kind, text, query, response, day, position, created_at,"
+                " importance, pinned, state, embedding, lex_len, extra, archived_at)"
+                " VALUES (%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%b,%s,%s,%s)",
                 rows,
             )
+            with cur.copy("COPY mem_recall (owner, id, strength, last_recall, recall_count) FROM STDIN") as copy:
+                for row in recall:
+                    copy.write_row(row)
             if postings:
                 with cur.copy("COPY lex_postings (owner, term, memory_id, tf, dl) FROM STDIN") as copy:
                     for row in postings:
                         copy.write_row(row)
-            self._count(cur, docs, tokens)
         return out
 
     def replace_text(self, rid: int, text: str, vector: np.ndarray | None, **fields) -> None:
@@ -482,19 +533,30 @@ class PgUserStore:
             self._count(cur, docs + d, tokens + t)
 
     def update_forgetting(self, records: Iterable[MemoryRecord]) -> None:
-        """Strength / recall fields after reinforcement."""
-        rows = [
-            (r.strength, r.last_recall.isoformat() if r.last_recall else None, r.recall_count, self.user, r.id)
-            for r in records
-        ]
-        if rows:
-            with self.db.transaction() as cur:
-                self._lock_user(cur)
-                cur.executemany(
-                    "UPDATE memories SET strength = %s, last_recall = %s, recall_count = %s"
-                    " WHERE owner = %s AND id = %s",
-                    rows,
-                )
+        """Strength / recall fields after reinforcement: one statement over the narrow recall
+        table, sent with the user's lock and the commit in one round trip (a pipeline)."""
+        records = sorted(records, key=lambda r: r.stored_id)
+        if not records:
+            return
+        params = (
+            [r.stored_id for r in records],
+            [r.strength for r in records],
+            [r.last_recall.isoformat() if r.last_recall else None for r in records],
+            [r.recall_count for r in records],
+            self.user,
+        )
+        with self.db.connection() as con, con.pipeline(), con.transaction(), con.cursor() as cur:
+            # the user's lock, as every write takes it (nothing fetched: the pipeline goes on)
+            cur.execute(
+                "INSERT INTO mem_users (name) VALUES (%s) ON CONFLICT (name) DO UPDATE SET name = EXCLUDED.name",
+                (self.user,),
+            )
+            cur.execute(
+                "UPDATE mem_recall r SET strength = v.strength, last_recall = v.last_recall, recall_count = v.n"
+                " FROM unnest(%s::bigint[], %s::float8[], %s::text[], %s::int[]) AS v(id, strength, last_recall, n)"
+                " WHERE r.owner = %s AND r.id = v.id",
+                params,
+            )
 
     def set_state(self, ids: Sequence[int], state: State, when: datetime | None = None) -> int:
         """Archive (``when``: the time of the forgetting pass) or restore memories. Both tiers
@@ -573,7 +635,7 @@ class PgUserStore:
         limit: int | None = None,
         offset: int = 0,
     ) -> list[MemoryRecord]:
-        query = f"SELECT {_COLUMNS} FROM memories WHERE owner = %s AND ({where}) ORDER BY {order}"
+        query = f"SELECT {_COLUMNS} FROM {_MEMORY_ROWS} WHERE owner = %s AND ({where}) ORDER BY {order}"
         if limit is not None:
             query += f" LIMIT {int(limit)} OFFSET {int(offset)}"
         return [record_from_row(self.user, r) for r in self.db.fetchall(query, (self.user, *params))]
@@ -650,21 +712,7 @@ class PgUserStore:
 
     def vectors(self, ids: Sequence[int], *, column: str = "vector") -> np.ndarray:
         """Stored vectors in the order of ``ids`` (zeros where a row has none)."""
-        dim = self.dim
-        out: np.ndarray = np.zeros((len(ids), dim), dtype=np.float32)
-        pos = {int(rid): i for i, rid in enumerate(ids)}
-        if pos:
-            for rid, vec in self.db.fetchall(
-                sql.SQL("SELECT id, {} FROM memories WHERE owner = %s AND id = ANY(%s)").format(
-                    sql.Identifier(VECTOR_COLUMNS[column])
-                ),
-                (self.user, list(pos)),
-                binary=True,
-            ):
-                vec = as_array(vec)
-                if vec is not None and len(vec) == dim:
-                    out[pos[rid]] = vec
-        return out
+        return self._vectors(ids, (VECTOR_COLUMNS[column],))[0]
 
     def iter_texts(self, batch: int = 256) -> Iterator[list[tuple[int, Kind, str, str | None]]]:
         """Every memory's (id, kind, text, the user's message of a turn), in batches."""
@@ -684,7 +732,7 @@ class PgUserStore:
         last = 0
         while True:
             rows = self.db.fetchall(
-                f"SELECT {_COLUMNS}, embedding, reply_embedding FROM memories WHERE owner = %s"
+                f"SELECT {_COLUMNS}, embedding, reply_embedding FROM {_MEMORY_ROWS} WHERE owner = %s"
                 " AND id > %s ORDER BY id LIMIT %s",
                 (self.user, last, batch),
             )
@@ -693,20 +741,48 @@ class PgUserStore:
             last = rows[-1][0]
             yield [(record_from_row(self.user, r[:-2]), as_array(r[-2]), as_array(r[-1])) for r in rows]
 
-    def turns_at(self, places: Sequence[tuple[date, int]]) -> list[MemoryRecord]:
-        """Turns (of either tier) at the given (day, position) places: the neighbours of retrieved turns."""
-        places = list(dict.fromkeys(places))
-        if not places:
-            return []
-        # a join on the places: one index look-up each, whatever the planner's statistics say (an
-        # IN over the unnested places read every turn of the user while they were stale)
+    def around(self, ids: Iterable[int]) -> tuple[dict[int, MemoryRecord], list[MemoryRecord]]:
+        """In one statement: the candidates' rows, then the turns at the places beside each turn
+        among them (a join on the places: one index look-up each)."""
+        ids = list(dict.fromkeys(int(i) for i in ids))
+        if not ids:
+            return {}, []
         rows = self.db.fetchall(
-            f"SELECT {_PLACE_COLUMNS} FROM unnest(%s::date[], %s::int[]) AS p(day, position)"
-            " JOIN memories m ON m.owner = %s AND m.day = p.day AND m.position = p.position AND m.kind = 'turn'"
-            " ORDER BY m.day, m.position, m.id",
-            ([d for d, _ in places], [p for _, p in places], self.user),
+            f"WITH c AS (SELECT {_COLUMNS} FROM {_MEMORY_ROWS} WHERE owner = %(u)s AND id = ANY(%(ids)s)),"
+            " p AS (SELECT DISTINCT day, position + d AS position FROM c, (VALUES (-1), (1)) AS v(d) WHERE kind = 'turn')"
+            f" (SELECT 0 AS side, {_COLUMNS} FROM c ORDER BY day, kind, position, id) UNION ALL"
+            f" (SELECT 1, {_PLACE_COLUMNS} FROM p JOIN memories m ON m.owner = %(u)s AND m.day = p.day"
+            " AND m.position = p.position AND m.kind = 'turn' JOIN mem_recall r ON r.owner = m.owner AND r.id = m.id"
+            " ORDER BY m.day, m.position, m.id)",
+            {"u": self.user, "ids": ids},
         )
-        return [record_from_row(self.user, r) for r in rows]
+        found = {int(r[1]): record_from_row(self.user, r[1:]) for r in rows if r[0] == 0}
+        return found, [record_from_row(self.user, r[1:]) for r in rows if r[0] == 1]
+
+    def vectors_and_replies(self, ids: Sequence[int]) -> tuple[np.ndarray, np.ndarray]:
+        own, reply = self._vectors(ids, ("embedding", "reply_embedding"))
+        return own, reply
+
+    def _vectors(self, ids: Sequence[int], columns: Sequence[str]) -> list[np.ndarray]:
+        """Stored vectors of ``columns`` in the order of ``ids`` (zeros where a row has none),
+        each sent as pgvector's binary form (``vector_send``: dimension, then big-endian floats)
+        and read with numpy, not made into a Python object per vector."""
+        dim = self.dim
+        out: list[np.ndarray] = [np.zeros((len(ids), dim), dtype=np.float32) for _ in columns]
+        pos = {int(rid): i for i, rid in enumerate(ids)}
+        if not pos:
+            return out
+        sent = sql.SQL(", ").join(sql.SQL("vector_send({})").format(sql.Identifier(c)) for c in columns)
+        rows = self.db.fetchall(
+            sql.SQL("SELECT id, {} FROM memories WHERE owner = %s AND id = ANY(%s)").format(sent),
+            (self.user, list(pos)),
+            binary=True,
+        )
+        for row in rows:
+            for target, data in zip(out, row[1:]):
+                if data is not None and len(data) == 4 + 4 * dim:
+                    target[pos[row[0]]] = np.frombuffer(data, ">f4", offset=4)
+        return out
 
     def lexical(self, terms: Sequence[str], limit: int) -> list[SearchHit]:
         """The score SQLite's ``bm25()`` gives, from the postings of ``terms``.

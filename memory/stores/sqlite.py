@@ -354,8 +354,8 @@ class SqliteUserStore:
     def replies_pending(self, limit: int = 10_000) -> list[tuple[int, str]]:
         """(id, reply) of turns whose reply has no vector yet, oldest first."""
         with self._lock:
-            # named: without statistics SQLite picks the (kind, state) index and reads every turn
-            # (~200 ms at 100k memories), where the partial index holds only the waiting ones
+            # named: without statistics SQLite picks the (kind, state) index and reads every turn,
+            # where the partial index holds only the waiting ones
             rows = self._db.execute(
                 "SELECT id, response FROM memories INDEXED BY memories_reply_pending"
                 " WHERE kind = 'turn' AND response != '' AND reply_vector IS NULL ORDER BY id LIMIT ?",
@@ -521,8 +521,16 @@ class SqliteUserStore:
             last = rows[-1][0]
             yield [(r[0], Kind(r[1]), r[2], r[3]) for r in rows]
 
-    def turns_at(self, places: Sequence[tuple[date, int]]) -> list[MemoryRecord]:
-        """Turns (of either tier) at the given (day, position) places: the neighbours of retrieved turns."""
+    def around(self, ids: Iterable[int]) -> tuple[dict[int, MemoryRecord], list[MemoryRecord]]:
+        found = self.get_many(ids)
+        places = {(r.day, r.position + d) for r in found.values() if r.kind == Kind.TURN for d in (-1, 1)}
+        return found, self._turns_at(sorted(places))
+
+    def vectors_and_replies(self, ids: Sequence[int]) -> tuple[np.ndarray, np.ndarray]:
+        return self.vectors(ids), self.vectors(ids, column="reply_vector")
+
+    def _turns_at(self, places: Sequence[tuple[date, int]]) -> list[MemoryRecord]:
+        """Turns (of either tier) at the given (day, position) places."""
         out: list[MemoryRecord] = []
         places = list(dict.fromkeys(places))
         for start in range(0, len(places), 300):

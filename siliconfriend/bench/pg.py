@@ -88,9 +88,15 @@ def _copy_user(stores: PostgresStores, source: str, target: str) -> None:
             (target, source),
         )
         cur.execute(
-            "INSERT INTO memories SELECT %s, id, kind, text, query, response, day, position, created_at,"
-            " strength, last_recall, recall_count, importance, pinned, state, embedding, lex_len, extra,"
+            "INSERT INTO memories (owner, id, kind, text, query, response, day, position, created_at, importance,"
+            " pinned, state, embedding, lex_len, extra, reply_embedding, archived_at) SELECT %s, id, kind, text,"
+            " query, response, day, position, created_at, importance, pinned, state, embedding, lex_len, extra,"
             " reply_embedding, archived_at FROM memories WHERE owner = %s",
+            (target, source),
+        )
+        cur.execute(
+            "INSERT INTO mem_recall (owner, id, strength, last_recall, recall_count) SELECT %s, id, strength,"
+            " last_recall, recall_count FROM mem_recall WHERE owner = %s",
             (target, source),
         )
         cur.execute(

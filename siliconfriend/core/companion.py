@@ -427,12 +427,22 @@ class Companion:
                 self._invalidate_if_summarised(turn.user, turn.replace.day)
             else:
                 extra = {**turn.extra, **self._extra(result)}
-                result.turn = self.bank.add_turn(turn.user, turn.text, reply, turn.now, extra=extra)
-                if turn.supersedes is not None and result.turn is not None:
-                    self._supersede(turn.user, turn.supersedes, "edited", result.turn)
-            if result.used:
-                self.bank.reinforce(turn.user, [h.record.stored_id for h in result.used], turn.now)
+                # the reply's vector is queued once the memories used are reinforced, so that its
+                # embedding does not take the cores from the rest of the turn
+                result.turn = self.bank.add_turn(turn.user, turn.text, reply, turn.now, extra=extra, replies="queued")
+                try:
+                    if turn.supersedes is not None and result.turn is not None:
+                        self._supersede(turn.user, turn.supersedes, "edited", result.turn)
+                    self._reinforce(turn, result)
+                finally:
+                    self.bank.queue_replies(turn.user)
+                return result
+            self._reinforce(turn, result)
         return result
+
+    def _reinforce(self, turn: _Turn, result: TurnResult) -> None:
+        if result.used:
+            self.bank.reinforce(turn.user, [h.record.stored_id for h in result.used], turn.now)
 
     def _not_from_memory(self, turn: _Turn, reply: str, messages: Sequence[Message]) -> list[str]:
         """The names of ``reply`` that its prompt (memories, summaries, persona, today's talk and

@@ -119,11 +119,15 @@ def test_the_store_interface(any_bank):
     assert [r.id for r in store.records(kind=Kind.TURN, newest_first=True, limit=2)] == [ids[2], ids[1]]
     assert [r.id for r in store.records(kind=Kind.TURN, limit=2, offset=1)] == ids[1:3]
     assert store.days() == [d1, d2] and store.count(kind=Kind.TURN) == 3
-    assert [r.id for r in store.turns_at([(d1, 1), (d2, 0), (d2, 5)])] == [ids[1], ids[2]]
+    found, beside = store.around([ids[2], ids[0], ids[3], 10_000])  # the turns next to turns, not a summary's
+    assert set(found) == {ids[0], ids[2], ids[3]} and found[ids[3]].extra == {"k": "值"}
+    assert [r.id for r in beside] == [ids[1]] and [r.id for r in store.around([ids[1]])[1]] == [ids[0]]
     assert np.allclose(store.vectors([ids[2], ids[0]]), vecs[[2, 0]], atol=1e-6)
     assert store.replies_pending() == [(ids[1], "a reply")]
     store.set_vectors([ids[1]], vecs[3:4], column="reply_vector")
     assert store.replies_pending() == [] and np.allclose(store.vectors([ids[1]], column="reply_vector"), vecs[3])
+    own, reply = store.vectors_and_replies([ids[1], ids[0]])
+    assert np.allclose(own, vecs[[1, 0]], atol=1e-6) and np.allclose(reply[0], vecs[3]) and not reply[1].any()
     store.sync()
     assert store.vector_count() == 5  # four memories and one reply
     dense = store.dense(vecs[3], 2)  # the summary's own vector, then the turn's reply (the same)

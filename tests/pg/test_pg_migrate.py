@@ -16,6 +16,7 @@ from siliconfriend.accounts.users import Accounts
 from siliconfriend.cli.main import main
 from siliconfriend.cli.migrate_store import migrate_store
 from siliconfriend.config import Settings
+from siliconfriend.factory import Embedders
 
 T0 = datetime(2024, 5, 1, 9, 0)
 
@@ -49,6 +50,7 @@ def test_home_to_postgres_and_back(tmp_path, pg_url, e5_embedder, monkeypatch, c
     counting = CountingEmbedder(e5_embedder)
     monkeypatch.setattr("memory.embedders.create_embedder", lambda spec=None: counting)
     monkeypatch.setattr("siliconfriend.factory.create_embedder", lambda spec=None: counting)
+    monkeypatch.setattr("siliconfriend.factory._embedders", Embedders())  # none made before this test
     settings = Settings(home=home)
     report = migrate_store(settings, str(home), pg_url, log=lambda s: None)
     assert report["users"] == {"Amy": "copied", "bob": "copied"} and report["accounts"] == 1

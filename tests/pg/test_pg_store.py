@@ -50,39 +50,117 @@ def test_two_banks_share_one_database_without_stale_caches(pg_url, e5_embedder):
         b.close()
 
 
+# a memory's row as schemas 2 to 5 held it (the recall fields in ``memories``)
+_OLD_ROW = (
+    "INSERT INTO memories (owner, id, kind, text, query, response, day, position, created_at, strength,"
+    " last_recall, recall_count, importance, pinned, state, embedding, lex_len, extra, reply_embedding)"
+    " VALUES (%s, %s, 'turn', %s, %s, %s, %s, %s, %s, %s, %s, %s, 0, false, %s, %s::real[]::vector, 0, '{}',"
+    " %s::real[]::vector)"
+)
+
+
+def older_database(url: str, version: int, rows: list[tuple]) -> None:
+    """A database as the SiliconFriend of memory schema ``version`` (2 to 5) left it, holding
+    ``rows`` of user "amy" (``_OLD_ROW``'s parameters after the owner)."""
+    from memory.pg_db import Database
+    from memory.stores.postgres import MIGRATIONS
+
+    db = Database(url)
+    try:
+        db.migrate("memory", MIGRATIONS[:version])
+        with db.transaction() as cur:
+            cur.execute("INSERT INTO mem_users (name, last_id) VALUES ('amy', %s)", (len(rows),))
+            cur.executemany(_OLD_ROW, [("amy", *r) for r in rows])
+    finally:
+        db.close()
+
+
+def old_turns(e5_embedder) -> list[tuple]:
+    """``TURNS`` as rows of ``_OLD_ROW``: the first twice recalled, the others never."""
+    vectors = e5_embedder.embed([q for q, _ in TURNS], kind="document")
+    replies = e5_embedder.embed([a for _, a in TURNS], kind="document")
+    rows = []
+    for i, ((q, a), v, r) in enumerate(zip(TURNS, vectors, replies)):
+        when = T0 + timedelta(minutes=i)
+        recalled = (3.0, (T0 + timedelta(days=2)).isoformat(), 2) if i == 0 else (1.0, None, 0)
+        rows.append((i + 1, f"{q}\n{a}", q, a, when.date(), i, when.isoformat(), *recalled, "active", list(v), list(r)))
+    return rows
+
+
 def test_vectors_are_kept_in_their_rows_and_migration_3_moves_older_ones_in(pg_url, e5_embedder):
     def toasted(con) -> int:  # live chunks in the memories table's TOAST table
         toast = con.execute("SELECT reltoastrelid::regclass::text FROM pg_class WHERE relname = 'memories'").fetchone()
         return con.execute(f"SELECT count(*) FROM {toast[0]}").fetchone()[0]
 
-    bank = MemoryBank(PostgresStores(pg_url), e5_embedder)
-    fill(bank, "amy")
-    bank.settle()
-    ids = [r.id for r in bank.records("amy")]
-    before = bank.user_store("amy").vectors(ids, column="reply_vector")
-    bank.close()
+    storage = "SELECT attstorage FROM pg_attribute WHERE attrelid = 'memories'::regclass AND attname LIKE '%embedding'"
+    rows = old_turns(e5_embedder)
+    older_database(pg_url, 2, rows)  # schema 2: vectors out of line (PostgreSQL's default for them)
     with psycopg.connect(pg_url, autocommit=True) as con:
-        storage = (
-            "SELECT attstorage FROM pg_attribute WHERE attrelid = 'memories'::regclass AND attname LIKE '%embedding'"
-        )
-        assert {r[0] for r in con.execute(storage)} == {"m"}  # MAIN: in the row
-        assert toasted(con) == 0
-        # a database of schema 2, whose vectors went out of line (PostgreSQL's default for them)
-        con.execute("ALTER TABLE memories RESET (toast_tuple_target)")
-        con.execute("ALTER TABLE memories ALTER COLUMN embedding SET STORAGE EXTERNAL")
-        con.execute("ALTER TABLE memories ALTER COLUMN reply_embedding SET STORAGE EXTERNAL")
-        con.execute("UPDATE memories SET reply_embedding = reply_embedding::real[]::vector")
-        con.execute("UPDATE sf_schema SET version = 2 WHERE component = 'memory'")
+        assert {r[0] for r in con.execute(storage)} == {"e"}
         assert toasted(con) > 0
-    bank = MemoryBank(PostgresStores(pg_url), e5_embedder)  # migrates to 3
+    bank = MemoryBank(PostgresStores(pg_url), e5_embedder)  # migrates to the newest
     try:
+        ids = [r[0] for r in rows]
         after = bank.user_store("amy").vectors(ids, column="reply_vector")
-        assert np.array_equal(before, after) and after.any(axis=1).sum() == len(TURNS)
+        assert np.allclose(after, np.array([r[-1] for r in rows], dtype=np.float32))
+        bank.add_turn("amy", "One more thing about Miso", "Tell me!", T0 + timedelta(days=1))
+        bank.settle()
     finally:
         bank.close()
     with psycopg.connect(pg_url, autocommit=True) as con:
-        assert {r[0] for r in con.execute(storage)} == {"m"}
+        assert {r[0] for r in con.execute(storage)} == {"m"}  # MAIN: in the row
         assert toasted(con) == 0
+
+
+def test_migration_6_moves_the_recall_fields_out_and_keeps_them(pg_url, e5_embedder):
+    """A database of schema 5 (the recall fields in the memory's row) is upgraded: every memory
+    keeps its strength, last recall and recall count, and recalls go on from them."""
+    older_database(pg_url, 5, old_turns(e5_embedder))
+    bank = MemoryBank(PostgresStores(pg_url), e5_embedder)
+    try:
+        first, second = bank.records("amy", kind=Kind.TURN)[:2]
+        assert (first.strength, first.last_recall, first.recall_count) == (3.0, T0 + timedelta(days=2), 2)
+        assert (second.strength, second.last_recall, second.recall_count) == (1.0, None, 0)
+        now = T0 + timedelta(days=9)
+        assert bank.retention(first, now) == pytest.approx(np.exp(-1 / 3.0))  # 7 days since the recall, S = 3
+        again = bank.reinforce("amy", [first.id], now)[0]
+        assert (again.strength, again.last_recall, again.recall_count) == (4.0, now, 3)
+        assert bank.get("amy", first.id) == again
+        assert [h.record.id for h in bank.retrieve("amy", "what is my cat called?", now, k=1)] == [first.id]
+        bank.delete("amy", [first.id])
+    finally:
+        bank.close()
+    with psycopg.connect(pg_url, autocommit=True) as con:
+        assert con.execute("SELECT version FROM sf_schema WHERE component = 'memory'").fetchone()[0] >= 6
+        columns = {r[0] for r in con.execute("SELECT attname FROM pg_attribute WHERE attrelid = 'memories'::regclass")}
+        assert not columns & {"strength", "last_recall", "recall_count"}
+        assert con.execute("SELECT count(*) FROM mem_recall").fetchone()[0] == len(TURNS) - 1  # the deleted one's went
+
+
+def test_a_recall_leaves_the_memorys_row_and_its_vectors_alone(pg_url, e5_embedder):
+    """Reinforcement writes the narrow recall table only: the memory's row (both vectors, their
+    HNSW entries, the btrees) is not rewritten, so a turn's recalls cost a few bytes each."""
+    bank = MemoryBank(PostgresStores(pg_url), e5_embedder)
+    try:
+        fill(bank, "amy")
+        bank.settle()
+        ids = [r.id for r in bank.records("amy", kind=Kind.TURN)]
+        where = "SELECT id, ctid FROM {} WHERE owner = 'amy' ORDER BY id"
+        with psycopg.connect(pg_url, autocommit=True) as con:
+            rows, recall = (
+                con.execute(where.format("memories")).fetchall(),
+                con.execute(where.format("mem_recall")).fetchall(),
+            )
+        bank.reinforce("amy", ids, T0 + timedelta(days=3))
+        with psycopg.connect(pg_url, autocommit=True) as con:
+            assert con.execute(where.format("memories")).fetchall() == rows  # not one row rewritten
+            moved = con.execute(where.format("mem_recall")).fetchall()
+        assert moved != recall and {c[1].split(",")[0] for c in moved} == {
+            c[1].split(",")[0] for c in recall
+        }  # same page
+        assert all(bank.get("amy", i).recall_count == 1 for i in ids)
+    finally:
+        bank.close()
 
 
 def test_big_user_gets_a_partial_hnsw_index_with_the_same_top_hits(pg_url, e5_embedder):
