@@ -84,6 +84,8 @@ class Database:
         self._check_reachable()
         if vectors:
             self._ensure_pgvector()
+        if schema:
+            self._ensure_schema(schema)
         self.pool = ConnectionPool(
             url,
             min_size=min_size,
@@ -122,9 +124,16 @@ class Database:
                     "run CREATE EXTENSION vector; as the database owner or a superuser"
                 ) from None
 
+    def _ensure_schema(self, schema: str) -> None:
+        """Once, before the pool opens its connections side by side (each creating it would race)."""
+        with psycopg.connect(self.url, autocommit=True, connect_timeout=CONNECT_TIMEOUT_S) as con:
+            try:
+                con.execute(psycopg.sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(psycopg.sql.Identifier(schema)))
+            except psycopg.errors.UniqueViolation:
+                pass  # another worker opening the same database at the same moment created it
+
     def _configure(self, con: psycopg.Connection) -> None:
         if self.schema:  # this component's tables in a schema of their own
-            con.execute(psycopg.sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(psycopg.sql.Identifier(self.schema)))
             con.execute(psycopg.sql.SQL("SET search_path TO {}, public").format(psycopg.sql.Identifier(self.schema)))
         if self.vectors:
             from pgvector.psycopg import register_vector
@@ -181,12 +190,13 @@ class Database:
         transaction, under an advisory lock (two workers starting at once migrate once). A
         database of a newer version than ``migrations`` knows is refused. Returns the version."""
         with self.transaction() as cur:
+            # the lock comes first: two workers creating the version table of a new database at
+            # once would otherwise collide in the catalogue (IF NOT EXISTS does not serialise them)
+            cur.execute("SELECT pg_advisory_xact_lock(hashtext('sf_schema'))")
             cur.execute(
                 "CREATE TABLE IF NOT EXISTS public.sf_schema (component TEXT PRIMARY KEY,"
                 " version INTEGER NOT NULL, migrated_at TIMESTAMPTZ NOT NULL DEFAULT now())"
             )
-        with self.transaction() as cur:
-            cur.execute("SELECT pg_advisory_xact_lock(hashtext('sf_schema'))")
             row = cur.execute("SELECT version FROM public.sf_schema WHERE component = %s", (component,)).fetchone()
             version = row[0] if row else 0
             if version > len(migrations):
