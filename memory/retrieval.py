@@ -320,7 +320,7 @@ def _pool_vectors(store: UserStore, dim: int, pool: dict[int, MemoryRecord], con
         answered = [i for i in ids if pool[i].kind == Kind.TURN and pool[i].response.strip()]
         if answered:
             vecs = store.vectors(answered, column="reply_vector")
-            keep = [n for n, v in enumerate(vecs) if v.any()]
+            keep = np.flatnonzero(vecs.any(axis=1))
             turns, replies = [answered[n] for n in keep], vecs[keep]
     return _Vectors(ids, own, turns, replies)
 
