@@ -52,7 +52,7 @@ class BenchConfig:
     api_memories: int = 1_000  # the user the API's overhead is measured on
     ttft_turns: int = 12  # one day of turns with the packaged model (0: skipped)
     only: str | None = None  # one part alone: "ttft", "100k" (the 100k turn), "import"
-    import_turns: int = 300  # the import measured both ways (assistant-length replies)
+    import_turns: int = 150  # the import measured both ways (assistant-length replies)
 
 
 FULL = BenchConfig(
