@@ -260,7 +260,7 @@ class MemoryBank:
                 opened.flush()
 
     def close(self) -> None:
-        self.settle()
+        self._replies.wait()  # the reply vectors; a lexical table being built in memory is dropped
         with self._lock:
             try:
                 for opened in self._open.values():
