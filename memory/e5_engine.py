@@ -281,7 +281,7 @@ class E5Model:
             else:
                 groups.append([j])
         batches = [[windows[g][1] for g in group] for group in groups]
-        if workers and len(batches) > 1:
+        if workers:  # one batch too: on a worker's single thread, not the caller's PyTorch threads
             pooled_all = list(self._pool(workers).map(self._forward, batches))
         else:
             pooled_all = [self._forward(batch) for batch in batches]
