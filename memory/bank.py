@@ -146,6 +146,7 @@ class MemoryBank:
         self._open: OrderedDict[str, UserStore] = OrderedDict()
         self._lock = threading.RLock()
         self._replies = _ReplyWorker(self)
+        self.replies_embedded = 0  # reply vectors the worker has stored (progress of an import)
         # the threads a retrieval's lexical searches run on beside its query's embedding: the
         # factory's (shared by the banks it builds), else the bank's own (idle threads end with it)
         self.workers: Executor = workers or ThreadPoolExecutor(max_workers=4, thread_name_prefix="sf-lexical")
@@ -225,8 +226,16 @@ class MemoryBank:
         return self.stores.exclusive(user, purpose)
 
     def settle(self) -> None:
-        """Wait until every reply vector asked for so far is stored (evaluations, tests, closing)."""
+        """Wait until every reply vector asked for so far is stored (evaluations, tests, closing),
+        and until what the open stores build in the background (a large memory's lexical table
+        in memory) is built."""
         self._replies.wait()
+        with self._lock:
+            opened = list(self._open.values())
+        for store in opened:
+            settle = getattr(store, "settle", None)  # the SQLite store's; others build nothing
+            if settle is not None:
+                settle()
 
     def queue_replies(self, user: str) -> None:
         """Have the reply worker embed every reply of ``user`` that has no vector yet."""
@@ -241,6 +250,7 @@ class MemoryBank:
             ids = [rid for rid, _ in pending]
             u.set_vectors(ids, embed_replies(self.embedder, [text for _, text in pending]), column="reply_vector")
             u.sync()
+            self.replies_embedded += len(ids)
             if len(pending) < batch or self._replies.stopping.is_set():
                 break
 
@@ -250,7 +260,7 @@ class MemoryBank:
                 opened.flush()
 
     def close(self) -> None:
-        self.settle()
+        self._replies.wait()  # the reply vectors; a lexical table being built in memory is dropped
         with self._lock:
             try:
                 for opened in self._open.values():

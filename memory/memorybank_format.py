@@ -10,6 +10,7 @@ is written, so a broken file imports nothing and the error names the file and th
 from __future__ import annotations
 
 import json
+import threading
 from dataclasses import dataclass, field
 from datetime import date, datetime, time, timedelta
 from pathlib import Path
@@ -124,14 +125,17 @@ def import_bank(
     The turns are stored and indexed here (their words and their messages' vectors); their
     replies' vectors are made by the bank's reply worker once every turn is in, as a live turn's
     are after its reply, and are complete when ``bank.settle()`` returns (``bank.close()`` waits
-    for them too)."""
+    for them too). ``progress`` (tqdm's signature): a bar of the turns stored, then one of the
+    reply vectors, which this call then waits for."""
     parsed = parse_bank(path, only_user)
     counts: dict[str, int] = {}
     bar = progress(total=sum(len(p.turns) for p in parsed), desc="importing", unit="turn") if progress else None
+    replies = 0
     for p in parsed:
         user = rename or p.name
         existing = {(r.day, r.query, r.response) for r in bank.records(user, kind=Kind.TURN)}
         fresh = [t for t in p.turns if (t[2].date(), t[0], t[1]) not in existing]
+        replies += sum(1 for t in fresh if (t[1] or "").strip())
         states = [_state(bank, user, t) for t in fresh]
         stored = 0
         for start in range(0, len(fresh), 256):
@@ -160,9 +164,28 @@ def import_bank(
         counts[user] = stored  # blank turns (no message, no reply) are not stored
     if bar:
         bar.close()
+    done = bank.replies_embedded
     for user in counts:
         bank.queue_replies(user)
+    if progress and replies:
+        _replies_progress(bank, progress, done, replies)
     return counts
+
+
+def _replies_progress(bank: MemoryBank, progress, done: int, replies: int) -> None:
+    """Wait for the reply vectors the import queued, showing them as they are stored (with long
+    replies they take longer than the turns themselves)."""
+    bar = progress(total=replies, desc="reply vectors", unit="reply")
+    waiting = threading.Thread(target=bank.settle, name="sf-import-replies", daemon=True)
+    waiting.start()
+    shown = 0
+    while waiting.is_alive():
+        waiting.join(0.5)
+        now = min(bank.replies_embedded - done, replies)
+        if now > shown:
+            bar.update(now - shown)
+            shown = now
+    bar.close()
 
 
 def _state(bank: MemoryBank, user: str, turn: tuple) -> MemoryRecord:

@@ -79,6 +79,7 @@ def tiny_result(tmp_path_factory):
         eval_dir=folder,
         max_open_users=4,
         api_memories=150,
+        import_turns=8,
     )
     return run_bench(config, workdir=tmp_path_factory.mktemp("work"))
 
@@ -105,6 +106,18 @@ def test_the_result_has_every_key_the_issue_asks_for(tiny_result):
         assert 0 < t["embed_query"]["p50"] < t["p50"] and t["embed_document"]["p95"] == 0
         assert t["reply_vector"]["p50"] > 0  # the reply worker's part, after the turn, timed apart
         assert key in r["sizes"]
+        # the turn over that run's own e5 query, p50 and p95
+        over = r["turn_over_e5_query"][key]
+        assert over["p50"] == round(t["p50"] / t["embed_query"]["p50"], 2) and over["p95"] >= over["p50"]
+    assert r["turn_over_e5_query"]["100k"] is None
+    # the import both ways in one run: characters per second, their ratio, the vectors' fidelity
+    imp = r["import_speed"]
+    assert len(imp["before"]) == len(imp["now"]) == 2 and imp["chars"] > 0
+    assert imp["chars_per_s"] > 0 and imp["speedup_per_char"] == round(
+        imp["chars_per_s"] / imp["chars_per_s_before"], 2
+    )
+    assert imp["cosine_to_float32"]["min"] >= 0.995
+    assert "import chars/s" in format_table(r)
     json.dumps(r)  # plain JSON all through
 
 

@@ -30,6 +30,7 @@ import numpy as np
 
 from ..index import UserIndex
 from ..lexical import fts_document
+from ..lexical_index import LexicalCache, searchable
 from ..records import Kind, MemoryRecord, State
 from ..sqlite_db import connect, immediate_transaction, run_script
 from .base import (
@@ -46,6 +47,9 @@ _COLUMNS = ", ".join(MEMORY_COLUMNS)
 
 # the index id of a turn's reply vector: its memory id plus this (memory ids stay far below it)
 REPLY_ID_OFFSET = 1 << 40
+# from this many memories on, lexical searches are answered from posting lists in memory
+# (``memory/lexical_index.py``, the same scores as FTS5's), where FTS5's per-row scoring grows slow
+LEXICAL_INDEX_MIN = 10_000
 
 
 def _m1(db: sqlite3.Connection) -> None:
@@ -150,6 +154,7 @@ class SqliteUserStore:
         self._db.row_factory = sqlite3.Row
         self._lock = threading.RLock()
         self._index: UserIndex | None = None
+        self._lexical: LexicalCache | None = None
         self._migrate()
 
     # -- plumbing -----------------------------------------------------------------------------
@@ -544,6 +549,9 @@ class SqliteUserStore:
     def lexical(self, terms: Sequence[str], limit: int) -> list[SearchHit]:
         if not terms:
             return []
+        index = self._lexical_index() if searchable(terms) else None
+        if index is not None:
+            return [SearchHit(rid, Side.WORDS, score) for rid, score in index.search(terms, limit)]
         with self._lock:
             rows = self._db.execute(
                 "SELECT rowid, -bm25(memories_fts) FROM memories_fts"
@@ -551,6 +559,54 @@ class SqliteUserStore:
                 (_match(terms), limit),
             ).fetchall()
         return [SearchHit(r[0], Side.WORDS, float(r[1])) for r in rows]
+
+    # -- the lexical table in memory (large memories) -------------------------------------------
+    def _lexical_index(self):
+        if self._lexical is None:
+            with self._lock:
+                top = self._db.execute("SELECT MAX(id) FROM memories").fetchone()[0] or 0
+            if top < LEXICAL_INDEX_MIN:
+                return None
+            with self._lock:
+                if self._lexical is None:
+                    self._lexical = LexicalCache(self._lexical_rows, self._lexical_changes, self.vseq)
+        return self._lexical.ready()
+
+    def _lexical_rows(self) -> tuple[int, list[tuple[int, str]]]:
+        """(vseq, every row of the lexical table), read on a connection of its own so that the
+        store's turns go on meanwhile."""
+        seq = self.vseq()
+        con = sqlite3.connect(f"file:{self.path}?mode=ro", uri=True)
+        try:
+            rows = con.execute("SELECT rowid, tokens FROM memories_fts").fetchall()
+        finally:
+            con.close()
+        return seq, rows
+
+    def _lexical_changes(self, since: int) -> tuple[int, list[int], list[tuple[int, str]]]:
+        """(vseq, the memories changed or deleted since ``since``, the rows of them still in the
+        lexical table)."""
+        with self._lock:
+            now = self.vseq()
+            changed = [
+                r[0]
+                for r in self._db.execute(
+                    "SELECT id FROM memories WHERE vseq > ? UNION SELECT id FROM tombstones WHERE vseq > ?",
+                    (since, since),
+                )
+            ]
+            rows: list[tuple[int, str]] = []
+            for start in range(0, len(changed), 500):
+                part = changed[start : start + 500]
+                rows += self._db.execute(
+                    f"SELECT rowid, tokens FROM memories_fts WHERE rowid IN ({','.join('?' * len(part))})", part
+                ).fetchall()
+        return now, changed, rows
+
+    def settle(self) -> None:
+        """Until the lexical table's build in memory, if one is under way, is done."""
+        if self._lexical is not None:
+            self._lexical.wait()
 
 
 @contextmanager

@@ -25,7 +25,7 @@ from memory.embedders import create_embedder
 from .api import measure_api_overhead
 from .data import DialogueGenerator
 from .fixtures import fill_user, many_users, reply_vector_pool, vector_pool
-from .ingest import measure_ingest
+from .ingest import measure_import_speed, measure_ingest
 from .process import measure_process
 from .turns import TimedEmbedder, run_turns
 
@@ -51,7 +51,8 @@ class BenchConfig:
     embedder: str = "e5"
     api_memories: int = 1_000  # the user the API's overhead is measured on
     ttft_turns: int = 12  # one day of turns with the packaged model (0: skipped)
-    only: str | None = None  # one part alone: "ttft"
+    only: str | None = None  # one part alone: "ttft", "100k" (the 100k turn), "import"
+    import_turns: int = 150  # the import measured both ways (assistant-length replies)
 
 
 FULL = BenchConfig(
@@ -78,6 +79,7 @@ QUICK = BenchConfig(
     reembed_sample=20,
     recall=False,
     ttft_turns=0,
+    import_turns=40,
 )
 TURN_KEYS = ("1k", "10k", "100k", "1000x1k")
 
@@ -132,6 +134,9 @@ def run_bench(
         "embedder": embedder.id,
         "machine": machine(),
         "turn_ms": {k: None for k in TURN_KEYS},
+        # each turn's p50 and p95 over that run's own e5 query p50 (the machine's speed cancels out)
+        "turn_over_e5_query": {k: None for k in TURN_KEYS},
+        "import_speed": None,  # characters per second imported, now and before (ingest.py)
         "ttft_ms": None,  # the first word of a reply at turns 1, 5, 10 of a day (ttft.py)
         "prompt_tokens": None,
         "sizes": {},
@@ -150,15 +155,21 @@ def run_bench(
         result["phases_s"]["pool"] = round(time.perf_counter() - tick, 1)
         start_turns = datetime.combine(END, dtime(19, 0))
 
-        if config.ttft_turns:
+        if config.ttft_turns and config.only in (None, "ttft"):
             _ttft(config, result, root, embedder, gen, pool, replies, start_turns, log)
         else:
             result["notes"].append("time to first token skipped (a day with the packaged model takes minutes)")
         if config.only == "ttft":
             return _finish(result, started)
 
+        if config.only == "import":
+            _import_speed(config, result, embedder, log)
+            return _finish(result, started)
+
         largest: tuple[Path, int] | None = None
         for key, size in config.single:
+            if config.only == "100k" and key != "100k":
+                continue
             tick = time.perf_counter()
             home = root / f"single-{key}"
             bank = MemoryBank(home, TimedEmbedder(embedder), max_open_users=config.max_open_users)
@@ -171,7 +182,10 @@ def run_bench(
             result["sizes"][key] = f"1 user, {size:,} memories"
             result["turn_path"] = path
             result["phases_s"][key] = round(time.perf_counter() - tick, 1)
+            result["turn_over_e5_query"][key] = _over_query(result["turn_ms"][key])
             largest = (home, size)
+        if config.only == "100k":
+            return _finish(result, started)
 
         users, per_user = config.many
         tick = time.perf_counter()
@@ -184,6 +198,7 @@ def run_bench(
         times, _ = run_turns(bank, lambda i: rng.choice(names), config.turns, config.warmup, gen, start=start_turns)
         bank.close()
         result["turn_ms"]["1000x1k"] = times.summary()
+        result["turn_over_e5_query"]["1000x1k"] = _over_query(result["turn_ms"]["1000x1k"])
         result["sizes"]["1000x1k"] = (
             f"{users:,} users x {per_user:,} memories, a random user each turn, {config.max_open_users} kept open"
         )
@@ -212,6 +227,7 @@ def run_bench(
         result["ingest"] = ingest
         result["ingest_turns_per_s"] = ingest["turns_per_s"]
         result["phases_s"]["ingest"] = round(time.perf_counter() - tick, 1)
+        _import_speed(config, result, embedder, log)
 
         tick = time.perf_counter()
         assert largest is not None, "the bench needs one single-user size"
@@ -254,6 +270,20 @@ def run_bench(
     finally:
         tmp.cleanup()
     return _finish(result, started)
+
+
+def _over_query(t: dict) -> dict | None:
+    query = (t.get("embed_query") or {}).get("p50")
+    if not query:
+        return None
+    return {"p50": round(t["p50"] / query, 2), "p95": round(t["p95"] / query, 2), "e5_query_ms": query}
+
+
+def _import_speed(config: BenchConfig, result: dict, embedder, log) -> None:
+    tick = time.perf_counter()
+    log(f"importing {config.import_turns} turns with long replies, the engine's batches both ways")
+    result["import_speed"] = measure_import_speed(embedder, config.import_turns)
+    result["phases_s"]["import_speed"] = round(time.perf_counter() - tick, 1)
 
 
 def _finish(result: dict, started: float) -> dict:
@@ -323,6 +353,11 @@ def format_table(r: dict) -> str:
             lines.append(f"{key:<20}{'-':>7}{'-':>7}{'-':>14}{'-':>13}{'-':>10}{'-':>9}   not run")
             continue
         mark = (_ok(t["p50"], TARGETS["p50"]) + _ok(t["p95"], TARGETS["p95"])) if key == "100k" else ""
+        ratio = (r.get("turn_over_e5_query") or {}).get(key)
+        if ratio:
+            mark += f"; {ratio['p50']}x / {ratio['p95']}x the e5 query"
+            if key == "100k":
+                mark += _ok(ratio["p50"], 1.5) + _ok(ratio["p95"], 2.0)
         eq, ed = t.get("embed_query", {}).get("p50"), t.get("embed_document", {}).get("p50")
         lines.append(
             f"{key:<20}{t['p50']:>7.1f}{t['p95']:>7.1f}{t['before_reply']['p50']:>14.1f}"
@@ -359,6 +394,15 @@ def format_table(r: dict) -> str:
         f"{'rss_mb_100k':<22}{r.get('rss_mb_100k')!s:>10}{_ok(r.get('rss_mb_100k'), 1024)}",
         f"{'recall_at_5 en / cn':<22}{rec.get('en')!s:>10} / {rec.get('cn')!s}",
     ]
+    imp = r.get("import_speed") or {}
+    if imp.get("chars_per_s"):
+        cos = imp["cosine_to_float32"]
+        lines.append(
+            f"{'import chars/s':<22}{imp['chars_per_s']!s:>10}   x{imp['speedup_per_char']} the batches one after the "
+            f"other ({imp['chars_per_s_before']} chars/s){_ok(imp['speedup_per_char'], 2.0, low=False)}; "
+            f"{imp['turns']} turns, {imp['chars']:,} chars; cosine to float32 min {cos['min']}"
+            f"{_ok(cos['min'], 0.995, low=False)}"
+        )
     lines += _ttft_lines(r)
     lines += [f"note: {n}" for n in r.get("notes", [])]
     return "\n".join(lines)

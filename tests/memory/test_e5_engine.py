@@ -66,6 +66,26 @@ def test_texts_of_every_length_keep_their_order_when_batched_by_length(engines):
     assert ((batched * alone).sum(axis=1) > 0.999).all()
 
 
+def test_the_import_path_keeps_the_float32_vectors(engines):
+    """Several texts (an import, the reply vectors) run as length-sorted batches on single-threaded
+    workers side by side, in the CPU's fast type: each vector stays within a cosine of 0.995 of
+    the float32 engine's one-after-the-other batches, long replies (several windows) included."""
+    f32, fast, _ = engines
+    replies = [
+        "That sounds like a lovely weekend! Hiking in the rain can be magical: the forest smells "
+        "fresh, the trails are quiet, and you have the mountain almost to yourselves. " * k
+        for k in (1, 3, 15)  # up to two 512-token windows
+    ]
+    texts = TEXTS + replies + [f"I went to the market on day {i} and bought {i} apples" for i in range(16)]
+    assert fast.batch_workers >= 1 and f32.batch_workers >= 1
+    reference = f32._model.embed(texts, False)  # one batch after the other, float32
+    cosines = (fast.embed(texts, kind="document") * reference).sum(axis=1)
+    assert cosines.min() >= 0.995, (fast.dtype, cosines.min())
+    # the workers only change who runs each batch: the same vectors as one after the other
+    same = (f32.embed(texts, kind="document") * reference).sum(axis=1)
+    assert same.min() > 0.99999
+
+
 def test_dequantize_reads_the_4bit_blocks():
     blocks = np.zeros(2, dtype=[("d", "<f2"), ("qs", "u1", (16,))])
     blocks["d"] = [0.5, 2.0]

@@ -135,3 +135,27 @@ def test_a_lone_reply_is_kept_at_its_place_in_the_day(paper_bank, tmp_path):
     hits = paper_bank.retrieve("Ann", "When did Ann run the charity race?", datetime(2023, 6, 1), k=1)
     assert hits[0].record.position == 0
     assert paper_bank.add_turn("Ann", "   ", "a reply to nothing", datetime(2023, 6, 1)) is None
+
+
+def test_an_import_shows_its_turns_and_then_its_reply_vectors(paper_bank, tmp_path):
+    """A long import shows the turns stored, then the reply vectors it waits for (with long
+    replies, the longer part), each with a count and tqdm's rate and time left."""
+    import functools
+    import io
+
+    from tqdm import tqdm
+
+    out = io.StringIO()
+    counts = import_bank(
+        paper_bank, _write(tmp_path, SAMPLE), progress=functools.partial(tqdm, file=out, mininterval=0)
+    )
+    shown = out.getvalue()
+    assert counts == {"Jason": 3, "Mia": 1}
+    assert "importing" in shown and "4/4" in shown
+    assert "reply vectors" in shown and "4/4" in shown.split("reply vectors")[-1]
+    # the import waited for them: every stored turn has its reply's vector
+    store = paper_bank.user_store("Jason")
+    assert store.replies_pending(10) == []
+    again = io.StringIO()  # nothing new: no reply to wait for
+    import_bank(paper_bank, _write(tmp_path, SAMPLE), progress=functools.partial(tqdm, file=again, mininterval=0))
+    assert "importing" in again.getvalue() and "reply vectors" not in again.getvalue()
