@@ -33,7 +33,7 @@ from memory.importance import rate_importance
 from memory.lexical import tokenize
 from memory.records import Kind, MemoryRecord
 
-from ..backends.base import BackendError, ChatBackend, Message
+from ..backends.base import BackendError, ChatBackend, Message, Sampling, takes_sampling
 from .grounding import Check, GroundingChecker, Sources, join_sentences, split_sentences
 from .prompting import PromptError, PromptSet, fit_block, load_prompts
 
@@ -55,6 +55,10 @@ GLOBAL_FALLBACK_CHARS = 1500
 # the longest summary the companion asks for: "two or three short sentences" take 40-80 tokens, and
 # what a small model writes past them is where it starts to invent
 SUMMARY_TOKENS = 96
+# how a summary is generated, where the backend takes it: greedy (a summary wants the likeliest
+# words, not varied ones), and the penalties that keep a small model from looping counted on its
+# own words only, so that they never keep it from copying the names and words it summarises
+SUMMARY_SAMPLING = Sampling(temperature=0.0, repetition_penalty=1.3, no_repeat_ngram_size=4, penalise_prompt=False)
 RETRY_ROOM = 64  # tokens kept free in a summary prompt for the note of a second attempt  # the dated daily lines a global fallback keeps, newest first
 
 
@@ -117,7 +121,8 @@ def tidy(text: str) -> str:
 
 class Consolidator:
     """Writes the summaries of finished days with ``backend``. ``summary_tokens`` caps each
-    summary; ``prompt_budget`` caps a summary prompt (default: what the model's context allows)."""
+    summary; ``prompt_budget`` caps a summary prompt (default: what the model's context allows);
+    ``sampling``: the summaries' generation settings (None: the backend's own, as for a reply)."""
 
     def __init__(
         self,
@@ -129,6 +134,7 @@ class Consolidator:
         prompt_budget: int | None = None,
         prompts: Callable[[str], PromptSet] = load_prompts,
         checker: GroundingChecker | None = None,
+        sampling: Sampling | None = SUMMARY_SAMPLING,
     ):
         self.bank = bank
         self.checker = checker or GroundingChecker(bank.embedder)
@@ -137,6 +143,7 @@ class Consolidator:
         self.summary_tokens = summary_tokens
         self.prompt_budget = prompt_budget
         self.prompts = prompts
+        self.sampling = sampling
 
     # -- what is pending ----------------------------------------------------------------------
     def pending_days(self, user: str, until: date) -> list[date]:
@@ -398,7 +405,11 @@ class Consolidator:
 
     def _generate(self, prompts: PromptSet, prompt: str, backend: ChatBackend) -> str:
         messages = [Message("system", prompts.fragment("summary_system")), Message("user", prompt)]
-        text = tidy("".join(backend.stream(messages, max_tokens=self.summary_tokens)))
+        if self.sampling is not None and takes_sampling(backend):
+            chunks = backend.stream(messages, max_tokens=self.summary_tokens, sampling=self.sampling)  # type: ignore[call-arg]
+        else:
+            chunks = backend.stream(messages, max_tokens=self.summary_tokens)
+        text = tidy("".join(chunks))
         if not text:
             raise BackendError("the model returned an empty summary")
         return text

@@ -46,6 +46,8 @@ COSINE = {"en": (0.85, 0.88), "zh": (0.885, 0.90)}  # (overlap >= LOW_OVERLAP, o
 _FIRST_PERSON = re.compile(r"(?<![\w'’])I(?:['’](?:m|ll|ve|d))?(?![\w'’])|^\s*我(?!们)")
 _GREETING = re.compile(r"^\W*(hi|hello|hey|dear|thanks|thank you|你好|亲爱的|谢谢)\b", re.I)
 
+# what opens a list item ("1.", "**2.**", "3)", "- "): how a model lays out its points, not a claim
+_LIST_MARK = re.compile(r"^[\s*#>•-]*(?:\d{1,2}[.)、:：](?!\d)[\s*]*)?")
 _SENTENCE = re.compile(r"(?<=[.!?。！？；;])[\s\"'”’)）]*|\n+")
 _CAPITALISED = re.compile(r"\b[A-Z][a-zA-Z'’-]*[a-zA-Z]\b|\b[A-Z]\b")
 _DIGITS = re.compile(r"\d+")
@@ -172,8 +174,10 @@ class Check:
 
 
 def split_sentences(text: str) -> list[str]:
-    """Sentences of a written text (English and Chinese end marks, line breaks)."""
-    return [s.strip() for s in _SENTENCE.split(text) if s and s.strip() and re.search(r"\w", s)]
+    """Sentences of a written text (English and Chinese end marks, line breaks), without the
+    marks that open list items."""
+    pieces = (_LIST_MARK.sub("", s).strip() for s in _SENTENCE.split(text) if s)
+    return [s for s in pieces if re.search(r"\w", s)]
 
 
 def join_sentences(sentences: Sequence[str]) -> str:
@@ -209,7 +213,7 @@ def specifics(sentence: str, *, initial: bool = True) -> list[str]:
     latin = re.sub(f"[{_ideographs()}]+", " ", sentence)
     for m in _CAPITALISED.finditer(latin):
         word = re.sub(r"['’]s?$", "", m.group(0)) or m.group(0)
-        low = word.lower()
+        low = word.lower().replace("’", "'")
         if low in _NOT_NAMES or low in EN_STOP:
             continue
         start = latin[: m.start()].strip()
@@ -222,7 +226,10 @@ def specifics(sentence: str, *, initial: bool = True) -> list[str]:
             if not IDEOGRAPH.match(word[:1]):
                 continue
             if flag in _ZH_NAME_TAGS and len(word) >= 2:
-                found.append(word)
+                # jieba's dictionary gives some common words a proper-noun tag ("聊天" nz, "攀岩"
+                # ns): one that speaks about the talk or of a trait is never a name
+                if word not in _ABOUT_TALK_ZH and word not in _TRAITS:
+                    found.append(word)
             elif flag in _ZH_NUMBER_TAGS and _ZH_NUMERALS & set(word):
                 found.append(word)
         # Latin words inside Chinese text are names or titles (lower-case ones too)
