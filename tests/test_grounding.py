@@ -338,13 +338,20 @@ def test_well_written_summaries_of_real_bank_days_pass(checker):
     for (lang, user, day), (events, profile) in HUMAN_SUMMARIES.items():
         bank = banks[lang]
         turns = bank[next(k for k in bank if k.strip() == user)]["history"][day]
+        prompts = load_prompts(lang)
+        values = dict(user_name=user, companion_name="SiliconFriend", date=prompts.format_date(date.fromisoformat(day)))
+        task = [prompts.render(name, **values, dialogue="") for name in ("daily_events", "daily_personality")]
         sources = checker.sources(
             [x for t in turns for x in (t["query"], t["response"])],
-            allowed=[user, "SiliconFriend", load_prompts(lang).format_date(date.fromisoformat(day))],
+            allowed=[user, "SiliconFriend", values["date"]],
+            task="\n".join([prompts.fragment("summary_system"), *task]),
         )
         for text, is_profile in ((events, False), (profile, True)):
             check = checker.check(text, sources, profile=is_profile)
-            assert not check.invented, (user, day, check.invented)
+            assert not check.invented and not any(v.voice for v in check.verdicts), (user, day, check.dropped)
             kept[lang] += len(check.kept)
             total[lang] += len(check.verdicts)
     assert kept["en"] == total["en"] == 24 and total["zh"] == 21 and kept["zh"] >= 20, (kept, total)
+    # what SmolLM2 wrote for a Chinese profile: the request said back, nothing about the person
+    echo = checker.check("你可以在这里说明，王峰是什么样的人！", sources, profile=True)
+    assert user == "王峰" and echo.verdicts[0].voice and not echo.kept

@@ -245,6 +245,12 @@ class Consolidator:
         sources = self.checker.sources(
             [text for t in turns for text in (t.query, t.response)],
             allowed=[user, self.companion_name, values["date"]],
+            task="\n".join(
+                [
+                    prompts.fragment("summary_system"),
+                    *(prompts.render(name, **values, dialogue="") for name in DAILY.values()),
+                ]
+            ),
         )
         written = []
         for kind, name in DAILY.items():

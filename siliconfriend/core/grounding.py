@@ -248,9 +248,11 @@ def _ideographs() -> str:
 class Sources:
     """What a text may draw on: its source texts (turns, daily summaries, a prompt), tokenised and
     embedded once. ``allowed``: more words that may be named (the user's and companion's names,
-    the day's date as the prompt wrote it)."""
+    the day's date as the prompt wrote it). ``task``: the words of the request the text answers
+    (its instructions, without the conversation): a sentence made of them only echoes the task
+    ("…是什么样的人", "what Amy said") and says nothing about the person."""
 
-    def __init__(self, texts: Sequence[str], embedder: Embedder | None, *, allowed: Iterable[str] = ()):
+    def __init__(self, texts: Sequence[str], embedder: Embedder | None, *, allowed: Iterable[str] = (), task: str = ""):
         self.texts = [t for t in texts if t and t.strip()]
         allowed = [a for a in allowed if a and a.strip()]
         # longest first, so that a name is taken out whole before a part of it ("小美" of "小美的")
@@ -259,6 +261,7 @@ class Sources:
         self.lower = joined.lower()
         self.tokens = set(tokenize(joined, drop_stopwords=False))
         self.ignored = set(tokenize(" ".join(allowed), drop_stopwords=False))
+        self.task = set(tokenize(task)) - self.ignored
         self.embedder = embedder
         self._vectors: np.ndarray | None = None
 
@@ -294,8 +297,8 @@ class GroundingChecker:
     def __init__(self, embedder: Embedder | None):
         self.embedder = embedder
 
-    def sources(self, texts: Sequence[str], *, allowed: Iterable[str] = ()) -> Sources:
-        return Sources(texts, self.embedder, allowed=list(allowed))
+    def sources(self, texts: Sequence[str], *, allowed: Iterable[str] = (), task: str = "") -> Sources:
+        return Sources(texts, self.embedder, allowed=list(allowed), task=task)
 
     def check(self, text: str, sources: Sources, *, profile: bool = False, about: bool = True) -> Check:
         """The verdict of each sentence of ``text``. ``profile``: a personality profile, whose
@@ -314,6 +317,8 @@ class GroundingChecker:
                 if w not in sources.ignored and w not in _about_talk(w) and not (profile and w in _TRAITS)
             ]
             v.checked_words = len(words)
+            if about and words and sources.task and _echoes(words, sources):
+                v.voice = True  # the request said back ("You can write here what kind of person Amy is")
             if words:
                 v.overlap = sum(w in sources.tokens for w in words) / len(words)
             if not v.invented and v.checked_words and v.overlap < MIN_OVERLAP:
@@ -340,6 +345,12 @@ class GroundingChecker:
         for name in sources.allowed:  # the prompt's own names, out before jieba reads the rest
             plain = plain.replace(name, " " if not has_ideographs(name) else "，")
         return Verdict(sentence, invented=[w for w in specifics(plain, initial=initial) if not sources.has(w)])
+
+
+def _echoes(words: list[str], sources: Sources) -> bool:
+    """Half or more of the words are the request's, and none of the others was said."""
+    own = [w for w in words if w not in sources.task]
+    return len(own) * 2 <= len(words) and not any(w in sources.tokens for w in own)
 
 
 def _about_talk(word: str) -> frozenset[str]:
