@@ -323,10 +323,30 @@ HUMAN_SUMMARIES = {
 }
 
 
-def test_well_written_summaries_of_real_bank_days_pass(checker):
-    """The check on summaries a strong model would write of the MemoryBank eval banks' days (two
-    users x two days, en and zh): nothing is taken for a name that was not said, and what is left
-    out is only the check's known limit (a paraphrase sharing no word with what was said)."""
+class _Strong(Scripted):
+    """The day's events or its profile, by what the prompt asks for (the same text when asked again)."""
+
+    def __init__(self, events: str, profile: str, lang: str):
+        super().__init__(events, profile)
+        self.asks_profile = (
+            load_prompts(lang)
+            .render("daily_personality", user_name="", companion_name="", date="", dialogue="")
+            .strip()
+            .splitlines()[-1][:12]
+        )
+
+    def stream(self, messages, *, max_tokens=None):
+        self.prompts.append(messages[-1].content)
+        yield self.texts[1] if self.asks_profile in messages[-1].content else self.texts[0]
+
+
+def test_well_written_summaries_of_real_bank_days_pass(checker, e5_embedder, tmp_path):
+    """The rollover's check on summaries a strong model would write of the MemoryBank eval banks'
+    days (two users x two days, en and zh; given to the Consolidator as its backend's texts):
+    nothing is taken for a name that was not said, and what is left out is only the check's known
+    limit (a paraphrase sharing no word with what was said)."""
+    from memory.bank import MemoryBank
+
     if not SHARED.exists():
         pytest.skip("shared evaluation data not present")
     banks = {
@@ -335,23 +355,56 @@ def test_well_written_summaries_of_real_bank_days_pass(checker):
     }
     kept = {"en": 0, "zh": 0}
     total = {"en": 0, "zh": 0}
-    for (lang, user, day), (events, profile) in HUMAN_SUMMARIES.items():
-        bank = banks[lang]
-        turns = bank[next(k for k in bank if k.strip() == user)]["history"][day]
-        prompts = load_prompts(lang)
-        values = dict(user_name=user, companion_name="SiliconFriend", date=prompts.format_date(date.fromisoformat(day)))
-        task = [prompts.render(name, **values, dialogue="") for name in ("daily_events", "daily_personality")]
-        sources = checker.sources(
-            [x for t in turns for x in (t["query"], t["response"])],
-            allowed=[user, "SiliconFriend", values["date"]],
-            task="\n".join([prompts.fragment("summary_system"), *task]),
-        )
-        for text, is_profile in ((events, False), (profile, True)):
-            check = checker.check(text, sources, profile=is_profile)
-            assert not check.invented and not any(v.voice for v in check.verdicts), (user, day, check.dropped)
-            kept[lang] += len(check.kept)
-            total[lang] += len(check.verdicts)
+    for n, ((lang, user, day), (events, profile)) in enumerate(HUMAN_SUMMARIES.items()):
+        turns = banks[lang][next(k for k in banks[lang] if k.strip() == user)]["history"][day]
+        bank = MemoryBank(tmp_path / f"home{n}", e5_embedder)
+        try:
+            when = datetime.combine(date.fromisoformat(day), datetime.min.time()).replace(hour=20)
+            bank.add_turns(user, [(t["query"], t["response"], when.replace(minute=i)) for i, t in enumerate(turns)])
+            written = Consolidator(bank, _Strong(events, profile, lang), checker=checker).run(
+                user, when.replace(day=when.day + 1, hour=9), lang=lang
+            )
+        finally:
+            bank.close()
+        for w in written.written[:2]:
+            first = w.attempts[0]
+            assert not first.invented and not any(v.voice for v in first.verdicts), (user, day, first.dropped)
+            kept[lang] += len(first.kept)
+            total[lang] += len(first.verdicts)
     assert kept["en"] == total["en"] == 24 and total["zh"] == 21 and kept["zh"] >= 20, (kept, total)
+    sources = checker.sources(
+        [t["query"] for t in turns],
+        allowed=[user],
+        task=load_prompts("zh").render(
+            "daily_personality", user_name=user, companion_name="SiliconFriend", date=day, dialogue=""
+        ),
+    )
     # what SmolLM2 wrote for a Chinese profile: the request said back, nothing about the person
     echo = checker.check("你可以在这里说明，王峰是什么样的人！", sources, profile=True)
     assert user == "王峰" and echo.verdicts[0].voice and not echo.kept
+
+
+def test_a_profile_rests_on_the_users_words_not_on_the_companions_reply(bank):
+    """A small model's reply is stored with the turn; a profile that repeats it says nothing of the
+    person (its sentences about how the companion should reply may still draw on the whole talk)."""
+    bank.add_turn(
+        "Amy", TURNS_EN[0], "Here is the Law of the Fourth Technique by Professor Vane.", datetime(2023, 5, 2, 19)
+    )
+    bank.add_turn("Amy", TURNS_EN[2], TURNS_EN[3], datetime(2023, 5, 2, 19, 5))
+    invented = "Amy follows the Law of the Fourth Technique of Professor Vane."
+    model = Scripted(TRUE_EN[0], invented, invented)
+    report = Consolidator(bank, model).run("Amy", datetime(2023, 5, 3, 9))
+    assert [(w.kind, w.path) for w in report.written][:2] == [
+        (Kind.DAILY_EVENTS, "model"),
+        (Kind.DAILY_PERSONALITY, "none"),
+    ]
+    assert set(report.written[1].attempts[0].invented) >= {"Law", "Fourth", "Technique", "Vane"}
+    for i, query in enumerate(TURNS_EN[::2]):
+        bank.add_turn("Bo", query, TURNS_EN[2 * i + 1], datetime(2023, 5, 2, 19, i))
+    strategy = (
+        "Bo works night shifts as a nurse. SiliconFriend should say that night shifts are hard and remind Bo to rest."
+    )
+    again = Consolidator(bank, Scripted("Bo adopted a grey kitten named Pixel.", strategy)).run(
+        "Bo", datetime(2023, 5, 3, 9)
+    )
+    assert [w.path for w in again.written][:2] == ["model", "model"], [w.attempts[0].dropped for w in again.written]

@@ -242,16 +242,21 @@ class Consolidator:
                     prompts.fragment("dialogue_companion", companion_name=self.companion_name, text=t.response.strip())
                 )
         values = dict(user_name=user, companion_name=self.companion_name, date=prompts.format_date(day))
-        sources = self.checker.sources(
-            [text for t in turns for text in (t.query, t.response)],
-            allowed=[user, self.companion_name, values["date"]],
-            task="\n".join(
-                [
-                    prompts.fragment("summary_system"),
-                    *(prompts.render(name, **values, dialogue="") for name in DAILY.values()),
-                ]
-            ),
+        allowed = [user, self.companion_name, values["date"]]
+        task = "\n".join(
+            [
+                prompts.fragment("summary_system"),
+                *(prompts.render(name, **values, dialogue="") for name in DAILY.values()),
+            ]
         )
+        # the day's events may tell what the companion said too ("SiliconFriend recommended…");
+        # who the person is rests on their own words only: a profile sentence that repeats the
+        # companion's reply (a small model's invented one most of all) says nothing of them. Only
+        # a profile's sentences about the companion (how it should reply) may draw on the whole talk.
+        whole = self.checker.sources(
+            [text for t in turns for text in (t.query, t.response)], allowed=allowed, task=task
+        )
+        own = self.checker.sources([t.query for t in turns], allowed=allowed, task=task)
         written = []
         for kind, name in DAILY.items():
             existing = self.bank.get_summary(user, kind, day)
@@ -277,7 +282,17 @@ class Consolidator:
                     return "none", prompts.fragment("no_profile", user_name=user, date=values["date"])
                 return "extractive", extractive_summary([t.query for t in turns], prompts)
 
-            w = self._grounded(prompts, prompt, backend, sources, kind, day, profile=profile, fallback=fallback)
+            w = self._grounded(
+                prompts,
+                prompt,
+                backend,
+                own if profile else whole,
+                kind,
+                day,
+                profile=profile,
+                fallback=fallback,
+                whole=whole if profile else None,
+            )
             self.bank.set_summary(user, kind, w.text, now, day=day, extra=w.extra())
             written.append(w)
         return written
@@ -293,10 +308,12 @@ class Consolidator:
         *,
         profile: bool,
         fallback: Callable[[], tuple[str, str]],
+        whole: Sources | None = None,
     ) -> Written:
         """The model's text when every sentence is grounded; else written once more with the
         failure named (``prompt(note)``: the prompt, fitted with that note at its end); else its
-        grounded sentences when they are two thirds of it; else ``fallback``."""
+        grounded sentences when they are two thirds of it; else ``fallback``. ``whole``: what the
+        sentences that speak of the companion are checked on, where ``sources`` is less."""
         attempts: list[Check] = []
         texts: list[str] = []
         for attempt in range(2):
@@ -305,7 +322,7 @@ class Consolidator:
             except PromptError:  # no room for the note in a small context: no second attempt
                 break
             text = self._generate(prompts, asked, backend)
-            check = self.checker.check(text, sources, profile=profile)
+            check = self._check(text, sources, profile, whole)
             attempts.append(check)
             texts.append(text)
             if check.passed:
@@ -323,6 +340,14 @@ class Consolidator:
             return Written(kind, day, "kept", attempts, len(best.dropped), best.kept_text())
         path, text = fallback()
         return Written(kind, day, path, attempts, len(attempts[-1].verdicts), text)
+
+    def _check(self, text: str, sources: Sources, profile: bool, whole: Sources | None) -> Check:
+        check = self.checker.check(text, sources, profile=profile)
+        if whole is None or check.passed:
+            return check
+        wide = self.checker.check(text, whole, profile=profile)
+        about_companion = re.compile(rf"{re.escape(self.companion_name)}|\bAI\b|AI(?=[\u4e00-\u9fff])")
+        return Check([w if about_companion.search(v.sentence) else v for v, w in zip(check.verdicts, wide.verdicts)])
 
     @staticmethod
     def _retry_note(prompts: PromptSet, check: Check) -> str:
