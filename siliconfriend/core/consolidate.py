@@ -12,9 +12,10 @@ Finally the forgetting pass archives what has faded.
 Nothing is kept that was not said (``grounding.py``): each sentence of a daily summary is checked
 against the day's turns, of a daily personality against the user's own words (its sentences about
 the companion against the turns), of a global one against the daily ones it rolls up. When a
-sentence fails, the text is written again with the failure named; a second failure keeps the grounded sentences when they are the most, and otherwise falls back: the day's
-own statements by the user, said as such ("You told me: ..."), for events; an honest "too little
-was said" for a personality (no profile beats a false one); the dated daily lines for the global
+sentence fails, the text is written again with the failure named; a second failure keeps the
+grounded sentences when they are the most, and otherwise falls back: the day's own statements by
+the user, said as such ("You told me: ..."), for events; an honest "too little was said" for a
+personality (no profile beats a false one); the dated daily lines for the global
 events. What was left out is counted with the record (``extra["grounding"]``) and the memory page
 says so.
 """
