@@ -14,7 +14,7 @@ from safetensors import safe_open
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
-from siliconfriend.backends.base import BackendError, BackendModelNotFound, ChatBackend, Message, join_stream
+from siliconfriend.backends.base import BackendError, BackendModelNotFound, ChatBackend, Message, Sampling, join_stream
 from siliconfriend.backends.hf.chat import HFLocalChat, _until_stop, load_causal_lm
 from siliconfriend.backends.hf.loader import (
     PRESETS,
@@ -353,3 +353,30 @@ def test_smollm2_on_cuda_uses_half_precision():
     assert backend.hf_model.device.type == "cuda"
     assert backend.hf_model.dtype in (torch.bfloat16, torch.float16)
     assert "Paris" in join_stream(backend.stream([Message("user", "What is the capital of France?")]))
+
+
+def test_one_calls_sampling_over_the_backends_own(tiny):
+    """A summary asks for greedy decoding and penalties on its own words only, whatever the
+    backend's reply settings; two greedy runs write the same text."""
+    backend = HFLocalChat(str(tiny["llama"]), max_new_tokens=6, temperature=0.9, top_p=0.5, repetition_penalty=1.2)
+    summary = Sampling(temperature=0.0, repetition_penalty=1.3, no_repeat_ngram_size=3, penalise_prompt=False)
+    options = backend._sampling(summary, prompt_len=10)
+    assert options["do_sample"] is False and "temperature" not in options and "repetition_penalty" not in options
+    (own,) = options["logits_processor"]
+    assert (own.start, own.penalty, own.ngram) == (10, 1.3, 3)
+    assert backend._sampling(Sampling(temperature=0.0)) == {"do_sample": False, "repetition_penalty": 1.2}
+    first, second = (join_stream(backend.stream(MESSAGES, sampling=summary)) for _ in range(2))
+    assert first == second
+
+
+def test_a_summarys_penalties_count_its_own_words_not_the_prompts():
+    from siliconfriend.backends.hf.chat import _OwnWordsPenalty
+
+    ids = torch.tensor([[7, 8, 9, 7, 3, 4, 3]])  # the prompt 7 8 9 7, then the model's 3 4 3
+    scores = torch.ones(1, 12)
+    scores[0, 9] = -1.0
+    out = _OwnWordsPenalty(start=4, penalty=2.0, ngram=2)(ids, scores.clone())
+    assert out[0, 4] == float("-inf")  # "3 4" was written once: after 3, not again
+    assert out[0, 3] == 0.5  # written: penalised
+    assert out[0, 7] == 1.0 and out[0, 8] == 1.0 and out[0, 9] == -1.0  # the prompt's words are free to copy
+    assert torch.equal(_OwnWordsPenalty(start=7, penalty=2.0, ngram=2)(ids, scores.clone()), scores)

@@ -52,5 +52,25 @@ class BackendRateLimited(BackendError):
     """Still rate limited (HTTP 429) after the retries."""
 
 
+@dataclass(frozen=True)
+class Sampling:
+    """Generation settings for one call, over the backend's own (None: the backend's). A task that
+    must not invent (a summary of what was said) asks for less chance than a chat reply does.
+    A backend that takes them says so (``takes_sampling = True``) and takes ``sampling=`` in
+    ``stream``; what it cannot apply it leaves out."""
+
+    temperature: float | None = None  # 0: greedy
+    repetition_penalty: float | None = None  # 1.0: none
+    no_repeat_ngram_size: int | None = None  # 0: none
+    # whether the penalties count the prompt's words too (a chat reply: do not parrot the user) or
+    # only the model's own (a summary: copying what was said is the point, looping is not)
+    penalise_prompt: bool = True
+
+
+def takes_sampling(backend: object) -> bool:
+    """Whether ``backend.stream`` takes ``sampling=``."""
+    return bool(getattr(backend, "takes_sampling", False))
+
+
 def join_stream(chunks: Iterator[str]) -> str:
     return "".join(chunks)

@@ -15,7 +15,15 @@ from typing import Any, Iterator, Sequence
 
 from memory.cjk import count_wide
 
-from .base import BackendAuthError, BackendError, BackendModelNotFound, BackendRateLimited, BackendUnavailable, Message
+from .base import (
+    BackendAuthError,
+    BackendError,
+    BackendModelNotFound,
+    BackendRateLimited,
+    BackendUnavailable,
+    Message,
+    Sampling,
+)
 
 log = logging.getLogger("siliconfriend.backends.openai")
 
@@ -41,6 +49,7 @@ class OpenAIChat:
     """
 
     name = "openai"
+    takes_sampling = True  # stream() takes sampling: its temperature (the API has no repetition penalty)
 
     def __init__(
         self,
@@ -94,8 +103,12 @@ class OpenAIChat:
         return estimate_tokens(text)
 
     # ------------------------------------------------------------------ streaming
-    def stream(self, messages: Sequence[Message], *, max_tokens: int | None = None) -> Iterator[str]:
+    def stream(
+        self, messages: Sequence[Message], *, max_tokens: int | None = None, sampling: Sampling | None = None
+    ) -> Iterator[str]:
         request = self._request(messages, max_tokens)
+        if sampling is not None and sampling.temperature is not None:
+            request["temperature"] = sampling.temperature
         attempt = 0
         while True:
             yielded = False

@@ -29,9 +29,9 @@ from memory.embedders import Embedder
 from memory.memorybank_format import parse_bank
 from memory.records import Kind
 
-from ..backends.base import ChatBackend
-from ..core.consolidate import Consolidator, Written
-from ..core.grounding import GroundingChecker
+from ..backends.base import ChatBackend, Sampling
+from ..core.consolidate import SUMMARY_SAMPLING, Consolidator, Written
+from ..core.grounding import GroundingChecker, join_sentences
 from ..core.prompting import load_prompts
 
 GROUPS = {
@@ -51,7 +51,9 @@ def evaluate_grounding(
     summary_tokens: int = 120,
     companion_name: str = "SiliconFriend",
     progress: Callable[[str], None] | None = None,
+    sampling: Sampling | None = SUMMARY_SAMPLING,
 ) -> dict:
+    """``sampling``: the summaries' generation settings (None: the backend's own, a reply's)."""
     parsed = parse_bank(bank_file)[:users]
     written: list[Written] = []
     stored_invented = 0
@@ -61,7 +63,12 @@ def evaluate_grounding(
         checker = GroundingChecker(embedder)
         try:
             consolidator = Consolidator(
-                bank, backend, companion_name=companion_name, summary_tokens=summary_tokens, checker=checker
+                bank,
+                backend,
+                companion_name=companion_name,
+                summary_tokens=summary_tokens,
+                checker=checker,
+                sampling=sampling,
             )
             for p in parsed:
                 lived = sorted({t[2].date() for t in p.turns})[:days]
@@ -70,8 +77,14 @@ def evaluate_grounding(
                     report = consolidator.run(p.name, datetime.combine(day + timedelta(days=1), time(9)), lang=lang)
                     written += report.written
                     if progress:
-                        done = ", ".join(f"{w.kind.value} {w.path}" for w in report.written)
-                        progress(f"{p.name} {day}: {done}")
+                        for w in report.written:
+                            first = w.attempts[0] if w.attempts else None
+                            wrote = join_sentences([v.sentence for v in first.verdicts]) if first else ""
+                            invented = ", ".join(first.invented) if first else ""
+                            progress(
+                                f"{p.name} {day} {w.kind.value}: {w.path}; the model wrote: {wrote[:300]!r}"
+                                + (f"; not said: {invented}" if invented else "")
+                            )
                     turns = bank.turns_on(p.name, day)
                     sources = checker.sources(
                         [x for t in turns for x in (t.query, t.response)],
@@ -88,6 +101,7 @@ def evaluate_grounding(
         "days": days,
         "lang": lang,
         "backend": f"{backend.name}:{getattr(backend, 'preset', None) or backend.model}",
+        "sampling": "summary" if sampling == SUMMARY_SAMPLING else "backend" if sampling is None else str(sampling),
     }
     for group, kinds in GROUPS.items():
         ws = [w for w in written if w.kind in kinds and w.attempts]
@@ -115,7 +129,10 @@ def evaluate_grounding(
 
 
 def format_grounding(result: dict) -> str:
-    lines = [f"{result['users']} users x {result['days']} days ({result['lang']}), backend {result['backend']}"]
+    lines = [
+        f"{result['users']} users x {result['days']} days ({result['lang']}), backend {result['backend']}, "
+        f"sampling {result['sampling']}"
+    ]
     for group in GROUPS:
         g = result[group]
         grounded = "-" if g["grounded"] is None else f"{g['grounded']:.3f}"

@@ -19,6 +19,10 @@ Two ways to load the bank:
   rehearsal it brings (``MemoryBank.rehearse``), then the default forgetting pass. A question is
   asked when its time comes, so that it sees only what was said before it; one asked after the
   last day comes with a forgetting pass at its time, as the companion's rollover would run.
+  With a ``backend`` the summaries are written as the companion writes them (its summary length,
+  the grounding check, the fallbacks), and the result says how each ended (``summaries``).
+  ``users`` / ``days`` live only the first users of the file, each its first days (a slow
+  backend writes eight texts a day at most); a question whose evidence lies outside is left out.
 """
 
 from __future__ import annotations
@@ -26,7 +30,7 @@ from __future__ import annotations
 import json
 import re
 import tempfile
-from collections import defaultdict
+from collections import Counter, defaultdict
 from contextlib import contextmanager
 from datetime import date, datetime, time, timedelta
 from pathlib import Path
@@ -101,12 +105,26 @@ def evaluate_label_sets(
     backend=None,
     lang: str = "en",
     database_url: str | None = None,
+    users: int | None = None,
+    days: int | None = None,
+    summary_tokens: int | None = None,
 ) -> list[dict]:
     """Load the bank once (plain or ``as_used``), then score each label file on it. With
     ``database_url`` the bank goes into a scratch database on that PostgreSQL server (dropped
-    afterwards), not a temporary home."""
+    afterwards), not a temporary home. ``users`` / ``days`` (``as_used`` only): the first users
+    of the file, their first days. ``summary_tokens``: the longest summary ``backend`` writes
+    (default: the companion's)."""
     label_sets = [[label for label in load_labels(f) if label.get("evidence")] for f in labels_files]
     parsed = parse_bank(bank_file)
+    if users is not None or days is not None:
+        if not as_used:
+            raise ValueError("users and days bound the days lived: they need as_used")
+        parsed = _first(parsed, users, days)
+        lived = {(p.name, t[2].date().isoformat()) for p in parsed for t in p.turns}
+        label_sets = [
+            [x for x in labels if all((x["bank_user"].strip(), e["date"]) in lived for e in x["evidence"])]
+            for labels in label_sets
+        ]
     last = max((t[2] for p in parsed for t in p.turns), default=datetime(1970, 1, 1))
     default_now = datetime.combine(last.date() + timedelta(days=1), time(9, 0))
     config = config or RetrievalConfig()
@@ -119,9 +137,10 @@ def evaluate_label_sets(
             bank = MemoryBank(PostgresStores(where), embedder, policy=policy, retrieval=config)
         else:
             bank = MemoryBank(where, embedder, policy=policy, retrieval=config)
+        written: Counter = Counter()
         try:
             if as_used:
-                rankings = _live_and_ask(bank, parsed, label_sets, default_now, depth, backend, lang, progress)
+                rankings = _live_and_ask(bank, parsed, label_sets, default_now, depth, backend, lang, progress, written)
             else:
                 import_bank(bank, bank_file, progress=progress)
                 bank.settle()
@@ -131,7 +150,27 @@ def evaluate_label_sets(
                 ]
         finally:
             bank.close()
-    return [_score(labels, ranked, ks, depth, details) for labels, ranked in zip(label_sets, rankings)]
+    results = [_score(labels, ranked, ks, depth, details) for labels, ranked in zip(label_sets, rankings)]
+    if backend is not None and as_used:
+        for r in results:
+            r["summaries"] = {f"{kind} {path}": n for (kind, path), n in sorted(written.items())}
+    return results
+
+
+def _first(parsed: list[ParsedUser], users: int | None, days: int | None) -> list[ParsedUser]:
+    """The first ``users`` of the file, each with the turns of its first ``days`` days."""
+    out = []
+    for p in parsed[:users]:
+        keep = sorted({t[2].date() for t in p.turns})[:days]
+        out.append(
+            ParsedUser(
+                p.name,
+                [t for t in p.turns if t[2].date() in keep],
+                {d: x for d, x in p.daily_events.items() if d in keep},
+                {d: x for d, x in p.daily_personality.items() if d in keep},
+            )
+        )
+    return out
 
 
 @contextmanager
@@ -185,6 +224,8 @@ def _live_and_ask(
     backend,
     lang: str,
     progress: Callable | None,
+    written: Counter,
+    summary_tokens: int | None = None,
 ) -> list[list]:
     """Each user's days lived in order with the day rollover, each question asked at its time."""
     rankings: list[list] = [[None] * len(labels) for labels in label_sets]
@@ -194,9 +235,9 @@ def _live_and_ask(
             asked[label["bank_user"].strip()].append((label.get("asked_at") or default_now, s, i))
     consolidator = None
     if backend is not None:
-        from ..core.consolidate import Consolidator
+        from ..core.consolidate import SUMMARY_TOKENS, Consolidator
 
-        consolidator = Consolidator(bank, backend)
+        consolidator = Consolidator(bank, backend, summary_tokens=summary_tokens or SUMMARY_TOKENS)
     bar = progress(total=sum(len(p.turns) for p in parsed), desc="living the days", unit="turn") if progress else None
     for p in parsed:
         queue = sorted(asked.get(p.name, []), key=lambda q: q[0])
@@ -213,7 +254,7 @@ def _live_and_ask(
         for day in sorted(by_day):
             start = datetime.combine(day, time(0, 0))
             if previous is not None:
-                _rollover(bank, p, previous, start, consolidator, lang, ask_until)
+                _rollover(bank, p, previous, start, consolidator, lang, ask_until, written)
             ask_until(start)
             for query, response, when, _, _ in by_day[day]:
                 ask_until(when)
@@ -230,6 +271,7 @@ def _live_and_ask(
                 consolidator,
                 lang,
                 ask_until,
+                written,
             )
         while queue:
             # a later question comes with the rollover of its own day: the forgetting pass at its
@@ -249,11 +291,15 @@ def _rollover(
     consolidator,
     lang: str,
     ask_until: Callable[[datetime], None],
+    written: Counter,
 ) -> None:
     """The end of ``day``: its summary, the rehearsal, the forgetting pass (as ``Consolidator.run``)."""
     ask_until(at - timedelta(seconds=1))
     if consolidator is not None:
-        consolidator.run(p.name, at, until=day, lang=lang, forget=True)
+        report = consolidator.run(p.name, at, until=day, lang=lang, forget=True)
+        written.update((w.kind.value, w.path) for w in report.written)
+        if report.failed:  # a day whose summaries the backend failed to write (retried next night)
+            written[("daily", "failed")] += len(report.failed)
         return
     for kind, texts in ((Kind.DAILY_EVENTS, p.daily_events), (Kind.DAILY_PERSONALITY, p.daily_personality)):
         if day in texts:

@@ -164,6 +164,9 @@ def cmd_eval(args) -> int:
     from ..config import Settings
     from ..factory import build_policy
 
+    if (args.users or args.days) and not args.as_used:
+        print("error: --users and --days bound the days lived: add --as-used", file=sys.stderr)
+        return 2
     settings = Settings.load(home=args.home)
     ks = tuple(sorted({1, 2, 3, 5, 10, args.k}))
     details: list | None = [] if args.details else None
@@ -188,6 +191,8 @@ def cmd_eval(args) -> int:
         lang=args.lang or settings.lang,
         progress=tqdm,  # the turns imported (or lived) so far and an ETA, on stderr: long banks take minutes
         database_url=args.database_url,
+        users=args.users,
+        days=args.days,
     )
     if args.json:
         print(json.dumps(result))
@@ -202,6 +207,8 @@ def cmd_eval(args) -> int:
             print(
                 f"category {category}: {c['n']} questions, recall@5 {c['recall@5']:.3f}, recall@10 {c['recall@10']:.3f}"
             )
+        if "summaries" in result:
+            print("summaries written: " + ", ".join(f"{k} {n}" for k, n in result["summaries"].items()))
     if details is not None:
         for d in details:
             print(json.dumps(d, ensure_ascii=False), file=sys.stderr)
@@ -215,6 +222,7 @@ def cmd_eval_grounding(args) -> int:
 
     from ..bench.grounding_eval import evaluate_grounding, format_grounding
     from ..config import Settings
+    from ..core.consolidate import SUMMARY_SAMPLING
     from ..factory import build_backend
 
     settings = Settings.load(home=args.home)
@@ -223,7 +231,7 @@ def cmd_eval_grounding(args) -> int:
     backend = build_backend(settings)
 
     def log(line: str) -> None:
-        if not args.json:
+        if not args.json or args.verbose:
             print(f"[grounding] {line}", file=sys.stderr, flush=True)
 
     result = evaluate_grounding(
@@ -236,6 +244,7 @@ def cmd_eval_grounding(args) -> int:
         summary_tokens=args.summary_tokens,
         companion_name=settings.companion_name,
         progress=log,
+        sampling=None if args.summary_sampling == "backend" else SUMMARY_SAMPLING,
     )
     print(json.dumps(result, ensure_ascii=False) if args.json else format_grounding(result))
     return 0
@@ -310,6 +319,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     e.add_argument("--model", help="with --backend: the model")
     e.add_argument("--lang", choices=["en", "zh"], help="language of the summaries written with --backend")
+    e.add_argument("--users", type=int, help="with --as-used: only the first N users of the file")
+    e.add_argument(
+        "--days",
+        type=int,
+        help="with --as-used: only each user's first N days (questions whose evidence lies later are left out)",
+    )
     e.set_defaults(func=cmd_eval)
 
     e = esub.add_parser(
@@ -328,5 +343,13 @@ def register(sub: argparse._SubParsersAction) -> None:
     e.add_argument("--lang", choices=["en", "zh"], help="the prompts' language (default: the configured one)")
     e.add_argument("--summary-tokens", type=int, default=120, help="the longest summary, in tokens (default 120)")
     e.add_argument("--embedder", help="override the configured embedder (the check's)")
+    e.add_argument(
+        "--summary-sampling",
+        choices=["summary", "backend"],
+        default="summary",
+        help="the summaries' generation: the companion's for summaries (greedy; the default) or the "
+        "backend's own, as for a reply",
+    )
     e.add_argument("--json", action="store_true")
+    e.add_argument("-v", "--verbose", action="store_true", help="what the model wrote, on stderr, with --json too")
     e.set_defaults(func=cmd_eval_grounding)

@@ -9,12 +9,13 @@ done once both its summaries exist; a failed LLM call leaves that day (or the gl
 and it is retried on the next run. A summary is a memory with its day, so it can be retrieved.
 Finally the forgetting pass archives what has faded.
 
-Nothing is kept that was not said (``grounding.py``): each sentence of a daily summary or
-personality is checked against the day's turns, each of a global one against the daily ones it
-rolls up. When a sentence fails, the text is written again with the failure named; a second
-failure keeps the grounded sentences when they are the most, and otherwise falls back: the day's
-own statements by the user, said as such ("You told me: ..."), for events; an honest "too little
-was said" for a personality (no profile beats a false one); the dated daily lines for the global
+Nothing is kept that was not said (``grounding.py``): each sentence of a daily summary is checked
+against the day's turns, of a daily personality against the user's own words (its sentences about
+the companion against the turns), of a global one against the daily ones it rolls up. When a
+sentence fails, the text is written again with the failure named; a second failure keeps the
+grounded sentences when they are the most, and otherwise falls back: the day's own statements by
+the user, said as such ("You told me: ..."), for events; an honest "too little was said" for a
+personality (no profile beats a false one); the dated daily lines for the global
 events. What was left out is counted with the record (``extra["grounding"]``) and the memory page
 says so.
 """
@@ -33,7 +34,7 @@ from memory.importance import rate_importance
 from memory.lexical import tokenize
 from memory.records import Kind, MemoryRecord
 
-from ..backends.base import BackendError, ChatBackend, Message
+from ..backends.base import BackendError, ChatBackend, Message, Sampling, takes_sampling
 from .grounding import Check, GroundingChecker, Sources, join_sentences, split_sentences
 from .prompting import PromptError, PromptSet, fit_block, load_prompts
 
@@ -55,6 +56,10 @@ GLOBAL_FALLBACK_CHARS = 1500
 # the longest summary the companion asks for: "two or three short sentences" take 40-80 tokens, and
 # what a small model writes past them is where it starts to invent
 SUMMARY_TOKENS = 96
+# how a summary is generated, where the backend takes it: greedy (a summary wants the likeliest
+# words, not varied ones), and the penalties that keep a small model from looping counted on its
+# own words only, so that they never keep it from copying the names and words it summarises
+SUMMARY_SAMPLING = Sampling(temperature=0.0, repetition_penalty=1.3, no_repeat_ngram_size=4, penalise_prompt=False)
 RETRY_ROOM = 64  # tokens kept free in a summary prompt for the note of a second attempt  # the dated daily lines a global fallback keeps, newest first
 
 
@@ -117,7 +122,8 @@ def tidy(text: str) -> str:
 
 class Consolidator:
     """Writes the summaries of finished days with ``backend``. ``summary_tokens`` caps each
-    summary; ``prompt_budget`` caps a summary prompt (default: what the model's context allows)."""
+    summary; ``prompt_budget`` caps a summary prompt (default: what the model's context allows);
+    ``sampling``: the summaries' generation settings (None: the backend's own, as for a reply)."""
 
     def __init__(
         self,
@@ -129,6 +135,7 @@ class Consolidator:
         prompt_budget: int | None = None,
         prompts: Callable[[str], PromptSet] = load_prompts,
         checker: GroundingChecker | None = None,
+        sampling: Sampling | None = SUMMARY_SAMPLING,
     ):
         self.bank = bank
         self.checker = checker or GroundingChecker(bank.embedder)
@@ -137,6 +144,7 @@ class Consolidator:
         self.summary_tokens = summary_tokens
         self.prompt_budget = prompt_budget
         self.prompts = prompts
+        self.sampling = sampling
 
     # -- what is pending ----------------------------------------------------------------------
     def pending_days(self, user: str, until: date) -> list[date]:
@@ -235,10 +243,21 @@ class Consolidator:
                     prompts.fragment("dialogue_companion", companion_name=self.companion_name, text=t.response.strip())
                 )
         values = dict(user_name=user, companion_name=self.companion_name, date=prompts.format_date(day))
-        sources = self.checker.sources(
-            [text for t in turns for text in (t.query, t.response)],
-            allowed=[user, self.companion_name, values["date"]],
+        allowed = [user, self.companion_name, values["date"]]
+        task = "\n".join(
+            [
+                prompts.fragment("summary_system"),
+                *(prompts.render(name, **values, dialogue="") for name in DAILY.values()),
+            ]
         )
+        # the day's events may tell what the companion said too ("SiliconFriend recommended…");
+        # who the person is rests on their own words only: a profile sentence that repeats the
+        # companion's reply (a small model's invented one most of all) says nothing of them. Only
+        # a profile's sentences about the companion (how it should reply) may draw on the whole talk.
+        whole = self.checker.sources(
+            [text for t in turns for text in (t.query, t.response)], allowed=allowed, task=task
+        )
+        own = self.checker.sources([t.query for t in turns], allowed=allowed, task=task)
         written = []
         for kind, name in DAILY.items():
             existing = self.bank.get_summary(user, kind, day)
@@ -264,7 +283,17 @@ class Consolidator:
                     return "none", prompts.fragment("no_profile", user_name=user, date=values["date"])
                 return "extractive", extractive_summary([t.query for t in turns], prompts)
 
-            w = self._grounded(prompts, prompt, backend, sources, kind, day, profile=profile, fallback=fallback)
+            w = self._grounded(
+                prompts,
+                prompt,
+                backend,
+                own if profile else whole,
+                kind,
+                day,
+                profile=profile,
+                fallback=fallback,
+                whole=whole if profile else None,
+            )
             self.bank.set_summary(user, kind, w.text, now, day=day, extra=w.extra())
             written.append(w)
         return written
@@ -280,10 +309,12 @@ class Consolidator:
         *,
         profile: bool,
         fallback: Callable[[], tuple[str, str]],
+        whole: Sources | None = None,
     ) -> Written:
         """The model's text when every sentence is grounded; else written once more with the
         failure named (``prompt(note)``: the prompt, fitted with that note at its end); else its
-        grounded sentences when they are two thirds of it; else ``fallback``."""
+        grounded sentences when they are two thirds of it; else ``fallback``. ``whole``: what the
+        sentences that speak of the companion are checked on, where ``sources`` is less."""
         attempts: list[Check] = []
         texts: list[str] = []
         for attempt in range(2):
@@ -292,7 +323,7 @@ class Consolidator:
             except PromptError:  # no room for the note in a small context: no second attempt
                 break
             text = self._generate(prompts, asked, backend)
-            check = self.checker.check(text, sources, profile=profile)
+            check = self._check(text, sources, profile, whole)
             attempts.append(check)
             texts.append(text)
             if check.passed:
@@ -310,6 +341,14 @@ class Consolidator:
             return Written(kind, day, "kept", attempts, len(best.dropped), best.kept_text())
         path, text = fallback()
         return Written(kind, day, path, attempts, len(attempts[-1].verdicts), text)
+
+    def _check(self, text: str, sources: Sources, profile: bool, whole: Sources | None) -> Check:
+        check = self.checker.check(text, sources, profile=profile)
+        if whole is None or check.passed:
+            return check
+        wide = self.checker.check(text, whole, profile=profile)
+        about_companion = re.compile(rf"{re.escape(self.companion_name)}|\bAI\b|AI(?=[\u4e00-\u9fff])")
+        return Check([w if about_companion.search(v.sentence) else v for v, w in zip(check.verdicts, wide.verdicts)])
 
     @staticmethod
     def _retry_note(prompts: PromptSet, check: Check) -> str:
@@ -398,7 +437,11 @@ class Consolidator:
 
     def _generate(self, prompts: PromptSet, prompt: str, backend: ChatBackend) -> str:
         messages = [Message("system", prompts.fragment("summary_system")), Message("user", prompt)]
-        text = tidy("".join(backend.stream(messages, max_tokens=self.summary_tokens)))
+        if self.sampling is not None and takes_sampling(backend):
+            chunks = backend.stream(messages, max_tokens=self.summary_tokens, sampling=self.sampling)  # type: ignore[call-arg]
+        else:
+            chunks = backend.stream(messages, max_tokens=self.summary_tokens)
+        text = tidy("".join(chunks))
         if not text:
             raise BackendError("the model returned an empty summary")
         return text

@@ -46,6 +46,8 @@ COSINE = {"en": (0.85, 0.88), "zh": (0.885, 0.90)}  # (overlap >= LOW_OVERLAP, o
 _FIRST_PERSON = re.compile(r"(?<![\w'’])I(?:['’](?:m|ll|ve|d))?(?![\w'’])|^\s*我(?!们)")
 _GREETING = re.compile(r"^\W*(hi|hello|hey|dear|thanks|thank you|你好|亲爱的|谢谢)\b", re.I)
 
+# what opens a list item ("1.", "**2.**", "3)", "- "): how a model lays out its points, not a claim
+_LIST_MARK = re.compile(r"^[\s*#>•-]*(?:\d{1,2}[.)、:：](?!\d)[\s*]*)?")
 _SENTENCE = re.compile(r"(?<=[.!?。！？；;])[\s\"'”’)）]*|\n+")
 _CAPITALISED = re.compile(r"\b[A-Z][a-zA-Z'’-]*[a-zA-Z]\b|\b[A-Z]\b")
 _DIGITS = re.compile(r"\d+")
@@ -172,8 +174,10 @@ class Check:
 
 
 def split_sentences(text: str) -> list[str]:
-    """Sentences of a written text (English and Chinese end marks, line breaks)."""
-    return [s.strip() for s in _SENTENCE.split(text) if s and s.strip() and re.search(r"\w", s)]
+    """Sentences of a written text (English and Chinese end marks, line breaks), without the
+    marks that open list items."""
+    pieces = (_LIST_MARK.sub("", s).strip() for s in _SENTENCE.split(text) if s)
+    return [s for s in pieces if re.search(r"\w", s)]
 
 
 def join_sentences(sentences: Sequence[str]) -> str:
@@ -209,7 +213,7 @@ def specifics(sentence: str, *, initial: bool = True) -> list[str]:
     latin = re.sub(f"[{_ideographs()}]+", " ", sentence)
     for m in _CAPITALISED.finditer(latin):
         word = re.sub(r"['’]s?$", "", m.group(0)) or m.group(0)
-        low = word.lower()
+        low = word.lower().replace("’", "'")
         if low in _NOT_NAMES or low in EN_STOP:
             continue
         start = latin[: m.start()].strip()
@@ -222,7 +226,10 @@ def specifics(sentence: str, *, initial: bool = True) -> list[str]:
             if not IDEOGRAPH.match(word[:1]):
                 continue
             if flag in _ZH_NAME_TAGS and len(word) >= 2:
-                found.append(word)
+                # jieba's dictionary gives some common words a proper-noun tag ("聊天" nz, "攀岩"
+                # ns): one that speaks about the talk or of a trait is never a name
+                if word not in _ABOUT_TALK_ZH and word not in _TRAITS:
+                    found.append(word)
             elif flag in _ZH_NUMBER_TAGS and _ZH_NUMERALS & set(word):
                 found.append(word)
         # Latin words inside Chinese text are names or titles (lower-case ones too)
@@ -241,9 +248,11 @@ def _ideographs() -> str:
 class Sources:
     """What a text may draw on: its source texts (turns, daily summaries, a prompt), tokenised and
     embedded once. ``allowed``: more words that may be named (the user's and companion's names,
-    the day's date as the prompt wrote it)."""
+    the day's date as the prompt wrote it). ``task``: the words of the request the text answers
+    (its instructions, without the conversation): a sentence made of them only echoes the task
+    ("…是什么样的人", "what Amy said") and says nothing about the person."""
 
-    def __init__(self, texts: Sequence[str], embedder: Embedder | None, *, allowed: Iterable[str] = ()):
+    def __init__(self, texts: Sequence[str], embedder: Embedder | None, *, allowed: Iterable[str] = (), task: str = ""):
         self.texts = [t for t in texts if t and t.strip()]
         allowed = [a for a in allowed if a and a.strip()]
         # longest first, so that a name is taken out whole before a part of it ("小美" of "小美的")
@@ -252,6 +261,7 @@ class Sources:
         self.lower = joined.lower()
         self.tokens = set(tokenize(joined, drop_stopwords=False))
         self.ignored = set(tokenize(" ".join(allowed), drop_stopwords=False))
+        self.task = set(tokenize(task)) - self.ignored
         self.embedder = embedder
         self._vectors: np.ndarray | None = None
 
@@ -287,8 +297,8 @@ class GroundingChecker:
     def __init__(self, embedder: Embedder | None):
         self.embedder = embedder
 
-    def sources(self, texts: Sequence[str], *, allowed: Iterable[str] = ()) -> Sources:
-        return Sources(texts, self.embedder, allowed=list(allowed))
+    def sources(self, texts: Sequence[str], *, allowed: Iterable[str] = (), task: str = "") -> Sources:
+        return Sources(texts, self.embedder, allowed=list(allowed), task=task)
 
     def check(self, text: str, sources: Sources, *, profile: bool = False, about: bool = True) -> Check:
         """The verdict of each sentence of ``text``. ``profile``: a personality profile, whose
@@ -307,6 +317,8 @@ class GroundingChecker:
                 if w not in sources.ignored and w not in _about_talk(w) and not (profile and w in _TRAITS)
             ]
             v.checked_words = len(words)
+            if about and words and sources.task and _echoes(words, sources):
+                v.voice = True  # the request said back ("You can write here what kind of person Amy is")
             if words:
                 v.overlap = sum(w in sources.tokens for w in words) / len(words)
             if not v.invented and v.checked_words and v.overlap < MIN_OVERLAP:
@@ -333,6 +345,12 @@ class GroundingChecker:
         for name in sources.allowed:  # the prompt's own names, out before jieba reads the rest
             plain = plain.replace(name, " " if not has_ideographs(name) else "，")
         return Verdict(sentence, invented=[w for w in specifics(plain, initial=initial) if not sources.has(w)])
+
+
+def _echoes(words: list[str], sources: Sources) -> bool:
+    """Half or more of the words are the request's, and none of the others was said."""
+    own = [w for w in words if w not in sources.task]
+    return len(own) * 2 <= len(words) and not any(w in sources.tokens for w in own)
 
 
 def _about_talk(word: str) -> frozenset[str]:

@@ -233,3 +233,24 @@ def test_as_used_lives_the_days_and_asks_each_question_at_its_time(tmp_path, ban
     assert ["2023-04-28", 0] not in [r[:2] for r in details[1]["retrieved"]]  # asked the day before it was said
     assert details[2]["retrieved"][0][:2] == ["2023-04-28", 0]  # faded by June, a strong cue brings it
     assert result["n"] == 3 and result["recall@1"] == pytest.approx(2 / 3, abs=1e-3)
+
+
+def test_as_used_can_live_only_the_first_users_and_days(tmp_path, bank_file):
+    """--users / --days bound a slow backend's run: only the first users' first days are lived,
+    and a question whose evidence lies outside them is left out."""
+    labels = tmp_path / "labels.jsonl"
+    labels.write_text(
+        "\n".join(
+            json.dumps({"bank_user": user, "question": q, "evidence": [{"date": day, "turn": 0}]})
+            for user, q, day in [
+                ("Amy", "What is my cat's name?", "2023-04-27"),
+                ("Amy", "Where did I go hiking?", "2023-04-28"),
+                ("Bob", "What do I collect?", "2023-04-27"),
+            ]
+        )
+    )
+    home = tmp_path / "home"
+    args = ["eval", "retrieval", "--bank", str(bank_file), "--labels", str(labels), "--users", "1", "--days", "1"]
+    assert run(home, *args, check=False).returncode == 2  # the days lived: --as-used only
+    result = json.loads(run(home, *args, "--as-used", "--json").stdout)
+    assert result["n"] == 1 and result["recall@1"] == 1.0 and "summaries" not in result

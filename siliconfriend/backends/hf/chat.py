@@ -4,7 +4,9 @@ and generation thread; by default one generation runs at a time per model.
 
 ``stream(..., cache_key=...)`` names the conversation: the KV cache of its prompt's stable prefix
 (everything before the last message) is kept until its next turn, so that only the new part is
-processed (``prefix_cache.py``).
+processed (``prefix_cache.py``). ``stream(..., sampling=Sampling(...))`` sets the generation
+for one call (a summary's, greedy); its penalties may count the generated tokens only
+(``_OwnWordsPenalty``), where transformers' own count the prompt's too.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator, Sequence
 
-from ..base import BackendError, BackendModelNotFound, Message
+from ..base import BackendError, BackendModelNotFound, Message, Sampling
 from ..registry import require
 from .adapter_meta import check_adapter_base, trained_system_prompts
 from .loader import has_accelerate, load_model, load_tokenizer, model_spec, pick_device, pick_dtype, preset_settings
@@ -101,6 +103,7 @@ class HFLocalChat:
 
     name = "hf"
     keeps_prefix = True  # stream() takes cache_key: the conversation whose prefix it keeps
+    takes_sampling = True  # stream() takes sampling: one call's generation settings
 
     def __init__(
         self,
@@ -197,7 +200,12 @@ class HFLocalChat:
         return self.tokenizer(text, add_special_tokens=False)["input_ids"]
 
     def stream(
-        self, messages: Sequence[Message], *, max_tokens: int | None = None, cache_key: str | None = None
+        self,
+        messages: Sequence[Message],
+        *,
+        max_tokens: int | None = None,
+        cache_key: str | None = None,
+        sampling: Sampling | None = None,
     ) -> Iterator[str]:
         torch = require("torch")
         transformers = require("transformers")
@@ -214,7 +222,7 @@ class HFLocalChat:
         cancel = threading.Event()
         input_ids = torch.tensor([ids], dtype=torch.long, device=self._model.device)
         kwargs = dict(
-            self._sampling(),
+            self._sampling(sampling, prompt_len),
             input_ids=input_ids,
             attention_mask=torch.ones_like(input_ids),
             streamer=streamer,
@@ -305,8 +313,12 @@ class HFLocalChat:
             failure.append(exc)
             streamer.end()
 
-    def _sampling(self) -> dict[str, Any]:
-        gen = self.generation
+    def _sampling(self, sampling: Sampling | None = None, prompt_len: int = 0) -> dict[str, Any]:
+        gen = dict(self.generation)
+        if sampling is not None:
+            for key in ("temperature", "repetition_penalty", "no_repeat_ngram_size"):
+                if getattr(sampling, key) is not None:
+                    gen[key] = getattr(sampling, key)
         if not gen.get("temperature"):
             out = {"do_sample": False}
         else:
@@ -318,6 +330,15 @@ class HFLocalChat:
             out["repetition_penalty"] = gen["repetition_penalty"]
         if gen.get("no_repeat_ngram_size"):
             out["no_repeat_ngram_size"] = gen["no_repeat_ngram_size"]
+        if sampling is not None and not sampling.penalise_prompt:
+            own = _OwnWordsPenalty(
+                prompt_len, out.pop("repetition_penalty", None), out.pop("no_repeat_ngram_size", None)
+            )
+            if own.active:
+                require("transformers")
+                from transformers import LogitsProcessorList
+
+                out["logits_processor"] = LogitsProcessorList([own])
         return out
 
     def _eos_ids(self) -> list[int]:
@@ -341,6 +362,40 @@ class _Reuse:
 def _native(model: Any) -> bool:
     base = getattr(model, "get_base_model", lambda: model)()  # a peft model: the model it wraps
     return type(base).__module__.startswith("transformers.")
+
+
+class _OwnWordsPenalty:
+    """A repetition penalty and a ban on repeated n-grams that count only the tokens generated
+    after ``start`` (transformers' own count the prompt's too: a summary would be kept from
+    copying the names and words it is summarising)."""
+
+    def __init__(self, start: int, penalty: float | None, ngram: int | None) -> None:
+        self.start = start
+        self.penalty = penalty if penalty and penalty != 1.0 else None
+        self.ngram = ngram or 0
+
+    @property
+    def active(self) -> bool:
+        return bool(self.penalty or self.ngram)
+
+    def __call__(self, input_ids: Any, scores: Any) -> Any:
+        import torch
+
+        for row in range(input_ids.shape[0]):
+            own = input_ids[row, self.start :].tolist()
+            if not own:
+                continue
+            if self.penalty:
+                seen = torch.tensor(sorted(set(own)), device=scores.device)
+                s = scores[row, seen]
+                scores[row, seen] = torch.where(s < 0, s * self.penalty, s / self.penalty)
+            n = self.ngram
+            if n and len(own) >= n:
+                tail = own[len(own) - n + 1 :]
+                banned = [own[i + n - 1] for i in range(len(own) - n + 1) if own[i : i + n - 1] == tail]
+                if banned:
+                    scores[row, banned] = float("-inf")
+        return scores
 
 
 class _Cancelled:
