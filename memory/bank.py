@@ -34,7 +34,7 @@ import numpy as np
 from .embedders import TURN_VECTORS, Embedder, QueryHandover, embed_documents, embed_query, embed_replies, embed_turns
 from .forgetting import EbbinghausPolicy, ForgettingPolicy
 from .importance import rate_importance
-from .lexical import tokenize
+from .lexical import Tokenizer
 from .records import Kind, MemoryRecord, State, turn_text
 from .retrieval import Hit, RetrievalConfig, TalkLine, retrieve
 from .stores.base import MAX_USERNAME, Stores, UserStore, user_key
@@ -129,12 +129,17 @@ class MemoryBank:
         max_open_users: int = 64,
         progress: Callable | None = None,
         workers: Executor | None = None,
+        tokenizer: Tokenizer | None = None,
     ):
         if isinstance(stores, (Path, str)):
             from .stores.sqlite import SqliteStores
 
-            stores = SqliteStores(stores)
+            stores = SqliteStores(stores, tokenizer=tokenizer)
+        elif tokenizer is not None and tokenizer is not stores.tokenizer:
+            raise ValueError("the bank's tokenizer is its stores': give it to the stores")
         self.stores: Stores = stores
+        # text to lexical tokens: the stores' (their documents and the bank's searches must agree)
+        self.tokenizer: Tokenizer = stores.tokenizer
         self.embedder = embedder
         # what every vector is made with and how; stored with each user's vectors and index
         self.vectors_id = f"{embedder.id}; {TURN_VECTORS}"
@@ -501,6 +506,7 @@ class MemoryBank:
             query_vector=query_vector,
             talk=talk,
             workers=self.workers,
+            tokenizer=self.tokenizer,
         )
 
     def talk(self, user: str, turns: Sequence[MemoryRecord]) -> list[TalkLine]:
@@ -562,10 +568,10 @@ class MemoryBank:
         turns = [t for t in self.turns_on(user, day) if t.state == State.ACTIVE]
         if summary is None or not turns:
             return []
-        words = [set(tokenize(t.text)) for t in turns]
+        words = [set(self.tokenizer.tokenize(t.text)) for t in turns]
         drawn: set[int] = set()
         for sentence in re.split(r"(?<=[.!?。！？；;])\s*", summary.text):
-            tokens = set(tokenize(sentence))
+            tokens = set(self.tokenizer.tokenize(sentence))
             if len(tokens) < 2:
                 continue
             shared = [len(tokens & w) for w in words]

@@ -12,7 +12,7 @@ import logging
 import re
 import threading
 from datetime import date
-from typing import Iterable
+from typing import Any, Iterable
 
 from .cjk import IDEOGRAPH, IDEOGRAPHS
 
@@ -44,25 +44,6 @@ ZH_STOP = frozenset(
 """.split()
 )
 
-_lock = threading.Lock()
-_jieba = None
-
-
-@functools.lru_cache(maxsize=16384)
-def _cut(text: str) -> tuple[str, ...]:
-    """jieba's words of a run of Han characters. Remembered: a turn tokenizes much of what the
-    turn before it did (today's talk, the prompt's fixed parts, the memories found again)."""
-    global _jieba
-    if _jieba is None:
-        with _lock:
-            if _jieba is None:
-                import jieba
-
-                jieba.setLogLevel(logging.WARNING)
-                jieba.initialize()
-                _jieba = jieba
-    return tuple(_jieba.lcut_for_search(text))
-
 
 def _stem(word: str) -> str:
     if word.isdigit() or len(word) <= 3:
@@ -74,39 +55,82 @@ def _stem(word: str) -> str:
     return word
 
 
-def tokenize(text: str, *, drop_stopwords: bool = True) -> list[str]:
-    out: list[str] = []
-    for m in _WORD.finditer(text.lower()):
-        piece = m.group(0)
-        if IDEOGRAPH.match(piece):
-            for w in _cut(piece):
-                w = w.strip()
-                if w and not (drop_stopwords and w in ZH_STOP):
-                    out.append(w)
-        else:
-            if drop_stopwords and piece in EN_STOP:
-                continue
-            out.append(_stem(piece.replace("'", "")))
-    return out
-
-
 def day_token(day: date) -> str:
     """The token that stands for a calendar day in the lexical table ("day20230507")."""
     return f"day{day:%Y%m%d}"
 
 
-def fts_document(text: str, days: Iterable[date] = ()) -> str:
-    """The token string stored in the FTS5 table (space-joined, stop words kept out), plus a
-    token for each day the text refers to (``days``: "yesterday" said on May 8th is May 7th), so
-    that a question naming that day finds it."""
-    return " ".join([*tokenize(text), *(day_token(d) for d in days)])
+class Tokenizer:
+    """Text to lexical tokens, with jieba's cuts of Chinese remembered. The factory makes one per
+    process and hands it to the banks it builds (their stores index with it, their retrieval
+    searches with it); a bank made without one has its own.
 
+    ``words``: more words for jieba's dictionary (a user dictionary): such a tokenizer has a jieba
+    dictionary of its own; one without them uses jieba's default one (``jieba.dt``, which jieba's
+    part-of-speech tagger shares), left as jieba loads it.
+    """
 
-def query_terms(text: str, days: Iterable[date] = ()) -> list[str]:
-    """The distinct terms a query searches for: the tokens of the days it names, then its own
-    tokens in order (empty if nothing is left)."""
-    seen: list[str] = [day_token(d) for d in days]
-    for tok in tokenize(text):
-        if tok not in seen:
-            seen.append(tok)
-    return seen
+    def __init__(self, *, words: Iterable[str] = (), cached: int = 16384):
+        self.words = tuple(words)
+        self._jieba: Any = None
+        self._lock = threading.Lock()
+        # a turn tokenizes much of what the turn before it did (today's talk, the prompt's fixed
+        # parts, the memories found again): the cuts of runs of Han characters are remembered
+        self._cut = functools.lru_cache(maxsize=cached)(self._cut_now)
+
+    @property
+    def jieba(self) -> Any:
+        """The jieba tokenizer (a ``jieba.Tokenizer``), its dictionary loaded on first use."""
+        if self._jieba is None:
+            with self._lock:
+                if self._jieba is None:
+                    import jieba
+
+                    jieba.setLogLevel(logging.WARNING)
+                    if self.words:
+                        cutter = jieba.Tokenizer()
+                        cutter.initialize()
+                        for word in self.words:
+                            cutter.add_word(word)
+                    else:
+                        jieba.initialize()
+                        cutter = jieba.dt
+                    self._jieba = cutter
+        return self._jieba
+
+    def _cut_now(self, text: str) -> tuple[str, ...]:
+        return tuple(self.jieba.lcut_for_search(text))
+
+    def cut(self, text: str) -> tuple[str, ...]:
+        """jieba's words (search mode) of a run of Han characters."""
+        return self._cut(text)
+
+    def tokenize(self, text: str, *, drop_stopwords: bool = True) -> list[str]:
+        out: list[str] = []
+        for m in _WORD.finditer(text.lower()):
+            piece = m.group(0)
+            if IDEOGRAPH.match(piece):
+                for w in self._cut(piece):
+                    w = w.strip()
+                    if w and not (drop_stopwords and w in ZH_STOP):
+                        out.append(w)
+            else:
+                if drop_stopwords and piece in EN_STOP:
+                    continue
+                out.append(_stem(piece.replace("'", "")))
+        return out
+
+    def fts_document(self, text: str, days: Iterable[date] = ()) -> str:
+        """The token string stored in the lexical table (space-joined, stop words kept out), plus
+        a token for each day the text refers to (``days``: "yesterday" said on May 8th is May
+        7th), so that a question naming that day finds it."""
+        return " ".join([*self.tokenize(text), *(day_token(d) for d in days)])
+
+    def query_terms(self, text: str, days: Iterable[date] = ()) -> list[str]:
+        """The distinct terms a query searches for: the tokens of the days it names, then its own
+        tokens in order (empty if nothing is left)."""
+        seen: list[str] = [day_token(d) for d in days]
+        for tok in self.tokenize(text):
+            if tok not in seen:
+                seen.append(tok)
+        return seen

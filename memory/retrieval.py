@@ -44,7 +44,7 @@ import numpy as np
 from .dates import conversation_days, days_in_query
 from .embedders import Embedder, embed_query, embed_replies, embed_turns, normalise
 from .forgetting import ForgettingPolicy
-from .lexical import query_terms
+from .lexical import Tokenizer
 from .records import Kind, MemoryRecord, State
 from .stores.base import SearchHit, Side, UserStore
 
@@ -143,14 +143,14 @@ def _scale(values: dict[int, float]) -> dict[int, float]:
 
 
 def _lexical_side(
-    store: UserStore, query: str, config: RetrievalConfig, named_days: Sequence[date] = ()
+    store: UserStore, tokenizer: Tokenizer, query: str, config: RetrievalConfig, named_days: Sequence[date] = ()
 ) -> list[tuple[int, float]]:
     """The lexical side's ranked matches (id, BM25). One search gives both the candidates (its
     best ``candidates``) and the lexical scores of the neighbours that join the pool (its best
     ``lexical_depth``): asking for given rows' scores costs a full pass over each query word's
     matches per row. Exact while fewer than ``lexical_depth`` memories match; past that, a
     neighbour beyond them scores 0."""
-    terms = query_terms(query, named_days)
+    terms = tokenizer.query_terms(query, named_days)
     hits: list[SearchHit] = store.lexical(terms, max(config.candidates, config.lexical_depth)) if terms else []
     return [(h.id, h.score) for h in hits]
 
@@ -179,17 +179,17 @@ class _Sides:
     talk_ranked: list[tuple[int, float]]
 
 
-def _talk_terms(talk: Sequence[TalkLine], query: str, config: RetrievalConfig) -> list[str]:
+def _talk_terms(tokenizer: Tokenizer, talk: Sequence[TalkLine], query: str, config: RetrievalConfig) -> list[str]:
     """The words of the conversation's latest ``talk_lexical_turns`` exchanges that the message
     does not have, newest first, at most ``talk_lexical_terms`` (a long talk's words would make
     its search slow and diffuse)."""
-    own = set(query_terms(query))
+    own = set(tokenizer.query_terms(query))
     terms: list[str] = []
     exchanges = 0
     for line in reversed(talk):
         if exchanges >= config.talk_lexical_turns:
             break
-        terms += [t for t in query_terms(line.text) if t not in own and t not in terms]
+        terms += [t for t in tokenizer.query_terms(line.text) if t not in own and t not in terms]
         if line.role == "user":
             exchanges += 1
     return terms[: config.talk_lexical_terms]
@@ -203,6 +203,7 @@ def _talk_lexical_side(store: UserStore, terms: list[str], config: RetrievalConf
 
 def _search_sides(
     store: UserStore,
+    tokenizer: Tokenizer,
     embedder: Embedder,
     query: str,
     config: RetrievalConfig,
@@ -219,16 +220,16 @@ def _search_sides(
     The lexical side does not need the query vector: it runs on another thread while the query is
     embedded (both leave Python's lock: SQLite while it searches, the embedder in its C / PyTorch
     engine), so that on two cores a turn waits for the slower of the two, not for both."""
-    words = _talk_terms(talk, query, config) if config.talk_lexical_weight > 0 else []
+    words = _talk_terms(tokenizer, talk, query, config) if config.talk_lexical_weight > 0 else []
     pending = (
-        workers.submit(_lexical_side, store, query, config, named_days)
+        workers.submit(_lexical_side, store, tokenizer, query, config, named_days)
         if query_vector is None and workers is not None
         else None
     )
     talk_pending = workers.submit(_talk_lexical_side, store, words, config) if words and workers else None
     qvec = embed_query(embedder, query) if query_vector is None else query_vector
     tvec = _talk_vector(embedder, talk, config)
-    ranked = pending.result() if pending is not None else _lexical_side(store, query, config, named_days)
+    ranked = pending.result() if pending is not None else _lexical_side(store, tokenizer, query, config, named_days)
     found: list[int] = []
     # a turn can be found twice (its message and its reply): ask for twice the candidates
     for hit in store.dense(_cue_mix(qvec, tvec, config), config.candidates * (2 if config.use_replies else 1)):
@@ -517,11 +518,13 @@ def retrieve(
     query_vector: np.ndarray | None = None,
     talk: Sequence[TalkLine] = (),
     workers: Executor | None = None,
+    tokenizer: Tokenizer,
 ) -> list[Hit]:
     """The best ``k`` memories for ``query`` at ``now``, each with its scores and reasons.
     ``talk``: the conversation before ``query`` (today's turns), oldest first, a second cue.
     ``workers``: where the lexical searches run beside the query's embedding (the bank's pool;
-    without one they run in turn)."""
+    without one they run in turn). ``tokenizer``: the one ``store``'s lexical documents were made
+    with (the bank's)."""
     k = config.k if k is None else k
     if not query.strip() or k <= 0:
         return []
@@ -529,9 +532,9 @@ def retrieve(
     if config.use_dates:
         named_days = days_in_query(query, now.date())
         named_days += [d for d in conversation_days(query, store.days, now.date()) if d not in named_days]
-    sides = _search_sides(store, embedder, query, config, query_vector, named_days, talk, workers)
+    sides = _search_sides(store, tokenizer, embedder, query, config, query_vector, named_days, talk, workers)
     scored = _score_pool(store, sides, named_days, config)
-    hop_terms = _hop_words(scored, query, config)
+    hop_terms = _hop_words(tokenizer, scored, query, config)
     if hop_terms:
         # the first hits' words found memories of their own: they join the pool, scored anew
         hop_ranked = _talk_lexical_side(store, hop_terms, config)
@@ -609,16 +612,16 @@ def _score_pool(
     return _Scored(p, base, dense_s, parts, top)
 
 
-def _hop_words(scored: _Scored, query: str, config: RetrievalConfig) -> list[str]:
+def _hop_words(tokenizer: Tokenizer, scored: _Scored, query: str, config: RetrievalConfig) -> list[str]:
     """Phase 4c: the words of the first hits (``hop_word_seeds`` of them, best first) that the
     message does not have, at most ``hop_word_terms``: what they name (people, places, things)
     as a second search, so that a memory that says something about what a first hit named,
     without the question's words, is found too. BM25 weighs the rare among them most."""
     if config.hop_word_weight <= 0 or config.hop_word_seeds <= 0:
         return []
-    own = set(query_terms(query))
+    own = set(tokenizer.query_terms(query))
     terms: list[str] = []
     for rid in scored.seeds:
         rec = scored.pool.records[rid]
-        terms += [t for t in query_terms(rec.text) if t not in own and t not in terms]
+        terms += [t for t in tokenizer.query_terms(rec.text) if t not in own and t not in terms]
     return terms[: config.hop_word_terms]

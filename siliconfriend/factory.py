@@ -12,6 +12,7 @@ from tqdm import tqdm
 from memory.bank import MemoryBank
 from memory.embedders import Embedder, LazyEmbedder, create_embedder, lazy_embedder
 from memory.forgetting import EbbinghausPolicy
+from memory.lexical import Tokenizer
 from memory.retrieval import RetrievalConfig
 
 from .accounts.users import Accounts
@@ -46,6 +47,20 @@ def lexical_workers() -> ThreadPoolExecutor:
         if _lexical_workers is None:
             _lexical_workers = ThreadPoolExecutor(max_workers=4, thread_name_prefix="sf-lexical")
         return _lexical_workers
+
+
+_tokenizer: Tokenizer | None = None
+
+
+def tokenizer() -> Tokenizer:
+    """The lexical tokenizer every bank built here indexes and searches with (its jieba cuts
+    remembered across them), and what the app's other readers of tokens are handed (the
+    grounding check, consolidation, the benchmarks): one per process, made on first use."""
+    global _tokenizer
+    with _workers_lock:
+        if _tokenizer is None:
+            _tokenizer = Tokenizer()
+        return _tokenizer
 
 
 class Embedders:
@@ -90,8 +105,10 @@ def build_bank(settings: Settings, *, progress=None, lazy: bool = False) -> Memo
     if settings.database_url:
         from memory.stores.postgres import PostgresStores
 
-        return MemoryBank(PostgresStores(settings.database_url), embedder, **parts)
-    return MemoryBank(settings.home, embedder, **parts)
+        return MemoryBank(PostgresStores(settings.database_url, tokenizer=tokenizer()), embedder, **parts)
+    from memory.stores.sqlite import SqliteStores
+
+    return MemoryBank(SqliteStores(settings.home, tokenizer=tokenizer()), embedder, **parts)
 
 
 def backend_options(settings: Settings, name: str) -> dict[str, Any]:

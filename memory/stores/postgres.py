@@ -22,13 +22,14 @@ the bank's retrieval, forgetting, imports and exports run unchanged over it.
 * Lexical search: BM25 over a postings table (``lex_postings``: owner, term, memory, term
   frequency, document length; the primary key holds them all, for index-only scans) with the
   per-user document count and token total kept on the user's row, scored with numpy from the
-  postings the worker keeps. Terms are the tokens of ``memory.lexical.fts_document`` (jieba words for
+  postings the worker keeps. Terms are the tokens of the stores' ``memory.lexical.Tokenizer`` (jieba words for
   Chinese, stemmed English words, the days a turn refers to: ``base.lexical_document``), so the scores equal SQLite FTS5's
   ``bm25()`` (k1 = 1.2, b = 0.75) on the same text: the two stores rank alike.
 """
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import logging
@@ -42,6 +43,7 @@ import numpy as np
 import psycopg
 from psycopg import sql
 
+from ..lexical import Tokenizer
 from ..pg_db import Database, one, run_statements
 from ..records import Kind, MemoryRecord, State
 from .base import MEMORY_COLUMNS, SearchHit, Side, record_from_row, term_counts
@@ -116,7 +118,8 @@ def _m1(cur: psycopg.Cursor) -> None:
     )
 
 
-def _m2(cur: psycopg.Cursor) -> None:
+def _m2(cur: psycopg.Cursor, tokenizer: Tokenizer | None = None) -> None:
+    tokenizer = tokenizer or Tokenizer()  # the stores' (a default one where a step runs on its own)
     # a turn's second vector (its reply, written after the reply has
     # streamed), when a memory was archived, and the archive as a second tier that stays in the
     # lexical postings (so archived memories get postings and count in the BM25 statistics)
@@ -131,7 +134,7 @@ def _m2(cur: psycopg.Cursor) -> None:
     )
     rows = cur.execute("SELECT owner, id, kind, text, day FROM memories WHERE state != 'active'").fetchall()
     for owner, rid, kind, text, day in rows:
-        tf, dl = term_counts(Kind(kind), text, day)
+        tf, dl = term_counts(tokenizer, Kind(kind), text, day)
         cur.executemany(
             "INSERT INTO lex_postings (owner, term, memory_id, tf, dl) VALUES (%s, %s, %s, %s, %s)",
             [(owner, term, rid, n, dl) for term, n in tf.items()],
@@ -379,7 +382,7 @@ class PgUserStore:
 
     def _index_text(self, cur: psycopg.Cursor, rid: int, kind: Kind, text: str, day: date) -> tuple[int, int]:
         """Postings of a memory; returns (1 document, its token count) for the counters."""
-        tf, dl = term_counts(kind, text, day)
+        tf, dl = term_counts(self.stores.tokenizer, kind, text, day)
         if tf:
             cur.executemany(
                 "INSERT INTO lex_postings (owner, term, memory_id, tf, dl) VALUES (%s, %s, %s, %s, %s)",
@@ -416,7 +419,7 @@ class PgUserStore:
         out: list[MemoryRecord] = []
         if not records:
             return out
-        counts = [term_counts(rec.kind, rec.text, rec.day) for rec in records]
+        counts = [term_counts(self.stores.tokenizer, rec.kind, rec.text, rec.day) for rec in records]
         tokens = sum(dl for _, dl in counts)
         with self.db.transaction() as cur:
             # the user's row made or locked (ids and positions are settled under that lock), its
@@ -881,10 +884,14 @@ class PostgresStores:
         pool_size: int = 8,
         hnsw_min: int = HNSW_MIN,
         build_hnsw_in_background: bool = True,
+        tokenizer: Tokenizer | None = None,
     ):
+        self.tokenizer = tokenizer or Tokenizer()
         self.db = Database(url, max_size=pool_size)
         try:
-            self.db.migrate("memory", MIGRATIONS)
+            # the step that writes postings makes their terms with this database's tokenizer
+            steps = [functools.partial(_m2, tokenizer=self.tokenizer) if s is _m2 else s for s in MIGRATIONS]
+            self.db.migrate("memory", steps)
         except BaseException:
             self.db.close()
             raise

@@ -29,7 +29,7 @@ from typing import ContextManager, Iterable, Iterator, Sequence
 import numpy as np
 
 from ..index import UserIndex
-from ..lexical import fts_document
+from ..lexical import Tokenizer
 from ..lexical_index import LexicalCache, searchable
 from ..records import Kind, MemoryRecord, State
 from ..sqlite_db import connect, immediate_transaction, run_script
@@ -52,7 +52,7 @@ REPLY_ID_OFFSET = 1 << 40
 LEXICAL_INDEX_MIN = 10_000
 
 
-def _m1(db: sqlite3.Connection) -> None:
+def _m1(db: sqlite3.Connection, tokenizer: Tokenizer) -> None:
     run_script(
         db,
         """
@@ -86,7 +86,7 @@ def _m1(db: sqlite3.Connection) -> None:
     )
 
 
-def _m2(db: sqlite3.Connection) -> None:
+def _m2(db: sqlite3.Connection, tokenizer: Tokenizer) -> None:
     # neighbour look-ups by (day, position) without scanning every turn; the lexical table holds
     # active memories only, so that a lexical search needs no join to filter out archived ones
     run_script(
@@ -98,7 +98,7 @@ def _m2(db: sqlite3.Connection) -> None:
     )
 
 
-def _m3(db: sqlite3.Connection) -> None:
+def _m3(db: sqlite3.Connection, tokenizer: Tokenizer) -> None:
     # - reply_vector: a turn's second vector, the companion's reply, written after the reply has
     #   streamed (NULL until then; the partial index finds the turns still waiting for one);
     # - archived_at: when the forgetting pass archived a memory (NULL while active);
@@ -114,7 +114,9 @@ def _m3(db: sqlite3.Connection) -> None:
     """,
     )
     rows = db.execute("SELECT id, text FROM memories WHERE state != 'active'").fetchall()
-    db.executemany("INSERT INTO memories_fts (rowid, tokens) VALUES (?, ?)", [(r[0], fts_document(r[1])) for r in rows])
+    db.executemany(
+        "INSERT INTO memories_fts (rowid, tokens) VALUES (?, ?)", [(r[0], tokenizer.fts_document(r[1])) for r in rows]
+    )
     db.execute("UPDATE meta SET value = CAST(value AS INTEGER) + 1 WHERE key = 'vseq'")
     db.execute(
         "UPDATE memories SET vseq = (SELECT CAST(value AS INTEGER) FROM meta WHERE key = 'vseq')"
@@ -122,6 +124,7 @@ def _m3(db: sqlite3.Connection) -> None:
     )
 
 
+# each step gets the store's tokenizer: a step that indexes memories anew makes their tokens with it
 MIGRATIONS = [_m1, _m2, _m3]
 
 
@@ -145,8 +148,9 @@ class SqliteUserStore:
     """All memories of one user, in one SQLite file, and the FAISS index beside it (opened at
     its first use, once the vectors are known to be the embedder's)."""
 
-    def __init__(self, path: Path, user: str, *, dim: int, vectors_id: str):
+    def __init__(self, path: Path, user: str, *, dim: int, vectors_id: str, tokenizer: Tokenizer):
         self.path = Path(path)
+        self.tokenizer = tokenizer
         self.user = user
         self.dim = dim
         self.vectors_id = vectors_id
@@ -164,7 +168,7 @@ class SqliteUserStore:
         with self.transaction() as db:
             version = db.execute("PRAGMA user_version").fetchone()[0]
             for i, step in enumerate(MIGRATIONS[version:], start=version + 1):
-                step(db)
+                step(db, self.tokenizer)
                 db.execute(f"PRAGMA user_version={i}")
             if version == 0:
                 db.execute("INSERT OR REPLACE INTO meta VALUES ('user', ?)", (self.user,))
@@ -276,7 +280,7 @@ class SqliteUserStore:
                 rid = cur.lastrowid
                 db.execute(
                     "INSERT INTO memories_fts (rowid, tokens) VALUES (?, ?)",
-                    (rid, lexical_document(rec.kind, rec.text, rec.day)),
+                    (rid, lexical_document(self.tokenizer, rec.kind, rec.text, rec.day)),
                 )
                 out.append(rec.with_(id=rid))
         return out
@@ -294,7 +298,7 @@ class SqliteUserStore:
             db.execute("DELETE FROM memories_fts WHERE rowid = ?", (rid,))
             row = db.execute("SELECT kind, day FROM memories WHERE id = ?", (rid,)).fetchone()
             if row:
-                document = lexical_document(Kind(row[0]), text, date.fromisoformat(row[1]))
+                document = lexical_document(self.tokenizer, Kind(row[0]), text, date.fromisoformat(row[1]))
                 db.execute("INSERT INTO memories_fts (rowid, tokens) VALUES (?, ?)", (rid, document))
 
     def update_forgetting(self, records: Iterable[MemoryRecord]) -> None:
@@ -623,15 +627,18 @@ def _file_lock(path: Path) -> Iterator[None]:
 class SqliteStores:
     """Every user's memories under one home folder: ``users/<key>/memory.db`` and ``index.faiss``."""
 
-    def __init__(self, home: Path | str):
+    def __init__(self, home: Path | str, *, tokenizer: Tokenizer | None = None):
         self.home = Path(home)
+        self.tokenizer = tokenizer or Tokenizer()
         (self.home / "users").mkdir(parents=True, exist_ok=True)
 
     def user_dir(self, user: str) -> Path:
         return self.home / "users" / user_key(user)
 
     def open(self, user: str, *, dim: int, vectors_id: str) -> SqliteUserStore:
-        return SqliteUserStore(self.user_dir(user) / "memory.db", user, dim=dim, vectors_id=vectors_id)
+        return SqliteUserStore(
+            self.user_dir(user) / "memory.db", user, dim=dim, vectors_id=vectors_id, tokenizer=self.tokenizer
+        )
 
     def users(self) -> list[str]:
         names = []

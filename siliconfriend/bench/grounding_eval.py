@@ -60,7 +60,7 @@ def evaluate_grounding(
     prompts = load_prompts(lang)
     with tempfile.TemporaryDirectory(prefix="sf-grounding-") as home:
         bank = MemoryBank(home, embedder)
-        checker = GroundingChecker(embedder)
+        checker = GroundingChecker(embedder, bank.tokenizer)
         try:
             consolidator = Consolidator(
                 bank,

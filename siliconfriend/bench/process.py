@@ -39,14 +39,13 @@ def _child(args: argparse.Namespace) -> dict:
     t_imports = time.perf_counter()
     from datetime import datetime
 
-    from memory.lexical import tokenize
     from memory.stores.sqlite import SqliteUserStore
     from siliconfriend.config import Settings
     from siliconfriend.factory import build_bank
 
     t_models = time.perf_counter()
     bank = build_bank(Settings(home=args.home, embedder=args.embedder), progress=lambda **kw: None)
-    tokenize("warm up 热身")  # jieba's dictionary, loaded once per process
+    bank.tokenizer.tokenize("warm up 热身")  # jieba's dictionary, loaded once per process
     t_login = time.perf_counter()
     now = datetime.fromisoformat(args.now)
     hits = bank.retrieve(args.user, args.query, now)

@@ -232,7 +232,7 @@ class Companion:
             summary_tokens=summary_tokens or min(settings.max_new_tokens, SUMMARY_TOKENS),
             prompt_budget=prompt_budget,
         )
-        self._names_check = GroundingChecker(None)  # names only: no embedding in a turn
+        self._names_check = GroundingChecker(None, bank.tokenizer)  # names only: no embedding in a turn
         self._guard = threading.Lock()
         self._store_locks: dict[str, threading.Lock] = defaultdict(threading.Lock)
         self._rollover_locks: dict[str, threading.Lock] = defaultdict(threading.Lock)

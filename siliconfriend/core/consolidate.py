@@ -31,7 +31,7 @@ from typing import Callable, Sequence
 
 from memory.bank import MemoryBank
 from memory.importance import rate_importance
-from memory.lexical import tokenize
+from memory.lexical import Tokenizer
 from memory.records import Kind, MemoryRecord
 
 from ..backends.base import BackendError, ChatBackend, Message, Sampling, takes_sampling
@@ -138,7 +138,7 @@ class Consolidator:
         sampling: Sampling | None = SUMMARY_SAMPLING,
     ):
         self.bank = bank
-        self.checker = checker or GroundingChecker(bank.embedder)
+        self.checker = checker or GroundingChecker(bank.embedder, bank.tokenizer)
         self.backend = backend
         self.companion_name = companion_name
         self.summary_tokens = summary_tokens
@@ -281,7 +281,7 @@ class Consolidator:
             def fallback(kind: Kind = kind) -> tuple[str, str]:
                 if kind == Kind.DAILY_PERSONALITY:
                     return "none", prompts.fragment("no_profile", user_name=user, date=values["date"])
-                return "extractive", extractive_summary([t.query for t in turns], prompts)
+                return "extractive", extractive_summary([t.query for t in turns], prompts, self.bank.tokenizer)
 
             w = self._grounded(
                 prompts,
@@ -464,10 +464,12 @@ def dropped_of(rec: MemoryRecord | None) -> int:
 _QUESTION = re.compile(r"[?？]\s*$")
 
 
-def extractive_summary(messages: Sequence[str], prompts: PromptSet) -> str:
+def extractive_summary(messages: Sequence[str], prompts: PromptSet, tokenizer: Tokenizer | None = None) -> str:
     """The day's own statements by the user, said as such: "You told me: “…” “…”". Questions and
     small talk are left out, each statement is cut to its first sentences (about
-    EXTRACTIVE_CHARS), near repeats are dropped, and the most telling ones are kept, in order."""
+    EXTRACTIVE_CHARS), near repeats are dropped (by their words: ``tokenizer``, the bank's), and
+    the most telling ones are kept, in order."""
+    tokenizer = tokenizer or Tokenizer()
     candidates: list[tuple[float, int, str]] = []
     seen: list[set[str]] = []
     for i, message in enumerate(messages):
@@ -480,7 +482,7 @@ def extractive_summary(messages: Sequence[str], prompts: PromptSet) -> str:
         if len(text) > EXTRACTIVE_CHARS * 1.5:
             text = text[:EXTRACTIVE_CHARS].rstrip() + "…"
         score = rate_importance(text) if text else 0.0
-        words = set(tokenize(text))
+        words = set(tokenizer.tokenize(text))
         if not text or score <= 0 or not words:
             continue
         if any(len(words & w) / len(words | w) > 0.6 for w in seen):

@@ -8,7 +8,7 @@ up; the prompt of a reply) in two ways:
   (English: capitalised words and digits; Chinese: jieba's person, place, organisation and other
   proper nouns, numerals and Latin words). The user's and the companion's names and the words of
   the day's own date are always allowed: the prompt gives them.
-- **meaning**: its content words (``memory.lexical.tokenize``: English stems, jieba words) must
+- **meaning**: its content words (``memory.lexical.Tokenizer``: English stems, jieba words) must
   mostly occur in the sources, or its e5 vector must be close to one of theirs (a paraphrase
   shares few words: "I adopted a kitten" -> "Amy got a new cat"). Words that a summary or a profile
   uses to speak *about* a conversation ("shared", "mood", "should reply warmly") are not claims
@@ -21,6 +21,7 @@ summaries (true ones, paraphrased, in the third person) and invented ones; see
 
 from __future__ import annotations
 
+import logging
 import re
 import threading
 from dataclasses import dataclass, field
@@ -30,7 +31,7 @@ import numpy as np
 
 from memory.cjk import IDEOGRAPH, has_ideographs
 from memory.embedders import Embedder, chunk_text, normalise
-from memory.lexical import EN_STOP, tokenize
+from memory.lexical import EN_STOP, Tokenizer
 
 # A sentence is close enough in meaning to one of its sources when this share of its content
 # words occurs in them, or else at these e5 cosines (query side on both: e5's symmetric
@@ -65,11 +66,18 @@ one two three four five six seven eight nine ten dear hi hello yes no not mr mrs
 oh ohh wow aww aw ah ahh yay hmm hey haha sure well sorry great awesome lovely congratulations
 """.split()
 )
+
+
+def _fixed_words(text: str) -> frozenset[str]:
+    """The tokens of a fixed word list, cut by jieba's default dictionary (the one its tagger,
+    which finds the names these lists are held against, uses)."""
+    return frozenset(Tokenizer().tokenize(text, drop_stopwords=False))
+
+
 # words that speak about the conversation or describe a person in general: not claims to find
 # in what was said
-_ABOUT_TALK_EN = frozenset(
-    tokenize(
-        """
+_ABOUT_TALK_EN = _fixed_words(
+    """
 user conversation conversations chat chatted talk talked talking discuss discussed discussing
 share shared sharing tell told telling mention mentioned say said express expressed expressing
 ask asked day today tonight seem seems seemed appear appears feel feels felt feeling feelings
@@ -81,15 +89,12 @@ understand encourage encouraging encouragement patient patience gentle gently li
 caring care friendly positive negative calm curious thoughtful honest optimistic reflective
 attentive considerate sensitive generally general often usually overall also very quite really
 generally tends tend likely value values valuing appreciate appreciates important well good
-""",
-        drop_stopwords=False,
-    )
+"""
 )
 # what a personality profile says of anyone: traits and moods (a profile's claims are checked on
 # what is left: the things and people it names)
-_TRAITS = frozenset(
-    tokenize(
-        """
+_TRAITS = _fixed_words(
+    """
 responsible independent creative sociable outgoing introverted extroverted shy confident ambitious
 hardworking diligent passionate enthusiastic cheerful humorous funny polite sincere compassionate
 loving dedicated determined resilient anxious stressed worried nervous excited happy sad lonely
@@ -97,19 +102,14 @@ tired upset frustrated relaxed content grateful hopeful energetic busy motivated
 adventurous artistic active lively friendly social introspective playful affectionate devoted
 性格 开朗 外向 内向 害羞 自信 努力 勤奋 热情 幽默 礼貌 认真 负责 独立 敏感 焦虑 紧张 担心 兴奋 开心 快乐 高兴
 难过 孤单 孤独 疲惫 累 沮丧 放松 满足 感激 充满 活力 忙碌 有爱心 细腻 坚强 好奇 好奇心 富有 爱心 创造力
-""",
-        drop_stopwords=False,
-    )
+"""
 )
-_ABOUT_TALK_ZH = frozenset(
-    tokenize(
-        """
+_ABOUT_TALK_ZH = _fixed_words(
+    """
 用户 对话 聊天 交流 谈到 分享 表达 表示 提到 询问 今天 当天 这天 似乎 看起来 感觉 感到 感受 性格 个性 特点
 心情 情绪 情感 回复 回应 应该 应当 可以 方式 策略 语气 态度 温暖 温和 友好 耐心 支持 鼓励 理解 倾听 关心 关怀
 积极 消极 乐观 真诚 体贴 善良 细心 开朗 比较 非常 一些 表现 显得 给予 需要 注意 重视 喜欢 希望 保持 总体 整体
-""",
-        drop_stopwords=False,
-    )
+"""
 )
 # jieba's proper-noun tags: person, transliterated, place, organisation, other proper noun
 _ZH_NAME_TAGS = {"nr", "nrfg", "nrt", "ns", "nt", "nz"}
@@ -198,7 +198,10 @@ def _zh_tagged(text: str) -> list[tuple[str, str]]:
     if _posseg is None:
         with _lock:
             if _posseg is None:
-                tokenize("初始化")  # jieba initialised (quietly) as the lexical side does
+                import jieba
+
+                jieba.setLogLevel(logging.WARNING)  # quietly, as the lexical side does
+                jieba.initialize()
                 import jieba.posseg
 
                 _posseg = jieba.posseg
@@ -252,7 +255,17 @@ class Sources:
     (its instructions, without the conversation): a sentence made of them only echoes the task
     ("…是什么样的人", "what Amy said") and says nothing about the person."""
 
-    def __init__(self, texts: Sequence[str], embedder: Embedder | None, *, allowed: Iterable[str] = (), task: str = ""):
+    def __init__(
+        self,
+        texts: Sequence[str],
+        embedder: Embedder | None,
+        *,
+        allowed: Iterable[str] = (),
+        task: str = "",
+        tokenizer: Tokenizer | None = None,
+    ):
+        self.tokenizer = tokenizer or Tokenizer()
+        tokenize = self.tokenizer.tokenize
         self.texts = [t for t in texts if t and t.strip()]
         allowed = [a for a in allowed if a and a.strip()]
         # longest first, so that a name is taken out whole before a part of it ("小美" of "小美的")
@@ -286,19 +299,21 @@ class Sources:
         elif re.search(rf"(?<![a-z0-9]){re.escape(low)}" + (r"(?![0-9])" if low.isdigit() else ""), self.lower):
             return True
         # an English name said in another form ("Pixel's", "Emma") -> its stem among the tokens
-        toks = tokenize(word, drop_stopwords=False)
+        toks = self.tokenizer.tokenize(word, drop_stopwords=False)
         return bool(toks) and all(t in self.tokens for t in toks)
 
 
 class GroundingChecker:
     """Checks written texts against their sources. ``embedder``: the bank's (e5 by default);
-    without one only the specifics and the word overlap are checked."""
+    without one only the specifics and the word overlap are checked. ``tokenizer``: the bank's
+    (its own without one)."""
 
-    def __init__(self, embedder: Embedder | None):
+    def __init__(self, embedder: Embedder | None, tokenizer: Tokenizer | None = None):
         self.embedder = embedder
+        self.tokenizer = tokenizer or Tokenizer()
 
     def sources(self, texts: Sequence[str], *, allowed: Iterable[str] = (), task: str = "") -> Sources:
-        return Sources(texts, self.embedder, allowed=list(allowed), task=task)
+        return Sources(texts, self.embedder, allowed=list(allowed), task=task, tokenizer=self.tokenizer)
 
     def check(self, text: str, sources: Sources, *, profile: bool = False, about: bool = True) -> Check:
         """The verdict of each sentence of ``text``. ``profile``: a personality profile, whose
@@ -313,7 +328,7 @@ class GroundingChecker:
         for v in verdicts:
             words = [
                 w
-                for w in tokenize(v.sentence)
+                for w in sources.tokenizer.tokenize(v.sentence)
                 if w not in sources.ignored and w not in _about_talk(w) and not (profile and w in _TRAITS)
             ]
             v.checked_words = len(words)

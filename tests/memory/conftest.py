@@ -26,19 +26,19 @@ def open_bank(request, tmp_path, e5_embedder):
 
         url = request.getfixturevalue("pg_url")
 
-        def stores():
-            return PostgresStores(url)
+        def stores(**kw):
+            return PostgresStores(url, **kw)
     else:
         from memory.stores.sqlite import SqliteStores
 
-        def stores():
-            return SqliteStores(tmp_path / "home")
+        def stores(**kw):
+            return SqliteStores(tmp_path / "home", **kw)
 
     opened: list[MemoryBank] = []
 
-    def open_bank(embedder=None, **kw) -> MemoryBank:
+    def open_bank(embedder=None, *, tokenizer=None, **kw) -> MemoryBank:
         kw.setdefault("policy", PAPER)
-        bank = MemoryBank(stores(), embedder or e5_embedder, **kw)
+        bank = MemoryBank(stores(tokenizer=tokenizer), embedder or e5_embedder, **kw)
         opened.append(bank)
         return bank
 

@@ -6,6 +6,7 @@ from datetime import date, datetime, timedelta
 
 import pytest
 
+from memory.lexical import Tokenizer
 from memory.lexical_index import LexicalIndex, searchable
 from memory.records import Kind, MemoryRecord, turn_text
 from memory.stores import sqlite as sqlite_store
@@ -111,7 +112,7 @@ def test_tokens_fts5_may_cut_otherwise_leave_the_search_to_fts5(big_store):
     day = date(2024, 8, 1)
     text = "鿏元素和氧气"
     store.insert([MemoryRecord(user="amy", kind=Kind.TURN, text=text, created_at=datetime(2024, 8, 1), day=day)], None)
-    assert not searchable(lexical_document(Kind.TURN, text, day).split())
+    assert not searchable(lexical_document(Tokenizer(), Kind.TURN, text, day).split())
     store.lexical(["x"], 1)
     store.settle()
     assert store._lexical.unsupported and store._lexical.ready() is None

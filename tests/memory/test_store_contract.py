@@ -11,7 +11,7 @@ import pytest
 
 from memory.bank import MemoryBank, UnknownMemory
 from memory.embedders import create_embedder, embed_documents, embed_replies, embed_turns
-from memory.lexical import query_terms
+from memory.lexical import Tokenizer
 from memory.memorybank_format import export_user
 from memory.records import Kind, MemoryRecord, State
 from memory.stores.base import SearchHit, Side
@@ -133,7 +133,7 @@ def test_the_store_interface(any_bank):
     dense = store.dense(vecs[3], 2)  # the summary's own vector, then the turn's reply (the same)
     assert {(h.id, h.side) for h in dense} == {(ids[3], Side.OWN), (ids[1], Side.REPLY)}
     assert all(isinstance(h, SearchHit) and h.score == pytest.approx(1.0, abs=1e-3) for h in dense)
-    words = store.lexical(query_terms("kite"), 10)
+    words = store.lexical(Tokenizer().query_terms("kite"), 10)
     assert {h.id for h in words} == {ids[0], ids[1], ids[3]} and {h.side for h in words} == {Side.WORDS}
     assert store.lexical([], 10) == [] and store.lexical(["nothinglikeit"], 10) == []
     store.clear_reply_vectors([ids[1]])
@@ -237,6 +237,22 @@ def test_vectors_made_the_old_way_are_redone_once_as_turn_vectors(open_bank, e5_
     assert third.texts["document"] == [] and third.texts["query"] == ["night shifts"]
 
 
+def test_the_bank_indexes_and_searches_with_its_stores_tokenizer(open_bank, day1):
+    # a word of the tokenizer's user dictionary is one term, in the stored documents and in the
+    # searches, on both engines; jieba's own dictionary cuts it in two
+    word = "雪球球"
+    assert word not in Tokenizer().tokenize(f"我的猫叫{word}")
+    tokenizer = Tokenizer(words=[word])
+    bank = open_bank(tokenizer=tokenizer)
+    assert bank.tokenizer is tokenizer and bank.stores.tokenizer is tokenizer
+    cat = bank.add_turn("amy", f"我的猫叫{word}", "好可爱的名字！", day1)
+    bank.add_turn("amy", "今天下雪了，我们堆了一个雪球", "听起来很好玩。", day1)
+    assert cat is not None and word in bank.tokenizer.query_terms(word)
+    assert [h.id for h in bank.user_store("amy").lexical([word], 10)] == [cat.id]
+    with pytest.raises(ValueError):
+        MemoryBank(bank.stores, bank.embedder, tokenizer=Tokenizer())
+
+
 def test_delete_purge_and_pin(any_bank, day1):
     a = any_bank.add_turn("amy", "secret one", "ok", day1)
     b = any_bank.add_turn("amy", "secret two", "ok", day1)
@@ -315,8 +331,8 @@ def test_both_engines_rank_score_and_export_alike(tmp_path, pg_url, e5_embedder)
             assert np.allclose([h.score for h in got], [h.score for h in want], rtol=0, atol=5e-5), question
         found = 0
         for text in ("cat Miso", "鼓浪屿 风景", "trail hiking views hot", "busy animals", "sister"):
-            want_words = lite.user_store("amy").lexical(query_terms(text), 50)
-            got_words = pg.user_store("amy").lexical(query_terms(text), 50)
+            want_words = lite.user_store("amy").lexical(Tokenizer().query_terms(text), 50)
+            got_words = pg.user_store("amy").lexical(Tokenizer().query_terms(text), 50)
             assert len(got_words) == len(want_words), text
             assert np.allclose(sorted(h.score for h in got_words), sorted(h.score for h in want_words), rtol=1e-6), text
             found += len(got_words)
