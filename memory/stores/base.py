@@ -103,6 +103,12 @@ def _when(value: str | datetime | None) -> datetime | None:
     return value if isinstance(value, datetime) else datetime.fromisoformat(value)
 
 
+# a row's kind and state by their stored text (a dict look-up: an enum call costs as much as the
+# rest of a row's fields, and a turn makes a few hundred records)
+_KINDS = {k.value: k for k in Kind}
+_STATES = {s.value: s for s in State}
+
+
 def record_from_row(user: str, row: Sequence[Any]) -> MemoryRecord:
     """A memory from a row of ``MEMORY_COLUMNS`` (dates as ISO text or as dates, ``extra`` as
     JSON text or as a dict: whichever the database gives)."""
@@ -110,10 +116,16 @@ def record_from_row(user: str, row: Sequence[Any]) -> MemoryRecord:
     (strength, last_recall, recall_count, importance, pinned, state, extra, archived_at) = row[8:16]
     created = _when(created_at)
     assert created is not None  # a NOT NULL column
+    if isinstance(extra, dict):
+        extras = extra
+    elif not extra or extra == "{}":  # nearly every row: no JSON to parse
+        extras = {}
+    else:
+        extras = json.loads(extra)
     return MemoryRecord(
         id=int(rid),
         user=user,
-        kind=Kind(kind),
+        kind=_KINDS.get(kind) or Kind(kind),
         text=text,
         query=query,
         response=response,
@@ -125,8 +137,8 @@ def record_from_row(user: str, row: Sequence[Any]) -> MemoryRecord:
         recall_count=recall_count,
         importance=importance,
         pinned=bool(pinned),
-        state=State(state),
-        extra=extra if isinstance(extra, dict) else json.loads(extra or "{}"),
+        state=_STATES.get(state) or State(state),
+        extra=extras,
         archived_at=_when(archived_at),
     )
 

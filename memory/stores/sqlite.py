@@ -50,6 +50,8 @@ REPLY_ID_OFFSET = 1 << 40
 # from this many memories on, lexical searches are answered from posting lists in memory
 # (``memory/lexical_index.py``, the same scores as FTS5's), where FTS5's per-row scoring grows slow
 LEXICAL_INDEX_MIN = 10_000
+# the places of ``_turns_at``'s look-up come in lists of a multiple of this many (see there)
+_PLACES_STEP = 50
 
 
 def _m1(db: sqlite3.Connection, tokenizer: Tokenizer) -> None:
@@ -458,19 +460,25 @@ class SqliteUserStore:
         ``set_vectors``."""
         if column not in VECTOR_COLUMNS:
             raise ValueError(f"no vector column {column!r}")
+        return self._vectors(ids, (column,))[0]
+
+    def _vectors(self, ids: Sequence[int], columns: Sequence[str]) -> list[np.ndarray]:
+        """``vectors`` of several columns, read in one statement (a turn's retrieval reads both
+        vectors of a few hundred rows)."""
         dim = self.dim
-        out: np.ndarray = np.zeros((len(ids), dim), dtype=np.float32)
+        outs: list[np.ndarray] = [np.zeros((len(ids), dim), dtype=np.float32) for _ in columns]
         pos = {rid: i for i, rid in enumerate(ids)}
         for start in range(0, len(ids), 500):
             part = list(ids[start : start + 500])
             with self._lock:
                 rows = self._db.execute(
-                    f"SELECT id, {column} FROM memories WHERE id IN ({','.join('?' * len(part))})", part
+                    f"SELECT id, {', '.join(columns)} FROM memories WHERE id IN ({','.join('?' * len(part))})", part
                 ).fetchall()
-            for rid, blob in rows:
-                if blob is not None and len(blob) == dim * 4:
-                    out[pos[rid]] = np.frombuffer(blob, dtype=np.float32)
-        return out
+            for rid, *blobs in rows:
+                for out, blob in zip(outs, blobs):
+                    if blob is not None and len(blob) == dim * 4:
+                        out[pos[rid]] = np.frombuffer(blob, dtype=np.float32)
+        return outs
 
     def index_vectors_since(self, seq: int) -> tuple[list[int], list[int], list[bytes], int]:
         """Changes to the index since ``seq``: (index ids to drop, index ids to (re)add, their
@@ -536,7 +544,8 @@ class SqliteUserStore:
         return found, self._turns_at(sorted(places))
 
     def vectors_and_replies(self, ids: Sequence[int]) -> tuple[np.ndarray, np.ndarray]:
-        return self.vectors(ids), self.vectors(ids, column="reply_vector")
+        own, reply = self._vectors(ids, ("vector", "reply_vector"))
+        return own, reply
 
     def _turns_at(self, places: Sequence[tuple[date, int]]) -> list[MemoryRecord]:
         """Turns (of either tier) at the given (day, position) places."""
@@ -544,9 +553,12 @@ class SqliteUserStore:
         places = list(dict.fromkeys(places))
         for start in range(0, len(places), 300):
             part = places[start : start + 300]
-            # one index look-up per place (a row-value IN list would make SQLite scan every turn)
-            where = " OR ".join("(day = ? AND position = ?)" for _ in part)
-            params = [v for d, p in part for v in (d.isoformat(), p)]
+            # one index look-up per place (a row-value IN list would make SQLite scan every turn);
+            # the list is filled up to a multiple of _PLACES_STEP with a place no row has (no day
+            # is empty), so that the statement's text recurs and SQLite's plan for its long OR,
+            # which costs more to make than the look-ups, comes from the connection's cache
+            params = [v for d, p in part for v in (d.isoformat(), p)] + ["", -1] * (-len(part) % _PLACES_STEP)
+            where = " OR ".join("(day = ? AND position = ?)" for _ in range(len(params) // 2))
             out += self._select(f"+kind = 'turn' AND ({where})", params)
         return out
 

@@ -92,6 +92,28 @@ def test_users_never_see_each_other(any_bank):
     assert any_bank.users() == ["bob"] and not any_bank.has_user("amy") and any_bank.count("bob") == 1
 
 
+def test_the_turns_around_many_memories(any_bank):
+    """``around`` with more neighbouring places than one look-up takes, in a number that is no
+    round one: every turn next to a turn found, once, in the stores' order (day, position)."""
+    store = any_bank.user_store("amy")
+    rng = np.random.default_rng(1)
+    days = [date(2024, 1, 1) + timedelta(days=i) for i in range(37)]
+    recs = [
+        MemoryRecord(user="amy", kind=Kind.TURN, text=f"turn {d} {n}", created_at=T0, day=d, position=n)
+        for d in days
+        for n in range(12)
+    ]
+    vecs = rng.standard_normal((len(recs), store.dim)).astype(np.float32)
+    stored = store.insert(recs, vecs / np.linalg.norm(vecs, axis=1, keepdims=True))
+    at = {(r.day, r.position): r.stored_id for r in stored}
+    picked = [r for r in stored if r.position % 3 == 1 or (r.position == 11 and r.day.day % 2)]
+    places = {(r.day, r.position + d) for r in picked for d in (-1, 1)}
+    assert len(places) > 300 and len(places) % 50
+    found, beside = store.around([r.stored_id for r in picked])
+    assert set(found) == {r.stored_id for r in picked}
+    assert [r.id for r in beside] == [at[p] for p in sorted(places) if p in at]
+
+
 def test_the_store_interface(any_bank):
     """The user store's own calls, with given vectors (no embedder): rows, vectors, typed hits."""
     store = any_bank.user_store("amy")
