@@ -238,9 +238,7 @@ class MemoryBank:
         with self._lock:
             opened = list(self._open.values())
         for store in opened:
-            settle = getattr(store, "settle", None)  # the SQLite store's; others build nothing
-            if settle is not None:
-                settle()
+            store.settle()
 
     def queue_replies(self, user: str) -> None:
         """Have the reply worker embed every reply of ``user`` that has no vector yet."""

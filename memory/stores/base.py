@@ -243,6 +243,10 @@ class UserStore(Protocol):
         """Save what the process keeps of the index (nothing where the database holds it)."""
         ...
 
+    def settle(self) -> None:
+        """Wait for what the store builds in the background (nothing where it builds nothing)."""
+        ...
+
 
 class Stores(Protocol):
     """One database of every user's memories. ``tokenizer``: what its lexical documents are made

@@ -364,6 +364,9 @@ class PgUserStore:
     def flush(self) -> None:
         """Nothing is kept in the process."""
 
+    def settle(self) -> None:
+        """Nothing is built in the background."""
+
     def get_meta(self, key: str) -> str | None:
         row = self.db.fetchone("SELECT value FROM mem_meta WHERE owner = %s AND key = %s", (self.user, key))
         return row[0] if row else None
