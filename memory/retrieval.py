@@ -183,16 +183,24 @@ def _talk_terms(tokenizer: Tokenizer, talk: Sequence[TalkLine], query: str, conf
     """The words of the conversation's latest ``talk_lexical_turns`` exchanges that the message
     does not have, newest first, at most ``talk_lexical_terms`` (a long talk's words would make
     its search slow and diffuse)."""
-    own = set(tokenizer.query_terms(query))
-    terms: list[str] = []
+    lines: list[str] = []
     exchanges = 0
     for line in reversed(talk):
         if exchanges >= config.talk_lexical_turns:
             break
-        terms += [t for t in tokenizer.query_terms(line.text) if t not in own and t not in terms]
+        lines.append(line.text)
         if line.role == "user":
             exchanges += 1
-    return terms[: config.talk_lexical_terms]
+    return _words_beside(tokenizer, lines, query)[: config.talk_lexical_terms]
+
+
+def _words_beside(tokenizer: Tokenizer, texts: Sequence[str], query: str) -> list[str]:
+    """The distinct terms of ``texts``, in their order, that ``query`` does not have."""
+    own = set(tokenizer.query_terms(query))
+    terms: list[str] = []
+    for text in texts:
+        terms += [t for t in tokenizer.query_terms(text) if t not in own and t not in terms]
+    return terms
 
 
 def _talk_lexical_side(store: UserStore, terms: list[str], config: RetrievalConfig) -> list[tuple[int, float]]:
@@ -599,7 +607,7 @@ def _score_pool(
         "conversation": talk_part,
         "second hop": {
             i: config.hop_weight * hop.get(i, 0.0) + config.hop_word_weight * word_hop.get(i, 0.0)
-            for i in members
+            for i in {*hop, *word_hop}
             if i not in seeds and i not in word_seeds
         },
     }
@@ -608,7 +616,8 @@ def _score_pool(
         i: b + config.hop_weight * hop.get(i, 0.0) + config.hop_word_weight * word_hop.get(i, 0.0)
         for i, b in base.items()
     }
-    top = sorted(records, key=lambda i: (-first[i], -i))[: config.hop_word_seeds]
+    # the word hop's seeds, only when it is on (the best first hits by the first scores)
+    top = sorted(records, key=lambda i: (-first[i], -i))[: config.hop_word_seeds] if config.hop_word_weight > 0 else []
     return _Scored(p, base, dense_s, parts, top)
 
 
@@ -619,9 +628,5 @@ def _hop_words(tokenizer: Tokenizer, scored: _Scored, query: str, config: Retrie
     without the question's words, is found too. BM25 weighs the rare among them most."""
     if config.hop_word_weight <= 0 or config.hop_word_seeds <= 0:
         return []
-    own = set(tokenizer.query_terms(query))
-    terms: list[str] = []
-    for rid in scored.seeds:
-        rec = scored.pool.records[rid]
-        terms += [t for t in tokenizer.query_terms(rec.text) if t not in own and t not in terms]
-    return terms[: config.hop_word_terms]
+    texts = [scored.pool.records[rid].text for rid in scored.seeds]
+    return _words_beside(tokenizer, texts, query)[: config.hop_word_terms]
