@@ -154,3 +154,38 @@ def test_the_cli_registers_bench():
 
     args = build_parser().parse_args(["bench", "--quick", "--json"])
     assert args.quick and args.json and args.func.__name__ == "cmd_bench"
+
+
+def test_the_faster_ways_are_weighed_against_the_engine_as_it_is(e5_embedder):
+    from siliconfriend.bench.embed_ways import first_tokens_model, int8_model, weigh_ways
+
+    model = e5_embedder._model
+    gen = DialogueGenerator(5)
+    messages = [gen.message("en"), gen.message("zh")]
+    long_reply = " ".join(gen.reply("en") for _ in range(6))
+    replies = [long_reply, gen.reply("zh")]
+    assert model.token_count(long_reply) > 100
+    r = weigh_ways(model, messages, replies, ways=("int8", "first-32"), rounds=1, workers=1)
+    assert set(r) >= {"engine", "int8", "first-32"} and r["chars"] == sum(map(len, messages + replies))
+    assert r["engine"]["speedup_per_char"] == 1.0 and r["engine"]["meets_fidelity"]
+    # the int8 way really runs 8-bit layers: its vectors move beyond the bfloat16 engine's rounding
+    assert 0.95 < r["int8"]["cosine_to_float32"]["min"] < r["engine"]["cosine_to_float32"]["min"]
+    # cutting a 100-token reply to its first 32 tokens is far from its vector: the bound says so
+    assert r["first-32"]["cosine_to_float32"]["min"] < 0.995 and not r["first-32"]["meets_fidelity"]
+    for way in r:
+        if isinstance(r[way], dict):
+            assert r[way]["chars_per_s"] > 0 and len(r[way]["seconds"]) == 1
+
+    # the first-N way keeps a short text whole and embeds only the first N tokens of a long one
+    cut = first_tokens_model(model, 32)
+    short = gen.message("en")
+    assert model.token_count(short, is_query=True) < 34
+    assert np.allclose(cut.embed([short], True), model.embed([short], True))
+    first = model.windows(long_reply, False)[0]
+    expected = model._forward([[*first[:33], first[-1]]])
+    expected = expected / np.linalg.norm(expected)
+    assert np.allclose(cut.embed([long_reply], False), expected, atol=1e-6)
+    # a way is a copy: the engine itself embeds as before
+    before = model.embed(replies, False)
+    int8_model(model), first_tokens_model(model, 8)
+    assert np.array_equal(model.embed(replies, False), before)

@@ -75,12 +75,15 @@ def _long_replies(gen: DialogueGenerator, users: int, turns_per_user: int) -> di
     return data
 
 
-def measure_import_speed(embedder, turns: int = 300, *, users: int = 2, seed: int = 11, rounds: int = 2) -> dict:
+def measure_import_speed(
+    embedder, turns: int = 300, *, users: int = 2, seed: int = 11, rounds: int = 2, ways: bool = False
+) -> dict:
     """A MemoryBank file with assistant-length replies (``_long_replies``) imported whole (turns, summaries and the
     reply vectors, until ``settle``) with the engine's batches run on single-threaded workers side
     by side (now) and one after the other on every core through PyTorch's threads (before), the
     two ways alternating ``rounds`` times in this process; characters (messages and replies) per
-    second each way, and the vectors' cosine to the float32 engine's."""
+    second each way, and the vectors' cosine to the float32 engine's. ``ways``: the faster ways of
+    ``embed_ways`` weighed on the same texts too, each against the engine as it is (key ``ways``)."""
     import os
 
     import numpy as np
@@ -123,6 +126,13 @@ def measure_import_speed(embedder, turns: int = 300, *, users: int = 2, seed: in
         finally:
             embedder.batch_workers = workers
     reference = TorchE5Embedder(dtype="float32", batch_workers=0).embed(sample, kind="document")
+    weighed = None
+    if ways:
+        from .embed_ways import weigh_ways
+
+        messages = [q for p in parsed for q, *_ in p.turns if q.strip()]
+        replies = [r for p in parsed for _, r, *_ in p.turns if r.strip()]
+        weighed = weigh_ways(embedder._model, messages, replies, rounds=rounds, workers=workers)
     cosines = (fast * reference).sum(axis=1)
 
     def rate(way: str) -> float:  # every run of the way: its characters over its seconds
@@ -152,4 +162,5 @@ def measure_import_speed(embedder, turns: int = 300, *, users: int = 2, seed: in
             "texts": len(sample),
         },
         "load_avg_1m": load,
+        "ways": weighed,
     }
