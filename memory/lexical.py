@@ -6,8 +6,9 @@ suffix stemming so that "movies" meets "movie" and "recommended" meets "recommen
 
 A conversation used as a cue keeps fewer words (``Tokenizer.situation_terms``): in Chinese, the
 words jieba's part-of-speech tagger reads as nouns, verbs, places, times and set phrases, the
-parts of a situation (who, what was done, where, when); its adjectives and adverbs of feeling
-("开心", "非常") are left out, for they fit most memories of a life alike.
+parts of a situation (who, what was done, where, when); its adjectives and adverbs ("热闹",
+"愉快", "都") are left out, for how a day felt fits most memories of a life alike. The tagger is
+statistical: a word of feeling it reads as a verb ("开心") stays.
 """
 
 from __future__ import annotations

@@ -70,7 +70,7 @@ class RetrievalConfig:
     talk_decay: float = 0.8
     talk_reply_share: float = 0.5
     # the conversation's words: the lexical side's share that goes to a second BM25 query over
-    # the user's latest lines (this many back); half, as the talk's vector has half the dense
+    # the user's latest lines (this many of them); half, as the talk's vector has half the dense
     # side: the message weighs as much as all the talk before it, on each side
     talk_lexical_weight: float = 0.5
     talk_lexical_turns: int = 3
