@@ -3,6 +3,12 @@
 Text is reduced to lower-case word tokens; CJK runs are cut by jieba (search mode, so that both
 words and their parts match); common function words are dropped; English words get a light
 suffix stemming so that "movies" meets "movie" and "recommended" meets "recommend".
+
+A conversation used as a cue keeps fewer words (``Tokenizer.situation_terms``): in Chinese, the
+words jieba's part-of-speech tagger reads as nouns, verbs, places, times and set phrases, the
+parts of a situation (who, what was done, where, when); its adjectives and adverbs ("热闹",
+"愉快", "都") are left out, for how a day felt fits most memories of a life alike. The tagger is
+statistical: a word of feeling it reads as a verb ("开心") stays.
 """
 
 from __future__ import annotations
@@ -45,6 +51,16 @@ ZH_STOP = frozenset(
 )
 
 
+# jieba's part-of-speech flags kept in a conversation's cue: nouns (n, nr names, ns places, nt
+# organisations, nz other proper nouns), verbs (v, vn verbal nouns, vd...), places (s), times (t),
+# idioms and set phrases (i, l), abbreviations (j) and Latin words (eng)
+_SITUATION_FLAGS = frozenset("s t i l j eng".split())
+
+
+def _is_situation(flag: str) -> bool:
+    return flag[:1] in ("n", "v") or flag in _SITUATION_FLAGS
+
+
 def _stem(word: str) -> str:
     if word.isdigit() or len(word) <= 3:
         return word
@@ -72,11 +88,14 @@ class Tokenizer:
 
     def __init__(self, *, words: Iterable[str] = (), cached: int = 16384):
         self.words = tuple(words)
+        self._own = frozenset(self.words)
         self._jieba: Any = None
         self._lock = threading.Lock()
         # a turn tokenizes much of what the turn before it did (today's talk, the prompt's fixed
         # parts, the memories found again): the cuts of runs of Han characters are remembered
         self._cut = functools.lru_cache(maxsize=cached)(self._cut_now)
+        self._tagger: Any = None
+        self._kept = functools.lru_cache(maxsize=cached)(self._kept_now)
 
     @property
     def jieba(self) -> Any:
@@ -104,6 +123,37 @@ class Tokenizer:
     def cut(self, text: str) -> tuple[str, ...]:
         """jieba's words (search mode) of a run of Han characters."""
         return self._cut(text)
+
+    @property
+    def tagger(self) -> Any:
+        """jieba's part-of-speech tagger over this tokenizer's dictionary (made on first use)."""
+        if self._tagger is None:
+            cutter = self.jieba
+            with self._lock:
+                if self._tagger is None:
+                    import jieba.posseg
+
+                    self._tagger = (
+                        jieba.posseg.dt if cutter is jieba.posseg.dt.tokenizer else jieba.posseg.POSTokenizer(cutter)
+                    )
+        return self._tagger
+
+    def _kept_now(self, text: str) -> tuple[str, ...]:
+        # a word of the user dictionary has no tag of jieba's: a name, or a thing of the user's own
+        return tuple(p.word for p in self.tagger.cut(text) if _is_situation(p.flag) or p.word in self._own)
+
+    def situation_terms(self, text: str) -> list[str]:
+        """The distinct terms of a conversation's line kept as a cue: its Chinese words that are
+        nouns, verbs, places, times or set phrases (each cut as ``tokenize`` cuts it, so that it
+        meets the stored words and their parts), and its other words as ``query_terms`` has
+        them (English has no tagger here)."""
+        seen: list[str] = []
+        for m in _WORD.finditer(text.lower()):
+            piece = m.group(0)
+            words = self._kept(piece) if IDEOGRAPH.match(piece) else (piece,)
+            for word in words:
+                seen += [t for t in self.tokenize(word) if t not in seen]
+        return seen
 
     def tokenize(self, text: str, *, drop_stopwords: bool = True) -> list[str]:
         out: list[str] = []

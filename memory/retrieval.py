@@ -37,7 +37,7 @@ from __future__ import annotations
 from concurrent.futures import Executor
 from dataclasses import dataclass, field
 from datetime import date, datetime
-from typing import Sequence
+from typing import Callable, Sequence
 
 import numpy as np
 
@@ -70,8 +70,9 @@ class RetrievalConfig:
     talk_decay: float = 0.8
     talk_reply_share: float = 0.5
     # the conversation's words: the lexical side's share that goes to a second BM25 query over
-    # the talk's latest lines (this many exchanges back)
-    talk_lexical_weight: float = 0.6
+    # the user's latest lines (this many of them); half, as the talk's vector has half the dense
+    # side: the message weighs as much as all the talk before it, on each side
+    talk_lexical_weight: float = 0.5
     talk_lexical_turns: int = 3
     talk_lexical_terms: int = 24
     # memories that chain (see _second_hop): the first hits whose vectors seed a second cue, and
@@ -180,26 +181,29 @@ class _Sides:
 
 
 def _talk_terms(tokenizer: Tokenizer, talk: Sequence[TalkLine], query: str, config: RetrievalConfig) -> list[str]:
-    """The words of the conversation's latest ``talk_lexical_turns`` exchanges that the message
-    does not have, newest first, at most ``talk_lexical_terms`` (a long talk's words would make
-    its search slow and diffuse)."""
-    lines: list[str] = []
-    exchanges = 0
-    for line in reversed(talk):
-        if exchanges >= config.talk_lexical_turns:
-            break
-        lines.append(line.text)
-        if line.role == "user":
-            exchanges += 1
-    return _words_beside(tokenizer, lines, query)[: config.talk_lexical_terms]
+    """The words of the user's latest ``talk_lexical_turns`` lines that the message does not have,
+    newest first, at most ``talk_lexical_terms`` (a long talk's words would make its search slow
+    and diffuse).
+
+    The user's lines only: the memories are the user's, and the companion's lines are its own
+    words (encouragement, questions, advice) that echo the user's and add its own; the dense
+    side still hears them, at ``talk_reply_share``. Of each line, the words of its situation
+    (``Tokenizer.situation_terms``: in Chinese, the nouns and verbs, not the feelings)."""
+    if config.talk_lexical_turns <= 0:
+        return []
+    lines = [line.text for line in talk if line.role == "user"][-config.talk_lexical_turns :]
+    return _words_beside(tokenizer, lines[::-1], query, tokenizer.situation_terms)[: config.talk_lexical_terms]
 
 
-def _words_beside(tokenizer: Tokenizer, texts: Sequence[str], query: str) -> list[str]:
-    """The distinct terms of ``texts``, in their order, that ``query`` does not have."""
+def _words_beside(
+    tokenizer: Tokenizer, texts: Sequence[str], query: str, terms_of: Callable[[str], list[str]] | None = None
+) -> list[str]:
+    """The distinct terms of ``texts`` (``terms_of`` each: by default its query terms), in their
+    order, that ``query`` does not have."""
     own = set(tokenizer.query_terms(query))
     terms: list[str] = []
     for text in texts:
-        terms += [t for t in tokenizer.query_terms(text) if t not in own and t not in terms]
+        terms += [t for t in (terms_of or tokenizer.query_terms)(text) if t not in own and t not in terms]
     return terms
 
 

@@ -3,7 +3,7 @@
 from datetime import datetime, timedelta
 
 from memory.records import Kind, State
-from memory.retrieval import RetrievalConfig, TalkLine
+from memory.retrieval import RetrievalConfig, TalkLine, _talk_terms
 
 D = datetime(2023, 4, 27, 12)
 
@@ -181,6 +181,38 @@ def test_the_conversation_is_a_cue_and_the_message_stays_the_strongest(paper_ban
     assert all(x.vector is not None and x.vector.any() for x in lines)
     hits = paper_bank.retrieve("bart", message, now, k=4, talk=lines)
     assert [h for h in hits if h.record.id not in {x.id for x in today}][0].record.id == t[0].id
+
+
+def test_the_conversations_words_are_the_users_situation(paper_bank):
+    """Issue 20: the conversation's words (its lexical cue) are the user's lines', not the
+    companion's, and of a Chinese line the words of its situation (what was done, where, with
+    what), not its feelings, which fit most memories alike."""
+    tok = paper_bank.tokenizer
+    line = "今天的晚会很热闹，我们表演了魔术，大家都很高兴"
+    assert {"热闹", "高兴"} <= set(tok.query_terms(line))  # a message keeps them
+    kept = set(tok.situation_terms(line))
+    assert {"今天", "晚会", "表演", "魔术"} <= kept and not {"热闹", "高兴"} & kept
+    talk = [
+        TalkLine("user", "I flew a kite at the seaside today."),
+        TalkLine("assistant", "Did you play the guitar at the concert, like at school?"),
+        TalkLine("user", "周末我们还去海边放风筝，心情很愉快"),
+    ]
+    words = _talk_terms(tok, talk, "It was windy.", RetrievalConfig())
+    assert {"kite", "seaside", "海边", "放风筝"} <= set(words)
+    assert not {"guitar", "concert", "school", "愉快"} & set(words)
+    # through retrieval: the memory the companion's words name is not what the talk brings back
+    t = _fill(
+        paper_bank,
+        "kim",
+        [
+            (0, "I played the guitar at the school concert.", ""),
+            (1, "We flew kites last summer.", ""),
+            (2, "I baked a lemon cake for my aunt.", ""),
+        ],
+    )
+    lexical = RetrievalConfig(dense_weight=0.0)
+    hit = paper_bank.retrieve("kim", "It was windy.", D + timedelta(days=9), k=1, talk=talk[:2], config=lexical)[0]
+    assert hit.record.id == t[1].id and hit.cue == "conversation"
 
 
 def test_a_second_hop_follows_the_first_hits_words(paper_bank):
