@@ -46,7 +46,7 @@ from .embedders import Embedder, embed_query, embed_replies, embed_turns, normal
 from .forgetting import ForgettingPolicy
 from .lexical import Tokenizer
 from .records import Kind, MemoryRecord, State
-from .stores.base import SearchHit, Side, UserStore
+from .stores.base import PoolRows, SearchHit, Side, UserStore
 
 
 @dataclass(frozen=True)
@@ -162,7 +162,7 @@ class _Pool:
     qvec: np.ndarray
     named_days: list[date]
     records: dict[int, MemoryRecord]  # the candidates that may become hits
-    members: dict[int, MemoryRecord]  # the candidates and their neighbours
+    members: _Members  # the candidates and their neighbours
     dense: dict[int, float]  # cosine to the query (the better of message and reply)
     lexical: dict[int, float]  # BM25 (0 when not among the lexical side's matches)
 
@@ -298,6 +298,17 @@ def _allowed(rec: MemoryRecord, config: RetrievalConfig) -> bool:
     )
 
 
+@dataclass
+class _Members:
+    """A pool's members: the candidates that may become hits, then the turns next to them, whose
+    scores they share (read as places only: their words are never shown)."""
+
+    ids: list[int]
+    at: dict[tuple[date, int], int]  # the turns among them by (day, position)
+    replied: set[int]  # the turns among them with a reply
+    rows: PoolRows  # what the store read: their vectors
+
+
 def _gather(
     store: UserStore,
     dense: list[int],
@@ -305,20 +316,27 @@ def _gather(
     named_days: list[date],
     config: RetrievalConfig,
     talk_ranked: Sequence[tuple[int, float]] = (),
-) -> tuple[dict[int, MemoryRecord], dict[int, MemoryRecord]]:
+) -> tuple[dict[int, MemoryRecord], _Members]:
     """Phase 2: the candidates' records (dense, lexical and the days the query names) and the pool:
     the candidates plus the neighbouring turns of candidate turns, whose scores they share."""
     ids = set(dense) | {i for i, _ in ranked[: config.candidates]} | {i for i, _ in talk_ranked[: config.candidates]}
     if named_days:
         ids |= {r.stored_id for r in store.records(days=named_days)}
-    found, beside = store.around(ids)
-    records = {i: r for i, r in found.items() if _allowed(r, config)}
+    rows = store.pool(ids)
+    records = {i: r for i, r in rows.found.items() if _allowed(r, config)}
     places = {(r.day, r.position + d) for r in records.values() if r.kind == Kind.TURN for d in (-1, 1)}
-    pool = dict(records)
-    for rec in beside:  # the neighbours of the candidates that may become hits
-        if (rec.day, rec.position) in places:
-            pool.setdefault(rec.stored_id, rec)
-    return records, pool
+    members = list(records)
+    at = {(r.day, r.position): i for i, r in records.items() if r.kind == Kind.TURN}
+    replied = {i for i, r in records.items() if r.kind == Kind.TURN and r.response.strip()}
+    seen = set(records)
+    for n in rows.beside:  # the neighbours of the candidates that may become hits
+        if (n.day, n.position) in places and n.id not in seen:
+            seen.add(n.id)
+            members.append(n.id)
+            at[(n.day, n.position)] = n.id
+            if n.replied:
+                replied.add(n.id)
+    return records, _Members(members, at, replied, rows)
 
 
 @dataclass
@@ -332,17 +350,20 @@ class _Vectors:
     replies: np.ndarray
 
 
-def _pool_vectors(store: UserStore, dim: int, pool: dict[int, MemoryRecord], config: RetrievalConfig) -> _Vectors:
+def _pool_vectors(dim: int, members: _Members, config: RetrievalConfig) -> _Vectors:
     """Phase 3a: the exact stored vectors of the pool (the index may be approximate; a turn
     without a reply vector yet has no reply side)."""
-    ids = list(pool)
+    ids = members.ids
     empty: np.ndarray = np.zeros((0, dim), dtype=np.float32)
     if not ids:
         return _Vectors(ids, empty, [], empty)
+    rows = [members.rows.row[i] for i in ids]
+    own = members.rows.own[rows]
     if not config.use_replies:
-        return _Vectors(ids, store.vectors(ids), [], empty)
-    own, reply = store.vectors_and_replies(ids)
-    keep = [n for n, i in enumerate(ids) if pool[i].kind == Kind.TURN and pool[i].response.strip() and reply[n].any()]
+        return _Vectors(ids, own, [], empty)
+    reply = members.rows.reply[rows]
+    present = np.any(reply != 0, axis=1)
+    keep = [n for n, i in enumerate(ids) if present[n] and i in members.replied]
     return _Vectors(ids, own, [ids[n] for n in keep], reply[keep])
 
 
@@ -391,7 +412,7 @@ def _cue_dense(
 
 
 def _base_scores(
-    pool: dict[int, MemoryRecord],
+    pool: Sequence[int],
     dense_s: dict[int, float],
     lexical: dict[int, float],
     config: RetrievalConfig,
@@ -473,7 +494,7 @@ def _rank(
     runs over several turns), plus the bonus of a named day and a small retention term, less the
     archive's penalty for a memory of the second tier. Each hit is credited to the cue that gave
     it the most of its score."""
-    at = {(r.day, r.position): r.id for r in p.members.values() if r.kind == Kind.TURN}
+    at = p.members.at
     hits: list[Hit] = []
     for rid, rec in p.records.items():
         score = base[rid]
@@ -582,24 +603,25 @@ def _score_pool(
         [*sides.talk_ranked[: config.candidates], *hop_ranked[: config.candidates]],
     )
     deeper = dict(sides.ranked)
-    lexical = {i: deeper[i] for i in members if i in deeper}
+    ids = members.ids
+    lexical = {i: deeper[i] for i in ids if i in deeper}
     talk_deeper = dict(sides.talk_ranked)
-    talk_lexical = {i: talk_deeper[i] for i in members if i in talk_deeper}
+    talk_lexical = {i: talk_deeper[i] for i in ids if i in talk_deeper}
     cues = np.stack([sides.qvec, sides.tvec]) if sides.tvec is not None else sides.qvec[None, :]
-    vectors = _pool_vectors(store, len(sides.qvec), members, config)
+    vectors = _pool_vectors(len(sides.qvec), members, config)
     raw, dense_s, talk_dense = _cue_dense(_dense_sides(vectors, cues), config)
     p = _Pool(sides.qvec, named_days, records, members, raw, lexical)
-    base, from_words = _base_scores(members, dense_s, lexical, config, talk_lexical)
+    base, from_words = _base_scores(ids, dense_s, lexical, config, talk_lexical)
     # the conversation's part of a base score: its two sides at their weights, each scaled on its
     # own, so that a hit is credited to the cue that gave it the most
     talk_part = {
-        i: config.dense_weight * config.talk_weight * talk_dense.get(i, 0.0) + from_words.get(i, 0.0) for i in members
+        i: config.dense_weight * config.talk_weight * talk_dense.get(i, 0.0) + from_words.get(i, 0.0) for i in ids
     }
     seeds, hop = _second_hop(vectors, records, base, config)
     hop_deeper = dict(hop_ranked)
     # scaled over the memories the hop is for: the seeds match all their own words and would
     # take the top of the scale, so they get no share of it (they were found already)
-    word_hop = _scale({i: hop_deeper.get(i, 0.0) for i in members if i not in word_seeds}) if hop_ranked else {}
+    word_hop = _scale({i: hop_deeper.get(i, 0.0) for i in ids if i not in word_seeds}) if hop_ranked else {}
     # the message's part: what is left of the first hop's score (the seeds' own lift by the
     # second hops counts for no cue: they were found already)
     parts = {
