@@ -34,7 +34,7 @@ questions) and the word hop costs a second search (docs/benchmarks.md, issue 20)
 
 from __future__ import annotations
 
-from concurrent.futures import Executor
+from concurrent.futures import Executor, Future
 from dataclasses import dataclass, field
 from datetime import date, datetime
 from typing import Sequence
@@ -177,6 +177,8 @@ class _Sides:
     dense: list[int]
     ranked: list[tuple[int, float]]
     talk_ranked: list[tuple[int, float]]
+    # the pool's rows that need no query vector, read beside the dense search (``_first_rows``)
+    first: Future[tuple[set[int], PoolRows]]
 
 
 def _talk_terms(tokenizer: Tokenizer, talk: Sequence[TalkLine], query: str, config: RetrievalConfig) -> list[str]:
@@ -238,6 +240,18 @@ def _search_sides(
     qvec = embed_query(embedder, query) if query_vector is None else query_vector
     tvec = _talk_vector(embedder, talk, config)
     ranked = pending.result() if pending is not None else _lexical_side(store, tokenizer, query, config, named_days)
+    if talk_pending is not None:
+        talk_ranked = talk_pending.result()
+    else:
+        talk_ranked = _talk_lexical_side(store, words, config) if words else []
+    # the lexical candidates' rows are read on the other core while FAISS searches (it leaves
+    # Python's lock); read while the query was embedded, they slowed the embedding as much
+    first: Future[tuple[set[int], PoolRows]]
+    if workers is not None:
+        first = workers.submit(_first_rows, store, ranked, talk_ranked, named_days, config)
+    else:
+        first = Future()
+        first.set_result(_first_rows(store, ranked, talk_ranked, named_days, config))
     found: list[int] = []
     # a turn can be found twice (its message and its reply): ask for twice the candidates
     for hit in store.dense(_cue_mix(qvec, tvec, config), config.candidates * (2 if config.use_replies else 1)):
@@ -245,11 +259,22 @@ def _search_sides(
             continue
         if hit.id not in found:
             found.append(hit.id)
-    if talk_pending is not None:
-        talk_ranked = talk_pending.result()
-    else:
-        talk_ranked = _talk_lexical_side(store, words, config) if words else []
-    return _Sides(qvec, tvec, found[: config.candidates], ranked, talk_ranked)
+    return _Sides(qvec, tvec, found[: config.candidates], ranked, talk_ranked, first)
+
+
+def _first_rows(
+    store: UserStore,
+    ranked: Sequence[tuple[int, float]],
+    talk_ranked: Sequence[tuple[int, float]],
+    named_days: Sequence[date],
+    config: RetrievalConfig,
+) -> tuple[set[int], PoolRows]:
+    """Phase 2a: the candidates that need no query vector (the lexical sides' and every memory
+    of the days the query names) and the pool's rows of them (``_gather`` reads the rest)."""
+    ids = {i for i, _ in ranked[: config.candidates]} | {i for i, _ in talk_ranked[: config.candidates]}
+    if named_days:
+        ids |= {r.stored_id for r in store.records(days=named_days)}
+    return ids, store.pool(ids)
 
 
 def _cue_mix(qvec: np.ndarray, tvec: np.ndarray | None, config: RetrievalConfig) -> np.ndarray:
@@ -310,19 +335,15 @@ class _Members:
 
 
 def _gather(
-    store: UserStore,
-    dense: list[int],
-    ranked: list[tuple[int, float]],
-    named_days: list[date],
-    config: RetrievalConfig,
-    talk_ranked: Sequence[tuple[int, float]] = (),
+    store: UserStore, sides: _Sides, config: RetrievalConfig, hop_ranked: Sequence[tuple[int, float]] = ()
 ) -> tuple[dict[int, MemoryRecord], _Members]:
-    """Phase 2: the candidates' records (dense, lexical and the days the query names) and the pool:
-    the candidates plus the neighbouring turns of candidate turns, whose scores they share."""
-    ids = set(dense) | {i for i, _ in ranked[: config.candidates]} | {i for i, _ in talk_ranked[: config.candidates]}
-    if named_days:
-        ids |= {r.stored_id for r in store.records(days=named_days)}
-    rows = store.pool(ids)
+    """Phase 2: the candidates' records (dense, lexical, the days the query names and the word
+    hop's) and the pool: the candidates plus the neighbouring turns of candidate turns, whose
+    scores they share."""
+    first, rows = sides.first.result()
+    more = (set(sides.dense) | {i for i, _ in hop_ranked[: config.candidates]}) - first
+    if more:
+        rows = rows.joined(store.pool(more))
     records = {i: r for i, r in rows.found.items() if _allowed(r, config)}
     places = {(r.day, r.position + d) for r in records.values() if r.kind == Kind.TURN for d in (-1, 1)}
     members = list(records)
@@ -594,14 +615,7 @@ def _score_pool(
     """Phases 2-4: the pool gathered and read, its base scores by every cue. ``hop_ranked``: the
     word hop's matches (``_hop_words``), found from the first hits ``word_seeds``; they join the
     pool and add ``hop_word_weight`` of their lexical score (scaled over the pool)."""
-    records, members = _gather(
-        store,
-        sides.dense,
-        sides.ranked,
-        named_days,
-        config,
-        [*sides.talk_ranked[: config.candidates], *hop_ranked[: config.candidates]],
-    )
+    records, members = _gather(store, sides, config, hop_ranked)
     deeper = dict(sides.ranked)
     ids = members.ids
     lexical = {i: deeper[i] for i in ids if i in deeper}

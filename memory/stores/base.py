@@ -111,6 +111,22 @@ class PoolRows:
     own: np.ndarray
     reply: np.ndarray
 
+    def joined(self, other: "PoolRows") -> "PoolRows":
+        """What one ``pool`` call over both calls' ids gives: the records and neighbours of both,
+        each once, in the order a store reads them (records by (day, kind, position, id),
+        neighbours by (day, position, id))."""
+        found = {**self.found, **other.found}
+        order = sorted(found.values(), key=lambda r: (r.day, r.kind.value, r.position, r.stored_id))
+        beside = {n.id: n for n in [*self.beside, *other.beside]}
+        n = len(self.own)
+        return PoolRows(
+            {r.stored_id: r for r in order},
+            sorted(beside.values(), key=lambda b: (b.day, b.position, b.id)),
+            {**{rid: n + i for rid, i in other.row.items()}, **self.row},
+            np.concatenate([self.own, other.own]),
+            np.concatenate([self.reply, other.reply]),
+        )
+
     @classmethod
     def of(cls, found: dict[int, MemoryRecord], beside: Sequence[MemoryRecord], vectors: Any) -> "PoolRows":
         """From ``around``'s records and ``vectors``: a store's ``vectors_and_replies``."""

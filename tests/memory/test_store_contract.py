@@ -129,6 +129,13 @@ def test_the_turns_around_many_memories(any_bank):
     own, reply = store.vectors_and_replies(every)
     rows = [pool.row[i] for i in every]
     assert np.array_equal(pool.own[rows], own) and np.array_equal(pool.reply[rows], reply) and reply.any()
+    # read in two parts (as a turn reads its lexical candidates apart), joined: the same pool
+    half = [r.stored_id for r in picked[::2]] + [r.stored_id for r in picked[1:40:2]]
+    rest = {r.stored_id for r in picked} - set(half)
+    both = store.pool(half).joined(store.pool(rest))
+    assert list(both.found) == list(pool.found) and both.beside == pool.beside
+    assert all(np.array_equal(both.own[both.row[i]], pool.own[pool.row[i]]) for i in every)
+    assert all(np.array_equal(both.reply[both.row[i]], pool.reply[pool.row[i]]) for i in every)
 
 
 def test_the_store_interface(any_bank):
