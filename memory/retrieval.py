@@ -510,13 +510,14 @@ def _rank(
     policy: ForgettingPolicy,
     now: datetime,
     config: RetrievalConfig,
+    k: int,
 ) -> list[Hit]:
     """Phase 5: a candidate's score is its base, plus shares of its neighbours' (a conversation
     runs over several turns), plus the bonus of a named day and a small retention term, less the
-    archive's penalty for a memory of the second tier. Each hit is credited to the cue that gave
-    it the most of its score."""
+    archive's penalty for a memory of the second tier. Each of the best ``k`` is credited to the
+    cue that gave it the most of its score."""
     at = p.members.at
-    hits: list[Hit] = []
+    scored: list[tuple[float, int, float, bool, float, bool]] = []
     for rid, rec in p.records.items():
         score = base[rid]
         context = False
@@ -531,28 +532,22 @@ def _rank(
             context = prev is not None and base[prev] > base[rid]
         retention = policy.retention(rec, now)
         on_day = rec.day in p.named_days
+        score += (config.date_bonus if on_day else 0.0) + config.retention_weight * retention
+        if rec.state == State.ARCHIVED:
+            score -= config.archive_penalty or 0.0
+        scored.append((score, rid, retention, on_day, shared, context))
+    # the hits (their cues and reasons) of the best k only: a pool has a hundred candidates or more
+    scored.sort(key=lambda s: (-s[0], -s[1]))
+    hits: list[Hit] = []
+    for score, rid, retention, on_day, shared, context in scored[:k]:
+        rec = p.records[rid]
         cue = max(
             [*((name, part.get(rid, 0.0)) for name, part in parts.items()), ("neighbour", shared)], key=lambda c: c[1]
         )[0]
         cue = "named day" if on_day else cue
-        score += (config.date_bonus if on_day else 0.0) + config.retention_weight * retention
-        if rec.state == State.ARCHIVED:
-            score -= config.archive_penalty or 0.0
-        hits.append(
-            Hit(
-                rec,
-                score,
-                p.dense.get(rid, 0.0),
-                p.lexical.get(rid, 0.0),
-                retention,
-                on_day,
-                _reasons(
-                    rec, dense_s.get(rid, 0.0), p.dense.get(rid, 0.0), p.lexical.get(rid, 0.0), context, on_day, cue
-                ),
-                cue,
-            )
-        )
-    hits.sort(key=lambda h: (-h.score, -h.record.stored_id))
+        dense, lexical = p.dense.get(rid, 0.0), p.lexical.get(rid, 0.0)
+        reasons = _reasons(rec, dense_s.get(rid, 0.0), dense, lexical, context, on_day, cue)
+        hits.append(Hit(rec, score, dense, lexical, retention, on_day, reasons, cue))
     return hits
 
 
@@ -589,7 +584,7 @@ def retrieve(
         # the first hits' words found memories of their own: they join the pool, scored anew
         hop_ranked = _talk_lexical_side(store, hop_terms, config)
         scored = _score_pool(store, sides, named_days, config, hop_ranked, scored.seeds)
-    return _rank(scored.pool, scored.base, scored.dense_s, scored.parts, policy, now, config)[:k]
+    return _rank(scored.pool, scored.base, scored.dense_s, scored.parts, policy, now, config, k)
 
 
 @dataclass
