@@ -245,7 +245,8 @@ def _search_sides(
     else:
         talk_ranked = _talk_lexical_side(store, words, config) if words else []
     # the lexical candidates' rows are read on the other core while FAISS searches (it leaves
-    # Python's lock); read while the query was embedded, they slowed the embedding as much
+    # Python's lock), not while the query is embedded: the embedding holds the lock between its
+    # kernels, and the read would slow it by as much as it saves
     first: Future[tuple[set[int], PoolRows]]
     if workers is not None:
         first = workers.submit(_first_rows, store, ranked, talk_ranked, named_days, config)
