@@ -515,8 +515,7 @@ class MemoryBank:
         if not ids:
             return []
         u = self.user_store(user)
-        messages = u.vectors(ids)
-        replies = u.vectors(ids, column="reply_vector")
+        messages, replies = u.vectors_and_replies(ids)
         lines: list[TalkLine] = []
         for t, m, r in zip(turns, messages, replies):
             if t.query.strip():

@@ -34,7 +34,7 @@ questions) and the word hop costs a second search (docs/benchmarks.md, issue 20)
 
 from __future__ import annotations
 
-from concurrent.futures import Executor
+from concurrent.futures import Executor, Future
 from dataclasses import dataclass, field
 from datetime import date, datetime
 from typing import Callable, Sequence
@@ -46,7 +46,7 @@ from .embedders import Embedder, embed_query, embed_replies, embed_turns, normal
 from .forgetting import ForgettingPolicy
 from .lexical import Tokenizer
 from .records import Kind, MemoryRecord, State
-from .stores.base import SearchHit, Side, UserStore
+from .stores.base import PoolRows, SearchHit, Side, UserStore
 
 
 @dataclass(frozen=True)
@@ -163,7 +163,7 @@ class _Pool:
     qvec: np.ndarray
     named_days: list[date]
     records: dict[int, MemoryRecord]  # the candidates that may become hits
-    members: dict[int, MemoryRecord]  # the candidates and their neighbours
+    members: _Members  # the candidates and their neighbours
     dense: dict[int, float]  # cosine to the query (the better of message and reply)
     lexical: dict[int, float]  # BM25 (0 when not among the lexical side's matches)
 
@@ -178,6 +178,8 @@ class _Sides:
     dense: list[int]
     ranked: list[tuple[int, float]]
     talk_ranked: list[tuple[int, float]]
+    # the pool's rows that need no query vector, read beside the dense search (``_first_rows``)
+    first: Future[tuple[set[int], PoolRows]]
 
 
 def _talk_terms(tokenizer: Tokenizer, talk: Sequence[TalkLine], query: str, config: RetrievalConfig) -> list[str]:
@@ -242,6 +244,19 @@ def _search_sides(
     qvec = embed_query(embedder, query) if query_vector is None else query_vector
     tvec = _talk_vector(embedder, talk, config)
     ranked = pending.result() if pending is not None else _lexical_side(store, tokenizer, query, config, named_days)
+    if talk_pending is not None:
+        talk_ranked = talk_pending.result()
+    else:
+        talk_ranked = _talk_lexical_side(store, words, config) if words else []
+    # the lexical candidates' rows are read on the other core while FAISS searches (it leaves
+    # Python's lock), not while the query is embedded: the embedding holds the lock between its
+    # kernels, and the read would slow it by as much as it saves
+    first: Future[tuple[set[int], PoolRows]]
+    if workers is not None:
+        first = workers.submit(_first_rows, store, ranked, talk_ranked, named_days, config)
+    else:
+        first = Future()
+        first.set_result(_first_rows(store, ranked, talk_ranked, named_days, config))
     found: list[int] = []
     # a turn can be found twice (its message and its reply): ask for twice the candidates
     for hit in store.dense(_cue_mix(qvec, tvec, config), config.candidates * (2 if config.use_replies else 1)):
@@ -249,11 +264,22 @@ def _search_sides(
             continue
         if hit.id not in found:
             found.append(hit.id)
-    if talk_pending is not None:
-        talk_ranked = talk_pending.result()
-    else:
-        talk_ranked = _talk_lexical_side(store, words, config) if words else []
-    return _Sides(qvec, tvec, found[: config.candidates], ranked, talk_ranked)
+    return _Sides(qvec, tvec, found[: config.candidates], ranked, talk_ranked, first)
+
+
+def _first_rows(
+    store: UserStore,
+    ranked: Sequence[tuple[int, float]],
+    talk_ranked: Sequence[tuple[int, float]],
+    named_days: Sequence[date],
+    config: RetrievalConfig,
+) -> tuple[set[int], PoolRows]:
+    """Phase 2a: the candidates that need no query vector (the lexical sides' and every memory
+    of the days the query names) and the pool's rows of them (``_gather`` reads the rest)."""
+    ids = {i for i, _ in ranked[: config.candidates]} | {i for i, _ in talk_ranked[: config.candidates]}
+    if named_days:
+        ids |= {r.stored_id for r in store.records(days=named_days)}
+    return ids, store.pool(ids)
 
 
 def _cue_mix(qvec: np.ndarray, tvec: np.ndarray | None, config: RetrievalConfig) -> np.ndarray:
@@ -302,27 +328,41 @@ def _allowed(rec: MemoryRecord, config: RetrievalConfig) -> bool:
     )
 
 
+@dataclass
+class _Members:
+    """A pool's members: the candidates that may become hits, then the turns next to them, whose
+    scores they share (read as places only: their words are never shown)."""
+
+    ids: list[int]
+    at: dict[tuple[date, int], int]  # the turns among them by (day, position)
+    replied: set[int]  # the turns among them with a reply
+    rows: PoolRows  # what the store read: their vectors
+
+
 def _gather(
-    store: UserStore,
-    dense: list[int],
-    ranked: list[tuple[int, float]],
-    named_days: list[date],
-    config: RetrievalConfig,
-    talk_ranked: Sequence[tuple[int, float]] = (),
-) -> tuple[dict[int, MemoryRecord], dict[int, MemoryRecord]]:
-    """Phase 2: the candidates' records (dense, lexical and the days the query names) and the pool:
-    the candidates plus the neighbouring turns of candidate turns, whose scores they share."""
-    ids = set(dense) | {i for i, _ in ranked[: config.candidates]} | {i for i, _ in talk_ranked[: config.candidates]}
-    if named_days:
-        ids |= {r.stored_id for r in store.records(days=named_days)}
-    found, beside = store.around(ids)
-    records = {i: r for i, r in found.items() if _allowed(r, config)}
+    store: UserStore, sides: _Sides, config: RetrievalConfig, hop_ranked: Sequence[tuple[int, float]] = ()
+) -> tuple[dict[int, MemoryRecord], _Members]:
+    """Phase 2: the candidates' records (dense, lexical, the days the query names and the word
+    hop's) and the pool: the candidates plus the neighbouring turns of candidate turns, whose
+    scores they share."""
+    first, rows = sides.first.result()
+    more = (set(sides.dense) | {i for i, _ in hop_ranked[: config.candidates]}) - first
+    if more:
+        rows = rows.joined(store.pool(more))
+    records = {i: r for i, r in rows.found.items() if _allowed(r, config)}
     places = {(r.day, r.position + d) for r in records.values() if r.kind == Kind.TURN for d in (-1, 1)}
-    pool = dict(records)
-    for rec in beside:  # the neighbours of the candidates that may become hits
-        if (rec.day, rec.position) in places:
-            pool.setdefault(rec.stored_id, rec)
-    return records, pool
+    members = list(records)
+    at = {(r.day, r.position): i for i, r in records.items() if r.kind == Kind.TURN}
+    replied = {i for i, r in records.items() if r.kind == Kind.TURN and r.response.strip()}
+    seen = set(records)
+    for n in rows.beside:  # the neighbours of the candidates that may become hits
+        if (n.day, n.position) in places and n.id not in seen:
+            seen.add(n.id)
+            members.append(n.id)
+            at[(n.day, n.position)] = n.id
+            if n.replied:
+                replied.add(n.id)
+    return records, _Members(members, at, replied, rows)
 
 
 @dataclass
@@ -336,17 +376,20 @@ class _Vectors:
     replies: np.ndarray
 
 
-def _pool_vectors(store: UserStore, dim: int, pool: dict[int, MemoryRecord], config: RetrievalConfig) -> _Vectors:
+def _pool_vectors(dim: int, members: _Members, config: RetrievalConfig) -> _Vectors:
     """Phase 3a: the exact stored vectors of the pool (the index may be approximate; a turn
     without a reply vector yet has no reply side)."""
-    ids = list(pool)
+    ids = members.ids
     empty: np.ndarray = np.zeros((0, dim), dtype=np.float32)
     if not ids:
         return _Vectors(ids, empty, [], empty)
+    rows = [members.rows.row[i] for i in ids]
+    own = members.rows.own[rows]
     if not config.use_replies:
-        return _Vectors(ids, store.vectors(ids), [], empty)
-    own, reply = store.vectors_and_replies(ids)
-    keep = [n for n, i in enumerate(ids) if pool[i].kind == Kind.TURN and pool[i].response.strip() and reply[n].any()]
+        return _Vectors(ids, own, [], empty)
+    reply = members.rows.reply[rows]
+    present = np.any(reply != 0, axis=1)
+    keep = [n for n, i in enumerate(ids) if present[n] and i in members.replied]
     return _Vectors(ids, own, [ids[n] for n in keep], reply[keep])
 
 
@@ -395,7 +438,7 @@ def _cue_dense(
 
 
 def _base_scores(
-    pool: dict[int, MemoryRecord],
+    pool: Sequence[int],
     dense_s: dict[int, float],
     lexical: dict[int, float],
     config: RetrievalConfig,
@@ -472,13 +515,14 @@ def _rank(
     policy: ForgettingPolicy,
     now: datetime,
     config: RetrievalConfig,
+    k: int,
 ) -> list[Hit]:
     """Phase 5: a candidate's score is its base, plus shares of its neighbours' (a conversation
     runs over several turns), plus the bonus of a named day and a small retention term, less the
-    archive's penalty for a memory of the second tier. Each hit is credited to the cue that gave
-    it the most of its score."""
-    at = {(r.day, r.position): r.id for r in p.members.values() if r.kind == Kind.TURN}
-    hits: list[Hit] = []
+    archive's penalty for a memory of the second tier. Each of the best ``k`` is credited to the
+    cue that gave it the most of its score."""
+    at = p.members.at
+    scored: list[tuple[float, int, float, bool, float, bool]] = []
     for rid, rec in p.records.items():
         score = base[rid]
         context = False
@@ -493,28 +537,22 @@ def _rank(
             context = prev is not None and base[prev] > base[rid]
         retention = policy.retention(rec, now)
         on_day = rec.day in p.named_days
+        score += (config.date_bonus if on_day else 0.0) + config.retention_weight * retention
+        if rec.state == State.ARCHIVED:
+            score -= config.archive_penalty or 0.0
+        scored.append((score, rid, retention, on_day, shared, context))
+    # the hits (their cues and reasons) of the best k only: a pool has a hundred candidates or more
+    scored.sort(key=lambda s: (-s[0], -s[1]))
+    hits: list[Hit] = []
+    for score, rid, retention, on_day, shared, context in scored[:k]:
+        rec = p.records[rid]
         cue = max(
             [*((name, part.get(rid, 0.0)) for name, part in parts.items()), ("neighbour", shared)], key=lambda c: c[1]
         )[0]
         cue = "named day" if on_day else cue
-        score += (config.date_bonus if on_day else 0.0) + config.retention_weight * retention
-        if rec.state == State.ARCHIVED:
-            score -= config.archive_penalty or 0.0
-        hits.append(
-            Hit(
-                rec,
-                score,
-                p.dense.get(rid, 0.0),
-                p.lexical.get(rid, 0.0),
-                retention,
-                on_day,
-                _reasons(
-                    rec, dense_s.get(rid, 0.0), p.dense.get(rid, 0.0), p.lexical.get(rid, 0.0), context, on_day, cue
-                ),
-                cue,
-            )
-        )
-    hits.sort(key=lambda h: (-h.score, -h.record.stored_id))
+        dense, lexical = p.dense.get(rid, 0.0), p.lexical.get(rid, 0.0)
+        reasons = _reasons(rec, dense_s.get(rid, 0.0), dense, lexical, context, on_day, cue)
+        hits.append(Hit(rec, score, dense, lexical, retention, on_day, reasons, cue))
     return hits
 
 
@@ -551,7 +589,7 @@ def retrieve(
         # the first hits' words found memories of their own: they join the pool, scored anew
         hop_ranked = _talk_lexical_side(store, hop_terms, config)
         scored = _score_pool(store, sides, named_days, config, hop_ranked, scored.seeds)
-    return _rank(scored.pool, scored.base, scored.dense_s, scored.parts, policy, now, config)[:k]
+    return _rank(scored.pool, scored.base, scored.dense_s, scored.parts, policy, now, config, k)
 
 
 @dataclass
@@ -577,33 +615,27 @@ def _score_pool(
     """Phases 2-4: the pool gathered and read, its base scores by every cue. ``hop_ranked``: the
     word hop's matches (``_hop_words``), found from the first hits ``word_seeds``; they join the
     pool and add ``hop_word_weight`` of their lexical score (scaled over the pool)."""
-    records, members = _gather(
-        store,
-        sides.dense,
-        sides.ranked,
-        named_days,
-        config,
-        [*sides.talk_ranked[: config.candidates], *hop_ranked[: config.candidates]],
-    )
+    records, members = _gather(store, sides, config, hop_ranked)
     deeper = dict(sides.ranked)
-    lexical = {i: deeper[i] for i in members if i in deeper}
+    ids = members.ids
+    lexical = {i: deeper[i] for i in ids if i in deeper}
     talk_deeper = dict(sides.talk_ranked)
-    talk_lexical = {i: talk_deeper[i] for i in members if i in talk_deeper}
+    talk_lexical = {i: talk_deeper[i] for i in ids if i in talk_deeper}
     cues = np.stack([sides.qvec, sides.tvec]) if sides.tvec is not None else sides.qvec[None, :]
-    vectors = _pool_vectors(store, len(sides.qvec), members, config)
+    vectors = _pool_vectors(len(sides.qvec), members, config)
     raw, dense_s, talk_dense = _cue_dense(_dense_sides(vectors, cues), config)
     p = _Pool(sides.qvec, named_days, records, members, raw, lexical)
-    base, from_words = _base_scores(members, dense_s, lexical, config, talk_lexical)
+    base, from_words = _base_scores(ids, dense_s, lexical, config, talk_lexical)
     # the conversation's part of a base score: its two sides at their weights, each scaled on its
     # own, so that a hit is credited to the cue that gave it the most
     talk_part = {
-        i: config.dense_weight * config.talk_weight * talk_dense.get(i, 0.0) + from_words.get(i, 0.0) for i in members
+        i: config.dense_weight * config.talk_weight * talk_dense.get(i, 0.0) + from_words.get(i, 0.0) for i in ids
     }
     seeds, hop = _second_hop(vectors, records, base, config)
     hop_deeper = dict(hop_ranked)
     # scaled over the memories the hop is for: the seeds match all their own words and would
     # take the top of the scale, so they get no share of it (they were found already)
-    word_hop = _scale({i: hop_deeper.get(i, 0.0) for i in members if i not in word_seeds}) if hop_ranked else {}
+    word_hop = _scale({i: hop_deeper.get(i, 0.0) for i in ids if i not in word_seeds}) if hop_ranked else {}
     # the message's part: what is left of the first hop's score (the seeds' own lift by the
     # second hops counts for no cue: they were found already)
     parts = {

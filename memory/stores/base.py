@@ -87,6 +87,60 @@ class SearchHit:
     score: float
 
 
+@dataclass(frozen=True, slots=True)
+class Neighbour:
+    """A turn next to a retrieval candidate (``UserStore.pool``): its place, and whether it has a
+    reply (a reply that is not blank). Its words are never shown: it lends its scores to the
+    candidates beside it, so no record is made of it."""
+
+    id: int
+    day: date
+    position: int
+    replied: bool
+
+
+@dataclass(frozen=True)
+class PoolRows:
+    """What a retrieval reads of its candidates (``UserStore.pool``): their records, the turns
+    next to each candidate turn, and the stored vectors of both (row ``row[id]`` of ``own`` and
+    ``reply``; zeros where a memory has none)."""
+
+    found: dict[int, MemoryRecord]  # the memories of the ids asked for that exist
+    beside: list[Neighbour]  # (day, position, id) order, either tier, as ``UserStore.around``
+    row: dict[int, int]
+    own: np.ndarray
+    reply: np.ndarray
+
+    def joined(self, other: "PoolRows") -> "PoolRows":
+        """What one ``pool`` call over both calls' ids gives: the records and neighbours of both,
+        each once, in the order a store reads them (records by (day, kind, position, id),
+        neighbours by (day, position, id))."""
+        found = {**self.found, **other.found}
+        order = sorted(found.values(), key=lambda r: (r.day, r.kind.value, r.position, r.stored_id))
+        beside = {n.id: n for n in [*self.beside, *other.beside]}
+        n = len(self.own)
+        return PoolRows(
+            {r.stored_id: r for r in order},
+            sorted(beside.values(), key=lambda b: (b.day, b.position, b.id)),
+            {**{rid: n + i for rid, i in other.row.items()}, **self.row},
+            np.concatenate([self.own, other.own]),
+            np.concatenate([self.reply, other.reply]),
+        )
+
+    @classmethod
+    def of(cls, found: dict[int, MemoryRecord], beside: Sequence[MemoryRecord], vectors: Any) -> "PoolRows":
+        """From ``around``'s records and ``vectors``: a store's ``vectors_and_replies``."""
+        every = list(dict.fromkeys([*found, *(r.stored_id for r in beside)]))
+        own, reply = vectors(every)
+        return cls(
+            found,
+            [Neighbour(r.stored_id, r.day, r.position, bool(r.response.strip())) for r in beside],
+            {rid: n for n, rid in enumerate(every)},
+            own,
+            reply,
+        )
+
+
 def user_key(user: str) -> str:
     """A folder-safe key for a user: a readable slug plus a hash of the exact name. Also what
     tells a valid user name (1..64 characters, not blank) from one that is not."""
@@ -219,6 +273,12 @@ class UserStore(Protocol):
 
     def vectors_and_replies(self, ids: Sequence[int]) -> tuple[np.ndarray, np.ndarray]:
         """``vectors(ids)`` and ``vectors(ids, column="reply_vector")``, read together."""
+        ...
+
+    def pool(self, ids: Iterable[int]) -> PoolRows:
+        """What ``around(ids)`` finds, with both vectors of every memory in it, the neighbours as
+        places only (``Neighbour``): a retrieval's candidates and their neighbours, read
+        together."""
         ...
 
     # -- searches (both tiers: retrieval tells active and archived apart)

@@ -46,7 +46,7 @@ from psycopg import sql
 from ..lexical import Tokenizer
 from ..pg_db import Database, one, run_statements
 from ..records import Kind, MemoryRecord, State
-from .base import MEMORY_COLUMNS, SearchHit, Side, record_from_row, term_counts
+from .base import MEMORY_COLUMNS, PoolRows, SearchHit, Side, record_from_row, term_counts
 
 log = logging.getLogger(__name__)
 
@@ -768,6 +768,10 @@ class PgUserStore:
     def vectors_and_replies(self, ids: Sequence[int]) -> tuple[np.ndarray, np.ndarray]:
         own, reply = self._vectors(ids, ("embedding", "reply_embedding"))
         return own, reply
+
+    def pool(self, ids: Iterable[int]) -> PoolRows:
+        found, beside = self.around(ids)
+        return PoolRows.of(found, beside, self.vectors_and_replies)
 
     def _vectors(self, ids: Sequence[int], columns: Sequence[str]) -> list[np.ndarray]:
         """Stored vectors of ``columns`` in the order of ``ids`` (zeros where a row has none),

@@ -36,6 +36,8 @@ from ..sqlite_db import connect, immediate_transaction, run_script
 from .base import (
     MEMORY_COLUMNS,
     VECTOR_COLUMNS,
+    Neighbour,
+    PoolRows,
     SearchHit,
     Side,
     lexical_document,
@@ -550,17 +552,70 @@ class SqliteUserStore:
     def _turns_at(self, places: Sequence[tuple[date, int]]) -> list[MemoryRecord]:
         """Turns (of either tier) at the given (day, position) places."""
         out: list[MemoryRecord] = []
-        places = list(dict.fromkeys(places))
-        for start in range(0, len(places), 300):
-            part = places[start : start + 300]
+        for where, params in self._places(places):
+            out += self._select(f"+kind = 'turn' AND ({where})", params)
+        return out
+
+    @staticmethod
+    def _places(places: Iterable[tuple[date, int]]) -> Iterator[tuple[str, list]]:
+        """(condition, parameters) of look-ups of turns by their (day, position) places, 300 a
+        statement."""
+        distinct = list(dict.fromkeys(places))
+        for start in range(0, len(distinct), 300):
+            part = distinct[start : start + 300]
             # one index look-up per place (a row-value IN list would make SQLite scan every turn);
             # the list is filled up to a multiple of _PLACES_STEP with a place no row has (no day
             # is empty), so that the statement's text recurs and SQLite's plan for its long OR,
             # which costs more to make than the look-ups, comes from the connection's cache
             params = [v for d, p in part for v in (d.isoformat(), p)] + ["", -1] * (-len(part) % _PLACES_STEP)
-            where = " OR ".join("(day = ? AND position = ?)" for _ in range(len(params) // 2))
-            out += self._select(f"+kind = 'turn' AND ({where})", params)
-        return out
+            yield " OR ".join("(day = ? AND position = ?)" for _ in range(len(params) // 2)), params
+
+    def _rows(self, sql: str, params: Sequence) -> list[tuple]:
+        """Rows as plain tuples (cheaper to unpack than the connection's named rows)."""
+        with self._lock:
+            cur = self._db.cursor()
+            cur.row_factory = None
+            return cur.execute(sql, tuple(params)).fetchall()
+
+    def pool(self, ids: Iterable[int]) -> PoolRows:
+        """As ``around`` and ``vectors_and_replies`` over what it finds, with the vectors read in
+        the same statements as the rows, and the neighbours' rows read without their texts but
+        the reply's (they are never shown: no record is made of them)."""
+        wanted = list(dict.fromkeys(int(i) for i in ids))
+        found: dict[int, MemoryRecord] = {}
+        blobs: dict[int, tuple[bytes | None, bytes | None]] = {}
+        n = len(MEMORY_COLUMNS)
+        for start in range(0, len(wanted), 500):
+            part = wanted[start : start + 500]
+            for values in self._rows(
+                f"SELECT {_COLUMNS}, vector, reply_vector FROM memories WHERE id IN ({','.join('?' * len(part))})"
+                " ORDER BY day, kind, position, id",
+                part,
+            ):
+                rec = record_from_row(self.user, values[:n])
+                found[rec.stored_id] = rec
+                blobs[rec.stored_id] = (values[n], values[n + 1])
+        places = {(r.day, r.position + d) for r in found.values() if r.kind == Kind.TURN for d in (-1, 1)}
+        beside: list[Neighbour] = []
+        for where, params in self._places(sorted(places)):
+            for rid, day, position, response, vector, reply in self._rows(
+                "SELECT id, day, position, response, vector, reply_vector FROM memories"
+                f" WHERE +kind = 'turn' AND ({where}) ORDER BY day, kind, position, id",
+                params,
+            ):
+                beside.append(Neighbour(rid, date.fromisoformat(day), position, bool(response.strip())))
+                blobs.setdefault(rid, (vector, reply))
+        dim = self.dim
+        own: np.ndarray = np.zeros((len(blobs), dim), dtype=np.float32)
+        replies: np.ndarray = np.zeros((len(blobs), dim), dtype=np.float32)
+        row: dict[int, int] = {}
+        for i, (rid, (vector, reply)) in enumerate(blobs.items()):
+            row[rid] = i
+            if vector is not None and len(vector) == dim * 4:
+                own[i] = np.frombuffer(vector, dtype=np.float32)
+            if reply is not None and len(reply) == dim * 4:
+                replies[i] = np.frombuffer(reply, dtype=np.float32)
+        return PoolRows(found, beside, row, own, replies)
 
     def lexical(self, terms: Sequence[str], limit: int) -> list[SearchHit]:
         if not terms:

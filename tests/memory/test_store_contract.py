@@ -112,6 +112,30 @@ def test_the_turns_around_many_memories(any_bank):
     found, beside = store.around([r.stored_id for r in picked])
     assert set(found) == {r.stored_id for r in picked}
     assert [r.id for r in beside] == [at[p] for p in sorted(places) if p in at]
+    # the same read for a retrieval: the neighbours as places, every vector of both (replies of
+    # a few turns set, one turn with a blank reply), to the bit
+    some = [stored[n].stored_id for n in range(0, len(stored), 5)]
+    replies = rng.standard_normal((len(some), store.dim)).astype(np.float32)
+    store.set_vectors(some, replies, column="reply_vector")
+    store.replace_text(stored[1].stored_id, stored[1].text, vecs[1], response="  ")
+    store.replace_text(stored[2].stored_id, stored[2].text, vecs[2], response="yes")
+    pool = store.pool([r.stored_id for r in picked] + [10_000_000])
+    found, beside = store.around([r.stored_id for r in picked])
+    assert list(pool.found) == list(found) and list(pool.found.values()) == list(found.values())
+    assert [(n.id, n.day, n.position) for n in pool.beside] == [(r.id, r.day, r.position) for r in beside]
+    assert [n.id for n in pool.beside if n.replied] == [r.id for r in beside if r.response.strip()] != []
+    every = list(dict.fromkeys([*found, *(r.stored_id for r in beside)]))
+    assert set(pool.row) == set(every)
+    own, reply = store.vectors_and_replies(every)
+    rows = [pool.row[i] for i in every]
+    assert np.array_equal(pool.own[rows], own) and np.array_equal(pool.reply[rows], reply) and reply.any()
+    # read in two parts (as a turn reads its lexical candidates apart), joined: the same pool
+    half = [r.stored_id for r in picked[::2]] + [r.stored_id for r in picked[1:40:2]]
+    rest = {r.stored_id for r in picked} - set(half)
+    both = store.pool(half).joined(store.pool(rest))
+    assert list(both.found) == list(pool.found) and both.beside == pool.beside
+    assert all(np.array_equal(both.own[both.row[i]], pool.own[pool.row[i]]) for i in every)
+    assert all(np.array_equal(both.reply[both.row[i]], pool.reply[pool.row[i]]) for i in every)
 
 
 def test_the_store_interface(any_bank):
