@@ -209,3 +209,37 @@ def test_a_second_hop_follows_the_first_hits_words(paper_bank):
     assert [h.record.id for h in on] == [t[0].id, t[1].id]
     assert on[0].cue == "message" and on[1].cue == "second hop"
     assert "linked to another memory found (what it names)" in on[1].reasons
+
+
+def test_a_turn_is_found_by_the_sentence_that_answers_the_question(bank):
+    """One clause of a long reply answers the question; the turn's two vectors dilute it with
+    the rest, so that a short turn nearer the question in its whole meaning comes first. The
+    reply's sentence vectors (made by the reply worker) put the turn that says it first."""
+    target = (
+        "How was your week?",
+        "It was a busy week, honestly. I finished the quarterly report for work and cleaned out the garage. "
+        "My sister called about her wedding plans again. "
+        "Oh, and here is a picture of my family camping at the beach last summer.",
+    )
+    others = [
+        ("We went to the seaside for the weekend.", "Sounds relaxing, did you swim?"),
+        ("My kids love building sandcastles.", "That is such a sweet thing to do together."),
+        ("We rented a cabin near the lake.", "A cabin by the lake sounds peaceful."),
+        ("I bought a new sleeping bag for the trip.", "Good gear makes a trip so much better."),
+        ("The family went on a road trip along the coast.", "The coast must have been beautiful."),
+        ("My brother took his children fishing.", "Did they catch anything?"),
+        ("We had a barbecue on the shore with my cousins.", "That sounds like a great evening."),
+        ("I love sleeping under the stars.", "There is nothing like a clear night sky."),
+    ]
+    t0 = datetime(2024, 5, 1, 9, 0)
+    for i, (q, a) in enumerate([target, *others]):
+        bank.add_turn("amy", q, a, t0 + timedelta(days=i))
+    bank.settle()
+    question, now = "Has her family gone camping at the beach?", t0 + timedelta(days=30)
+
+    def first(**kw):  # the dense side alone: the words would find the turn anyway
+        hits = bank.retrieve("amy", question, now, k=1, config=RetrievalConfig(dense_weight=1.0, **kw))
+        return hits[0].record.query
+
+    assert first(use_sentences=False) != target[0]
+    assert first() == target[0]
