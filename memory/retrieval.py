@@ -16,7 +16,11 @@ A turn's dense similarity is a weighted mean of its two vectors' cosines: the us
 neither a long, generic reply ("here are some tips...") nor a short message decides alone; the
 message weighs more because it is the person's own words, what a companion is later asked about
 (in a conversation between two people, the reply is the second speaker's). A turn whose reply has
-no vector yet counts its message only. The two sides weigh the same in the base score: a
+no vector yet counts its message only. A long turn is also searched by its sentences (each a
+vector, ``memory/sentences.py``): a sentence that matches brings its turn among the candidates,
+so that one clause of a long exchange, which the turn's vectors average away with the rest, can
+still find it (a turn's best unit can also take a share of its dense similarity: off, it did not
+help on the measured sets). The two sides weigh the same in the base score: a
 question's words are a sharper cue than its meaning on conversations between two people
 (third-person questions, names, rare nouns), and the dense side carries paraphrase (the
 weights' measurements are in docs/benchmarks.md, under "Retrieval quality").
@@ -62,14 +66,15 @@ class RetrievalConfig:
     use_dates: bool = True
     use_replies: bool = True  # a turn's dense similarity also looks at its reply's vector
     reply_share: float = 1 / 3  # the reply's share of a turn's mean; the message has the rest
-    # the sentences of long turns (``memory/sentences.py``) as dense candidates and in the score
-    # (off: whole turns only, as before there were any): a turn's best unit (the best of its
-    # message, its reply and its sentences) takes ``sentence_weight`` of its dense similarity,
-    # and the dense search may add ``sentence_candidates`` turns that a sentence of theirs found
-    # beyond the ``candidates``
+    # the sentences of long turns (``memory/sentences.py``) as dense candidates (off: whole turns
+    # only, as before there were any): the dense search may add ``sentence_candidates`` turns
+    # that a sentence of theirs found beyond the ``candidates``; a turn's best unit (the best of
+    # its message, its reply and its sentences) may take ``sentence_weight`` of its dense
+    # similarity (0: the sentences find turns but do not score them; what a share did on the
+    # measured sets is in docs/benchmarks.md, issue 20)
     use_sentences: bool = True
-    sentence_weight: float = 0.5
-    sentence_candidates: int = 20
+    sentence_weight: float = 0.0
+    sentence_candidates: int = 40
     archive_penalty: float | None = 0.3  # taken off an archived memory's score; None: never retrieved
     kinds: tuple[Kind, ...] = (Kind.TURN, Kind.DAILY_EVENTS)
     # the conversation so far as a second cue (see _talk_vector): its share of the dense query,

@@ -15,7 +15,8 @@ the bank's retrieval, forgetting, imports and exports run unchanged over it.
   reinforcement rewrites a few dozen bytes in place instead of the memory's row with both vectors
   and their index entries.
 * Dense search: ``embedding <#> q`` (inner product on normalised vectors, like FAISS) over the
-  user's memories of both tiers, and over turns' reply vectors (``reply_embedding``). A user with fewer than ``HNSW_MIN`` memories is
+  user's memories of both tiers, over turns' reply vectors (``reply_embedding``) and over the
+  sentence vectors of long turns (``mem_sentences``). A user with fewer than ``HNSW_MIN`` memories is
   searched exactly through the btree on owner; from ``HNSW_MIN`` on, that user gets partial HNSW
   indexes of their own (``WHERE owner = '...'``), built concurrently in the background, so that
   one user's search never walks another user's graph and never loses hits to a filter.

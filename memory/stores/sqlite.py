@@ -9,8 +9,11 @@ re-embedding, delete) so that an index can catch up with changes made by another
 
 A dialogue turn has two vectors: its user's message (``vector``, made before the reply, by the
 retrieval of that very message) and the companion's reply (``reply_vector``, made after the reply
-has streamed, off the turn's clock; NULL until then). The FAISS index holds both, the reply's under
-``id + REPLY_ID_OFFSET`` (which never leaves this module: searches return typed hits). Archived memories are a second tier: they stay in the lexical table and
+has streamed, off the turn's clock; NULL until then). A long turn also has the vectors of its
+sentences (table ``sentences``; ``memories.sentences`` counts them, NULL until they are made). The
+FAISS index holds them all, the reply's under ``id + REPLY_ID_OFFSET``, sentence n's under
+``SENTENCE_ID_BASE + id * SENTENCE_SLOTS + n`` (which never leave this module: searches return
+typed hits). Archived memories are a second tier: they stay in the lexical table and
 the index, and retrieval lets them back only on a strong cue (see ``memory/retrieval.py``).
 """
 
