@@ -8,9 +8,10 @@ many users does not hold every index.
 
 A turn is stored with the vector its message's retrieval made; the reply's vector is made after
 the reply, by a worker thread of the bank (``settle`` waits for it), so that it costs the turn
-nothing, and with it the vectors of the sentences of a long message or reply (``sentences.py``:
-the reply's from the pass that embeds it, ``embed_with_sentences``). A turn that has no reply or
-sentence vectors yet (a crash, a migrated home) gets them when its user is next opened.
+nothing, and with it, where retrieval uses them, the vectors of the sentences of a long message
+or reply (``sentences.py``: the reply's from the pass that embeds it, ``embed_with_sentences``).
+A turn that has no reply or sentence vectors yet (a crash, a migrated home) gets them when its
+user is next opened.
 """
 
 from __future__ import annotations
@@ -192,7 +193,8 @@ class MemoryBank:
             while len(self._open) > self.max_open_users:
                 _, old = self._open.popitem(last=False)
                 old.close(save=False)
-        if store.replies_pending(1) or store.sentences_pending(1):  # left over from a crash or a migration
+        # left over from a crash or a migration
+        if store.replies_pending(1) or (self.writes_sentences and store.sentences_pending(1)):
             self._replies.submit(user)
         return store
 
@@ -259,6 +261,12 @@ class MemoryBank:
         for store in opened:
             store.settle()
 
+    @property
+    def writes_sentences(self) -> bool:
+        """Whether turns get sentence vectors: when retrieval uses them (they cost an import and
+        the index their size otherwise)."""
+        return self.retrieval_config.use_sentences
+
     def queue_replies(self, user: str) -> None:
         """Have the reply worker embed every reply of ``user`` that has no vector yet."""
         self._replies.submit(user)
@@ -307,7 +315,8 @@ class MemoryBank:
             if user not in self._open and not self.has_user(user):
                 return  # deleted meanwhile
             u = self.user_store(user)
-        self._embed_pending_sentences(u, batch)
+        if self.writes_sentences:
+            self._embed_pending_sentences(u, batch)
         while not self._replies.stopping.is_set() and (pending := u.replies_pending(batch)):
             ids = [rid for rid, _ in pending]
             u.set_vectors(ids, embed_replies(self.embedder, [text for _, text in pending]), column="reply_vector")
@@ -409,11 +418,17 @@ class MemoryBank:
         )
         stored = u.insert(records, vectors)
         answered = [rec for rec in stored if rec.response.strip()]
-        if replies == "now":
+        if replies == "now" and self.writes_sentences:
             reply_vectors, said = self._sentences_of([(rec.stored_id, rec.query, rec.response) for rec in stored])
             if answered:
                 u.set_vectors([rec.stored_id for rec in answered], reply_vectors, column="reply_vector")
             u.set_sentences(said)
+        elif replies == "now" and answered:
+            u.set_vectors(
+                [rec.stored_id for rec in answered],
+                embed_replies(self.embedder, [rec.response for rec in answered]),
+                column="reply_vector",
+            )
         u.sync()
         if replies == "later" and answered:
             self._replies.submit(user)

@@ -323,7 +323,8 @@ class E5Model:
         character spans of ``texts[i]`` in order, with only blanks between them and around them
         (``sentences.sentence_spans``); a text without spans gets none. The tokens are those of
         each span in turn (a span after a blank starts a word), which are the whole text's own
-        wherever spans meet at a blank: the text's vector is then ``embed``'s."""
+        wherever spans meet at a blank: the text's vector is then ``embed``'s (but for a blank
+        at either end of the text, which gives ``embed`` a token more)."""
         prefix = "query: " if is_query else "passage: "
         size = self.max_positions - 2
         windows: list[tuple[int, list[int], list[int]]] = []  # (text, tokens, each token's span)

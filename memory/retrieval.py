@@ -19,8 +19,8 @@ message weighs more because it is the person's own words, what a companion is la
 no vector yet counts its message only. A long turn is also searched by its sentences (each a
 vector, ``memory/sentences.py``): a sentence that matches brings its turn among the candidates,
 so that one clause of a long exchange, which the turn's vectors average away with the rest, can
-still find it (a turn's best unit can also take a share of its dense similarity: off, it did not
-help on the measured sets). The two sides weigh the same in the base score: a
+still find it; a turn's best unit can also take a share of its dense similarity. Both are off
+(``RetrievalConfig.use_sentences``): on the measured sets they did not earn their cost. The two sides weigh the same in the base score: a
 question's words are a sharper cue than its meaning on conversations between two people
 (third-person questions, names, rare nouns), and the dense side carries paraphrase (the
 weights' measurements are in docs/benchmarks.md, under "Retrieval quality").
@@ -66,13 +66,14 @@ class RetrievalConfig:
     use_dates: bool = True
     use_replies: bool = True  # a turn's dense similarity also looks at its reply's vector
     reply_share: float = 1 / 3  # the reply's share of a turn's mean; the message has the rest
-    # the sentences of long turns (``memory/sentences.py``) as dense candidates (off: whole turns
-    # only, as before there were any): the dense search may add ``sentence_candidates`` turns
-    # that a sentence of theirs found beyond the ``candidates``; a turn's best unit (the best of
-    # its message, its reply and its sentences) may take ``sentence_weight`` of its dense
-    # similarity (0: the sentences find turns but do not score them; what a share did on the
-    # measured sets is in docs/benchmarks.md, issue 20)
-    use_sentences: bool = True
+    # the sentences of long turns (``memory/sentences.py``) as dense candidates: the bank then
+    # writes their vectors, and the dense search may add ``sentence_candidates`` turns that a
+    # sentence of theirs found beyond the ``candidates``; a turn's best unit (the best of its
+    # message, its reply and its sentences) may take ``sentence_weight`` of its dense similarity.
+    # Off (whole turns only): on the measured sets they found more of the evidence but moved
+    # recall within a few questions, and their larger pool cost the 100k turn its budget
+    # (docs/benchmarks.md, issue 20, third pass)
+    use_sentences: bool = False
     sentence_weight: float = 0.0
     sentence_candidates: int = 40
     archive_penalty: float | None = 0.3  # taken off an archived memory's score; None: never retrieved

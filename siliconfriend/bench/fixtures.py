@@ -63,8 +63,8 @@ def fill_user(
 ) -> dict:
     """Write ``n_memories`` memories (turns and daily summaries) for ``user``, ending the day
     before ``end``; every turn with a reply gets a reply vector too (mixed from ``reply_pool``,
-    default ``pool``), and a long turn its sentence vectors, as the reply worker would have made
-    them; the index is synced (built) and
+    default ``pool``), and a long turn its sentence vectors where the bank writes them, as the
+    reply worker would have made them; the index is synced (built) and
     saved. Returns what was written."""
     rng = random.Random(seed)
     nrng = np.random.default_rng(seed)
@@ -84,7 +84,7 @@ def fill_user(
                 column="reply_vector",
             )
             # the sentences of long turns, as the reply worker would have made them
-            turns = [r for r in stored if r.kind == Kind.TURN]
+            turns = [r for r in stored if r.kind == Kind.TURN] if bank.writes_sentences else []
             counts_said = [len(sentence_spans(r.query)) + len(sentence_spans(r.response)) for r in turns]
             said = synthetic_vectors(pool, sum(counts_said), nrng)
             at = np.cumsum([0, *counts_said])

@@ -230,6 +230,7 @@ SENTENCE_OTHERS = [
 
 
 def _sentence_bank(bank):
+    bank.retrieval_config = RetrievalConfig(use_sentences=True)  # the turns get sentence vectors
     t0 = datetime(2024, 5, 1, 9, 0)
     for i, (q, a) in enumerate([SENTENCE_TARGET, *SENTENCE_OTHERS]):
         bank.add_turn("amy", q, a, t0 + timedelta(days=i))
@@ -244,7 +245,7 @@ def test_a_turn_is_a_candidate_by_the_sentence_that_answers_the_question(bank):
     now = _sentence_bank(bank)
 
     def found(**kw):  # two candidates a side: the question shares no word with the turn
-        config = RetrievalConfig(candidates=2, sentence_candidates=1, **kw)
+        config = RetrievalConfig(candidates=2, sentence_candidates=1, **{"use_sentences": True, **kw})
         return [
             h.record.query
             for h in bank.retrieve("amy", "Did her relatives pitch a tent on the sand?", now, k=5, config=config)
@@ -261,7 +262,7 @@ def test_a_turns_best_sentence_can_take_a_share_of_its_dense_score(bank):
     now = _sentence_bank(bank)
 
     def first(**kw):  # the dense side alone: the words would find the turn anyway
-        config = RetrievalConfig(dense_weight=1.0, **kw)
+        config = RetrievalConfig(dense_weight=1.0, use_sentences=True, **kw)
         return bank.retrieve("amy", "Has her family gone camping at the beach?", now, k=1, config=config)[
             0
         ].record.query

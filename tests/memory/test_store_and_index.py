@@ -10,6 +10,7 @@ import pytest
 from memory.bank import MemoryBank, user_key
 from memory.embedders import create_embedder
 from memory.records import Kind
+from memory.retrieval import RetrievalConfig
 
 
 def test_user_keys_are_safe_folder_names():
@@ -101,7 +102,8 @@ def test_a_home_written_before_sentence_vectors_gets_them_when_opened(tmp_path, 
     """A store of schema 3 (no sentence vectors) is migrated; its turns are searched as before
     until the reply worker has made their sentences, then by them too."""
     long_reply = "I worked late every day this week. On Sunday we finally took the kids to the zoo to see the lions."
-    bank = MemoryBank(tmp_path, e5_embedder)
+    sentences = RetrievalConfig(use_sentences=True)
+    bank = MemoryBank(tmp_path, e5_embedder, retrieval=sentences)
     turn = bank.add_turn("amy", "How was your week?", long_reply, day1)
     bank.add_turn("amy", "I adopted a cat named Miso", "Lovely!", day1)
     bank.close()
@@ -113,7 +115,7 @@ def test_a_home_written_before_sentence_vectors_gets_them_when_opened(tmp_path, 
     )
     con.close()
     (path.parent / "index.faiss").unlink()
-    again = MemoryBank(tmp_path, e5_embedder)
+    again = MemoryBank(tmp_path, e5_embedder, retrieval=sentences)
     try:
         store = again.user_store("amy")  # migrated; its turns queued for the reply worker
         again.settle()

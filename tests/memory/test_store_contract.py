@@ -14,6 +14,7 @@ from memory.embedders import create_embedder, embed_documents, embed_replies, em
 from memory.lexical import Tokenizer
 from memory.memorybank_format import export_user
 from memory.records import Kind, MemoryRecord, State
+from memory.retrieval import RetrievalConfig
 from memory.stores.base import SearchHit, Side
 
 T0 = datetime(2024, 5, 1, 9, 0)
@@ -223,9 +224,14 @@ LONG_REPLY = (
 
 
 def test_the_sentences_of_a_long_turn_are_made_after_it_and_redone_with_a_new_reply(open_bank, day1):
-    """The reply worker makes a long turn's sentence vectors (its message's, then its reply's),
-    from the reply's own pass: the reply's vector is the one ``embed_replies`` makes."""
-    bank = open_bank()
+    """Where retrieval uses them, the reply worker makes a long turn's sentence vectors (its
+    message's, then its reply's), from the reply's own pass: the reply's vector is the one
+    ``embed_replies`` makes. Where it does not, none are made."""
+    plain = open_bank()
+    plain.add_turn("bob", "I had a long day at work. Then I cooked dinner for my parents.", LONG_REPLY, day1)
+    plain.settle()
+    assert plain.user_store("bob").sentences_pending() != [] and plain.user_store("bob").vector_count() == 2
+    bank = open_bank(retrieval=RetrievalConfig(use_sentences=True))
     message = "I had a long day at work. Then I cooked dinner for my parents and we watched a film."
     turn = bank.add_turn("amy", message, LONG_REPLY, day1)
     short = bank.add_turn("amy", "Hi there", "Hello! How are you?", day1)

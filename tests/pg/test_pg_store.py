@@ -13,6 +13,7 @@ import pytest
 from memory.bank import MemoryBank
 from memory.pg_db import SchemaTooNew, StoreUnavailable
 from memory.records import Kind
+from memory.retrieval import RetrievalConfig
 from memory.stores.base import Side
 from memory.stores.postgres import PostgresStores
 
@@ -142,7 +143,7 @@ def test_migration_7_gives_the_turns_written_before_their_sentence_vectors(pg_ur
     """A database of schema 5 (no sentence vectors): its turns are made pending, and the reply
     worker makes the sentences of the long ones (the Chinese reply has two)."""
     older_database(pg_url, 5, old_turns(e5_embedder))
-    bank = MemoryBank(PostgresStores(pg_url), e5_embedder)
+    bank = MemoryBank(PostgresStores(pg_url), e5_embedder, retrieval=RetrievalConfig(use_sentences=True))
     try:
         store = bank.user_store("amy")
         bank.settle()
