@@ -16,7 +16,11 @@ A turn's dense similarity is a weighted mean of its two vectors' cosines: the us
 neither a long, generic reply ("here are some tips...") nor a short message decides alone; the
 message weighs more because it is the person's own words, what a companion is later asked about
 (in a conversation between two people, the reply is the second speaker's). A turn whose reply has
-no vector yet counts its message only. The two sides weigh the same in the base score: a
+no vector yet counts its message only. A long turn is also searched by its sentences (each a
+vector, ``memory/sentences.py``): a sentence that matches brings its turn among the candidates,
+so that one clause of a long exchange, which the turn's vectors average away with the rest, can
+still find it; a turn's best unit can also take a share of its dense similarity. Both are off
+(``RetrievalConfig.use_sentences``): on the measured sets they did not earn their cost. The two sides weigh the same in the base score: a
 question's words are a sharper cue than its meaning on conversations between two people
 (third-person questions, names, rare nouns), and the dense side carries paraphrase (the
 weights' measurements are in docs/benchmarks.md, under "Retrieval quality").
@@ -62,6 +66,16 @@ class RetrievalConfig:
     use_dates: bool = True
     use_replies: bool = True  # a turn's dense similarity also looks at its reply's vector
     reply_share: float = 1 / 3  # the reply's share of a turn's mean; the message has the rest
+    # the sentences of long turns (``memory/sentences.py``) as dense candidates: the bank then
+    # writes their vectors, and the dense search may add ``sentence_candidates`` turns that a
+    # sentence of theirs found beyond the ``candidates``; a turn's best unit (the best of its
+    # message, its reply and its sentences) may take ``sentence_weight`` of its dense similarity.
+    # Off (whole turns only): on the measured sets they found more of the evidence but moved
+    # recall within a few questions, and their larger pool cost the 100k turn its budget
+    # (docs/benchmarks.md, issue 20, third pass)
+    use_sentences: bool = False
+    sentence_weight: float = 0.0
+    sentence_candidates: int = 40
     archive_penalty: float | None = 0.3  # taken off an archived memory's score; None: never retrieved
     kinds: tuple[Kind, ...] = (Kind.TURN, Kind.DAILY_EVENTS)
     # the conversation so far as a second cue (see _talk_vector): its share of the dense query,
@@ -258,13 +272,24 @@ def _search_sides(
         first = Future()
         first.set_result(_first_rows(store, ranked, talk_ranked, named_days, config))
     found: list[int] = []
-    # a turn can be found twice (its message and its reply): ask for twice the candidates
-    for hit in store.dense(_cue_mix(qvec, tvec, config), config.candidates * (2 if config.use_replies else 1)):
-        if hit.side == Side.REPLY and not config.use_replies:
+    # a turn can be found several times (its message, its reply, its sentences): ask for more
+    # hits than the candidates wanted. The first ``candidates`` turns are the best by any of
+    # their vectors; then up to ``sentence_candidates`` more that one of their sentences brought
+    # (a memory without sentence vectors is searched as before)
+    extra = 0
+    more = config.sentence_candidates if config.use_sentences else 0
+    asked = (config.candidates + more) * (2 if config.use_replies else 1) * (2 if config.use_sentences else 1)
+    for hit in store.dense(_cue_mix(qvec, tvec, config), asked):
+        if hit.side == Side.REPLY and not config.use_replies or hit.id in found:
             continue
-        if hit.id not in found:
+        if hit.side == Side.SENTENCE and not config.use_sentences:
+            continue
+        if len(found) < config.candidates:
             found.append(hit.id)
-    return _Sides(qvec, tvec, found[: config.candidates], ranked, talk_ranked, first)
+        elif hit.side == Side.SENTENCE and extra < more:
+            found.append(hit.id)
+            extra += 1
+    return _Sides(qvec, tvec, found, ranked, talk_ranked, first)
 
 
 def _first_rows(
@@ -374,9 +399,12 @@ class _Vectors:
     own: np.ndarray
     turns: list[int]  # the members whose reply vector is in ``replies``
     replies: np.ndarray
+    # the sentence vectors of the members that have them: each one's position in ``ids``
+    said_by: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
+    sentences: np.ndarray | None = None
 
 
-def _pool_vectors(dim: int, members: _Members, config: RetrievalConfig) -> _Vectors:
+def _pool_vectors(store: UserStore, dim: int, members: _Members, config: RetrievalConfig) -> _Vectors:
     """Phase 3a: the exact stored vectors of the pool (the index may be approximate; a turn
     without a reply vector yet has no reply side)."""
     ids = members.ids
@@ -386,53 +414,79 @@ def _pool_vectors(dim: int, members: _Members, config: RetrievalConfig) -> _Vect
     rows = [members.rows.row[i] for i in ids]
     own = members.rows.own[rows]
     if not config.use_replies:
-        return _Vectors(ids, own, [], empty)
-    reply = members.rows.reply[rows]
-    present = np.any(reply != 0, axis=1)
-    keep = [n for n, i in enumerate(ids) if present[n] and i in members.replied]
-    return _Vectors(ids, own, [ids[n] for n in keep], reply[keep])
+        vectors = _Vectors(ids, own, [], empty)
+    else:
+        reply = members.rows.reply[rows]
+        present = np.any(reply != 0, axis=1)
+        keep = [n for n, i in enumerate(ids) if present[n] and i in members.replied]
+        vectors = _Vectors(ids, own, [ids[n] for n in keep], reply[keep])
+    if config.use_sentences and config.sentence_weight > 0:
+        turns = set(members.at.values())
+        owners, said = store.sentence_vectors([i for i in ids if i in turns])
+        at = {rid: n for n, rid in enumerate(ids)}
+        vectors.said_by = np.asarray([at[int(o)] for o in owners], dtype=np.int64)
+        vectors.sentences = said
+    return vectors
 
 
-def _dense_sides(vectors: _Vectors, cues: np.ndarray) -> list[tuple[dict[int, float], dict[int, float]]]:
+# a cue's cosines with the pool: each member's own vector, turns' replies, and the best of each
+# turn's sentences (for the turns that have them)
+_Side = tuple[dict[int, float], dict[int, float], dict[int, float]]
+
+
+def _dense_sides(vectors: _Vectors, cues: np.ndarray) -> list[_Side]:
     """Phase 3b: for each cue (the rows of ``cues``: the message, then the conversation if any),
-    the cosine of every pool member's message (or text) and, for turns, of its reply."""
+    the cosine of every pool member's message (or text), for turns of its reply, and the best
+    cosine of the sentences of those that have them."""
     own_sims = vectors.own @ cues.T
     reply_sims = vectors.replies @ cues.T
+    best: np.ndarray | None = None
+    if vectors.sentences is not None and len(vectors.said_by):
+        best = np.full((len(vectors.ids), len(cues)), -np.inf, dtype=np.float32)
+        np.maximum.at(best, vectors.said_by, vectors.sentences @ cues.T)
+    said = sorted(set(vectors.said_by.tolist())) if best is not None else []
     return [
-        (dict(zip(vectors.ids, own_sims[:, c].tolist())), dict(zip(vectors.turns, reply_sims[:, c].tolist())))
+        (
+            dict(zip(vectors.ids, own_sims[:, c].tolist())),
+            dict(zip(vectors.turns, reply_sims[:, c].tolist())),
+            {vectors.ids[n]: float(best[n, c]) for n in said} if best is not None else {},
+        )
         for c in range(len(cues))
     ]
 
 
-def _combine_dense(
-    own: dict[int, float], reply: dict[int, float], config: RetrievalConfig
-) -> tuple[dict[int, float], dict[int, float]]:
+def _combine_dense(side: _Side, config: RetrievalConfig) -> tuple[dict[int, float], dict[int, float]]:
     """A pool member's dense similarity (raw, for the reasons) and its dense score in [0, 1]."""
-    raw, mixed = _dense_mixed(own, reply, config)
+    raw, mixed = _dense_mixed(side, config)
     return raw, _scale(mixed)
 
 
-def _dense_mixed(
-    own: dict[int, float], reply: dict[int, float], config: RetrievalConfig
-) -> tuple[dict[int, float], dict[int, float]]:
-    """The better of a member's two cosines (for the reasons), and their mix (unscaled): the
-    reply's cosine weighs ``reply_share`` where the turn has a reply vector."""
-    raw = {i: max(s, reply.get(i, -1.0)) for i, s in own.items()}
+def _dense_mixed(side: _Side, config: RetrievalConfig) -> tuple[dict[int, float], dict[int, float]]:
+    """The best of a member's cosines (for the reasons), and their mix (unscaled): the reply's
+    cosine weighs ``reply_share`` where the turn has a reply vector, and the best unit of the
+    turn (its message, its reply or one of its sentences) ``sentence_weight`` of the whole (a
+    question about one clause of a long exchange, which the turn's vectors dilute)."""
+    own, reply, said = side
+    raw = {i: max(s, reply.get(i, -1.0), said.get(i, -1.0)) for i, s in own.items()}
     w = config.reply_share
-    return raw, {i: (1 - w) * s + w * reply[i] if i in reply else s for i, s in own.items()}
+    mixed = {i: (1 - w) * s + w * reply[i] if i in reply else s for i, s in own.items()}
+    sw = config.sentence_weight if config.use_sentences else 0.0
+    if sw > 0:
+        mixed = {i: (1 - sw) * m + sw * raw[i] for i, m in mixed.items()}
+    return raw, mixed
 
 
 def _cue_dense(
-    sides: list[tuple[dict[int, float], dict[int, float]]], config: RetrievalConfig
+    sides: list[_Side], config: RetrievalConfig
 ) -> tuple[dict[int, float], dict[int, float], dict[int, float]]:
     """The dense similarity (raw, of the message), the dense score in [0, 1] of the cues' mix
     (the message's cosine and the conversation's, weighed as ``_cue_mix`` weighs them), and the
     conversation's own dense score in [0, 1] (for the cue a hit is credited to)."""
     if len(sides) == 1:
-        raw, dense_s = _combine_dense(*sides[0], config)
+        raw, dense_s = _combine_dense(sides[0], config)
         return raw, dense_s, {}
-    raw, message = _dense_mixed(*sides[0], config)
-    _, talk = _dense_mixed(*sides[1], config)
+    raw, message = _dense_mixed(sides[0], config)
+    _, talk = _dense_mixed(sides[1], config)
     w = config.talk_weight
     return raw, _scale({i: (1 - w) * message[i] + w * talk[i] for i in message}), _scale(talk)
 
@@ -481,8 +535,8 @@ def _second_hop(
             total += w * vectors.replies[replies[rid]]
     if not total.any():
         return seeds, {}
-    ((own, reply),) = _dense_sides(vectors, normalise(total[None, :]))
-    _, mixed = _dense_mixed(own, reply, config)
+    (side,) = _dense_sides(vectors, normalise(total[None, :]))
+    _, mixed = _dense_mixed(side, config)
     return seeds, _scale(mixed)
 
 
@@ -622,7 +676,7 @@ def _score_pool(
     talk_deeper = dict(sides.talk_ranked)
     talk_lexical = {i: talk_deeper[i] for i in ids if i in talk_deeper}
     cues = np.stack([sides.qvec, sides.tvec]) if sides.tvec is not None else sides.qvec[None, :]
-    vectors = _pool_vectors(len(sides.qvec), members, config)
+    vectors = _pool_vectors(store, len(sides.qvec), members, config)
     raw, dense_s, talk_dense = _cue_dense(_dense_sides(vectors, cues), config)
     p = _Pool(sides.qvec, named_days, records, members, raw, lexical)
     base, from_words = _base_scores(ids, dense_s, lexical, config, talk_lexical)

@@ -74,6 +74,7 @@ class Side(str, enum.Enum):
 
     OWN = "own"  # its own vector: a turn's message, a summary's text
     REPLY = "reply"  # a turn's reply vector
+    SENTENCE = "sentence"  # one sentence of a long turn's message or reply (``memory/sentences.py``)
     WORDS = "words"  # the lexical side (BM25 over its words)
 
 
@@ -241,9 +242,27 @@ class UserStore(Protocol):
     def delete(self, ids: Sequence[int]) -> int: ...
     def set_vectors(self, ids: Sequence[int], vectors: np.ndarray, *, column: str = "vector") -> None: ...
     def clear_reply_vectors(self, ids: Sequence[int]) -> None: ...
+    def set_sentences(self, items: Sequence[tuple[int, np.ndarray]]) -> None:
+        """Each turn's sentence vectors ([k, dim], k may be 0: a turn of short texts), replacing
+        those it had; the turn's sentences are then made (not ``sentences_pending``)."""
+        ...
+
+    def clear_sentences(self, ids: Sequence[int]) -> None:
+        """Sentence vectors to be made again (a new reply, another embedder)."""
+        ...
 
     # -- reads
     def replies_pending(self, limit: int = 10_000) -> list[tuple[int, str]]: ...
+    def sentences_pending(self, limit: int = 10_000) -> list[tuple[int, str, str]]:
+        """(id, message, reply) of turns whose sentence vectors are not made yet (written before
+        there were any, or cleared), oldest first."""
+        ...
+
+    def sentence_vectors(self, ids: Sequence[int]) -> tuple[np.ndarray, np.ndarray]:
+        """The sentence vectors of the memories ``ids``: (each vector's memory id, the vectors
+        [m, dim]), a memory's in their order."""
+        ...
+
     def get(self, rid: int) -> MemoryRecord | None: ...
     def get_many(self, ids: Iterable[int]) -> dict[int, MemoryRecord]: ...
     def records(

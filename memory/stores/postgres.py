@@ -15,7 +15,8 @@ the bank's retrieval, forgetting, imports and exports run unchanged over it.
   reinforcement rewrites a few dozen bytes in place instead of the memory's row with both vectors
   and their index entries.
 * Dense search: ``embedding <#> q`` (inner product on normalised vectors, like FAISS) over the
-  user's memories of both tiers, and over turns' reply vectors (``reply_embedding``). A user with fewer than ``HNSW_MIN`` memories is
+  user's memories of both tiers, over turns' reply vectors (``reply_embedding``) and over the
+  sentence vectors of long turns (``mem_sentences``). A user with fewer than ``HNSW_MIN`` memories is
   searched exactly through the btree on owner; from ``HNSW_MIN`` on, that user gets partial HNSW
   indexes of their own (``WHERE owner = '...'``), built concurrently in the background, so that
   one user's search never walks another user's graph and never loses hits to a filter.
@@ -208,7 +209,29 @@ def _m6(cur: psycopg.Cursor) -> None:
     )
 
 
-MIGRATIONS = [_m1, _m2, _m3, _m4, _m5, _m6]
+def _m7(cur: psycopg.Cursor) -> None:
+    # the sentence vectors of long turns (``memory/sentences.py``), a row each, kept in the row as
+    # the memories' vectors are (STORAGE MAIN); a turn's count of them, NULL until they are made
+    # (the turns written before are made by the bank's reply worker, as missing reply vectors are)
+    run_statements(
+        cur,
+        """
+    ALTER TABLE memories ADD COLUMN sentences INTEGER;
+    CREATE TABLE mem_sentences (
+        owner TEXT NOT NULL,
+        memory_id BIGINT NOT NULL,
+        n INTEGER NOT NULL,
+        embedding vector NOT NULL,
+        PRIMARY KEY (owner, memory_id, n),
+        FOREIGN KEY (owner, memory_id) REFERENCES memories (owner, id) ON DELETE CASCADE
+    );
+    ALTER TABLE mem_sentences ALTER COLUMN embedding SET STORAGE MAIN;
+    CREATE INDEX memories_sentences_pending ON memories (owner, id) WHERE kind = 'turn' AND sentences IS NULL
+    """,
+    )
+
+
+MIGRATIONS = [_m1, _m2, _m3, _m4, _m5, _m6, _m7]
 
 
 def as_array(value) -> np.ndarray | None:
@@ -621,6 +644,63 @@ class PgUserStore:
                 (self.user, [int(i) for i in ids]),
             )
 
+    def set_sentences(self, items: Sequence[tuple[int, np.ndarray]]) -> None:
+        if not items:
+            return
+        with self.db.transaction() as cur:
+            self._lock_user(cur)
+            ids = [int(rid) for rid, _ in items]
+            cur.execute("DELETE FROM mem_sentences WHERE owner = %s AND memory_id = ANY(%s)", (self.user, ids))
+            rows = [
+                (self.user, int(rid), n, v)
+                for rid, vectors in items
+                for n, v in enumerate(np.asarray(vectors, dtype=np.float32).reshape(-1, self.dim))
+            ]
+            if rows:
+                cur.executemany(
+                    "INSERT INTO mem_sentences (owner, memory_id, n, embedding) VALUES (%s, %s, %s, %b)", rows
+                )
+            cur.executemany(
+                "UPDATE memories SET sentences = %s WHERE owner = %s AND id = %s",
+                [(len(np.asarray(vectors).reshape(-1, self.dim)), self.user, int(rid)) for rid, vectors in items],
+            )
+
+    def clear_sentences(self, ids: Sequence[int]) -> None:
+        ids = [int(i) for i in ids]
+        if not ids:
+            return
+        with self.db.transaction() as cur:
+            self._lock_user(cur)
+            cur.execute("DELETE FROM mem_sentences WHERE owner = %s AND memory_id = ANY(%s)", (self.user, ids))
+            cur.execute("UPDATE memories SET sentences = NULL WHERE owner = %s AND id = ANY(%s)", (self.user, ids))
+
+    def sentences_pending(self, limit: int = 10_000) -> list[tuple[int, str, str]]:
+        return [
+            (r[0], r[1], r[2])
+            for r in self.db.fetchall(
+                "SELECT id, query, response FROM memories WHERE owner = %s AND kind = 'turn'"
+                " AND sentences IS NULL ORDER BY id LIMIT %s",
+                (self.user, int(limit)),
+            )
+        ]
+
+    def sentence_vectors(self, ids: Sequence[int]) -> tuple[np.ndarray, np.ndarray]:
+        ids = list(dict.fromkeys(int(i) for i in ids))
+        rows = (
+            self.db.fetchall(
+                "SELECT memory_id, vector_send(embedding) FROM mem_sentences WHERE owner = %s"
+                " AND memory_id = ANY(%s) ORDER BY memory_id, n",
+                (self.user, ids),
+                binary=True,
+            )
+            if ids
+            else []
+        )
+        vectors: np.ndarray = np.zeros((len(rows), self.dim), dtype=np.float32)
+        for i, row in enumerate(rows):
+            vectors[i] = np.frombuffer(row[1], ">f4", offset=4)
+        return np.asarray([int(r[0]) for r in rows], dtype=np.int64), vectors
+
     def replies_pending(self, limit: int = 10_000) -> list[tuple[int, str]]:
         """(id, reply) of turns whose reply has no vector yet, oldest first."""
         return [
@@ -846,16 +926,22 @@ class PgUserStore:
         q = np.asarray(query, dtype=np.float32).reshape(-1)
         # both vectors in one statement (each branch through its own index), and in graph mode
         # the settings and the search sent together (a pipeline): one round trip
-        part = "(SELECT id, {side}, -({col}::vector({dim}) <#> %(q)s) AS s FROM memories WHERE owner = {owner}"
+        part = "(SELECT {id}, {side}, -({col}::vector({dim}) <#> %(q)s) AS s FROM {table} WHERE owner = {owner}"
         part += " AND {col} IS NOT NULL ORDER BY {col}::vector({dim}) <#> %(q)s LIMIT %(k)s)"
         statement = sql.SQL(" UNION ALL ").join(
             sql.SQL(part).format(
+                id=sql.Identifier(rid),
                 side=sql.Literal(side.value),
                 col=sql.Identifier(column),
+                table=sql.Identifier(table),
                 dim=sql.Literal(int(self.dim)),
                 owner=sql.Literal(self.user),
             )
-            for column, side in (("embedding", Side.OWN), ("reply_embedding", Side.REPLY))
+            for table, rid, column, side in (
+                ("memories", "id", "embedding", Side.OWN),
+                ("memories", "id", "reply_embedding", Side.REPLY),
+                ("mem_sentences", "memory_id", "embedding", Side.SENTENCE),
+            )
         )
         params = {"q": q, "k": int(k)}
         with self.db.connection() as con:
@@ -874,7 +960,9 @@ class PgUserStore:
         return int(
             one(
                 self.db.fetchone(
-                    "SELECT count(embedding) + count(reply_embedding) FROM memories WHERE owner = %s", (self.user,)
+                    "SELECT count(embedding) + count(reply_embedding)"
+                    " + (SELECT count(*) FROM mem_sentences WHERE owner = %(u)s) FROM memories WHERE owner = %(u)s",
+                    {"u": self.user},
                 )
             )[0]
         )
@@ -931,7 +1019,7 @@ class PostgresStores:
             self._hnsw_checked.pop(user, None)
             self._hnsw_users.discard(user)
         self.postings.forget(user)
-        for name in (hnsw_index_name(user), hnsw_index_name(user) + "_r"):
+        for name in (hnsw_index_name(user), hnsw_index_name(user) + "_r", hnsw_index_name(user) + "_s"):
             self.db.execute(sql.SQL("DROP INDEX IF EXISTS {}").format(sql.Identifier(name)))
         with self.db.transaction() as cur:
             cur.execute("DELETE FROM mem_users WHERE name = %s", (user,))
@@ -946,14 +1034,15 @@ class PostgresStores:
     # -- the dense index of big users ---------------------------------------------------------
     def has_hnsw(self, user: str) -> bool:
         """Whether ``user`` has a valid (completely built) partial HNSW index."""
-        found = (
-            self.db.fetchone(
-                "SELECT 1 FROM pg_class c JOIN pg_index i ON i.indexrelid = c.oid"
-                " WHERE c.relname = %s AND i.indisvalid",
-                (hnsw_index_name(user),),
-            )
-            is not None
+        # the memories' and the sentences' (a user indexed before there were sentences gets
+        # theirs built: until then both are searched exactly)
+        names = [hnsw_index_name(user), hnsw_index_name(user) + "_s"]
+        row = self.db.fetchone(
+            "SELECT count(*) FROM pg_class c JOIN pg_index i ON i.indexrelid = c.oid"
+            " WHERE c.relname = ANY(%s) AND i.indisvalid",
+            (names,),
         )
+        found = row is not None and int(row[0]) == len(names)
         with self._lock:
             (self._hnsw_users.add if found else self._hnsw_users.discard)(user)
         return found
@@ -996,13 +1085,18 @@ class PostgresStores:
                 log.info("building the HNSW indexes of %s", user)
                 with self.db.connection() as con:
                     con.execute("SET maintenance_work_mem = '256MB'")
-                    for index_name, column in ((name + "_r", "reply_embedding"), (name, "embedding")):
+                    for index_name, table, column in (
+                        (name + "_s", "mem_sentences", "embedding"),
+                        (name + "_r", "memories", "reply_embedding"),
+                        (name, "memories", "embedding"),
+                    ):
                         con.execute(
                             sql.SQL(
-                                "CREATE INDEX CONCURRENTLY IF NOT EXISTS {name} ON memories USING hnsw"
+                                "CREATE INDEX CONCURRENTLY IF NOT EXISTS {name} ON {table} USING hnsw"
                                 " (({col}::vector({dim})) vector_ip_ops) WHERE owner = {owner}"
                             ).format(
                                 name=sql.Identifier(index_name),
+                                table=sql.Identifier(table),
                                 col=sql.Identifier(column),
                                 dim=sql.Literal(int(dim)),
                                 owner=sql.Literal(user),
@@ -1010,6 +1104,7 @@ class PostgresStores:
                         )
                     con.execute("RESET maintenance_work_mem")
                     con.execute("ANALYZE memories")
+                    con.execute("ANALYZE mem_sentences")
                 self.has_hnsw(user)
         except Exception as exc:  # searches stay exact; tried again at a later check
             log.warning("HNSW index of %s not built: %s", user, exc)

@@ -9,8 +9,11 @@ re-embedding, delete) so that an index can catch up with changes made by another
 
 A dialogue turn has two vectors: its user's message (``vector``, made before the reply, by the
 retrieval of that very message) and the companion's reply (``reply_vector``, made after the reply
-has streamed, off the turn's clock; NULL until then). The FAISS index holds both, the reply's under
-``id + REPLY_ID_OFFSET`` (which never leaves this module: searches return typed hits). Archived memories are a second tier: they stay in the lexical table and
+has streamed, off the turn's clock; NULL until then). A long turn also has the vectors of its
+sentences (table ``sentences``; ``memories.sentences`` counts them, NULL until they are made). The
+FAISS index holds them all, the reply's under ``id + REPLY_ID_OFFSET``, sentence n's under
+``SENTENCE_ID_BASE + id * SENTENCE_SLOTS + n`` (which never leave this module: searches return
+typed hits). Archived memories are a second tier: they stay in the lexical table and
 the index, and retrieval lets them back only on a strong cue (see ``memory/retrieval.py``).
 """
 
@@ -49,6 +52,9 @@ _COLUMNS = ", ".join(MEMORY_COLUMNS)
 
 # the index id of a turn's reply vector: its memory id plus this (memory ids stay far below it)
 REPLY_ID_OFFSET = 1 << 40
+# the index id of sentence n of a turn: this + memory id * SENTENCE_SLOTS + n
+SENTENCE_ID_BASE = 2 << 40
+SENTENCE_SLOTS = 64  # more than a turn's two texts' sentences (``memory.sentences.MAX_SENTENCES`` each)
 # from this many memories on, lexical searches are answered from posting lists in memory
 # (``memory/lexical_index.py``, the same scores as FTS5's), where FTS5's per-row scoring grows slow
 LEXICAL_INDEX_MIN = 10_000
@@ -128,8 +134,27 @@ def _m3(db: sqlite3.Connection, tokenizer: Tokenizer) -> None:
     )
 
 
+def _m4(db: sqlite3.Connection, tokenizer: Tokenizer) -> None:
+    # the sentence vectors of long turns (``memory/sentences.py``): a row per sentence, and the
+    # turn's count of them (NULL until they are made: the turns of a store written before are
+    # made by the bank's reply worker, as missing reply vectors are)
+    run_script(
+        db,
+        """
+    ALTER TABLE memories ADD COLUMN sentences INTEGER;
+    CREATE TABLE sentences (
+        memory_id INTEGER NOT NULL,
+        n INTEGER NOT NULL,
+        vector BLOB NOT NULL,
+        PRIMARY KEY (memory_id, n)
+    ) WITHOUT ROWID;
+    CREATE INDEX memories_sentences_pending ON memories(id) WHERE kind = 'turn' AND sentences IS NULL
+    """,
+    )
+
+
 # each step gets the store's tokenizer: a step that indexes memories anew makes their tokens with it
-MIGRATIONS = [_m1, _m2, _m3]
+MIGRATIONS = [_m1, _m2, _m3, _m4]
 
 
 def stored_user(db_path: Path) -> str | None:
@@ -205,7 +230,9 @@ class SqliteUserStore:
 
     def dense(self, query: np.ndarray, k: int) -> list[SearchHit]:
         return [
-            SearchHit(vid - REPLY_ID_OFFSET, Side.REPLY, score)
+            SearchHit((vid - SENTENCE_ID_BASE) // SENTENCE_SLOTS, Side.SENTENCE, score)
+            if vid >= SENTENCE_ID_BASE
+            else SearchHit(vid - REPLY_ID_OFFSET, Side.REPLY, score)
             if vid >= REPLY_ID_OFFSET
             else SearchHit(vid, Side.OWN, score)
             for vid, score in self.index.search(query, k)
@@ -343,6 +370,7 @@ class SqliteUserStore:
             for rid in ids:
                 n += db.execute("DELETE FROM memories WHERE id = ?", (rid,)).rowcount
                 db.execute("DELETE FROM memories_fts WHERE rowid = ?", (rid,))
+                db.execute("DELETE FROM sentences WHERE memory_id = ?", (rid,))
                 db.execute("INSERT OR REPLACE INTO tombstones VALUES (?, ?)", (rid, seq))
             return n
 
@@ -363,6 +391,57 @@ class SqliteUserStore:
         with self.transaction() as db:
             seq = self._bump(db)
             db.executemany("UPDATE memories SET reply_vector = NULL, vseq = ? WHERE id = ?", [(seq, i) for i in ids])
+
+    def set_sentences(self, items: Sequence[tuple[int, np.ndarray]]) -> None:
+        if not items:
+            return
+        with self.transaction() as db:
+            seq = self._bump(db)
+            for rid, vectors in items:
+                vectors = np.asarray(vectors, dtype=np.float32).reshape(-1, self.dim)
+                if len(vectors) > SENTENCE_SLOTS:
+                    raise ValueError(f"at most {SENTENCE_SLOTS} sentence vectors a memory, not {len(vectors)}")
+                db.execute("DELETE FROM sentences WHERE memory_id = ?", (rid,))
+                db.executemany(
+                    "INSERT INTO sentences (memory_id, n, vector) VALUES (?, ?, ?)",
+                    [(rid, n, v.tobytes()) for n, v in enumerate(vectors)],
+                )
+                db.execute("UPDATE memories SET sentences = ?, vseq = ? WHERE id = ?", (len(vectors), seq, rid))
+
+    def clear_sentences(self, ids: Sequence[int]) -> None:
+        if not ids:
+            return
+        with self.transaction() as db:
+            seq = self._bump(db)
+            for rid in ids:
+                db.execute("DELETE FROM sentences WHERE memory_id = ?", (rid,))
+                db.execute("UPDATE memories SET sentences = NULL, vseq = ? WHERE id = ?", (seq, rid))
+
+    def sentences_pending(self, limit: int = 10_000) -> list[tuple[int, str, str]]:
+        with self._lock:
+            rows = self._db.execute(
+                "SELECT id, query, response FROM memories INDEXED BY memories_sentences_pending"
+                " WHERE kind = 'turn' AND sentences IS NULL ORDER BY id LIMIT ?",
+                (limit,),
+            ).fetchall()
+        return [(r[0], r[1], r[2]) for r in rows]
+
+    def sentence_vectors(self, ids: Sequence[int]) -> tuple[np.ndarray, np.ndarray]:
+        owners: list[int] = []
+        blobs: list[bytes] = []
+        ids = list(dict.fromkeys(int(i) for i in ids))
+        for start in range(0, len(ids), 500):
+            part = ids[start : start + 500]
+            with self._lock:
+                rows = self._db.execute(
+                    f"SELECT memory_id, vector FROM sentences WHERE memory_id IN ({','.join('?' * len(part))})"
+                    " ORDER BY memory_id, n",
+                    part,
+                ).fetchall()
+            owners += [r[0] for r in rows]
+            blobs += [r[1] for r in rows]
+        vectors = np.frombuffer(b"".join(blobs), dtype=np.float32).reshape(len(owners), self.dim)
+        return np.asarray(owners, dtype=np.int64), vectors
 
     def replies_pending(self, limit: int = 10_000) -> list[tuple[int, str]]:
         """(id, reply) of turns whose reply has no vector yet, oldest first."""
@@ -483,16 +562,26 @@ class SqliteUserStore:
         return outs
 
     def index_vectors_since(self, seq: int) -> tuple[list[int], list[int], list[bytes], int]:
-        """Changes to the index since ``seq``: (index ids to drop, index ids to (re)add, their
-        vectors, now). Every memory that is not deleted is in the index, archived ones too (the
-        second tier); a turn's reply vector under ``id + REPLY_ID_OFFSET``."""
+        """Changes to the index since ``seq`` (-1: everything): (index ids to drop, index ids to
+        (re)add, their vectors, now). Every memory that is not deleted is in the index, archived
+        ones too (the second tier); a turn's reply vector under ``id + REPLY_ID_OFFSET``, its
+        sentences' under ``SENTENCE_ID_BASE + id * SENTENCE_SLOTS + n``."""
         with self._lock:
             now = self.vseq()
             changed = self._db.execute(
                 "SELECT id, vector, reply_vector FROM memories WHERE vseq > ?", (seq,)
             ).fetchall()
             gone = [r[0] for r in self._db.execute("SELECT id FROM tombstones WHERE vseq > ?", (seq,))]
-        drop = [i for rid in gone + [r[0] for r in changed] for i in (rid, rid + REPLY_ID_OFFSET)]
+            said = self._db.execute(
+                "SELECT memory_id, n, vector FROM sentences WHERE memory_id IN"
+                " (SELECT id FROM memories WHERE vseq > ?) ORDER BY memory_id, n",
+                (seq,),
+            ).fetchall()
+        drop: list[int] = []
+        if seq >= 0:  # a rebuild starts from nothing
+            for rid in gone + [r[0] for r in changed]:
+                first = SENTENCE_ID_BASE + rid * SENTENCE_SLOTS
+                drop += [rid, rid + REPLY_ID_OFFSET, *range(first, first + SENTENCE_SLOTS)]
         ids: list[int] = []
         blobs: list[bytes] = []
         for rid, vector, reply in changed:
@@ -500,6 +589,9 @@ class SqliteUserStore:
                 if blob is not None:
                     ids.append(i)
                     blobs.append(blob)
+        for rid, n, blob in said:
+            ids.append(SENTENCE_ID_BASE + rid * SENTENCE_SLOTS + n)
+            blobs.append(blob)
         return drop, ids, blobs, now
 
     def all_meta(self) -> dict[str, str]:

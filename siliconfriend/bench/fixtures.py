@@ -22,6 +22,7 @@ import numpy as np
 from memory.bank import MemoryBank
 from memory.embedders import embed_replies, embed_turns
 from memory.records import Kind, MemoryRecord, State, turn_text
+from memory.sentences import sentence_spans
 from memory.stores.sqlite import SqliteStores
 
 from .data import DialogueGenerator, turn_times
@@ -62,7 +63,8 @@ def fill_user(
 ) -> dict:
     """Write ``n_memories`` memories (turns and daily summaries) for ``user``, ending the day
     before ``end``; every turn with a reply gets a reply vector too (mixed from ``reply_pool``,
-    default ``pool``), as the reply worker would have made it; the index is synced (built) and
+    default ``pool``), and a long turn its sentence vectors where the bank writes them, as the
+    reply worker would have made them; the index is synced (built) and
     saved. Returns what was written."""
     rng = random.Random(seed)
     nrng = np.random.default_rng(seed)
@@ -81,6 +83,12 @@ def fill_user(
                 synthetic_vectors(pool if reply_pool is None else reply_pool, len(answered), nrng),
                 column="reply_vector",
             )
+            # the sentences of long turns, as the reply worker would have made them
+            turns = [r for r in stored if r.kind == Kind.TURN] if bank.writes_sentences else []
+            counts_said = [len(sentence_spans(r.query)) + len(sentence_spans(r.response)) for r in turns]
+            said = synthetic_vectors(pool, sum(counts_said), nrng)
+            at = np.cumsum([0, *counts_said])
+            store.set_sentences([(r.stored_id, said[at[n] : at[n + 1]]) for n, r in enumerate(turns)])
             records.clear()
 
     for day, _lang, turns, events, persona in days:

@@ -24,6 +24,7 @@ from typing import Callable, Sequence
 import numpy as np
 
 from memory.bank import MemoryBank
+from memory.embedders import span_engine
 
 from ..backends.openai_chat import estimate_tokens
 from ..core.consolidate import ConsolidationReport, Consolidator
@@ -43,15 +44,24 @@ class TimedEmbedder:
         self._owner = threading.get_ident()
         self.seconds = {k: 0.0 for k in _TIMED_KINDS}
         self.texts = {k: 0 for k in _TIMED_KINDS}
+        # sentences pooled out of the pass that embeds their text, where the inner embedder can
+        engine = span_engine(inner)
+        self.embed_spans = self._timed(engine.embed_spans) if engine is not None else None
 
     def embed(self, texts, *, kind):
-        start = time.perf_counter()
-        try:
-            return self.inner.embed(texts, kind=kind)
-        finally:
-            bucket = kind if threading.get_ident() == self._owner else f"{kind}_background"
-            self.seconds[bucket] += time.perf_counter() - start
-            self.texts[bucket] += len(texts)
+        return self._timed(self.inner.embed)(texts, kind=kind)
+
+    def _timed(self, call):
+        def timed(texts, *args, kind):
+            start = time.perf_counter()
+            try:
+                return call(texts, *args, kind=kind)
+            finally:
+                bucket = kind if threading.get_ident() == self._owner else f"{kind}_background"
+                self.seconds[bucket] += time.perf_counter() - start
+                self.texts[bucket] += len(texts)
+
+        return timed
 
 
 class InstantBackend:

@@ -121,3 +121,27 @@ def test_a_damaged_model_file_is_refused_with_its_name(tmp_path):
 def test_the_default_embedder_is_this_engine():
     emb = create_embedder()
     assert isinstance(emb, TorchE5Embedder) and emb.id == "e5-small:original"
+
+
+def test_sentences_are_pooled_out_of_the_pass_that_embeds_their_text(engines):
+    """``embed_spans``: the text's vector is ``embed``'s (the tokens of its sentences in turn
+    are the text's own, in English and in Chinese, over two windows too), and each sentence's
+    vector is nearest the sentence embedded alone among the text's sentences."""
+    from memory.sentences import sentence_spans
+
+    float32, _, _ = engines
+    texts = [
+        "It was a busy week, honestly. I finished the quarterly report and cleaned out the garage. "
+        "My sister called about her wedding plans again. Here is a picture of us camping at the beach.",
+        "我昨天去了公园散步。天气非常好，阳光明媚！然后我们一起吃了晚饭，聊了很久。",
+        ("The river and the boats are calm tonight. " * 60).strip(),  # two 512-token windows
+        "One sentence only.",
+    ]
+    spans = [sentence_spans(t) for t in texts]
+    assert [len(s) for s in spans] == [4, 3, 32, 0]
+    whole, parts = float32._model.embed_spans(texts, spans, False)
+    assert ((whole * float32.embed(texts, kind="document")).sum(axis=1) > 0.9999).all()
+    assert [len(p) for p in parts] == [4, 3, 32, 0]
+    for text, cuts, part in zip(texts[:2], spans[:2], parts[:2]):
+        alone = float32.embed([text[a:b] for a, b in cuts], kind="document")
+        assert ((alone @ part.T).argmax(axis=1) == np.arange(len(cuts))).all()

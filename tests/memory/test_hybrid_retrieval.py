@@ -241,3 +241,63 @@ def test_a_second_hop_follows_the_first_hits_words(paper_bank):
     assert [h.record.id for h in on] == [t[0].id, t[1].id]
     assert on[0].cue == "message" and on[1].cue == "second hop"
     assert "linked to another memory found (what it names)" in on[1].reasons
+
+
+SENTENCE_TARGET = (
+    "How was your week?",
+    "It was a busy week, honestly. I finished the quarterly report for work and cleaned out the garage. "
+    "My sister called about her wedding plans again. "
+    "Oh, and here is a picture of my family camping at the beach last summer.",
+)
+SENTENCE_OTHERS = [
+    ("We went to the seaside for the weekend.", "Sounds relaxing, did you swim?"),
+    ("My kids love building sandcastles.", "That is such a sweet thing to do together."),
+    ("We rented a cabin near the lake.", "A cabin by the lake sounds peaceful."),
+    ("I bought a new sleeping bag for the trip.", "Good gear makes a trip so much better."),
+    ("The family went on a road trip along the coast.", "The coast must have been beautiful."),
+    ("My brother took his children fishing.", "Did they catch anything?"),
+    ("We had a barbecue on the shore with my cousins.", "That sounds like a great evening."),
+    ("I love sleeping under the stars.", "There is nothing like a clear night sky."),
+]
+
+
+def _sentence_bank(bank):
+    bank.retrieval_config = RetrievalConfig(use_sentences=True)  # the turns get sentence vectors
+    t0 = datetime(2024, 5, 1, 9, 0)
+    for i, (q, a) in enumerate([SENTENCE_TARGET, *SENTENCE_OTHERS]):
+        bank.add_turn("amy", q, a, t0 + timedelta(days=i))
+    bank.settle()
+    return t0 + timedelta(days=30)
+
+
+def test_a_turn_is_a_candidate_by_the_sentence_that_answers_the_question(bank):
+    """One clause of a long reply answers the question; the turn's two vectors dilute it with
+    the rest, so that shorter turns nearer the question in their whole meaning take the dense
+    side's candidates. The reply's sentence vectors (made by the reply worker) bring the turn in."""
+    now = _sentence_bank(bank)
+
+    def found(**kw):  # two candidates a side: the question shares no word with the turn
+        config = RetrievalConfig(candidates=2, sentence_candidates=1, **{"use_sentences": True, **kw})
+        return [
+            h.record.query
+            for h in bank.retrieve("amy", "Did her relatives pitch a tent on the sand?", now, k=5, config=config)
+        ]
+
+    assert SENTENCE_TARGET[0] not in found(use_sentences=False)
+    assert SENTENCE_TARGET[0] in found()
+
+
+def test_a_turns_best_sentence_can_take_a_share_of_its_dense_score(bank):
+    """``sentence_weight``: the best of a turn's units (message, reply, sentences) in its dense
+    score puts the turn whose sentence says what is asked before shorter turns that come near it
+    as a whole."""
+    now = _sentence_bank(bank)
+
+    def first(**kw):  # the dense side alone: the words would find the turn anyway
+        config = RetrievalConfig(dense_weight=1.0, use_sentences=True, **kw)
+        return bank.retrieve("amy", "Has her family gone camping at the beach?", now, k=1, config=config)[
+            0
+        ].record.query
+
+    assert first(sentence_weight=0.0) != SENTENCE_TARGET[0]
+    assert first(sentence_weight=0.5) == SENTENCE_TARGET[0]

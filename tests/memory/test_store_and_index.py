@@ -10,6 +10,7 @@ import pytest
 from memory.bank import MemoryBank, user_key
 from memory.embedders import create_embedder
 from memory.records import Kind
+from memory.retrieval import RetrievalConfig
 
 
 def test_user_keys_are_safe_folder_names():
@@ -95,3 +96,33 @@ def test_delete_user_removes_every_file(paper_bank, day1):
     assert folder.exists()
     paper_bank.delete_user("amy")
     assert not folder.exists() and "amy" not in paper_bank.users()
+
+
+def test_a_home_written_before_sentence_vectors_gets_them_when_opened(tmp_path, e5_embedder, day1):
+    """A store of schema 3 (no sentence vectors) is migrated; its turns are searched as before
+    until the reply worker has made their sentences, then by them too."""
+    long_reply = "I worked late every day this week. On Sunday we finally took the kids to the zoo to see the lions."
+    sentences = RetrievalConfig(use_sentences=True)
+    bank = MemoryBank(tmp_path, e5_embedder, retrieval=sentences)
+    turn = bank.add_turn("amy", "How was your week?", long_reply, day1)
+    bank.add_turn("amy", "I adopted a cat named Miso", "Lovely!", day1)
+    bank.close()
+    path = next((tmp_path / "users").glob("*/memory.db"))
+    con = sqlite3.connect(path)
+    con.executescript(
+        "DROP INDEX memories_sentences_pending; DROP TABLE sentences;"
+        " ALTER TABLE memories DROP COLUMN sentences; PRAGMA user_version = 3;"
+    )
+    con.close()
+    (path.parent / "index.faiss").unlink()
+    again = MemoryBank(tmp_path, e5_embedder, retrieval=sentences)
+    try:
+        store = again.user_store("amy")  # migrated; its turns queued for the reply worker
+        again.settle()
+        assert store.sentences_pending() == []
+        assert store.sentence_vectors([turn.id])[0].tolist() == [turn.id, turn.id]
+        assert store.vector_count() == 2 + 2 + 2  # two turns' messages and replies, two sentences
+        hits = again.retrieve("amy", "Did they see lions at the zoo?", day1 + timedelta(days=3), k=1)
+        assert hits[0].record.id == turn.id
+    finally:
+        again.close()

@@ -14,6 +14,7 @@ from memory.embedders import create_embedder, embed_documents, embed_replies, em
 from memory.lexical import Tokenizer
 from memory.memorybank_format import export_user
 from memory.records import Kind, MemoryRecord, State
+from memory.retrieval import RetrievalConfig
 from memory.stores.base import SearchHit, Side
 
 T0 = datetime(2024, 5, 1, 9, 0)
@@ -198,6 +199,86 @@ def test_the_store_interface(any_bank):
     store.set_meta("colour", "red")
     assert store.get_meta("colour") == "red" and store.all_meta()["colour"] == "red"
     assert store.delete([ids[0], 10_000]) == 1 and store.count() == 3
+
+
+def test_the_sentence_vectors(any_bank):
+    """A turn's sentence vectors: made once (then not pending), replaced, searched as their
+    turn's, cleared to be made again, gone with the turn."""
+    store = any_bank.user_store("amy")
+    dim = store.dim
+    rng = np.random.default_rng(1)
+    vecs = rng.standard_normal((8, dim)).astype(np.float32)
+    vecs /= np.linalg.norm(vecs, axis=1, keepdims=True)
+    d1 = date(2024, 1, 1)
+    recs = [
+        MemoryRecord(user="amy", kind=Kind.TURN, text="a\nb", created_at=T0, day=d1, query="a", response="b"),
+        MemoryRecord(user="amy", kind=Kind.TURN, text="c", created_at=T0, day=d1, query="c"),
+        MemoryRecord(user="amy", kind=Kind.DAILY_EVENTS, text="a day", created_at=T0, day=d1),
+    ]
+    ids = [r.stored_id for r in store.insert(recs, vecs[:3])]
+    assert store.sentences_pending() == [(ids[0], "a", "b"), (ids[1], "c", "")]  # turns only
+    store.set_sentences([(ids[0], vecs[3:6]), (ids[1], np.zeros((0, dim), np.float32))])
+    assert store.sentences_pending() == []
+    owners, said = store.sentence_vectors([ids[1], ids[0], 10_000])
+    assert owners.tolist() == [ids[0]] * 3 and np.allclose(said, vecs[3:6], atol=1e-6)
+    store.sync()
+    assert store.vector_count() == 3 + 3
+    hits = store.dense(vecs[4], 1)
+    assert [(h.id, h.side) for h in hits] == [(ids[0], Side.SENTENCE)] and hits[0].score == pytest.approx(1, abs=1e-3)
+    store.set_sentences([(ids[0], vecs[6:8])])  # replaced, not added to
+    store.sync()
+    assert np.allclose(store.sentence_vectors([ids[0]])[1], vecs[6:8], atol=1e-6) and store.vector_count() == 3 + 2
+    assert store.dense(vecs[4], 1)[0].side != Side.SENTENCE
+    store.clear_sentences([ids[0]])
+    store.sync()
+    assert store.sentences_pending() == [(ids[0], "a", "b")] and len(store.sentence_vectors([ids[0]])[0]) == 0
+    assert Side.SENTENCE not in {h.side for h in store.dense(vecs[6], 5)}
+    store.set_sentences([(ids[0], vecs[3:5])])
+    store.delete([ids[0]])
+    store.sync()
+    assert len(store.sentence_vectors([ids[0]])[0]) == 0 and store.vector_count() == 2
+    assert Side.SENTENCE not in {h.side for h in store.dense(vecs[3], 5)}
+
+
+LONG_REPLY = (
+    "It was a busy week, honestly. I finished the quarterly report for work and cleaned out the garage. "
+    "My sister called about her wedding plans again. "
+    "Oh, and here is a picture of my family camping at the beach last summer."
+)
+
+
+def test_the_sentences_of_a_long_turn_are_made_after_it_and_redone_with_a_new_reply(open_bank, day1):
+    """Where retrieval uses them, the reply worker makes a long turn's sentence vectors (its
+    message's, then its reply's), from the reply's own pass: the reply's vector is the one
+    ``embed_replies`` makes. Where it does not, none are made."""
+    plain = open_bank()
+    plain.add_turn("bob", "I had a long day at work. Then I cooked dinner for my parents.", LONG_REPLY, day1)
+    plain.settle()
+    assert plain.user_store("bob").sentences_pending() != [] and plain.user_store("bob").vector_count() == 2
+    bank = open_bank(retrieval=RetrievalConfig(use_sentences=True))
+    message = "I had a long day at work. Then I cooked dinner for my parents and we watched a film."
+    turn = bank.add_turn("amy", message, LONG_REPLY, day1)
+    short = bank.add_turn("amy", "Hi there", "Hello! How are you?", day1)
+    bank.settle()
+    store = bank.user_store("amy")
+    assert store.sentences_pending() == []
+    owners, said = store.sentence_vectors([turn.id, short.id])
+    assert owners.tolist() == [turn.id] * (2 + 4)  # two sentences of the message, four of the reply
+    reply = store.vectors([turn.id], column="reply_vector")[0]
+    assert float(reply @ embed_replies(bank.embedder, [LONG_REPLY])[0]) > 0.9999
+    # each sentence's vector is nearest the sentence it was pooled from, among the reply's
+    alone = embed_documents(
+        bank.embedder,
+        [
+            "I finished the quarterly report for work and cleaned out the garage.",
+            "Oh, and here is a picture of my family camping at the beach last summer.",
+        ],
+    )
+    sims = alone @ said[2:].T
+    assert sims[0].argmax() == 1 and sims[1].argmax() == 3
+    bank.edit_text("amy", turn.id, "Nothing much happened this week. We stayed home and read books.")
+    bank.settle()
+    assert len(store.sentence_vectors([turn.id])[0]) == 2 + 2
 
 
 def test_a_turn_is_stored_with_the_vector_its_retrieval_already_made(open_bank, e5_embedder, day1):

@@ -13,6 +13,8 @@ import pytest
 from memory.bank import MemoryBank
 from memory.pg_db import SchemaTooNew, StoreUnavailable
 from memory.records import Kind
+from memory.retrieval import RetrievalConfig
+from memory.stores.base import Side
 from memory.stores.postgres import PostgresStores
 
 T0 = datetime(2024, 5, 1, 9, 0)
@@ -135,6 +137,22 @@ def test_migration_6_moves_the_recall_fields_out_and_keeps_them(pg_url, e5_embed
         columns = {r[0] for r in con.execute("SELECT attname FROM pg_attribute WHERE attrelid = 'memories'::regclass")}
         assert not columns & {"strength", "last_recall", "recall_count"}
         assert con.execute("SELECT count(*) FROM mem_recall").fetchone()[0] == len(TURNS) - 1  # the deleted one's went
+
+
+def test_migration_7_gives_the_turns_written_before_their_sentence_vectors(pg_url, e5_embedder):
+    """A database of schema 5 (no sentence vectors): its turns are made pending, and the reply
+    worker makes the sentences of the long ones (the Chinese reply has two)."""
+    older_database(pg_url, 5, old_turns(e5_embedder))
+    bank = MemoryBank(PostgresStores(pg_url), e5_embedder, retrieval=RetrievalConfig(use_sentences=True))
+    try:
+        store = bank.user_store("amy")
+        bank.settle()
+        assert store.sentences_pending() == []
+        owners, said = store.sentence_vectors([1, 2, 3])
+        assert owners.tolist() == [2, 2] and np.allclose(np.linalg.norm(said, axis=1), 1, atol=1e-5)
+        assert {h.side for h in store.dense(said[1], 3)} >= {Side.SENTENCE}
+    finally:
+        bank.close()
 
 
 def test_a_recall_leaves_the_memorys_row_and_its_vectors_alone(pg_url, e5_embedder):
