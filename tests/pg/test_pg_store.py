@@ -4,6 +4,7 @@ share, and the two engines side by side, are in tests/memory/test_store_contract
 
 from __future__ import annotations
 
+import threading
 from datetime import date, datetime, timedelta
 
 import numpy as np
@@ -13,6 +14,7 @@ import pytest
 from memory.bank import MemoryBank
 from memory.pg_db import SchemaTooNew, StoreUnavailable
 from memory.records import Kind
+from memory.stores.base import Side
 from memory.stores.postgres import PostgresStores
 
 T0 = datetime(2024, 5, 1, 9, 0)
@@ -201,6 +203,108 @@ def test_big_user_gets_a_partial_hnsw_index_with_the_same_top_hits(pg_url, e5_em
         assert not stores.has_hnsw("big")
     finally:
         bank.close()
+
+
+def test_a_big_users_new_turn_is_found_while_its_vector_waits_for_the_graph(pg_url, e5_embedder):
+    """A chat turn of a user searched through HNSW is stored without waiting for the graph: its
+    own vector waits in the row until the store's indexing thread moves it into the graph's
+    column. Meanwhile every read and the dense search see it; after ``settle`` it is in the graph;
+    one left waiting by a stopped worker is moved when the user is next opened."""
+    from memory.records import MemoryRecord
+
+    stores = PostgresStores(pg_url, hnsw_min=300, build_hnsw_in_background=False)
+    bank = MemoryBank(stores, e5_embedder)
+    gate = threading.Event()
+    where = "SELECT embedding IS NULL, pending_embedding IS NULL FROM memories WHERE owner = 'big' AND id = %s"
+    try:
+        rng = np.random.default_rng(0)
+        vecs = rng.standard_normal((400, e5_embedder.dim)).astype(np.float32)
+        vecs /= np.linalg.norm(vecs, axis=1, keepdims=True)
+        recs = [
+            MemoryRecord(user="big", kind=Kind.TURN, text=f"memory {i}", created_at=T0, day=date(2024, 1, 1))
+            for i in range(400)
+        ]
+        store = bank.user_store("big")
+        store.insert(recs, vecs)
+        assert stores.maybe_build_hnsw("big", e5_embedder.dim, wait=True) and stores.uses_hnsw("big")
+        stores.indexing.submit(gate.wait)  # the indexing thread held: the vector has to wait
+        turn = bank.add_turn("big", "I adopted a cat named Miso", "", T0 + timedelta(days=1))
+        assert turn is not None
+        with psycopg.connect(pg_url, autocommit=True) as con:
+            assert con.execute(where, (turn.id,)).fetchone() == (True, False)  # waiting
+        own = store.vectors([turn.id])[0]
+        assert np.linalg.norm(own) == pytest.approx(1.0, abs=1e-4)
+        found, _ = store.around([turn.id, 1])
+        assert np.allclose(store.vectors_and_replies([turn.id, 1])[0], [own, vecs[0]], atol=1e-5)
+        hit = store.dense(own, 5)[0]
+        assert (hit.id, hit.side) == (turn.id, Side.OWN) and hit.score == pytest.approx(1.0, abs=1e-4)
+        assert store.vector_count() == 401
+        assert [h.record.id for h in bank.retrieve("big", "what is my cat called?", T0 + timedelta(days=2), k=1)] == [
+            turn.id
+        ]
+        gate.set()
+        bank.settle()
+        with psycopg.connect(pg_url, autocommit=True) as con:
+            assert con.execute(where, (turn.id,)).fetchone() == (False, True)  # in the graph's column
+        assert np.allclose(store.vectors([turn.id])[0], own, atol=1e-6)
+        with psycopg.connect(pg_url, autocommit=True) as con:
+            # as a worker stopped before the move would leave it
+            con.execute(
+                "UPDATE memories SET pending_embedding = embedding, embedding = NULL WHERE owner = 'big' AND id = %s",
+                (turn.id,),
+            )
+        assert store.dense(own, 1)[0].id == turn.id
+    finally:
+        gate.set()
+        bank.close()
+    again = MemoryBank(PostgresStores(pg_url, hnsw_min=300), e5_embedder)
+    try:
+        again.user_store("big")
+        again.settle()
+        with psycopg.connect(pg_url, autocommit=True) as con:
+            assert con.execute(where, (turn.id,)).fetchone() == (False, True)
+        assert np.allclose(again.user_store("big").vectors([turn.id])[0], own, atol=1e-5)
+    finally:
+        again.close()
+
+
+def test_migration_7_upgrades_a_database_of_schema_6(pg_url, e5_embedder):
+    """A database the SiliconFriend of memory schema 6 left gets the column where a turn's own
+    vector waits for the graph; what it held is found and kept."""
+    from memory.pg_db import Database
+    from memory.stores.postgres import MIGRATIONS
+
+    vector = e5_embedder.embed(["I adopted a cat named Miso"], kind="document")[0]
+    db = Database(pg_url)
+    try:
+        db.migrate("memory", MIGRATIONS[:6])
+        with db.transaction() as cur:
+            cur.execute("INSERT INTO mem_users (name, last_id) VALUES ('amy', 1)")
+            cur.execute(
+                "INSERT INTO memories (owner, id, kind, text, query, response, day, position, created_at, embedding)"
+                " VALUES ('amy', 1, 'turn', %s, %s, 'lovely', %s, 0, %s, %s::real[]::vector)",
+                (
+                    "I adopted a cat named Miso\nlovely",
+                    "I adopted a cat named Miso",
+                    T0.date(),
+                    T0.isoformat(),
+                    list(vector),
+                ),
+            )
+            cur.execute("INSERT INTO mem_recall (owner, id) VALUES ('amy', 1)")
+    finally:
+        db.close()
+    bank = MemoryBank(PostgresStores(pg_url), e5_embedder)
+    try:
+        assert [h.record.id for h in bank.retrieve("amy", "what is my cat called?", T0, k=1)] == [1]
+        assert bank.add_turn("amy", "My sister Lily visits next week", "nice", T0).id == 2
+        bank.settle()
+        assert bank.user_store("amy").vector_count() == 4  # both turns' messages and replies
+    finally:
+        bank.close()
+    with psycopg.connect(pg_url, autocommit=True) as con:
+        assert con.execute("SELECT version FROM sf_schema WHERE component = 'memory'").fetchone()[0] == 7
+        assert con.execute("SELECT count(*) FROM memories WHERE pending_embedding IS NOT NULL").fetchone()[0] == 0
 
 
 def test_clear_errors(pg_server, pg_url, e5_embedder):
