@@ -990,7 +990,7 @@ class PgUserStore:
         arrays = self.stores.postings.read(self.user, (row[4], int(row[3])), last, terms, self._fetch_postings)
         if not any(len(a) for a in arrays):
             return []
-        term = np.repeat(np.arange(len(arrays)), [len(a) for a in arrays])  # each posting's term
+        term: np.ndarray = np.repeat(np.arange(len(arrays)), [len(a) for a in arrays])  # each posting's term
         return bm25_top(term, np.concatenate(arrays), len(terms), docs, tokens, limit)
 
     def _fetch_postings(self, wanted: Sequence[tuple[str, int]], last: int) -> list[np.ndarray]:
