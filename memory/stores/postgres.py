@@ -217,13 +217,16 @@ def _m6(cur: psycopg.Cursor) -> None:
 def _m7(cur: psycopg.Cursor) -> None:
     # a chat turn's own vector as it waits to join the user's HNSW graph (see
     # ``PgUserStore._insert_one``): kept in the row like the others, searched exactly through a
-    # partial index that holds only the waiting ones (a few at most)
+    # partial index that holds only the waiting ones (a few at most). The statistics are made
+    # again so that the planner knows the new column is nearly always empty (without them it
+    # guesses the opposite, and scans every row of the table for the waiting ones).
     run_statements(
         cur,
         """
     ALTER TABLE memories ADD COLUMN pending_embedding vector;
     ALTER TABLE memories ALTER COLUMN pending_embedding SET STORAGE MAIN;
-    CREATE INDEX memories_pending ON memories (owner, id) WHERE pending_embedding IS NOT NULL
+    CREATE INDEX memories_pending ON memories (owner, id) WHERE pending_embedding IS NOT NULL;
+    ANALYZE memories
     """,
     )
 
