@@ -407,7 +407,8 @@ class PgUserStore:
         """Nothing is kept in the process."""
 
     def settle(self) -> None:
-        """Until the own vectors of the turns stored so far are in the user's HNSW graph."""
+        """Until the own vectors the indexing thread moves into the user's HNSW graph are there
+        (a turn's with a reply goes in with the reply's vector)."""
         with self._joining_lock:
             joining = list(self._joining)
         for future in joining:
@@ -595,11 +596,13 @@ class PgUserStore:
         day's next free one even when another worker has just written that day."""
         self._writes += 1
         vec = None if vector is None else np.asarray(vector, dtype=np.float32)
-        # a user searched through an HNSW graph: the vector joins the graph after the commit, on
-        # the store's indexing thread, so that the turn does not wait for the graph's insertion
-        # (a walk of the graph and its neighbours' links rewritten, the most of an insert's
-        # time); until then it waits in ``pending_embedding``, which every read and the dense
-        # search see
+        # a user searched through an HNSW graph: the vector joins the graph after the turn, so
+        # that the turn does not wait for the graph's insertion (a walk of the graph and its
+        # neighbours' links rewritten, the most of an insert's time). Until then it waits in
+        # ``pending_embedding``, which every read and the dense search see. A turn with a reply
+        # gets its reply's vector from the reply worker, whose update rewrites the row and so
+        # puts both vectors in their graphs (``set_vectors``): the own vector's insertion costs
+        # nothing more there. Any other memory's is moved by the store's indexing thread.
         deferred = vec is not None and self.stores.uses_hnsw(self.user)
         column = "pending_embedding" if deferred else "embedding"
         # a turn goes after the day's turns (its ``position`` is what the bank found free)
@@ -661,7 +664,7 @@ class PgUserStore:
                         params,
                     )
             rid, pos = one(placed.fetchone())
-        if deferred:
+        if deferred and not (rec.kind == Kind.TURN and rec.response != ""):  # see ``replies_pending``
             self._join_graph([rid])
         return rec.with_(id=int(rid), position=int(pos))
 

@@ -5,6 +5,7 @@ share, and the two engines side by side, are in tests/memory/test_store_contract
 from __future__ import annotations
 
 import threading
+import time
 from datetime import date, datetime, timedelta
 
 import numpy as np
@@ -207,9 +208,10 @@ def test_big_user_gets_a_partial_hnsw_index_with_the_same_top_hits(pg_url, e5_em
 
 def test_a_big_users_new_turn_is_found_while_its_vector_waits_for_the_graph(pg_url, e5_embedder):
     """A chat turn of a user searched through HNSW is stored without waiting for the graph: its
-    own vector waits in the row until the store's indexing thread moves it into the graph's
-    column. Meanwhile every read and the dense search see it; after ``settle`` it is in the graph;
-    one left waiting by a stopped worker is moved when the user is next opened."""
+    own vector waits in the row until the reply worker's update (a turn with a reply) or the
+    store's indexing thread (any other) puts it in the graph's column. Meanwhile every read and
+    the dense search see it; after ``settle`` it is in the graph; one left waiting by a stopped
+    worker is moved when the user is next opened."""
     from memory.records import MemoryRecord
 
     stores = PostgresStores(pg_url, hnsw_min=300, build_hnsw_in_background=False)
@@ -242,6 +244,14 @@ def test_a_big_users_new_turn_is_found_while_its_vector_waits_for_the_graph(pg_u
         assert [h.record.id for h in bank.retrieve("big", "what is my cat called?", T0 + timedelta(days=2), k=1)] == [
             turn.id
         ]
+        answered = bank.add_turn("big", "My sister Lily visits next week", "How nice!", T0 + timedelta(days=1))
+        assert answered is not None
+        deadline = time.monotonic() + 60
+        while store.replies_pending() and time.monotonic() < deadline:  # the reply worker at work
+            time.sleep(0.05)
+        with psycopg.connect(pg_url, autocommit=True) as con:
+            assert con.execute(where, (answered.id,)).fetchone() == (False, True)
+            assert con.execute(where, (turn.id,)).fetchone() == (True, False)  # the indexing thread's, held
         gate.set()
         bank.settle()
         with psycopg.connect(pg_url, autocommit=True) as con:
