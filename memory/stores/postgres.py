@@ -18,7 +18,10 @@ the bank's retrieval, forgetting, imports and exports run unchanged over it.
   user's memories of both tiers, and over turns' reply vectors (``reply_embedding``). A user with fewer than ``HNSW_MIN`` memories is
   searched exactly through the btree on owner; from ``HNSW_MIN`` on, that user gets partial HNSW
   indexes of their own (``WHERE owner = '...'``), built concurrently in the background, so that
-  one user's search never walks another user's graph and never loses hits to a filter.
+  one user's search never walks another user's graph and never loses hits to a filter. A chat
+  turn of such a user does not wait for the graph: its own vector waits in ``pending_embedding``
+  (searched exactly, read by every read) until the reply worker's update or the store's
+  indexing thread puts it in ``embedding``; ``settle`` waits for that.
 * Lexical search: BM25 over a postings table (``lex_postings``: owner, term, memory, term
   frequency, document length; the primary key holds them all, for index-only scans) with the
   per-user document count and token total kept on the user's row, scored with numpy from the
@@ -1085,7 +1088,11 @@ class PostgresStores:
         tokenizer: Tokenizer | None = None,
     ):
         self.tokenizer = tokenizer or Tokenizer()
-        self.db = Database(url, max_size=pool_size)
+        # memories are written as the SQLite store writes them (WAL, synchronous=NORMAL): a commit
+        # does not wait for the disk's flush (which takes longer than the rest of a turn's
+        # storing), and a crash of the machine may lose the last moments' writes, never corrupt
+        # them
+        self.db = Database(url, max_size=pool_size, wait_for_flush=False)
         try:
             # the step that writes postings makes their terms with this database's tokenizer
             steps = [functools.partial(_m2, tokenizer=self.tokenizer) if s is _m2 else s for s in MIGRATIONS]

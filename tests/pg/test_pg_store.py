@@ -317,6 +317,21 @@ def test_migration_7_upgrades_a_database_of_schema_6(pg_url, e5_embedder):
         assert con.execute("SELECT count(*) FROM memories WHERE pending_embedding IS NOT NULL").fetchone()[0] == 0
 
 
+def test_memories_are_committed_without_waiting_for_the_disk_and_accounts_with(pg_url):
+    """The memory store's commits are as durable as the SQLite store's (synchronous=NORMAL):
+    they do not wait for the flush; other components' (the accounts) keep the server's default."""
+    from memory.pg_db import Database
+
+    stores = PostgresStores(pg_url)
+    other = Database(pg_url, vectors=False)
+    try:
+        assert stores.db.fetchone("SHOW synchronous_commit") == ("off",)
+        assert other.fetchone("SHOW synchronous_commit") == ("on",)
+    finally:
+        stores.close()
+        other.close()
+
+
 def test_clear_errors(pg_server, pg_url, e5_embedder):
     with pytest.raises(ValueError, match="not a PostgreSQL URL"):
         MemoryBank(PostgresStores("mysql://x@localhost/db"), e5_embedder)
