@@ -57,6 +57,7 @@ log = logging.getLogger(__name__)
 
 HNSW_MIN = 20_000  # active vectors from which a user gets a partial HNSW index
 HNSW_EF_SEARCH = 100  # candidates the graph search keeps (>= the 40 retrieval asks for)
+_SPLIT_AT = 32  # candidates from which ``around`` reads two halves at once
 _READ_AHEAD_S = 2.0  # how long vectors read with a pool's rows stand for a fresh read of them
 BM25_K1, BM25_B = 1.2, 0.75
 
@@ -911,30 +912,42 @@ class PgUserStore:
             yield [(record_from_row(self.user, r[:-2]), as_array(r[-2]), as_array(r[-1])) for r in rows]
 
     def around(self, ids: Iterable[int]) -> tuple[dict[int, MemoryRecord], list[MemoryRecord]]:
-        """In one statement: the candidates' rows, then the turns at the places beside each turn
-        among them (a join on the places: one index look-up each), and the vectors of all of
-        them, which a retrieval asks for next (``vectors_and_replies``): read from the rows read
-        here anyway, they cost no second look-up of each row."""
+        """The candidates' rows, then the turns at the places beside each turn among them (a
+        join on the places: one index look-up each), and the vectors of all of them, which a
+        retrieval asks for next (``vectors_and_replies``): read from the rows read here anyway,
+        they cost no second look-up of each row. A retrieval's hundred-odd candidates are read
+        in two halves at once, each on a connection of its own (each row is a look-up in the
+        heap: one backend reads them one after the other)."""
         ids = list(dict.fromkeys(int(i) for i in ids))
         self._read_ahead.kept = None
         if not ids:
             return {}, []
-        rows = self.db.fetchall(
+        if len(ids) >= _SPLIT_AT:
+            other = self.stores.searches.submit(self._around_rows, ids[len(ids) // 2 :])
+            rows = self._around_rows(ids[: len(ids) // 2]) + other.result()
+        else:
+            rows = self._around_rows(ids)
+        self._read_ahead.kept = (time.monotonic(), self._writes, {int(r[1]): (r[-2], r[-1]) for r in rows})
+        found = [record_from_row(self.user, r[1:-2]) for r in rows if r[0] == 0]
+        beside = {
+            r[1]: record_from_row(self.user, r[1:-2]) for r in rows if r[0] == 1
+        }  # a place may be beside both halves
+        found.sort(key=lambda r: (r.day, r.kind.value, r.position, r.stored_id))
+        return {r.stored_id: r for r in found}, sorted(beside.values(), key=lambda r: (r.day, r.position, r.stored_id))
+
+    def _around_rows(self, ids: list[int]) -> list[tuple]:
+        return self.db.fetchall(
             f"WITH c AS (SELECT {_COLUMNS}, vector_send({_OWN}) AS v, vector_send(reply_embedding) AS rv"
             f" FROM {_MEMORY_ROWS} WHERE owner = %(u)s AND id = ANY(%(ids)s)),"
             " p AS (SELECT DISTINCT day, position + d AS position FROM c, (VALUES (-1), (1)) AS v(d) WHERE kind = 'turn')"
-            f" (SELECT 0 AS side, {_COLUMNS}, v, rv FROM c ORDER BY day, kind, position, id) UNION ALL"
-            f" (SELECT 1, {_PLACE_COLUMNS}, vector_send(COALESCE(m.embedding, m.pending_embedding)),"
+            f" SELECT 0 AS side, {_COLUMNS}, v, rv FROM c UNION ALL"
+            f" SELECT 1, {_PLACE_COLUMNS}, vector_send(COALESCE(m.embedding, m.pending_embedding)),"
             " vector_send(m.reply_embedding)"
             " FROM p JOIN memories m ON m.owner = %(u)s AND m.day = p.day"
-            " AND m.position = p.position AND m.kind = 'turn' JOIN mem_recall r ON r.owner = m.owner AND r.id = m.id"
-            " ORDER BY m.day, m.position, m.id)",
+            " AND m.position = p.position AND m.kind = 'turn' JOIN mem_recall r ON r.owner = m.owner AND r.id = m.id",
             {"u": self.user, "ids": ids},
             binary=True,
         )
-        self._read_ahead.kept = (time.monotonic(), self._writes, {int(r[1]): (r[-2], r[-1]) for r in rows})
-        found = {int(r[1]): record_from_row(self.user, r[1:-2]) for r in rows if r[0] == 0}
-        return found, [record_from_row(self.user, r[1:-2]) for r in rows if r[0] == 1]
 
     def vectors_and_replies(self, ids: Sequence[int]) -> tuple[np.ndarray, np.ndarray]:
         """From what ``around`` read just before on this thread when it holds every one of
