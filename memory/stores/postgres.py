@@ -60,6 +60,7 @@ HNSW_EF_SEARCH = 100  # candidates the graph search keeps (>= the 40 retrieval a
 _SPLIT_AT = 32  # candidates from which ``around`` reads two halves at once
 _READ_AHEAD_S = 2.0  # how long vectors read with a pool's rows stand for a fresh read of them
 BM25_K1, BM25_B = 1.2, 0.75
+WARM_POSTINGS_FROM = 10_000  # memories from which a worker reads a user's postings whole at open
 
 _RECALL_COLUMNS = ("strength", "last_recall", "recall_count")  # in ``mem_recall`` (migration 6)
 _COLUMNS = ", ".join(MEMORY_COLUMNS)
@@ -323,6 +324,24 @@ class PostingsCache:
                 total -= gone.size
         return arrays
 
+    def fill(self, user: str, version: tuple, last: int, terms: dict[str, np.ndarray]) -> None:
+        """Every posting of ``user`` with an id up to ``last``, read in one snapshot of the user
+        at ``version``: each term not held, or held up to a lower id, takes them. Nothing is
+        taken when the user's postings are held at another version (which is newer is unknown:
+        searches go on reading as they do)."""
+        with self._lock:
+            entry = self._users.get(user)
+            if entry is None:
+                entry = self._users[user] = _UserPostings(version)
+            elif entry.version != version:
+                return
+        with entry.lock:
+            for t, postings in terms.items():
+                held = entry.terms.get(t)
+                if held is None or held[0] < last:
+                    entry.size += len(postings) - (len(held[1]) if held is not None else 0)
+                    entry.terms[t] = (last, postings)
+
     def forget(self, user: str) -> None:
         with self._lock:
             self._users.pop(user, None)
@@ -373,7 +392,12 @@ class PgUserStore:
         self._joining: set[Future] = set()  # own vectors being moved into the graph
         self._joining_lock = threading.Lock()
         with self.db.transaction() as cur:
-            self._lock_user(cur)
+            docs, tokens = self._lock_user(cur)
+        if docs >= WARM_POSTINGS_FROM and tokens <= stores.postings.most * 3 // 4:  # room left for others
+            # a big user's postings read whole in the background, as the SQLite store builds
+            # its lexical table in memory: a search then fetches only what is new, and the
+            # first searches of a worker do not read a common word's thousands of postings
+            stores.searches.submit(self._warm_postings)
         # vectors a worker stopped before it had moved them (at most a few turns)
         waiting = self.db.fetchall(
             "SELECT id FROM memories WHERE owner = %s AND pending_embedding IS NOT NULL", (user,)
@@ -1014,6 +1038,26 @@ class PgUserStore:
             return []
         term: np.ndarray = np.repeat(np.arange(len(arrays)), [len(a) for a in arrays])  # each posting's term
         return bm25_top(term, np.concatenate(arrays), len(terms), docs, tokens, limit)
+
+    def _warm_postings(self) -> None:
+        try:
+            rows = self.db.fetchall(
+                "WITH u AS (SELECT last_id, lex_epoch, created_at FROM mem_users WHERE name = %(u)s)"
+                " SELECT NULL::text, u.last_id, u.lex_epoch, u.created_at, NULL::bytea FROM u UNION ALL"
+                " SELECT p.term, NULL, NULL, NULL, string_agg(int8send(p.memory_id) || int4send(p.tf)"
+                " || int4send(p.dl), ''::bytea) FROM lex_postings p, u WHERE p.owner = %(u)s"
+                " AND p.memory_id <= u.last_id GROUP BY p.term",
+                {"u": self.user},
+                binary=True,
+            )
+        except Exception as exc:  # noqa: BLE001 - searches read what they need themselves
+            log.info("postings of %s not read ahead: %s", self.user, exc)
+            return
+        head = next((r for r in rows if r[0] is None), None)
+        if head is None:
+            return
+        terms = {r[0]: np.frombuffer(r[4], _POSTING).astype(_KEPT) for r in rows if r[0] is not None}
+        self.stores.postings.fill(self.user, (head[3], int(head[2])), int(head[1]), terms)
 
     def _fetch_postings(self, wanted: Sequence[tuple[str, int]], last: int) -> list[np.ndarray]:
         """The postings of each (term, above id) in ``wanted`` with ids up to ``last``: per term,

@@ -332,6 +332,36 @@ def test_memories_are_committed_without_waiting_for_the_disk_and_accounts_with(p
         other.close()
 
 
+def test_a_big_users_postings_are_read_ahead_and_searches_stay_exact(pg_url, e5_embedder, monkeypatch):
+    """A worker opening a big user reads their postings whole in the background; searches over
+    them score as reading the postings each time does, before and after other workers' writes."""
+    from memory.stores import postgres
+
+    writer = MemoryBank(PostgresStores(pg_url), e5_embedder)
+    fill(writer, "amy")
+    monkeypatch.setattr(postgres, "WARM_POSTINGS_FROM", 3)  # "big" from three memories on
+    ahead = PostgresStores(pg_url)
+    try:
+        store = ahead.open("amy", dim=e5_embedder.dim, vectors_id="e5")
+        deadline = time.monotonic() + 30
+        while "amy" not in ahead.postings._users and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert len(ahead.postings._users["amy"].terms) > 10  # every term read
+        terms = ahead.tokenizer.query_terms("my cat Miso and my sister Lily")
+        fresh = writer.user_store("amy")
+        assert store.lexical(terms, 10) == fresh.lexical(terms, 10) != []
+        added = writer.add_turn("amy", "Miso chased my sister's cat", "Oh no!", T0 + timedelta(days=3))
+        assert added is not None
+        assert store.lexical(terms, 10) == fresh.lexical(terms, 10)
+        assert added.id in {h.id for h in store.lexical(terms, 10)}
+        writer.delete("amy", [added.id])
+        assert store.lexical(terms, 10) == fresh.lexical(terms, 10)
+        assert added.id not in {h.id for h in store.lexical(terms, 10)}
+    finally:
+        ahead.close()
+        writer.close()
+
+
 def test_clear_errors(pg_server, pg_url, e5_embedder):
     with pytest.raises(ValueError, match="not a PostgreSQL URL"):
         MemoryBank(PostgresStores("mysql://x@localhost/db"), e5_embedder)
