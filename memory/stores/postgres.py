@@ -335,6 +335,7 @@ class PostingsCache:
                 entry = self._users[user] = _UserPostings(version)
             elif entry.version != version:
                 return
+            self._users.move_to_end(user)
         with entry.lock:
             for t, postings in terms.items():
                 held = entry.terms.get(t)
