@@ -19,7 +19,10 @@ the bank's retrieval, forgetting, imports and exports run unchanged over it.
   sentence vectors of long turns (``mem_sentences``). A user with fewer than ``HNSW_MIN`` memories is
   searched exactly through the btree on owner; from ``HNSW_MIN`` on, that user gets partial HNSW
   indexes of their own (``WHERE owner = '...'``), built concurrently in the background, so that
-  one user's search never walks another user's graph and never loses hits to a filter.
+  one user's search never walks another user's graph and never loses hits to a filter. A chat
+  turn of such a user does not wait for the graph: its own vector waits in ``pending_embedding``
+  (searched exactly, read by every read) until the reply worker's update or the store's
+  indexing thread puts it in ``embedding``; ``settle`` waits for that.
 * Lexical search: BM25 over a postings table (``lex_postings``: owner, term, memory, term
   frequency, document length; the primary key holds them all, for index-only scans) with the
   per-user document count and token total kept on the user's row, scored with numpy from the
@@ -37,6 +40,8 @@ import logging
 import threading
 import time
 from collections import OrderedDict
+from concurrent.futures import Future, ThreadPoolExecutor
+from contextlib import contextmanager
 from datetime import date, datetime
 from typing import Callable, ContextManager, Iterable, Iterator, Sequence
 
@@ -53,7 +58,10 @@ log = logging.getLogger(__name__)
 
 HNSW_MIN = 20_000  # active vectors from which a user gets a partial HNSW index
 HNSW_EF_SEARCH = 100  # candidates the graph search keeps (>= the 40 retrieval asks for)
+_SPLIT_AT = 32  # candidates from which ``around`` reads two halves at once
+_READ_AHEAD_S = 2.0  # how long vectors read with a pool's rows stand for a fresh read of them
 BM25_K1, BM25_B = 1.2, 0.75
+WARM_POSTINGS_FROM = 10_000  # memories from which a worker reads a user's postings whole at open
 
 _RECALL_COLUMNS = ("strength", "last_recall", "recall_count")  # in ``mem_recall`` (migration 6)
 _COLUMNS = ", ".join(MEMORY_COLUMNS)
@@ -62,6 +70,9 @@ _MEMORY_ROWS = "memories JOIN mem_recall USING (owner, id)"
 # the same columns of ``memories m`` joined with ``mem_recall r``
 _PLACE_COLUMNS = ", ".join(f"r.{c}" if c in _RECALL_COLUMNS else f"m.{c}" for c in MEMORY_COLUMNS)
 VECTOR_COLUMNS = {"vector": "embedding", "reply_vector": "reply_embedding"}
+# a memory's own vector as a read sees it: in the graph's column, or still waiting to join it
+_OWN = "COALESCE(embedding, pending_embedding)"
+_READ_VECTOR = {"embedding": _OWN, "reply_embedding": "reply_embedding"}
 
 
 def _m1(cur: psycopg.Cursor) -> None:
@@ -210,6 +221,23 @@ def _m6(cur: psycopg.Cursor) -> None:
 
 
 def _m7(cur: psycopg.Cursor) -> None:
+    # a chat turn's own vector as it waits to join the user's HNSW graph (see
+    # ``PgUserStore._insert_one``): kept in the row like the others, searched exactly through a
+    # partial index that holds only the waiting ones (a few at most). The statistics are made
+    # again so that the planner knows the new column is nearly always empty (without them it
+    # guesses the opposite, and scans every row of the table for the waiting ones).
+    run_statements(
+        cur,
+        """
+    ALTER TABLE memories ADD COLUMN pending_embedding vector;
+    ALTER TABLE memories ALTER COLUMN pending_embedding SET STORAGE MAIN;
+    CREATE INDEX memories_pending ON memories (owner, id) WHERE pending_embedding IS NOT NULL;
+    ANALYZE memories
+    """,
+    )
+
+
+def _m8(cur: psycopg.Cursor) -> None:
     # the sentence vectors of long turns (``memory/sentences.py``), a row each, kept in the row as
     # the memories' vectors are (STORAGE MAIN); a turn's count of them, NULL until they are made
     # (the turns written before are made by the bank's reply worker, as missing reply vectors are)
@@ -231,7 +259,7 @@ def _m7(cur: psycopg.Cursor) -> None:
     )
 
 
-MIGRATIONS = [_m1, _m2, _m3, _m4, _m5, _m6, _m7]
+MIGRATIONS = [_m1, _m2, _m3, _m4, _m5, _m6, _m7, _m8]
 
 
 def as_array(value) -> np.ndarray | None:
@@ -319,6 +347,25 @@ class PostingsCache:
                 total -= gone.size
         return arrays
 
+    def fill(self, user: str, version: tuple, last: int, terms: dict[str, np.ndarray]) -> None:
+        """Every posting of ``user`` with an id up to ``last``, read in one snapshot of the user
+        at ``version``: each term not held, or held up to a lower id, takes them. Nothing is
+        taken when the user's postings are held at another version (which is newer is unknown:
+        searches go on reading as they do)."""
+        with self._lock:
+            entry = self._users.get(user)
+            if entry is None:
+                entry = self._users[user] = _UserPostings(version)
+            elif entry.version != version:
+                return
+            self._users.move_to_end(user)
+        with entry.lock:
+            for t, postings in terms.items():
+                held = entry.terms.get(t)
+                if held is None or held[0] < last:
+                    entry.size += len(postings) - (len(held[1]) if held is not None else 0)
+                    entry.terms[t] = (last, postings)
+
     def forget(self, user: str) -> None:
         with self._lock:
             self._users.pop(user, None)
@@ -362,8 +409,25 @@ class PgUserStore:
         self.db = stores.db
         self.user = user
         self.dim = dim
+        # the pool's vectors read with its rows (``around``), kept for the ``vectors_and_replies``
+        # that follows on the same thread: (when, this store's write count then, id: vectors)
+        self._read_ahead = threading.local()
+        self._writes = 0
+        self._joining: set[Future] = set()  # own vectors being moved into the graph
+        self._joining_lock = threading.Lock()
         with self.db.transaction() as cur:
-            self._lock_user(cur)
+            docs, tokens = self._lock_user(cur)
+        if docs >= WARM_POSTINGS_FROM and tokens <= stores.postings.most * 3 // 4:  # room left for others
+            # a big user's postings read whole in the background, as the SQLite store builds
+            # its lexical table in memory: a search then fetches only what is new, and the
+            # first searches of a worker do not read a common word's thousands of postings
+            stores.searches.submit(self._warm_postings)
+        # vectors a worker stopped before it had moved them (at most a few turns)
+        waiting = self.db.fetchall(
+            "SELECT id FROM memories WHERE owner = %s AND pending_embedding IS NOT NULL", (user,)
+        )
+        if waiting:
+            self._join_graph([r[0] for r in waiting])
 
     # -- plumbing -----------------------------------------------------------------------------
     def _lock_user(self, cur: psycopg.Cursor) -> tuple[int, int]:
@@ -378,6 +442,13 @@ class PgUserStore:
         )
         return docs, tokens
 
+    @contextmanager
+    def _writing(self) -> Iterator[psycopg.Cursor]:
+        """A write's transaction (what was read ahead before it is read again after it)."""
+        self._writes += 1
+        with self.db.transaction() as cur:
+            yield cur
+
     def close(self, *, save: bool = True) -> None:
         """Nothing to close or save: the pool belongs to the ``PostgresStores``."""
 
@@ -388,7 +459,34 @@ class PgUserStore:
         """Nothing is kept in the process."""
 
     def settle(self) -> None:
-        """Nothing is built in the background."""
+        """Until the own vectors the indexing thread moves into the user's HNSW graph are there
+        (a turn's with a reply goes in with the reply's vector)."""
+        with self._joining_lock:
+            joining = list(self._joining)
+        for future in joining:
+            future.result()
+
+    def _join_graph(self, ids: Sequence[int]) -> None:
+        """Move the waiting own vectors of ``ids`` into the graph's column, in the background."""
+        future = self.stores.indexing.submit(self._move_pending, [int(i) for i in ids])
+        with self._joining_lock:
+            self._joining.add(future)
+        future.add_done_callback(self._joined)
+
+    def _joined(self, future: Future) -> None:
+        with self._joining_lock:
+            self._joining.discard(future)
+
+    def _move_pending(self, ids: list[int]) -> None:
+        try:
+            # a row rewritten meanwhile (a new vector, a deletion) has nothing waiting any more
+            self.db.execute(
+                "UPDATE memories SET embedding = pending_embedding, pending_embedding = NULL"
+                " WHERE owner = %s AND id = ANY(%s) AND pending_embedding IS NOT NULL",
+                (self.user, ids),
+            )
+        except Exception as exc:  # noqa: BLE001 - still searched where it waits; moved at the next open
+            log.warning("own vectors of %s left waiting for the graph: %s", self.user, exc)
 
     def get_meta(self, key: str) -> str | None:
         row = self.db.fetchone("SELECT value FROM mem_meta WHERE owner = %s AND key = %s", (self.user, key))
@@ -398,7 +496,7 @@ class PgUserStore:
         return dict(self.db.fetchall("SELECT key, value FROM mem_meta WHERE owner = %s", (self.user,)))
 
     def set_meta(self, key: str, value: str) -> None:
-        with self.db.transaction() as cur:
+        with self._writing() as cur:
             self._lock_user(cur)
             cur.execute(
                 "INSERT INTO mem_meta (owner, key, value) VALUES (%s, %s, %s) ON CONFLICT (owner, key)"
@@ -446,8 +544,10 @@ class PgUserStore:
         if not records:
             return out
         counts = [term_counts(self.stores.tokenizer, rec.kind, rec.text, rec.day) for rec in records]
+        if len(records) == 1 and not keep_ids:
+            return [self._insert_one(records[0], None if vectors is None else vectors[0], *counts[0])]
         tokens = sum(dl for _, dl in counts)
-        with self.db.transaction() as cur:
+        with self._writing() as cur:
             # the user's row made or locked (ids and positions are settled under that lock), its
             # ids taken and its lexical counts grown, in one statement
             if keep_ids:
@@ -540,12 +640,92 @@ class PgUserStore:
                         copy.write_row(row)
         return out
 
+    def _insert_one(self, rec: MemoryRecord, vector: np.ndarray | None, tf: dict[str, int], dl: int) -> MemoryRecord:
+        """One new memory (a chat turn) in one round trip: every statement of the transaction
+        sent at once (a pipeline), its id and place worked out by the database. The first
+        statement locks the user's row, and each statement after it sees what was committed
+        before that lock (READ COMMITTED takes a snapshot per statement): a turn's place is the
+        day's next free one even when another worker has just written that day."""
+        self._writes += 1
+        vec = None if vector is None else np.asarray(vector, dtype=np.float32)
+        # a user searched through an HNSW graph: the vector joins the graph after the turn, so
+        # that the turn does not wait for the graph's insertion (a walk of the graph and its
+        # neighbours' links rewritten, the most of an insert's time). Until then it waits in
+        # ``pending_embedding``, which every read and the dense search see. A turn with a reply
+        # gets its reply's vector from the reply worker, whose update rewrites the row and so
+        # puts both vectors in their graphs (``set_vectors``): the own vector's insertion costs
+        # nothing more there. Any other memory's is moved by the store's indexing thread.
+        deferred = vec is not None and self.stores.uses_hnsw(self.user)
+        column = "pending_embedding" if deferred else "embedding"
+        # a turn goes after the day's turns (its ``position`` is what the bank found free)
+        position = (
+            "GREATEST(%(position)s, (SELECT COALESCE(MAX(position) + 1, 0) FROM memories"
+            " WHERE owner = %(u)s AND kind = 'turn' AND day = %(day)s))"
+            if rec.kind == Kind.TURN
+            else "%(position)s"
+        )
+        new_id = "(SELECT last_id FROM mem_users WHERE name = %(u)s)"
+        params = {
+            "u": self.user,
+            "kind": rec.kind.value,
+            "text": rec.text,
+            "query": rec.query,
+            "response": rec.response,
+            "day": rec.day,
+            "position": rec.position,
+            "created_at": rec.created_at.isoformat(),
+            "importance": rec.importance,
+            "pinned": bool(rec.pinned),
+            "state": rec.state.value,
+            "vec": vec,
+            "dl": dl,
+            "extra": json.dumps(rec.extra, ensure_ascii=False),
+            "archived_at": rec.archived_at.isoformat() if rec.archived_at else None,
+            "strength": rec.strength,
+            "last_recall": rec.last_recall.isoformat() if rec.last_recall else None,
+            "recall_count": rec.recall_count,
+            "terms": list(tf),
+            "tfs": list(tf.values()),
+        }
+        with self.db.connection() as con, con.pipeline(), con.cursor() as cur, con.cursor() as placed:
+            with con.transaction():
+                # the user's row made or locked, an id taken and the lexical counts grown
+                cur.execute(
+                    "INSERT INTO mem_users AS u (name, last_id, lex_docs, lex_tokens) VALUES (%(u)s, 1, 1, %(dl)s)"
+                    " ON CONFLICT (name) DO UPDATE SET last_id = u.last_id + 1, lex_docs = u.lex_docs + 1,"
+                    " lex_tokens = u.lex_tokens + EXCLUDED.lex_tokens",
+                    params,
+                )
+                placed.execute(
+                    "INSERT INTO memories (owner, id, kind, text, query, response, day, position, created_at,"
+                    f" importance, pinned, state, {column}, lex_len, extra, archived_at)"
+                    f" VALUES (%(u)s, {new_id}, %(kind)s, %(text)s, %(query)s, %(response)s, %(day)s, {position},"
+                    " %(created_at)s, %(importance)s, %(pinned)s, %(state)s, %(vec)b, %(dl)s, %(extra)s, %(archived_at)s)"
+                    " RETURNING id, position",
+                    params,
+                )
+                cur.execute(
+                    "INSERT INTO mem_recall (owner, id, strength, last_recall, recall_count)"
+                    f" VALUES (%(u)s, {new_id}, %(strength)s, %(last_recall)s, %(recall_count)s)",
+                    params,
+                )
+                if tf:
+                    cur.execute(
+                        f"INSERT INTO lex_postings (owner, term, memory_id, tf, dl) SELECT %(u)s, t.term, {new_id}, t.tf,"
+                        " %(dl)s FROM unnest(%(terms)s::text[], %(tfs)s::int[]) AS t(term, tf)",
+                        params,
+                    )
+            rid, pos = one(placed.fetchone())
+        if deferred and not (rec.kind == Kind.TURN and rec.response != ""):  # see ``replies_pending``
+            self._join_graph([rid])
+        return rec.with_(id=int(rid), position=int(pos))
+
     def replace_text(self, rid: int, text: str, vector: np.ndarray | None, **fields) -> None:
         """New text (and vector) for a memory: an edited summary, a regenerated reply."""
         sets = sql.SQL("").join(sql.SQL(", {} = %s").format(sql.Identifier(VECTOR_COLUMNS.get(k, k))) for k in fields)
         # extra comes as JSON text, which a jsonb column takes; a vector field as bytes or an array
         values = [as_vector_value(v) if k in VECTOR_COLUMNS else v for k, v in fields.items()]
-        with self.db.transaction() as cur:
+        with self._writing() as cur:
             self._lock_user(cur)
             row = cur.execute(
                 "SELECT kind, day FROM memories WHERE owner = %s AND id = %s", (self.user, rid)
@@ -555,7 +735,9 @@ class PgUserStore:
             docs, tokens = self._unindex(cur, [rid])
             vec = None if vector is None else np.asarray(vector, dtype=np.float32)
             cur.execute(
-                sql.SQL("UPDATE memories SET text = %s, embedding = %s{} WHERE owner = %s AND id = %s").format(sets),
+                sql.SQL(
+                    "UPDATE memories SET text = %s, embedding = %s, pending_embedding = NULL{} WHERE owner = %s AND id = %s"
+                ).format(sets),
                 (text, vec, *values, self.user, rid),
             )
             d, t = self._index_text(cur, rid, Kind(row[0]), text, row[1])
@@ -594,7 +776,7 @@ class PgUserStore:
         if not ids:
             return 0
         archived_at = when.isoformat() if (when and state == State.ARCHIVED) else None
-        with self.db.transaction() as cur:
+        with self._writing() as cur:
             self._lock_user(cur)
             return cur.execute(
                 "UPDATE memories SET state = %s, archived_at = %s WHERE owner = %s AND id = ANY(%s) AND state != %s",
@@ -602,7 +784,7 @@ class PgUserStore:
             ).rowcount
 
     def set_pinned(self, rid: int, pinned: bool) -> bool:
-        with self.db.transaction() as cur:
+        with self._writing() as cur:
             self._lock_user(cur)
             return (
                 cur.execute(
@@ -615,7 +797,7 @@ class PgUserStore:
         ids = [int(i) for i in ids]
         if not ids:
             return 0
-        with self.db.transaction() as cur:
+        with self._writing() as cur:
             self._lock_user(cur)
             docs, tokens = self._unindex(cur, ids)
             n = cur.execute("DELETE FROM memories WHERE owner = %s AND id = ANY(%s)", (self.user, ids)).rowcount
@@ -626,18 +808,25 @@ class PgUserStore:
         """Stored vectors: ``column`` "vector" (the memory's own) or "reply_vector" (a turn's reply)."""
         if column not in VECTOR_COLUMNS:
             raise ValueError(f"no vector column {column!r}")
-        with self.db.transaction() as cur:
+        with self._writing() as cur:
             self._lock_user(cur)
+            # a new own vector replaces one waiting for the graph; a reply's row is rewritten
+            # anyway, and takes a waiting own vector into the graph with it
+            also = (
+                "pending_embedding = NULL"
+                if column == "vector"
+                else "embedding = COALESCE(pending_embedding, embedding), pending_embedding = NULL"
+            )
             cur.executemany(
-                sql.SQL("UPDATE memories SET {} = %s WHERE owner = %s AND id = %s").format(
-                    sql.Identifier(VECTOR_COLUMNS[column])
+                sql.SQL("UPDATE memories SET {} = %s, {} WHERE owner = %s AND id = %s").format(
+                    sql.Identifier(VECTOR_COLUMNS[column]), sql.SQL(also)
                 ),
                 [(np.asarray(v, dtype=np.float32), self.user, int(rid)) for rid, v in zip(ids, vectors)],
             )
 
     def clear_reply_vectors(self, ids: Sequence[int]) -> None:
         """Reply vectors to be made again (by another embedder)."""
-        with self.db.transaction() as cur:
+        with self._writing() as cur:
             self._lock_user(cur)
             cur.execute(
                 "UPDATE memories SET reply_embedding = NULL WHERE owner = %s AND id = ANY(%s)",
@@ -818,7 +1007,7 @@ class PgUserStore:
         last = 0
         while True:
             rows = self.db.fetchall(
-                f"SELECT {_COLUMNS}, embedding, reply_embedding FROM {_MEMORY_ROWS} WHERE owner = %s"
+                f"SELECT {_COLUMNS}, {_OWN}, reply_embedding FROM {_MEMORY_ROWS} WHERE owner = %s"
                 " AND id > %s ORDER BY id LIMIT %s",
                 (self.user, last, batch),
             )
@@ -828,30 +1017,68 @@ class PgUserStore:
             yield [(record_from_row(self.user, r[:-2]), as_array(r[-2]), as_array(r[-1])) for r in rows]
 
     def around(self, ids: Iterable[int]) -> tuple[dict[int, MemoryRecord], list[MemoryRecord]]:
-        """In one statement: the candidates' rows, then the turns at the places beside each turn
-        among them (a join on the places: one index look-up each)."""
+        """The candidates' rows, then the turns at the places beside each turn among them (a
+        join on the places: one index look-up each), and the vectors of all of them, which a
+        retrieval asks for next (``vectors_and_replies``): read from the rows read here anyway,
+        they cost no second look-up of each row. A retrieval's hundred-odd candidates are read
+        in two halves at once, each on a connection of its own (each row is a look-up in the
+        heap: one backend reads them one after the other)."""
         ids = list(dict.fromkeys(int(i) for i in ids))
+        self._read_ahead.kept = None
         if not ids:
             return {}, []
-        rows = self.db.fetchall(
-            f"WITH c AS (SELECT {_COLUMNS} FROM {_MEMORY_ROWS} WHERE owner = %(u)s AND id = ANY(%(ids)s)),"
+        if len(ids) >= _SPLIT_AT:
+            other = self.stores.searches.submit(self._around_rows, ids[len(ids) // 2 :])
+            rows = self._around_rows(ids[: len(ids) // 2]) + other.result()
+        else:
+            rows = self._around_rows(ids)
+        self._read_ahead.kept = (time.monotonic(), self._writes, {int(r[1]): (r[-2], r[-1]) for r in rows})
+        found = [record_from_row(self.user, r[1:-2]) for r in rows if r[0] == 0]
+        beside = {
+            r[1]: record_from_row(self.user, r[1:-2]) for r in rows if r[0] == 1
+        }  # a place may be beside both halves
+        found.sort(key=lambda r: (r.day, r.kind.value, r.position, r.stored_id))
+        return {r.stored_id: r for r in found}, sorted(beside.values(), key=lambda r: (r.day, r.position, r.stored_id))
+
+    def _around_rows(self, ids: list[int]) -> list[tuple]:
+        return self.db.fetchall(
+            f"WITH c AS (SELECT {_COLUMNS}, vector_send({_OWN}) AS v, vector_send(reply_embedding) AS rv"
+            f" FROM {_MEMORY_ROWS} WHERE owner = %(u)s AND id = ANY(%(ids)s)),"
             " p AS (SELECT DISTINCT day, position + d AS position FROM c, (VALUES (-1), (1)) AS v(d) WHERE kind = 'turn')"
-            f" (SELECT 0 AS side, {_COLUMNS} FROM c ORDER BY day, kind, position, id) UNION ALL"
-            f" (SELECT 1, {_PLACE_COLUMNS} FROM p JOIN memories m ON m.owner = %(u)s AND m.day = p.day"
-            " AND m.position = p.position AND m.kind = 'turn' JOIN mem_recall r ON r.owner = m.owner AND r.id = m.id"
-            " ORDER BY m.day, m.position, m.id)",
+            f" SELECT 0 AS side, {_COLUMNS}, v, rv FROM c UNION ALL"
+            f" SELECT 1, {_PLACE_COLUMNS}, vector_send(COALESCE(m.embedding, m.pending_embedding)),"
+            " vector_send(m.reply_embedding)"
+            " FROM p JOIN memories m ON m.owner = %(u)s AND m.day = p.day"
+            " AND m.position = p.position AND m.kind = 'turn' JOIN mem_recall r ON r.owner = m.owner AND r.id = m.id",
             {"u": self.user, "ids": ids},
+            binary=True,
         )
-        found = {int(r[1]): record_from_row(self.user, r[1:]) for r in rows if r[0] == 0}
-        return found, [record_from_row(self.user, r[1:]) for r in rows if r[0] == 1]
 
     def vectors_and_replies(self, ids: Sequence[int]) -> tuple[np.ndarray, np.ndarray]:
+        """From what ``around`` read just before on this thread when it holds every one of
+        ``ids`` (the same moment's rows and vectors, and no write through this store since),
+        else read."""
+        kept, self._read_ahead.kept = getattr(self._read_ahead, "kept", None), None
+        if kept is not None and kept[1] == self._writes and time.monotonic() - kept[0] < _READ_AHEAD_S:
+            sent = kept[2]
+            if all(int(i) in sent for i in ids):
+                out: list[np.ndarray] = [np.zeros((len(ids), self.dim), dtype=np.float32) for _ in range(2)]
+                for n, rid in enumerate(ids):
+                    for target, data in zip(out, sent[int(rid)]):
+                        self._put(target, n, data)
+                return out[0], out[1]
         own, reply = self._vectors(ids, ("embedding", "reply_embedding"))
         return own, reply
 
     def pool(self, ids: Iterable[int]) -> PoolRows:
         found, beside = self.around(ids)
         return PoolRows.of(found, beside, self.vectors_and_replies)
+
+    def _put(self, target: np.ndarray, n: int, data: bytes | None) -> None:
+        """A vector sent as pgvector's binary form (``vector_send``: dimension, then big-endian
+        floats) into row ``n`` of ``target``; a missing one stays zeros."""
+        if data is not None and len(data) == 4 + 4 * self.dim:
+            target[n] = np.frombuffer(data, ">f4", offset=4)
 
     def _vectors(self, ids: Sequence[int], columns: Sequence[str]) -> list[np.ndarray]:
         """Stored vectors of ``columns`` in the order of ``ids`` (zeros where a row has none),
@@ -862,7 +1089,7 @@ class PgUserStore:
         pos = {int(rid): i for i, rid in enumerate(ids)}
         if not pos:
             return out
-        sent = sql.SQL(", ").join(sql.SQL("vector_send({})").format(sql.Identifier(c)) for c in columns)
+        sent = sql.SQL(", ").join(sql.SQL(f"vector_send({_READ_VECTOR[c]})") for c in columns)
         rows = self.db.fetchall(
             sql.SQL("SELECT id, {} FROM memories WHERE owner = %s AND id = ANY(%s)").format(sent),
             (self.user, list(pos)),
@@ -870,8 +1097,7 @@ class PgUserStore:
         )
         for row in rows:
             for target, data in zip(out, row[1:]):
-                if data is not None and len(data) == 4 + 4 * dim:
-                    target[pos[row[0]]] = np.frombuffer(data, ">f4", offset=4)
+                self._put(target, pos[row[0]], data)
         return out
 
     def lexical(self, terms: Sequence[str], limit: int) -> list[SearchHit]:
@@ -895,8 +1121,28 @@ class PgUserStore:
         arrays = self.stores.postings.read(self.user, (row[4], int(row[3])), last, terms, self._fetch_postings)
         if not any(len(a) for a in arrays):
             return []
-        term = np.concatenate([np.full(len(a), i) for i, a in enumerate(arrays)])
+        term: np.ndarray = np.repeat(np.arange(len(arrays)), [len(a) for a in arrays])  # each posting's term
         return bm25_top(term, np.concatenate(arrays), len(terms), docs, tokens, limit)
+
+    def _warm_postings(self) -> None:
+        try:
+            rows = self.db.fetchall(
+                "WITH u AS (SELECT last_id, lex_epoch, created_at FROM mem_users WHERE name = %(u)s)"
+                " SELECT NULL::text, u.last_id, u.lex_epoch, u.created_at, NULL::bytea FROM u UNION ALL"
+                " SELECT p.term, NULL, NULL, NULL, string_agg(int8send(p.memory_id) || int4send(p.tf)"
+                " || int4send(p.dl), ''::bytea) FROM lex_postings p, u WHERE p.owner = %(u)s"
+                " AND p.memory_id <= u.last_id GROUP BY p.term",
+                {"u": self.user},
+                binary=True,
+            )
+        except Exception as exc:  # noqa: BLE001 - searches read what they need themselves
+            log.info("postings of %s not read ahead: %s", self.user, exc)
+            return
+        head = next((r for r in rows if r[0] is None), None)
+        if head is None:
+            return
+        terms = {r[0]: np.frombuffer(r[4], _POSTING).astype(_KEPT) for r in rows if r[0] is not None}
+        self.stores.postings.fill(self.user, (head[3], int(head[2])), int(head[1]), terms)
 
     def _fetch_postings(self, wanted: Sequence[tuple[str, int]], last: int) -> list[np.ndarray]:
         """The postings of each (term, above id) in ``wanted`` with ids up to ``last``: per term,
@@ -919,48 +1165,60 @@ class PgUserStore:
     # -- dense --------------------------------------------------------------------------------
     def dense(self, query: np.ndarray, k: int) -> list[SearchHit]:
         """The ``k`` vectors closest to ``query`` over every memory of the user (both tiers):
-        their own vectors and turns' reply vectors. Exact, or through the user's partial HNSW
+        their own vectors, turns' reply vectors and long turns' sentence vectors. Exact, or through the user's partial HNSW
         indexes once they have them (the user's name is a literal in the SQL so that the indexes'
         predicate matches, and sorting is ruled out so that the planner takes them)."""
-        graph = self.stores.uses_hnsw(self.user)
         q = np.asarray(query, dtype=np.float32).reshape(-1)
-        # both vectors in one statement (each branch through its own index), and in graph mode
-        # the settings and the search sent together (a pipeline): one round trip
-        part = "(SELECT {id}, {side}, -({col}::vector({dim}) <#> %(q)s) AS s FROM {table} WHERE owner = {owner}"
-        part += " AND {col} IS NOT NULL ORDER BY {col}::vector({dim}) <#> %(q)s LIMIT %(k)s)"
-        statement = sql.SQL(" UNION ALL ").join(
-            sql.SQL(part).format(
-                id=sql.Identifier(rid),
-                side=sql.Literal(side.value),
-                col=sql.Identifier(column),
-                table=sql.Identifier(table),
-                dim=sql.Literal(int(self.dim)),
-                owner=sql.Literal(self.user),
-            )
-            for table, rid, column, side in (
-                ("memories", "id", "embedding", Side.OWN),
-                ("memories", "id", "reply_embedding", Side.REPLY),
-                ("mem_sentences", "memory_id", "embedding", Side.SENTENCE),
-            )
-        )
         params = {"q": q, "k": int(k)}
-        with self.db.connection() as con:
-            if graph:
-                with con.pipeline(), con.transaction():
-                    con.execute(f"SET LOCAL hnsw.ef_search = {max(HNSW_EF_SEARCH, int(k))}")
-                    con.execute("SET LOCAL enable_sort = off")
-                    rows = con.execute(statement, params).fetchall()
-            else:
-                rows = con.execute(statement, params).fetchall()
+        # own vectors in the graph's column and those still waiting to join it (exact, through
+        # the partial index that holds only them); the reply vectors and the sentence vectors,
+        # each branch through its own index
+        own = sql.SQL(" UNION ALL ").join(
+            [self._dense_part("embedding", Side.OWN), self._dense_part("pending_embedding", Side.OWN)]
+        )
+        reply = sql.SQL(" UNION ALL ").join(
+            [
+                self._dense_part("reply_embedding", Side.REPLY),
+                self._dense_part("embedding", Side.SENTENCE, "mem_sentences", "memory_id"),
+            ]
+        )
+        if self.stores.uses_hnsw(self.user):
+            # the two graphs searched at once, each on a connection of its own (one backend
+            # walks one graph: one after the other, a search costs the sum of the two walks);
+            # each with its settings and the search sent together (a pipeline: one round trip).
+            # No connection is held while waiting for the other search, so that threads waiting
+            # on each other cannot take the whole pool.
+            other = self.stores.searches.submit(self._graph_search, reply, params)
+            rows = self._graph_search(own, params) + other.result()
+        else:
+            rows = self.db.fetchall(sql.SQL(" UNION ALL ").join([own, reply]), params)
         out = [SearchHit(int(r[0]), Side(r[1]), float(r[2])) for r in rows]
         out.sort(key=lambda h: -h.score)
         return out[:k]
+
+    def _dense_part(self, column: str, side: Side, table: str = "memories", rid: str = "id") -> sql.Composed:
+        part = "(SELECT {id}, {side}, -({col}::vector({dim}) <#> %(q)s) AS s FROM {table} WHERE owner = {owner}"
+        part += " AND {col} IS NOT NULL ORDER BY {col}::vector({dim}) <#> %(q)s LIMIT %(k)s)"
+        return sql.SQL(part).format(
+            id=sql.Identifier(rid),
+            table=sql.Identifier(table),
+            side=sql.Literal(side.value),
+            col=sql.Identifier(column),
+            dim=sql.Literal(int(self.dim)),
+            owner=sql.Literal(self.user),
+        )
+
+    def _graph_search(self, statement: sql.Composed, params: dict) -> list[tuple]:
+        with self.db.connection() as con, con.pipeline(), con.transaction():
+            con.execute(f"SET LOCAL hnsw.ef_search = {max(HNSW_EF_SEARCH, int(params['k']))}")
+            con.execute("SET LOCAL enable_sort = off")
+            return con.execute(statement, params).fetchall()
 
     def vector_count(self) -> int:
         return int(
             one(
                 self.db.fetchone(
-                    "SELECT count(embedding) + count(reply_embedding)"
+                    f"SELECT count({_OWN}) + count(reply_embedding)"
                     " + (SELECT count(*) FROM mem_sentences WHERE owner = %(u)s) FROM memories WHERE owner = %(u)s",
                     {"u": self.user},
                 )
@@ -982,7 +1240,11 @@ class PostgresStores:
         tokenizer: Tokenizer | None = None,
     ):
         self.tokenizer = tokenizer or Tokenizer()
-        self.db = Database(url, max_size=pool_size)
+        # memories are written as the SQLite store writes them (WAL, synchronous=NORMAL): a commit
+        # does not wait for the disk's flush (which takes longer than the rest of a turn's
+        # storing), and a crash of the machine may lose the last moments' writes, never corrupt
+        # them
+        self.db = Database(url, max_size=pool_size, wait_for_flush=False)
         try:
             # the step that writes postings makes their terms with this database's tokenizer
             steps = [functools.partial(_m2, tokenizer=self.tokenizer) if s is _m2 else s for s in MIGRATIONS]
@@ -997,6 +1259,10 @@ class PostgresStores:
         self._hnsw_users: set[str] = set()
         self._hnsw_building: set[str] = set()
         self.postings = PostingsCache()
+        # the second HNSW graph's search, beside the first (``PgUserStore.dense``)
+        self.searches = ThreadPoolExecutor(max_workers=4, thread_name_prefix="sf-pg-dense")
+        # chat turns' own vectors moved into their user's HNSW graph (``PgUserStore._insert_one``)
+        self.indexing = ThreadPoolExecutor(max_workers=1, thread_name_prefix="sf-pg-graph")
 
     def open(self, user: str, *, dim: int, vectors_id: str) -> PgUserStore:
         return PgUserStore(self, user, dim)
@@ -1029,6 +1295,8 @@ class PostgresStores:
         return self.db.advisory_lock(f"siliconfriend:{purpose}:{user}")
 
     def close(self) -> None:
+        self.indexing.shutdown(wait=True)
+        self.searches.shutdown(wait=True)
         self.db.close()
 
     # -- the dense index of big users ---------------------------------------------------------

@@ -90,8 +90,9 @@ def _copy_user(stores: PostgresStores, source: str, target: str) -> None:
         cur.execute(
             "INSERT INTO memories (owner, id, kind, text, query, response, day, position, created_at, importance,"
             " pinned, state, embedding, lex_len, extra, reply_embedding, archived_at) SELECT %s, id, kind, text,"
-            " query, response, day, position, created_at, importance, pinned, state, embedding, lex_len, extra,"
-            " reply_embedding, archived_at FROM memories WHERE owner = %s",
+            " query, response, day, position, created_at, importance, pinned, state,"
+            " COALESCE(embedding, pending_embedding), lex_len, extra, reply_embedding, archived_at FROM memories"
+            " WHERE owner = %s",
             (target, source),
         )
         cur.execute(

@@ -4,6 +4,8 @@ share, and the two engines side by side, are in tests/memory/test_store_contract
 
 from __future__ import annotations
 
+import threading
+import time
 from datetime import date, datetime, timedelta
 
 import numpy as np
@@ -139,7 +141,7 @@ def test_migration_6_moves_the_recall_fields_out_and_keeps_them(pg_url, e5_embed
         assert con.execute("SELECT count(*) FROM mem_recall").fetchone()[0] == len(TURNS) - 1  # the deleted one's went
 
 
-def test_migration_7_gives_the_turns_written_before_their_sentence_vectors(pg_url, e5_embedder):
+def test_migration_8_gives_the_turns_written_before_their_sentence_vectors(pg_url, e5_embedder):
     """A database of schema 5 (no sentence vectors): its turns are made pending, and the reply
     worker makes the sentences of the long ones (the Chinese reply has two)."""
     older_database(pg_url, 5, old_turns(e5_embedder))
@@ -219,6 +221,162 @@ def test_big_user_gets_a_partial_hnsw_index_with_the_same_top_hits(pg_url, e5_em
         assert not stores.has_hnsw("big")
     finally:
         bank.close()
+
+
+def test_a_big_users_new_turn_is_found_while_its_vector_waits_for_the_graph(pg_url, e5_embedder):
+    """A chat turn of a user searched through HNSW is stored without waiting for the graph: its
+    own vector waits in the row until the reply worker's update (a turn with a reply) or the
+    store's indexing thread (any other) puts it in the graph's column. Meanwhile every read and
+    the dense search see it; after ``settle`` it is in the graph; one left waiting by a stopped
+    worker is moved when the user is next opened."""
+    from memory.records import MemoryRecord
+
+    stores = PostgresStores(pg_url, hnsw_min=300, build_hnsw_in_background=False)
+    bank = MemoryBank(stores, e5_embedder)
+    gate = threading.Event()
+    where = "SELECT embedding IS NULL, pending_embedding IS NULL FROM memories WHERE owner = 'big' AND id = %s"
+    try:
+        rng = np.random.default_rng(0)
+        vecs = rng.standard_normal((400, e5_embedder.dim)).astype(np.float32)
+        vecs /= np.linalg.norm(vecs, axis=1, keepdims=True)
+        recs = [
+            MemoryRecord(user="big", kind=Kind.TURN, text=f"memory {i}", created_at=T0, day=date(2024, 1, 1))
+            for i in range(400)
+        ]
+        store = bank.user_store("big")
+        store.insert(recs, vecs)
+        assert stores.maybe_build_hnsw("big", e5_embedder.dim, wait=True) and stores.uses_hnsw("big")
+        stores.indexing.submit(gate.wait)  # the indexing thread held: the vector has to wait
+        turn = bank.add_turn("big", "I adopted a cat named Miso", "", T0 + timedelta(days=1))
+        assert turn is not None
+        with psycopg.connect(pg_url, autocommit=True) as con:
+            assert con.execute(where, (turn.id,)).fetchone() == (True, False)  # waiting
+        own = store.vectors([turn.id])[0]
+        assert np.linalg.norm(own) == pytest.approx(1.0, abs=1e-4)
+        found, _ = store.around([turn.id, 1])
+        assert np.allclose(store.vectors_and_replies([turn.id, 1])[0], [own, vecs[0]], atol=1e-5)
+        hit = store.dense(own, 5)[0]
+        assert (hit.id, hit.side) == (turn.id, Side.OWN) and hit.score == pytest.approx(1.0, abs=1e-4)
+        assert store.vector_count() == 401
+        assert [h.record.id for h in bank.retrieve("big", "what is my cat called?", T0 + timedelta(days=2), k=1)] == [
+            turn.id
+        ]
+        answered = bank.add_turn("big", "My sister Lily visits next week", "How nice!", T0 + timedelta(days=1))
+        assert answered is not None
+        deadline = time.monotonic() + 60
+        while store.replies_pending() and time.monotonic() < deadline:  # the reply worker at work
+            time.sleep(0.05)
+        with psycopg.connect(pg_url, autocommit=True) as con:
+            assert con.execute(where, (answered.id,)).fetchone() == (False, True)
+            assert con.execute(where, (turn.id,)).fetchone() == (True, False)  # the indexing thread's, held
+        gate.set()
+        bank.settle()
+        with psycopg.connect(pg_url, autocommit=True) as con:
+            assert con.execute(where, (turn.id,)).fetchone() == (False, True)  # in the graph's column
+        assert np.allclose(store.vectors([turn.id])[0], own, atol=1e-6)
+        with psycopg.connect(pg_url, autocommit=True) as con:
+            # as a worker stopped before the move would leave it
+            con.execute(
+                "UPDATE memories SET pending_embedding = embedding, embedding = NULL WHERE owner = 'big' AND id = %s",
+                (turn.id,),
+            )
+        assert store.dense(own, 1)[0].id == turn.id
+    finally:
+        gate.set()
+        bank.close()
+    again = MemoryBank(PostgresStores(pg_url, hnsw_min=300), e5_embedder)
+    try:
+        again.user_store("big")
+        again.settle()
+        with psycopg.connect(pg_url, autocommit=True) as con:
+            assert con.execute(where, (turn.id,)).fetchone() == (False, True)
+        assert np.allclose(again.user_store("big").vectors([turn.id])[0], own, atol=1e-5)
+    finally:
+        again.close()
+
+
+def test_migration_7_upgrades_a_database_of_schema_6(pg_url, e5_embedder):
+    """A database the SiliconFriend of memory schema 6 left gets the column where a turn's own
+    vector waits for the graph; what it held is found and kept."""
+    from memory.pg_db import Database
+    from memory.stores.postgres import MIGRATIONS
+
+    vector = e5_embedder.embed(["I adopted a cat named Miso"], kind="document")[0]
+    db = Database(pg_url)
+    try:
+        db.migrate("memory", MIGRATIONS[:6])
+        with db.transaction() as cur:
+            cur.execute("INSERT INTO mem_users (name, last_id) VALUES ('amy', 1)")
+            cur.execute(
+                "INSERT INTO memories (owner, id, kind, text, query, response, day, position, created_at, embedding)"
+                " VALUES ('amy', 1, 'turn', %s, %s, 'lovely', %s, 0, %s, %s::real[]::vector)",
+                (
+                    "I adopted a cat named Miso\nlovely",
+                    "I adopted a cat named Miso",
+                    T0.date(),
+                    T0.isoformat(),
+                    list(vector),
+                ),
+            )
+            cur.execute("INSERT INTO mem_recall (owner, id) VALUES ('amy', 1)")
+    finally:
+        db.close()
+    bank = MemoryBank(PostgresStores(pg_url), e5_embedder)
+    try:
+        assert [h.record.id for h in bank.retrieve("amy", "what is my cat called?", T0, k=1)] == [1]
+        assert bank.add_turn("amy", "My sister Lily visits next week", "nice", T0).id == 2
+        bank.settle()
+        assert bank.user_store("amy").vector_count() == 4  # both turns' messages and replies
+    finally:
+        bank.close()
+    with psycopg.connect(pg_url, autocommit=True) as con:
+        assert con.execute("SELECT version FROM sf_schema WHERE component = 'memory'").fetchone()[0] == len(MIGRATIONS)
+        assert con.execute("SELECT count(*) FROM memories WHERE pending_embedding IS NOT NULL").fetchone()[0] == 0
+
+
+def test_memories_are_committed_without_waiting_for_the_disk_and_accounts_with(pg_url):
+    """The memory store's commits are as durable as the SQLite store's (synchronous=NORMAL):
+    they do not wait for the flush; other components' (the accounts) keep the server's default."""
+    from memory.pg_db import Database
+
+    stores = PostgresStores(pg_url)
+    other = Database(pg_url, vectors=False)
+    try:
+        assert stores.db.fetchone("SHOW synchronous_commit") == ("off",)
+        assert other.fetchone("SHOW synchronous_commit") == ("on",)
+    finally:
+        stores.close()
+        other.close()
+
+
+def test_a_big_users_postings_are_read_ahead_and_searches_stay_exact(pg_url, e5_embedder, monkeypatch):
+    """A worker opening a big user reads their postings whole in the background; searches over
+    them score as reading the postings each time does, before and after other workers' writes."""
+    from memory.stores import postgres
+
+    writer = MemoryBank(PostgresStores(pg_url), e5_embedder)
+    fill(writer, "amy")
+    monkeypatch.setattr(postgres, "WARM_POSTINGS_FROM", 3)  # "big" from three memories on
+    ahead = PostgresStores(pg_url)
+    try:
+        store = ahead.open("amy", dim=e5_embedder.dim, vectors_id="e5")
+        deadline = time.monotonic() + 30
+        while "amy" not in ahead.postings._users and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert len(ahead.postings._users["amy"].terms) > 10  # every term read
+        terms = ahead.tokenizer.query_terms("my cat Miso and my sister Lily")
+        fresh = writer.user_store("amy")
+        assert store.lexical(terms, 10) == fresh.lexical(terms, 10) != []
+        added = writer.add_turn("amy", "Miso chased my sister's cat", "Oh no!", T0 + timedelta(days=3))
+        assert added is not None
+        assert store.lexical(terms, 10) == fresh.lexical(terms, 10)
+        assert added.id in {h.id for h in store.lexical(terms, 10)}
+        writer.delete("amy", [added.id])
+        assert store.lexical(terms, 10) == fresh.lexical(terms, 10)
+        assert added.id not in {h.id for h in store.lexical(terms, 10)}
+    finally:
+        ahead.close()
+        writer.close()
 
 
 def test_clear_errors(pg_server, pg_url, e5_embedder):
