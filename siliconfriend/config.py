@@ -46,6 +46,10 @@ class Settings:
     # store: "" keeps everything in files under the home (SQLite + FAISS); postgresql://... puts
     # accounts, sessions, rate limits and every memory in that database (several workers at once)
     database_url: str = ""
+    # on PostgreSQL, whether a memory's commit waits for the server's flush to disk (the server's
+    # own synchronous_commit): off by default, as the SQLite store's WAL with synchronous=NORMAL,
+    # so a crash of the database server may lose its last moments' memory writes (docs/deploy.md)
+    database_wait_for_flush: bool = False
     # companion
     backend: str | None = None  # openai | hf | langchain; None: openai if OPENAI_API_KEY else hf
     model: str | None = None  # model id / path / preset

@@ -105,7 +105,10 @@ def build_bank(settings: Settings, *, progress=None, lazy: bool = False) -> Memo
     if settings.database_url:
         from memory.stores.postgres import PostgresStores
 
-        return MemoryBank(PostgresStores(settings.database_url, tokenizer=tokenizer()), embedder, **parts)
+        stores = PostgresStores(
+            settings.database_url, tokenizer=tokenizer(), wait_for_flush=settings.database_wait_for_flush
+        )
+        return MemoryBank(stores, embedder, **parts)
     from memory.stores.sqlite import SqliteStores
 
     return MemoryBank(SqliteStores(settings.home, tokenizer=tokenizer()), embedder, **parts)

@@ -1238,13 +1238,14 @@ class PostgresStores:
         hnsw_min: int = HNSW_MIN,
         build_hnsw_in_background: bool = True,
         tokenizer: Tokenizer | None = None,
+        wait_for_flush: bool = False,
     ):
         self.tokenizer = tokenizer or Tokenizer()
-        # memories are written as the SQLite store writes them (WAL, synchronous=NORMAL): a commit
-        # does not wait for the disk's flush (which takes longer than the rest of a turn's
-        # storing), and a crash of the machine may lose the last moments' writes, never corrupt
-        # them
-        self.db = Database(url, max_size=pool_size, wait_for_flush=False)
+        # by default memories are written as the SQLite store writes them (WAL, synchronous=NORMAL):
+        # a commit does not wait for the disk's flush (which takes longer than the rest of a turn's
+        # storing), and a crash of the server or its machine may lose the last moments' writes,
+        # never corrupt them. ``wait_for_flush`` keeps the server's own setting instead
+        self.db = Database(url, max_size=pool_size, wait_for_flush=wait_for_flush)
         try:
             # the step that writes postings makes their terms with this database's tokenizer
             steps = [functools.partial(_m2, tokenizer=self.tokenizer) if s is _m2 else s for s in MIGRATIONS]

@@ -341,12 +341,15 @@ def test_memories_are_committed_without_waiting_for_the_disk_and_accounts_with(p
 
     stores = PostgresStores(pg_url)
     other = Database(pg_url, vectors=False)
+    durable = PostgresStores(pg_url, wait_for_flush=True)  # the operator's choice (docs/deploy.md)
     try:
         assert stores.db.fetchone("SHOW synchronous_commit") == ("off",)
         assert other.fetchone("SHOW synchronous_commit") == ("on",)
+        assert durable.db.fetchone("SHOW synchronous_commit") == ("on",)
     finally:
         stores.close()
         other.close()
+        durable.close()
 
 
 def test_a_big_users_postings_are_read_ahead_and_searches_stay_exact(pg_url, e5_embedder, monkeypatch):
