@@ -339,7 +339,12 @@ class PostingsCache:
             if wanted:
                 for (t, _), new in zip(wanted, fetch(wanted, last)):
                     old = entry.terms[t][1] if t in entry.terms else _NO_POSTINGS
-                    entry.terms[t] = (last, np.concatenate([old, new]) if len(old) else new)
+                    # most terms have none new since the last turn: a common word's postings
+                    # (hundreds of thousands) are then not copied again
+                    entry.terms[t] = (
+                        last,
+                        np.concatenate([old, new]) if len(old) and len(new) else new if len(new) else old,
+                    )
                     entry.size += len(new)
             arrays = [entry.terms[t][1] if t in entry.terms else _NO_POSTINGS for t in terms]
         with self._lock:
@@ -400,7 +405,8 @@ def bm25_top(
         keep = scores >= edge
         found, scores = found[keep], scores[keep]
     order = np.lexsort((found, -scores))[:limit]
-    return [SearchHit(int(found[i]), Side.WORDS, float(scores[i])) for i in order]
+    # as Python numbers at once (indexing numpy scalar by scalar costs more than the hits)
+    return [SearchHit(i, Side.WORDS, x) for i, x in zip(found[order].tolist(), scores[order].tolist())]
 
 
 class PgUserStore:
