@@ -52,7 +52,7 @@ from psycopg import sql
 from ..lexical import Tokenizer
 from ..pg_db import Database, one, run_statements
 from ..records import Kind, MemoryRecord, State
-from .base import MEMORY_COLUMNS, PoolRows, SearchHit, Side, record_from_row, term_counts
+from .base import MEMORY_COLUMNS, Neighbour, PoolRows, SearchHit, Side, record_from_row, term_counts
 
 log = logging.getLogger(__name__)
 
@@ -73,6 +73,8 @@ VECTOR_COLUMNS = {"vector": "embedding", "reply_vector": "reply_embedding"}
 # a memory's own vector as a read sees it: in the graph's column, or still waiting to join it
 _OWN = "COALESCE(embedding, pending_embedding)"
 _READ_VECTOR = {"embedding": _OWN, "reply_embedding": "reply_embedding"}
+# what ``pool`` reads of a candidate's neighbour besides its vectors
+_NEIGHBOUR_COLUMNS = ("id", "response", "day", "position")
 
 
 def _m1(cur: psycopg.Cursor) -> None:
@@ -337,7 +339,12 @@ class PostingsCache:
             if wanted:
                 for (t, _), new in zip(wanted, fetch(wanted, last)):
                     old = entry.terms[t][1] if t in entry.terms else _NO_POSTINGS
-                    entry.terms[t] = (last, np.concatenate([old, new]) if len(old) else new)
+                    # most terms have none new since the last turn: a common word's postings
+                    # (hundreds of thousands) are then not copied again
+                    entry.terms[t] = (
+                        last,
+                        np.concatenate([old, new]) if len(old) and len(new) else new if len(new) else old,
+                    )
                     entry.size += len(new)
             arrays = [entry.terms[t][1] if t in entry.terms else _NO_POSTINGS for t in terms]
         with self._lock:
@@ -398,7 +405,8 @@ def bm25_top(
         keep = scores >= edge
         found, scores = found[keep], scores[keep]
     order = np.lexsort((found, -scores))[:limit]
-    return [SearchHit(int(found[i]), Side.WORDS, float(scores[i])) for i in order]
+    # as Python numbers at once (indexing numpy scalar by scalar costs more than the hits)
+    return [SearchHit(i, Side.WORDS, x) for i, x in zip(found[order].tolist(), scores[order].tolist())]
 
 
 class PgUserStore:
@@ -1071,8 +1079,61 @@ class PgUserStore:
         return own, reply
 
     def pool(self, ids: Iterable[int]) -> PoolRows:
-        found, beside = self.around(ids)
-        return PoolRows.of(found, beside, self.vectors_and_replies)
+        """As ``around`` and ``vectors_and_replies`` over what it finds, in the same one
+        statement (or two halves at once) as ``around``, but with the neighbours read as places
+        only (id, day, position, reply) with their vectors: no record is made of them, and
+        their recall state is not joined in."""
+        ids = list(dict.fromkeys(int(i) for i in ids))
+        self._read_ahead.kept = None
+        if not ids:
+            return PoolRows({}, [], {}, *self._vectors([], ("embedding", "reply_embedding")))
+        if len(ids) >= _SPLIT_AT:
+            other = self.stores.searches.submit(self._pool_rows, ids[len(ids) // 2 :])
+            rows = self._pool_rows(ids[: len(ids) // 2]) + other.result()
+        else:
+            rows = self._pool_rows(ids)
+        n = len(MEMORY_COLUMNS)
+        found = sorted(
+            (record_from_row(self.user, r[1 : n + 1]) for r in rows if r[0] == 0),
+            key=lambda r: (r.day, r.kind.value, r.position, r.stored_id),
+        )
+        # a place may be beside both halves, or be a candidate too
+        places = {r[1]: r for r in rows if r[0] == 1}
+        rid, response, day, position = (1 + MEMORY_COLUMNS.index(c) for c in _NEIGHBOUR_COLUMNS)
+        beside = [
+            Neighbour(r[rid], r[day], r[position], bool(r[response].strip()))
+            for r in sorted(places.values(), key=lambda r: (r[day], r[position], r[rid]))
+        ]
+        sent = {r[1]: (r[-2], r[-1]) for r in rows}  # a candidate's own row read twice is the same
+        every = list(dict.fromkeys([*(r.stored_id for r in found), *(b.id for b in beside)]))
+        own, reply = (self._from_sent([sent[rid][k] for rid in every]) for k in (0, 1))
+        return PoolRows({r.stored_id: r for r in found}, beside, {rid: i for i, rid in enumerate(every)}, own, reply)
+
+    def _pool_rows(self, ids: list[int]) -> list[tuple]:
+        # the neighbours' rows have the candidates' columns, NULL but for their places and reply
+        # (one statement, one round trip; a NULL costs nothing to send or to read)
+        place = ", ".join(f"m.{c}" if c in _NEIGHBOUR_COLUMNS else "NULL" for c in MEMORY_COLUMNS)
+        return self.db.fetchall(
+            f"WITH c AS (SELECT {_COLUMNS}, vector_send({_OWN}) AS v, vector_send(reply_embedding) AS rv"
+            f" FROM {_MEMORY_ROWS} WHERE owner = %(u)s AND id = ANY(%(ids)s)),"
+            " p AS (SELECT DISTINCT day, position + d AS position FROM c, (VALUES (-1), (1)) AS v(d) WHERE kind = 'turn')"
+            f" SELECT 0 AS side, {_COLUMNS}, v, rv FROM c UNION ALL"
+            f" SELECT 1, {place},"
+            " vector_send(COALESCE(m.embedding, m.pending_embedding)), vector_send(m.reply_embedding)"
+            " FROM p JOIN memories m ON m.owner = %(u)s AND m.day = p.day"
+            " AND m.position = p.position AND m.kind = 'turn'",
+            {"u": self.user, "ids": ids},
+            binary=True,
+        )
+
+    def _from_sent(self, sent: Sequence[bytes | None]) -> np.ndarray:
+        """Vectors sent as pgvector's binary form (``vector_send``) into the rows of one array,
+        read by numpy at once; a missing one stays zeros."""
+        size = 4 + 4 * self.dim
+        zero = bytes(size)
+        joined = b"".join(d if d is not None and len(d) == size else zero for d in sent)
+        whole = np.frombuffer(joined, ">f4").reshape(len(sent), self.dim + 1)
+        return np.ascontiguousarray(whole[:, 1:], dtype=np.float32)
 
     def _put(self, target: np.ndarray, n: int, data: bytes | None) -> None:
         """A vector sent as pgvector's binary form (``vector_send``: dimension, then big-endian
