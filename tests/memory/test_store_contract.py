@@ -453,9 +453,10 @@ def test_both_engines_rank_score_and_export_alike(tmp_path, pg_url, e5_embedder)
             want = lite.retrieve("amy", question, now, k=5)
             got = pg.retrieve("amy", question, now, k=5)
             assert [h.record.text for h in got] == [h.record.text for h in want], question
-            # to 4 decimals, without rounding (a float's last bits, from vectors embedded in
-            # batches of other sizes, can round a score of x.xxxx5 either way)
-            assert np.allclose([h.score for h in got], [h.score for h in want], rtol=0, atol=5e-5), question
+            # close, not equal: the reply worker embeds what is pending when it wakes, so the two
+            # banks' reply vectors can come from batches of other sizes, whose bfloat16 products
+            # differ in their last bits (scores seen 1.5e-4 apart); the engines add nothing to that
+            assert np.allclose([h.score for h in got], [h.score for h in want], rtol=0, atol=5e-4), question
         found = 0
         for text in ("cat Miso", "鼓浪屿 风景", "trail hiking views hot", "busy animals", "sister"):
             want_words = lite.user_store("amy").lexical(Tokenizer().query_terms(text), 50)
