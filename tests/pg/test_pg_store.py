@@ -14,7 +14,7 @@ import pytest
 
 from memory.bank import MemoryBank
 from memory.pg_db import SchemaTooNew, StoreUnavailable
-from memory.records import Kind
+from memory.records import Kind, MemoryRecord
 from memory.retrieval import RetrievalConfig
 from memory.stores.base import Side
 from memory.stores.postgres import PostgresStores
@@ -183,21 +183,25 @@ def test_a_recall_leaves_the_memorys_row_and_its_vectors_alone(pg_url, e5_embedd
         bank.close()
 
 
-def test_big_user_gets_a_partial_hnsw_index_with_the_same_top_hits(pg_url, e5_embedder):
-    from memory.records import MemoryRecord
+def big_user(bank: MemoryBank, dim: int):
+    """User "big": 400 turns of random unit vectors (past the tests' HNSW threshold of 300)."""
+    rng = np.random.default_rng(0)
+    vecs = rng.standard_normal((400, dim)).astype(np.float32)
+    vecs /= np.linalg.norm(vecs, axis=1, keepdims=True)
+    recs = [
+        MemoryRecord(user="big", kind=Kind.TURN, text=f"memory {i}", created_at=T0, day=date(2024, 1, 1))
+        for i in range(400)
+    ]
+    store = bank.user_store("big")
+    store.insert(recs, vecs)
+    return store, vecs
 
+
+def test_big_user_gets_a_partial_hnsw_index_with_the_same_top_hits(pg_url, e5_embedder):
     stores = PostgresStores(pg_url, hnsw_min=300, build_hnsw_in_background=False)
     bank = MemoryBank(stores, e5_embedder)
     try:
-        rng = np.random.default_rng(0)
-        vecs = rng.standard_normal((400, e5_embedder.dim)).astype(np.float32)
-        vecs /= np.linalg.norm(vecs, axis=1, keepdims=True)
-        recs = [
-            MemoryRecord(user="big", kind=Kind.TURN, text=f"memory {i}", created_at=T0, day=date(2024, 1, 1))
-            for i in range(400)
-        ]
-        store = bank.user_store("big")
-        store.insert(recs, vecs)
+        store, vecs = big_user(bank, e5_embedder.dim)
         exact = store.dense(vecs[7], 10)
         assert stores.maybe_build_hnsw("big", e5_embedder.dim, wait=True) and stores.has_hnsw("big")
         assert stores.uses_hnsw("big")
@@ -229,22 +233,12 @@ def test_a_big_users_new_turn_is_found_while_its_vector_waits_for_the_graph(pg_u
     store's indexing thread (any other) puts it in the graph's column. Meanwhile every read and
     the dense search see it; after ``settle`` it is in the graph; one left waiting by a stopped
     worker is moved when the user is next opened."""
-    from memory.records import MemoryRecord
-
     stores = PostgresStores(pg_url, hnsw_min=300, build_hnsw_in_background=False)
     bank = MemoryBank(stores, e5_embedder)
     gate = threading.Event()
     where = "SELECT embedding IS NULL, pending_embedding IS NULL FROM memories WHERE owner = 'big' AND id = %s"
     try:
-        rng = np.random.default_rng(0)
-        vecs = rng.standard_normal((400, e5_embedder.dim)).astype(np.float32)
-        vecs /= np.linalg.norm(vecs, axis=1, keepdims=True)
-        recs = [
-            MemoryRecord(user="big", kind=Kind.TURN, text=f"memory {i}", created_at=T0, day=date(2024, 1, 1))
-            for i in range(400)
-        ]
-        store = bank.user_store("big")
-        store.insert(recs, vecs)
+        store, vecs = big_user(bank, e5_embedder.dim)
         assert stores.maybe_build_hnsw("big", e5_embedder.dim, wait=True) and stores.uses_hnsw("big")
         stores.indexing.submit(gate.wait)  # the indexing thread held: the vector has to wait
         turn = bank.add_turn("big", "I adopted a cat named Miso", "", T0 + timedelta(days=1))
