@@ -58,7 +58,7 @@ log = logging.getLogger(__name__)
 
 HNSW_MIN = 20_000  # active vectors from which a user gets a partial HNSW index
 HNSW_EF_SEARCH = 100  # candidates the graph search keeps (>= the 40 retrieval asks for)
-_SPLIT_AT = 32  # candidates from which ``around`` reads two halves at once
+_SPLIT_AT = 32  # candidates from which ``around`` and ``pool`` read two halves at once
 _READ_AHEAD_S = 2.0  # how long vectors read with a pool's rows stand for a fresh read of them
 BM25_K1, BM25_B = 1.2, 0.75
 WARM_POSTINGS_FROM = 10_000  # memories from which a worker reads a user's postings whole at open
@@ -893,10 +893,7 @@ class PgUserStore:
             if ids
             else []
         )
-        vectors: np.ndarray = np.zeros((len(rows), self.dim), dtype=np.float32)
-        for i, row in enumerate(rows):
-            vectors[i] = np.frombuffer(row[1], ">f4", offset=4)
-        return np.asarray([int(r[0]) for r in rows], dtype=np.int64), vectors
+        return np.asarray([int(r[0]) for r in rows], dtype=np.int64), self._from_sent([r[1] for r in rows])
 
     def replies_pending(self, limit: int = 10_000) -> list[tuple[int, str]]:
         """(id, reply) of turns whose reply has no vector yet, oldest first."""
@@ -1035,11 +1032,7 @@ class PgUserStore:
         self._read_ahead.kept = None
         if not ids:
             return {}, []
-        if len(ids) >= _SPLIT_AT:
-            other = self.stores.searches.submit(self._around_rows, ids[len(ids) // 2 :])
-            rows = self._around_rows(ids[: len(ids) // 2]) + other.result()
-        else:
-            rows = self._around_rows(ids)
+        rows = self._halves(self._around_rows, ids)
         self._read_ahead.kept = (time.monotonic(), self._writes, {int(r[1]): (r[-2], r[-1]) for r in rows})
         found = [record_from_row(self.user, r[1:-2]) for r in rows if r[0] == 0]
         beside = {
@@ -1048,19 +1041,33 @@ class PgUserStore:
         found.sort(key=lambda r: (r.day, r.kind.value, r.position, r.stored_id))
         return {r.stored_id: r for r in found}, sorted(beside.values(), key=lambda r: (r.day, r.position, r.stored_id))
 
-    def _around_rows(self, ids: list[int]) -> list[tuple]:
+    def _halves(self, read: Callable[[list[int]], list[tuple]], ids: list[int]) -> list[tuple]:
+        """``read`` of ``ids``, in two halves at once from ``_SPLIT_AT`` ids on, each on a
+        connection of its own."""
+        if len(ids) < _SPLIT_AT:
+            return read(ids)
+        other = self.stores.searches.submit(read, ids[len(ids) // 2 :])
+        return read(ids[: len(ids) // 2]) + other.result()
+
+    def _rows_beside(self, ids: list[int], neighbour_columns: str, recall: str = "") -> list[tuple]:
+        """The rows of ``ids`` (side 0: every column, both vectors sent) and of the turns at the
+        places beside each turn among them (side 1: ``neighbour_columns`` of ``m``, joined with
+        ``recall``, and both vectors sent)."""
         return self.db.fetchall(
             f"WITH c AS (SELECT {_COLUMNS}, vector_send({_OWN}) AS v, vector_send(reply_embedding) AS rv"
             f" FROM {_MEMORY_ROWS} WHERE owner = %(u)s AND id = ANY(%(ids)s)),"
             " p AS (SELECT DISTINCT day, position + d AS position FROM c, (VALUES (-1), (1)) AS v(d) WHERE kind = 'turn')"
             f" SELECT 0 AS side, {_COLUMNS}, v, rv FROM c UNION ALL"
-            f" SELECT 1, {_PLACE_COLUMNS}, vector_send(COALESCE(m.embedding, m.pending_embedding)),"
-            " vector_send(m.reply_embedding)"
+            f" SELECT 1, {neighbour_columns},"
+            " vector_send(COALESCE(m.embedding, m.pending_embedding)), vector_send(m.reply_embedding)"
             " FROM p JOIN memories m ON m.owner = %(u)s AND m.day = p.day"
-            " AND m.position = p.position AND m.kind = 'turn' JOIN mem_recall r ON r.owner = m.owner AND r.id = m.id",
+            f" AND m.position = p.position AND m.kind = 'turn'{recall}",
             {"u": self.user, "ids": ids},
             binary=True,
         )
+
+    def _around_rows(self, ids: list[int]) -> list[tuple]:
+        return self._rows_beside(ids, _PLACE_COLUMNS, " JOIN mem_recall r ON r.owner = m.owner AND r.id = m.id")
 
     def vectors_and_replies(self, ids: Sequence[int]) -> tuple[np.ndarray, np.ndarray]:
         """From what ``around`` read just before on this thread when it holds every one of
@@ -1070,11 +1077,8 @@ class PgUserStore:
         if kept is not None and kept[1] == self._writes and time.monotonic() - kept[0] < _READ_AHEAD_S:
             sent = kept[2]
             if all(int(i) in sent for i in ids):
-                out: list[np.ndarray] = [np.zeros((len(ids), self.dim), dtype=np.float32) for _ in range(2)]
-                for n, rid in enumerate(ids):
-                    for target, data in zip(out, sent[int(rid)]):
-                        self._put(target, n, data)
-                return out[0], out[1]
+                own, reply = (self._from_sent([sent[int(rid)][k] for rid in ids]) for k in (0, 1))
+                return own, reply
         own, reply = self._vectors(ids, ("embedding", "reply_embedding"))
         return own, reply
 
@@ -1086,12 +1090,8 @@ class PgUserStore:
         ids = list(dict.fromkeys(int(i) for i in ids))
         self._read_ahead.kept = None
         if not ids:
-            return PoolRows({}, [], {}, *self._vectors([], ("embedding", "reply_embedding")))
-        if len(ids) >= _SPLIT_AT:
-            other = self.stores.searches.submit(self._pool_rows, ids[len(ids) // 2 :])
-            rows = self._pool_rows(ids[: len(ids) // 2]) + other.result()
-        else:
-            rows = self._pool_rows(ids)
+            return PoolRows({}, [], {}, self._from_sent([]), self._from_sent([]))
+        rows = self._halves(self._pool_rows, ids)
         n = len(MEMORY_COLUMNS)
         found = sorted(
             (record_from_row(self.user, r[1 : n + 1]) for r in rows if r[0] == 0),
@@ -1113,18 +1113,7 @@ class PgUserStore:
         # the neighbours' rows have the candidates' columns, NULL but for their places and reply
         # (one statement, one round trip; a NULL costs nothing to send or to read)
         place = ", ".join(f"m.{c}" if c in _NEIGHBOUR_COLUMNS else "NULL" for c in MEMORY_COLUMNS)
-        return self.db.fetchall(
-            f"WITH c AS (SELECT {_COLUMNS}, vector_send({_OWN}) AS v, vector_send(reply_embedding) AS rv"
-            f" FROM {_MEMORY_ROWS} WHERE owner = %(u)s AND id = ANY(%(ids)s)),"
-            " p AS (SELECT DISTINCT day, position + d AS position FROM c, (VALUES (-1), (1)) AS v(d) WHERE kind = 'turn')"
-            f" SELECT 0 AS side, {_COLUMNS}, v, rv FROM c UNION ALL"
-            f" SELECT 1, {place},"
-            " vector_send(COALESCE(m.embedding, m.pending_embedding)), vector_send(m.reply_embedding)"
-            " FROM p JOIN memories m ON m.owner = %(u)s AND m.day = p.day"
-            " AND m.position = p.position AND m.kind = 'turn'",
-            {"u": self.user, "ids": ids},
-            binary=True,
-        )
+        return self._rows_beside(ids, place)
 
     def _from_sent(self, sent: Sequence[bytes | None]) -> np.ndarray:
         """Vectors sent as pgvector's binary form (``vector_send``) into the rows of one array,
@@ -1135,31 +1124,23 @@ class PgUserStore:
         whole = np.frombuffer(joined, ">f4").reshape(len(sent), self.dim + 1)
         return np.ascontiguousarray(whole[:, 1:], dtype=np.float32)
 
-    def _put(self, target: np.ndarray, n: int, data: bytes | None) -> None:
-        """A vector sent as pgvector's binary form (``vector_send``: dimension, then big-endian
-        floats) into row ``n`` of ``target``; a missing one stays zeros."""
-        if data is not None and len(data) == 4 + 4 * self.dim:
-            target[n] = np.frombuffer(data, ">f4", offset=4)
-
     def _vectors(self, ids: Sequence[int], columns: Sequence[str]) -> list[np.ndarray]:
         """Stored vectors of ``columns`` in the order of ``ids`` (zeros where a row has none),
         each sent as pgvector's binary form (``vector_send``: dimension, then big-endian floats)
         and read with numpy, not made into a Python object per vector."""
-        dim = self.dim
-        out: list[np.ndarray] = [np.zeros((len(ids), dim), dtype=np.float32) for _ in columns]
-        pos = {int(rid): i for i, rid in enumerate(ids)}
-        if not pos:
-            return out
+        wanted = [int(rid) for rid in ids]
+        if not wanted:
+            return [self._from_sent([]) for _ in columns]
         sent = sql.SQL(", ").join(sql.SQL(f"vector_send({_READ_VECTOR[c]})") for c in columns)
         rows = self.db.fetchall(
             sql.SQL("SELECT id, {} FROM memories WHERE owner = %s AND id = ANY(%s)").format(sent),
-            (self.user, list(pos)),
+            (self.user, list(dict.fromkeys(wanted))),
             binary=True,
         )
-        for row in rows:
-            for target, data in zip(out, row[1:]):
-                self._put(target, pos[row[0]], data)
-        return out
+        by_id = {int(row[0]): row[1:] for row in rows}
+        return [
+            self._from_sent([by_id[rid][k] if rid in by_id else None for rid in wanted]) for k in range(len(columns))
+        ]
 
     def lexical(self, terms: Sequence[str], limit: int) -> list[SearchHit]:
         """The score SQLite's ``bm25()`` gives, from the postings of ``terms``.
