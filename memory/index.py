@@ -58,6 +58,15 @@ def _nprobe(nlist: int) -> int:
     return min(nlist, max(IVF_PROBE_MIN, int(nlist * IVF_PROBE_SHARE)))
 
 
+def _by_id(index: faiss.IndexIVF) -> None:
+    """An id -> (list, offset) table kept by the inverted file (saved with it): a turn's catch-up
+    removes the old vectors of each memory changed (its message, reply and sentence slots, most of
+    them absent), which without the table is a scan of every list."""
+    table = faiss.DirectMap.Hashtable  # type: ignore[attr-defined]  # not in faiss's stubs
+    if index.direct_map.type != table:
+        index.set_direct_map_type(table)
+
+
 class UserIndex:
     def __init__(self, store: SqliteUserStore, path: Path, dim: int, embedder_id: str):
         self.store, self.path, self.dim, self.embedder_id = store, Path(path), dim, embedder_id
@@ -84,6 +93,7 @@ class UserIndex:
         if len(vecs) > nlist * IVF_TRAIN_PER_LIST:  # a fixed, evenly spread sample: reproducible
             sample = vecs[np.linspace(0, len(vecs) - 1, nlist * IVF_TRAIN_PER_LIST).astype(np.int64)]
         index.cp.niter = 12
+        _by_id(index)
         _threads(os.cpu_count() or 1)
         try:
             index.train(np.ascontiguousarray(sample))
@@ -122,6 +132,7 @@ class UserIndex:
                 return None
             if isinstance(index, faiss.IndexIVF):
                 index.nprobe = _nprobe(index.nlist)
+                _by_id(index)
             self.seq = int(meta["seq"])
             return index
         except Exception as exc:  # a corrupt or truncated file: rebuilt from the store
@@ -156,7 +167,7 @@ class UserIndex:
             if self.store.vseq() != self.seq:
                 drop, add_ids, blobs, now = self.store.index_vectors_since(self.seq)
                 if drop:
-                    self.index.remove_ids(np.asarray(drop, dtype=np.int64))
+                    self._remove(drop)
                 if add_ids:
                     vecs = np.frombuffer(b"".join(blobs), dtype=np.float32).reshape(len(add_ids), -1)
                     if vecs.shape[1] != self.dim:
@@ -169,6 +180,15 @@ class UserIndex:
                     return
             if force_save or self._unsaved >= max(SAVE_EVERY_CHANGES, self.index.ntotal // 20):
                 self.save()
+
+    def _remove(self, drop: list[int]) -> None:
+        ids = np.asarray(drop, dtype=np.int64)
+        if isinstance(self.index, faiss.IndexIVF):
+            # by the inverted file's id table: one look-up per id, where a selector of another
+            # kind would be tested against every vector of every list
+            self.index.remove_ids(faiss.IDSelectorArray(len(ids), faiss.swig_ptr(ids)))
+        else:
+            self.index.remove_ids(ids)
 
     def flush(self) -> None:
         """Catch up with the store and save, if anything changed since the last save."""

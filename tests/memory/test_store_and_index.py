@@ -126,3 +126,70 @@ def test_a_home_written_before_sentence_vectors_gets_them_when_opened(tmp_path, 
         assert hits[0].record.id == turn.id
     finally:
         again.close()
+
+
+def test_inverted_file_follows_edits_and_deletions_and_keeps_its_id_table(tmp_path, monkeypatch, day1):
+    """Past ``IVF_MIN`` vectors the index is an inverted file whose catch-up removes vectors by
+    its id table: after deletions, replaced vectors, reply vectors and a reopen from the saved
+    file, a search probing every list finds exactly what exact search over the stored vectors
+    finds."""
+    import faiss
+    import numpy as np
+
+    import memory.index as index_module
+    from memory.records import MemoryRecord, turn_text
+    from memory.stores.sqlite import REPLY_ID_OFFSET, SqliteStores
+
+    monkeypatch.setattr(index_module, "IVF_MIN", 300)
+    monkeypatch.setattr(index_module, "IVF_PROBE_MIN", 10_000)  # every list: the same as exact search
+    rng = np.random.default_rng(5)
+
+    def unit(n):
+        v = rng.normal(size=(n, 32)).astype(np.float32)
+        return v / np.linalg.norm(v, axis=1, keepdims=True)
+
+    def turn(i):
+        q, a = f"message {i}", f"reply {i}"
+        return MemoryRecord(
+            user="ivy", kind=Kind.TURN, text=turn_text(q, a), created_at=day1, day=day1.date(), query=q, response=a
+        )
+
+    stores = SqliteStores(tmp_path)
+    store = stores.open("ivy", dim=32, vectors_id="test")
+    stored = store.insert([turn(i) for i in range(400)], unit(400))
+    ids = [r.stored_id for r in stored]
+    store.set_vectors(ids[:100], unit(100), column="reply_vector")
+    store.sync()
+    index = store.index.index
+    assert isinstance(index, faiss.IndexIVF) and index.direct_map.type == faiss.DirectMap.Hashtable
+
+    def check(s):
+        own, reply = s.vectors_and_replies(ids)
+        live = {i: n for n, i in enumerate(ids) if own[n].any()}
+        for q in unit(20):
+            exact = sorted(
+                [(float(own[n] @ q), i) for i, n in live.items()]
+                + [(float(reply[n] @ q), i + REPLY_ID_OFFSET) for i, n in live.items() if reply[n].any()],
+                reverse=True,
+            )[:10]
+            found = s.index.search(q, 10)
+            assert [i for i, _ in found] == [i for _, i in exact]
+            assert np.allclose([v for _, v in found], [v for v, _ in exact], atol=1e-3)  # float16 in the lists
+
+    store.delete(ids[:30])
+    store.set_vectors(ids[30:60], unit(30))  # new message vectors: the old ones must go
+    store.set_vectors(ids[100:150], unit(50), column="reply_vector")  # replies that were not there
+    store.sync()
+    assert len(store.index) == 370 + 120
+    check(store)
+    store.close()
+
+    again = stores.open("ivy", dim=32, vectors_id="test")
+    assert not again.index.rebuilt and again.index.index.direct_map.type == faiss.DirectMap.Hashtable
+    again.delete(ids[30:40])
+    again.set_vectors(ids[200:210], unit(10))
+    again.sync()
+    ids = ids[40:]
+    assert len(again.index) == 360 + 110
+    check(again)
+    again.close()
