@@ -58,20 +58,14 @@ def _nprobe(nlist: int) -> int:
     return min(nlist, max(IVF_PROBE_MIN, int(nlist * IVF_PROBE_SHARE)))
 
 
-def _by_id(index: faiss.IndexIVF) -> None:
-    """An id -> (list, offset) table kept by the inverted file (saved with it): a turn's catch-up
-    removes the old vectors of each memory changed (its message, reply and sentence slots, most of
-    them absent), which without the table is a scan of every list."""
-    table = faiss.DirectMap.Hashtable  # type: ignore[attr-defined]  # not in faiss's stubs
-    if index.direct_map.type != table:
-        index.set_direct_map_type(table)
-
-
 class UserIndex:
     def __init__(self, store: SqliteUserStore, path: Path, dim: int, embedder_id: str):
         self.store, self.path, self.dim, self.embedder_id = store, Path(path), dim, embedder_id
         self._lock = threading.RLock()
         self.seq = -1
+        # the highest memory id this index has held vectors of (None: not known, as in a file
+        # saved without it): a memory above it has nothing here to remove (``index_vectors_since``)
+        self.top: int | None = None
         self._unsaved = 0
         loaded = self._load()
         self.rebuilt = loaded is None  # whether the last open had to rebuild (for tests / stats)
@@ -93,7 +87,6 @@ class UserIndex:
         if len(vecs) > nlist * IVF_TRAIN_PER_LIST:  # a fixed, evenly spread sample: reproducible
             sample = vecs[np.linspace(0, len(vecs) - 1, nlist * IVF_TRAIN_PER_LIST).astype(np.int64)]
         index.cp.niter = 12
-        _by_id(index)
         _threads(os.cpu_count() or 1)
         try:
             index.train(np.ascontiguousarray(sample))
@@ -132,8 +125,8 @@ class UserIndex:
                 return None
             if isinstance(index, faiss.IndexIVF):
                 index.nprobe = _nprobe(index.nlist)
-                _by_id(index)
             self.seq = int(meta["seq"])
+            self.top = meta.get("top")
             return index
         except Exception as exc:  # a corrupt or truncated file: rebuilt from the store
             log.warning("index %s unreadable (%s); rebuilding from the store", self.path, exc)
@@ -141,7 +134,7 @@ class UserIndex:
 
     def _rebuild(self) -> faiss.Index:
         """A new index of the kind the count calls for, from the stored vectors (no embedding)."""
-        _, ids, blobs, now = self.store.index_vectors_since(-1)
+        _, ids, blobs, now, self.top = self.store.index_vectors_since(-1)
         vecs = (
             np.frombuffer(b"".join(blobs), dtype=np.float32).reshape(len(ids), -1)
             if ids
@@ -165,30 +158,22 @@ class UserIndex:
         with self._lock:
             _threads(1)
             if self.store.vseq() != self.seq:
-                drop, add_ids, blobs, now = self.store.index_vectors_since(self.seq)
-                if drop:
-                    self._remove(drop)
+                drop, add_ids, blobs, now, self.top = self.store.index_vectors_since(self.seq, self.top)
+                removed = int(self.index.remove_ids(np.asarray(drop, dtype=np.int64))) if drop else 0
                 if add_ids:
                     vecs = np.frombuffer(b"".join(blobs), dtype=np.float32).reshape(len(add_ids), -1)
                     if vecs.shape[1] != self.dim:
                         raise ValueError("stored vectors have another dimension; re-embed the memories")
                     self.index.add_with_ids(vecs, np.asarray(add_ids, dtype=np.int64))
-                self._unsaved += len(drop) + len(add_ids)
+                # what the index holds that its file does not: the slots dropped that held nothing
+                # (most of a changed memory's) are no change
+                self._unsaved += removed + len(add_ids)
                 self.seq = now
                 if not self._shape_fits():
                     self._rebuild()
                     return
             if force_save or self._unsaved >= max(SAVE_EVERY_CHANGES, self.index.ntotal // 20):
                 self.save()
-
-    def _remove(self, drop: list[int]) -> None:
-        ids = np.asarray(drop, dtype=np.int64)
-        if isinstance(self.index, faiss.IndexIVF):
-            # by the inverted file's id table: one look-up per id, where a selector of another
-            # kind would be tested against every vector of every list
-            self.index.remove_ids(faiss.IDSelectorArray(len(ids), faiss.swig_ptr(ids)))
-        else:
-            self.index.remove_ids(ids)
 
     def flush(self) -> None:
         """Catch up with the store and save, if anything changed since the last save."""
@@ -202,7 +187,13 @@ class UserIndex:
         index with another index's change number, whichever process wrote it."""
         with self._lock:
             header = json.dumps(
-                {"seq": self.seq, "dim": self.dim, "embedder": self.embedder_id, "count": int(self.index.ntotal)}
+                {
+                    "seq": self.seq,
+                    "dim": self.dim,
+                    "embedder": self.embedder_id,
+                    "count": int(self.index.ntotal),
+                    "top": self.top,
+                }
             ).encode()
             tmp = self.path.with_name(f"{self.path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
             with open(tmp, "wb") as fh:
