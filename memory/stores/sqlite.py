@@ -572,8 +572,9 @@ class SqliteUserStore:
         ``top``: the highest memory id whose vectors the index has held (None: not known). A memory
         above it, such as the turn just stored, has nothing in the index to drop: an inverted
         file removes ids by testing every vector of every list, once per catch-up that drops any
-        (0.4 ms at 190k vectors, docs/benchmarks.md), however few the ids. Memory ids are never
-        reused (AUTOINCREMENT), and the new top is the highest id among the changes read."""
+        (about half a millisecond at 190k vectors, docs/benchmarks.md), however few the ids. The
+        new top is the highest id among the changes read, so every memory whose vectors the index
+        has ever held is at or below it."""
         with self._lock:
             now = self.vseq()
             changed = self._db.execute(
