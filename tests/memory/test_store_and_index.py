@@ -1,6 +1,7 @@
 """What only the SQLite store has: folders named safely, the FAISS file (kept, rebuilt when damaged),
 two processes writing one home. Every other store behaviour is in test_store_contract.py."""
 
+import json
 import multiprocessing as mp
 import sqlite3
 from datetime import timedelta
@@ -212,3 +213,19 @@ def test_inverted_file_follows_new_turns_edits_and_deletions(tmp_path, monkeypat
     assert len(again.index) == 368 + 115
     check(again, ids[40:] + later)
     again.close()
+
+    # a file saved before the index kept its top: every changed memory's slots are dropped, as then
+    path = stores.user_dir("ivy") / "index.faiss"
+    magic, header, body = path.read_bytes().split(b"\n", 2)
+    meta = json.loads(header)
+    del meta["top"]
+    path.write_bytes(magic + b"\n" + json.dumps(meta).encode() + b"\n" + body)
+    old = stores.open("ivy", dim=32, vectors_id="test")
+    assert not old.index.rebuilt and old.index.top is None
+    newest = [r.stored_id for r in old.insert(turns(408, 2), unit(2))]
+    old.set_vectors(ids[300:305], unit(5))
+    drop, *_ = old.index_vectors_since(old.index.seq, old.index.top)
+    assert set(newest) <= set(drop) and ids[300] in drop
+    old.sync()
+    check(old, ids[40:] + later + newest)
+    old.close()
