@@ -63,6 +63,9 @@ class UserIndex:
         self.store, self.path, self.dim, self.embedder_id = store, Path(path), dim, embedder_id
         self._lock = threading.RLock()
         self.seq = -1
+        # the highest memory id this index has held vectors of (None: not known, as in a file
+        # saved without it): a memory above it has nothing here to remove (``index_vectors_since``)
+        self.top: int | None = None
         self._unsaved = 0
         loaded = self._load()
         self.rebuilt = loaded is None  # whether the last open had to rebuild (for tests / stats)
@@ -123,6 +126,7 @@ class UserIndex:
             if isinstance(index, faiss.IndexIVF):
                 index.nprobe = _nprobe(index.nlist)
             self.seq = int(meta["seq"])
+            self.top = meta.get("top")
             return index
         except Exception as exc:  # a corrupt or truncated file: rebuilt from the store
             log.warning("index %s unreadable (%s); rebuilding from the store", self.path, exc)
@@ -130,7 +134,7 @@ class UserIndex:
 
     def _rebuild(self) -> faiss.Index:
         """A new index of the kind the count calls for, from the stored vectors (no embedding)."""
-        _, ids, blobs, now = self.store.index_vectors_since(-1)
+        _, ids, blobs, now, self.top = self.store.index_vectors_since(-1)
         vecs = (
             np.frombuffer(b"".join(blobs), dtype=np.float32).reshape(len(ids), -1)
             if ids
@@ -154,15 +158,16 @@ class UserIndex:
         with self._lock:
             _threads(1)
             if self.store.vseq() != self.seq:
-                drop, add_ids, blobs, now = self.store.index_vectors_since(self.seq)
-                if drop:
-                    self.index.remove_ids(np.asarray(drop, dtype=np.int64))
+                drop, add_ids, blobs, now, self.top = self.store.index_vectors_since(self.seq, self.top)
+                removed = int(self.index.remove_ids(np.asarray(drop, dtype=np.int64))) if drop else 0
                 if add_ids:
                     vecs = np.frombuffer(b"".join(blobs), dtype=np.float32).reshape(len(add_ids), -1)
                     if vecs.shape[1] != self.dim:
                         raise ValueError("stored vectors have another dimension; re-embed the memories")
                     self.index.add_with_ids(vecs, np.asarray(add_ids, dtype=np.int64))
-                self._unsaved += len(drop) + len(add_ids)
+                # what the index holds that its file does not: the slots dropped that held nothing
+                # (most of a changed memory's) are no change
+                self._unsaved += removed + len(add_ids)
                 self.seq = now
                 if not self._shape_fits():
                     self._rebuild()
@@ -182,7 +187,13 @@ class UserIndex:
         index with another index's change number, whichever process wrote it."""
         with self._lock:
             header = json.dumps(
-                {"seq": self.seq, "dim": self.dim, "embedder": self.embedder_id, "count": int(self.index.ntotal)}
+                {
+                    "seq": self.seq,
+                    "dim": self.dim,
+                    "embedder": self.embedder_id,
+                    "count": int(self.index.ntotal),
+                    "top": self.top,
+                }
             ).encode()
             tmp = self.path.with_name(f"{self.path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
             with open(tmp, "wb") as fh:

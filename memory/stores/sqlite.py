@@ -561,11 +561,20 @@ class SqliteUserStore:
                         out[pos[rid]] = np.frombuffer(blob, dtype=np.float32)
         return outs
 
-    def index_vectors_since(self, seq: int) -> tuple[list[int], list[int], list[bytes], int]:
+    def index_vectors_since(
+        self, seq: int, top: int | None = None
+    ) -> tuple[list[int], list[int], list[bytes], int, int | None]:
         """Changes to the index since ``seq`` (-1: everything): (index ids to drop, index ids to
-        (re)add, their vectors, now). Every memory that is not deleted is in the index, archived
-        ones too (the second tier); a turn's reply vector under ``id + REPLY_ID_OFFSET``, its
-        sentences' under ``SENTENCE_ID_BASE + id * SENTENCE_SLOTS + n``."""
+        (re)add, their vectors, now, the new ``top``). Every memory that is not deleted is in the
+        index, archived ones too (the second tier); a turn's reply vector under
+        ``id + REPLY_ID_OFFSET``, its sentences' under ``SENTENCE_ID_BASE + id * SENTENCE_SLOTS + n``.
+
+        ``top``: the highest memory id whose vectors the index has held (None: not known). A memory
+        above it, such as the turn just stored, has nothing in the index to drop: an inverted
+        file removes ids by testing every vector of every list, once per catch-up that drops any
+        (about half a millisecond at 190k vectors, docs/benchmarks.md), however few the ids. The
+        new top is the highest id among the changes read, so every memory whose vectors the index
+        has ever held is at or below it."""
         with self._lock:
             now = self.vseq()
             changed = self._db.execute(
@@ -580,6 +589,8 @@ class SqliteUserStore:
         drop: list[int] = []
         if seq >= 0:  # a rebuild starts from nothing
             for rid in gone + [r[0] for r in changed]:
+                if top is not None and rid > top:
+                    continue  # never in the index
                 first = SENTENCE_ID_BASE + rid * SENTENCE_SLOTS
                 drop += [rid, rid + REPLY_ID_OFFSET, *range(first, first + SENTENCE_SLOTS)]
         ids: list[int] = []
@@ -592,7 +603,11 @@ class SqliteUserStore:
         for rid, n, blob in said:
             ids.append(SENTENCE_ID_BASE + rid * SENTENCE_SLOTS + n)
             blobs.append(blob)
-        return drop, ids, blobs, now
+        if seq < 0:
+            top = max((r[0] for r in changed), default=0)
+        elif top is not None:
+            top = max([top, *(r[0] for r in changed)])
+        return drop, ids, blobs, now, top
 
     def all_meta(self) -> dict[str, str]:
         with self._lock:

@@ -25,6 +25,7 @@ import logging
 import re
 import threading
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Iterable, Sequence
 
 import numpy as np
@@ -265,18 +266,31 @@ class Sources:
         tokenizer: Tokenizer | None = None,
     ):
         self.tokenizer = tokenizer or Tokenizer()
-        tokenize = self.tokenizer.tokenize
         self.texts = [t for t in texts if t and t.strip()]
         allowed = [a for a in allowed if a and a.strip()]
         # longest first, so that a name is taken out whole before a part of it ("小美" of "小美的")
         self.allowed = sorted(allowed, key=len, reverse=True)
-        joined = "\n".join([*self.texts, *allowed])
-        self.lower = joined.lower()
-        self.tokens = set(tokenize(joined, drop_stopwords=False))
-        self.ignored = set(tokenize(" ".join(allowed), drop_stopwords=False))
-        self.task = set(tokenize(task)) - self.ignored
+        self._joined = "\n".join([*self.texts, *allowed])
+        self.lower = self._joined.lower()
+        self._allowed_text = " ".join(allowed)
+        self._task_text = task
         self.embedder = embedder
         self._vectors: np.ndarray | None = None
+
+    # the word sets are made when first asked for: a reply's names are mostly found in the
+    # sources' text as it is (``has``), and tokenising a whole prompt costs more than the rest
+    # of a reply's check
+    @cached_property
+    def tokens(self) -> set[str]:
+        return set(self.tokenizer.tokenize(self._joined, drop_stopwords=False))
+
+    @cached_property
+    def ignored(self) -> set[str]:
+        return set(self.tokenizer.tokenize(self._allowed_text, drop_stopwords=False))
+
+    @cached_property
+    def task(self) -> set[str]:
+        return set(self.tokenizer.tokenize(self._task_text)) - self.ignored
 
     def vectors(self) -> np.ndarray:
         if self._vectors is None:

@@ -1,6 +1,7 @@
 """What only the SQLite store has: folders named safely, the FAISS file (kept, rebuilt when damaged),
 two processes writing one home. Every other store behaviour is in test_store_contract.py."""
 
+import json
 import multiprocessing as mp
 import sqlite3
 from datetime import timedelta
@@ -126,3 +127,105 @@ def test_a_home_written_before_sentence_vectors_gets_them_when_opened(tmp_path, 
         assert hits[0].record.id == turn.id
     finally:
         again.close()
+
+
+def test_inverted_file_follows_new_turns_edits_and_deletions(tmp_path, monkeypatch, day1):
+    """Past ``IVF_MIN`` vectors the index is an inverted file. Its catch-up drops the old vectors
+    of changed memories only (a memory above the highest id it has held, such as the turn just
+    stored, has none there); after new turns, deletions, replaced vectors, reply vectors and a
+    reopen from the saved file, a search probing every list finds exactly what exact search over
+    the stored vectors finds."""
+    import faiss
+    import numpy as np
+
+    import memory.index as index_module
+    from memory.records import MemoryRecord, turn_text
+    from memory.stores.sqlite import REPLY_ID_OFFSET, SqliteStores
+
+    monkeypatch.setattr(index_module, "IVF_MIN", 300)
+    monkeypatch.setattr(index_module, "IVF_PROBE_MIN", 10_000)  # every list: the same as exact search
+    rng = np.random.default_rng(5)
+
+    def unit(n):
+        v = rng.normal(size=(n, 32)).astype(np.float32)
+        return v / np.linalg.norm(v, axis=1, keepdims=True)
+
+    def turns(start, n):
+        return [
+            MemoryRecord(
+                user="ivy",
+                kind=Kind.TURN,
+                text=turn_text(f"message {i}", f"reply {i}"),
+                created_at=day1,
+                day=day1.date(),
+                query=f"message {i}",
+                response=f"reply {i}",
+            )
+            for i in range(start, start + n)
+        ]
+
+    stores = SqliteStores(tmp_path)
+    store = stores.open("ivy", dim=32, vectors_id="test")
+    ids = [r.stored_id for r in store.insert(turns(0, 400), unit(400))]
+    store.set_vectors(ids[:100], unit(100), column="reply_vector")
+    store.sync()
+    assert isinstance(store.index.index, faiss.IndexIVF) and store.index.top == max(ids)
+
+    def check(s, live_ids):
+        own, reply = s.vectors_and_replies(live_ids)
+        exact = {i: own[n] for n, i in enumerate(live_ids)}
+        exact |= {i + REPLY_ID_OFFSET: reply[n] for n, i in enumerate(live_ids) if reply[n].any()}
+        for q in unit(20):
+            best = sorted((float(v @ q) for v in exact.values()), reverse=True)[:10]
+            found = s.index.search(q, 10)
+            # each vector found is the one stored now (no stale or dropped one), none twice, and
+            # they are the best ten (float16 in the lists: near-ties may swap places)
+            assert len({i for i, _ in found}) == 10
+            assert all(abs(float(exact[i] @ q) - v) < 1e-3 for i, v in found)
+            assert np.allclose([v for _, v in found], best, atol=1e-3)
+
+    # turns stored since the last catch-up: nothing of them to drop; a changed one: its slots
+    new = [r.stored_id for r in store.insert(turns(400, 5), unit(5))]
+    drop, added, _, _, top = store.index_vectors_since(store.index.seq, store.index.top)
+    assert drop == [] and len(added) == 5 and top == max(new)
+    store.sync()
+    assert store.index._unsaved == 5  # the five vectors added; the slots not dropped are no change
+    store.set_vectors(ids[:1], unit(1))
+    drop, *_ = store.index_vectors_since(store.index.seq, store.index.top)
+    assert ids[0] in drop and not set(new) & set(drop)
+    ids += new
+
+    store.delete(ids[:30])
+    store.set_vectors(ids[30:60], unit(30))  # new message vectors: the old ones must go
+    store.set_vectors(ids[100:150], unit(50), column="reply_vector")  # replies that were not there
+    store.set_vectors(new, unit(5), column="reply_vector")  # the new turns' replies
+    store.sync()
+    assert len(store.index) == 375 + 125
+    check(store, ids[30:])
+    store.close()
+
+    again = stores.open("ivy", dim=32, vectors_id="test")
+    assert not again.index.rebuilt and again.index.top == max(ids)
+    again.delete(ids[30:40])
+    again.set_vectors(ids[200:210], unit(10))
+    later = [r.stored_id for r in again.insert(turns(405, 3), unit(3))]
+    again.sync()
+    assert len(again.index) == 368 + 115
+    check(again, ids[40:] + later)
+    again.close()
+
+    # a file saved before the index kept its top: every changed memory's slots are dropped, as then
+    path = stores.user_dir("ivy") / "index.faiss"
+    magic, header, body = path.read_bytes().split(b"\n", 2)
+    meta = json.loads(header)
+    del meta["top"]
+    path.write_bytes(magic + b"\n" + json.dumps(meta).encode() + b"\n" + body)
+    old = stores.open("ivy", dim=32, vectors_id="test")
+    assert not old.index.rebuilt and old.index.top is None
+    newest = [r.stored_id for r in old.insert(turns(408, 2), unit(2))]
+    old.set_vectors(ids[300:305], unit(5))
+    drop, *_ = old.index_vectors_since(old.index.seq, old.index.top)
+    assert set(newest) <= set(drop) and ids[300] in drop
+    old.sync()
+    check(old, ids[40:] + later + newest)
+    old.close()
