@@ -723,6 +723,21 @@ class SqliteUserStore:
             ).fetchall()
         return [SearchHit(r[0], Side.WORDS, float(r[1])) for r in rows]
 
+    def documents_with(self, terms: Sequence[str]) -> tuple[int, list[int]]:
+        index = self._lexical_index() if searchable(terms) else None
+        if index is not None:
+            return index.documents_with(terms)
+        with self._lock:
+            rows = int(self._db.execute("SELECT COUNT(*) FROM memories_fts").fetchone()[0])
+            return rows, [
+                int(
+                    self._db.execute(
+                        "SELECT COUNT(*) FROM memories_fts WHERE memories_fts MATCH ?", (_match([t]),)
+                    ).fetchone()[0]
+                )
+                for t in terms
+            ]
+
     # -- the lexical table in memory (large memories) -------------------------------------------
     def _lexical_index(self):
         if self._lexical is None:
