@@ -225,7 +225,9 @@ class SqliteUserStore:
         corrupt or made for another embedder)."""
         with self._lock:
             if self._index is None:
-                self._index = UserIndex(self, self.path.with_name("index.faiss"), self.dim, self.vectors_id)
+                self._index = UserIndex(
+                    self, self.path.with_name("index.faiss"), self.dim, self.vectors_id, sentence_base=SENTENCE_ID_BASE
+                )
             return self._index
 
     def dense(self, query: np.ndarray, k: int) -> list[SearchHit]:
