@@ -76,8 +76,10 @@ class RetrievalConfig:
     # its sentences, or a message or reply of one sentence), scored as a memory of its own by its
     # cosine and its words (``_units``), may take ``sentence_weight`` of its base score.
     # Off (whole turns only): on the measured sets they found more of the evidence but moved
-    # recall within a few questions, and their larger pool cost the 100k turn its budget
-    # (docs/benchmarks.md, issue 20, third pass)
+    # recall within a few questions, while every stored turn would need its sentences embedded;
+    # the scoring by units lifts the first five and lowers the first ten, and loses MemoryBank
+    # questions to short sentences rich in a question's common words (docs/benchmarks.md,
+    # issue 20, fourth and fifth passes)
     use_sentences: bool = False
     sentence_weight: float = 0.0
     sentence_candidates: int = 40
