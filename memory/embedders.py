@@ -121,6 +121,36 @@ def embed_replies(embedder: Embedder, replies: Sequence[str], batch: int = 64) -
     return _embed_chunked(embedder, replies, "document", batch)
 
 
+def _sentence_cuts(text: str) -> list[tuple[str, list[tuple[int, int]]]]:
+    """The chunks ``text`` is embedded in (``_embed_chunked``'s) and each chunk's sentence spans:
+    where ``embed_with_sentences`` cuts it (a longer text's chunks share ``MAX_SENTENCES``)."""
+    chunks = spread(chunk_text(text), MAX_CHUNKS_PER_TEXT)
+    most = max(1, MAX_SENTENCES // len(chunks)) if len(chunks) > 1 else MAX_SENTENCES
+    return [(chunk, sentence_spans(chunk, most)) for chunk in chunks]
+
+
+def sentence_texts(text: str) -> list[str]:
+    """The texts of ``text``'s sentence vectors (``embed_with_sentences``), in their order: its
+    sentences, and in a text of several chunks a chunk without any for itself; none for a text of
+    one sentence."""
+    cut = _sentence_cuts(text)
+    out: list[str] = []
+    for chunk, spans in cut:
+        if spans:
+            out += [chunk[a:b] for a, b in spans]
+        elif len(cut) > 1:
+            out.append(chunk)
+    return out
+
+
+def turn_sentences(message: str, reply: str) -> tuple[list[str], list[str]]:
+    """The texts of a turn's sentence vectors, as the bank stores them (``MemoryBank``'s
+    ``_sentences_of``): its message's (a message of several sentences), then its reply's."""
+    return (sentence_texts(message) if sentence_spans(message) else []), (
+        sentence_texts(reply) if reply.strip() else []
+    )
+
+
 # how a long text's sentence vectors are made: "late" pools each sentence's token states out of
 # the forward pass that embeds the whole text (no second pass: where the embedder can, else as
 # "separate"), "separate" embeds each sentence as a text of its own
@@ -138,13 +168,13 @@ def embed_with_sentences(
         raise ValueError(f"sentence vectors are made {' or '.join(SENTENCE_MODES)}, not {mode!r}")
     pieces: list[str] = []
     owners: list[int] = []
+    spans: list[list[tuple[int, int]]] = []
     for i, text in enumerate(texts):
-        chunks = spread(chunk_text(text), MAX_CHUNKS_PER_TEXT)
-        pieces += chunks
-        owners += [i] * len(chunks)
+        for chunk, cuts in _sentence_cuts(text):
+            pieces.append(chunk)
+            owners.append(i)
+            spans.append(cuts)
     several = {i for i in owners if owners.count(i) > 1} if len(pieces) > len(texts) else set()
-    most = {i: max(1, MAX_SENTENCES // owners.count(i)) for i in several}
-    spans = [sentence_spans(piece, most.get(owner, MAX_SENTENCES)) for piece, owner in zip(pieces, owners)]
     engine = span_engine(embedder) if mode == "late" else None
     if engine is not None:
         vecs, parts = engine.embed_spans(pieces, spans, kind=kind)

@@ -54,12 +54,19 @@ def _nlist(n: int) -> int:
     return max(64, int(math.sqrt(n)))
 
 
-def _nprobe(nlist: int) -> int:
-    return min(nlist, max(IVF_PROBE_MIN, int(nlist * IVF_PROBE_SHARE)))
+def _nprobe(nlist: int, share: float = 1.0) -> int:
+    """Lists searched per query; ``share``: the memories' share of the index's vectors (the rest
+    are sentence vectors, ids from ``sentence_base``). The probes scan about as many vectors as
+    an index of the memories alone would: the sentences are more candidates for the same
+    memories, and would otherwise make every search scan their index's size (three times the
+    memories' where a turn has a few; docs/benchmarks.md, issue 20)."""
+    return min(nlist, max(1, int(max(IVF_PROBE_MIN, nlist * IVF_PROBE_SHARE) * share)))
 
 
 class UserIndex:
-    def __init__(self, store: SqliteUserStore, path: Path, dim: int, embedder_id: str):
+    def __init__(
+        self, store: SqliteUserStore, path: Path, dim: int, embedder_id: str, *, sentence_base: int | None = None
+    ):
         self.store, self.path, self.dim, self.embedder_id = store, Path(path), dim, embedder_id
         self._lock = threading.RLock()
         self.seq = -1
@@ -67,10 +74,14 @@ class UserIndex:
         # saved without it): a memory above it has nothing here to remove (``index_vectors_since``)
         self.top: int | None = None
         self._unsaved = 0
+        # ids from ``sentence_base`` on are sentence vectors: how many the index holds (``_nprobe``)
+        self.sentence_base = sentence_base
+        self.sentences = 0
         loaded = self._load()
         self.rebuilt = loaded is None  # whether the last open had to rebuild (for tests / stats)
         if loaded is not None:
             self.index: faiss.Index = loaded
+            self._probe()
         if loaded is None or not self._shape_fits():
             self._rebuild()
 
@@ -93,8 +104,16 @@ class UserIndex:
             index.add_with_ids(vecs, ids)
         finally:
             _threads(1)
-        index.nprobe = _nprobe(nlist)
         return index
+
+    def _probe(self) -> None:
+        """The IVF's probes for its current count of memories' vectors and sentences'."""
+        if isinstance(self.index, faiss.IndexIVF):
+            n = int(self.index.ntotal)
+            self.index.nprobe = _nprobe(self.index.nlist, 1.0 - self.sentences / n if n else 1.0)
+
+    def _sentences_of(self, ids: np.ndarray) -> int:
+        return int(np.count_nonzero(ids >= self.sentence_base)) if self.sentence_base is not None else 0
 
     def _shape_fits(self) -> bool:
         """Whether the index is of the kind (and size of inverted file) its count calls for."""
@@ -123,8 +142,12 @@ class UserIndex:
                 index = faiss.read_index(faiss.PyCallbackIOReader(fh.read))  # type: ignore[attr-defined]  # not in faiss's stubs
             if not isinstance(index, (faiss.IndexIDMap2, faiss.IndexIVF)) or index.d != self.dim:
                 return None
-            if isinstance(index, faiss.IndexIVF):
-                index.nprobe = _nprobe(index.nlist)
+            if "sentences" in meta:
+                self.sentences = int(meta["sentences"])
+            elif isinstance(index, faiss.IndexIVF):  # a file from before the count: rebuilt once
+                return None
+            else:
+                self.sentences = self._sentences_of(faiss.vector_to_array(index.id_map))
             self.seq = int(meta["seq"])
             self.top = meta.get("top")
             return index
@@ -143,6 +166,7 @@ class UserIndex:
         if len(ids) and vecs.shape[1] != self.dim:
             raise ValueError("stored vectors have another dimension; re-embed the memories")
         ids_arr = np.asarray(ids, dtype=np.int64)
+        self.sentences = self._sentences_of(ids_arr)
         if len(ids) >= IVF_MIN:
             self.index = self._ivf(vecs, ids_arr)
         else:
@@ -150,6 +174,7 @@ class UserIndex:
             if len(ids):
                 self.index.add_with_ids(vecs, ids_arr)
         self.seq = now
+        self._probe()
         self.save()
         return self.index
 
@@ -159,12 +184,22 @@ class UserIndex:
             _threads(1)
             if self.store.vseq() != self.seq:
                 drop, add_ids, blobs, now, self.top = self.store.index_vectors_since(self.seq, self.top)
-                removed = int(self.index.remove_ids(np.asarray(drop, dtype=np.int64))) if drop else 0
+                removed = 0
+                if drop:
+                    gone = np.asarray(drop, dtype=np.int64)
+                    said = gone >= self.sentence_base if self.sentence_base is not None else np.zeros(len(gone), bool)
+                    removed = int(self.index.remove_ids(gone[~said]))
+                    if said.any():
+                        dropped = int(self.index.remove_ids(gone[said]))
+                        self.sentences -= dropped
+                        removed += dropped
                 if add_ids:
                     vecs = np.frombuffer(b"".join(blobs), dtype=np.float32).reshape(len(add_ids), -1)
                     if vecs.shape[1] != self.dim:
                         raise ValueError("stored vectors have another dimension; re-embed the memories")
-                    self.index.add_with_ids(vecs, np.asarray(add_ids, dtype=np.int64))
+                    added = np.asarray(add_ids, dtype=np.int64)
+                    self.index.add_with_ids(vecs, added)
+                    self.sentences += self._sentences_of(added)
                 # what the index holds that its file does not: the slots dropped that held nothing
                 # (most of a changed memory's) are no change
                 self._unsaved += removed + len(add_ids)
@@ -172,6 +207,7 @@ class UserIndex:
                 if not self._shape_fits():
                     self._rebuild()
                     return
+                self._probe()
             if force_save or self._unsaved >= max(SAVE_EVERY_CHANGES, self.index.ntotal // 20):
                 self.save()
 
@@ -193,6 +229,7 @@ class UserIndex:
                     "embedder": self.embedder_id,
                     "count": int(self.index.ntotal),
                     "top": self.top,
+                    "sentences": self.sentences,
                 }
             ).encode()
             tmp = self.path.with_name(f"{self.path.name}.{os.getpid()}.{threading.get_ident()}.tmp")

@@ -155,6 +155,11 @@ class LexicalIndex:
             tf = np.concatenate([tf, np.fromiter(more.values(), dtype=np.float64, count=len(more))])
         return ids, tf
 
+    def documents_with(self, terms: Sequence[str]) -> tuple[int, list[int]]:
+        """The rows of the table, and how many of them hold each of ``terms``."""
+        with self._lock:
+            return self.rows, [len(self._postings(t)[0]) for t in terms]
+
     def search(self, terms: Sequence[str], limit: int) -> list[tuple[int, float]]:
         """(id, score) of the best ``limit`` rows holding any of ``terms``, best first: FTS5's
         ``-bm25()`` and order (ties: the lower id first)."""

@@ -19,8 +19,10 @@ message weighs more because it is the person's own words, what a companion is la
 no vector yet counts its message only. A long turn is also searched by its sentences (each a
 vector, ``memory/sentences.py``): a sentence that matches brings its turn among the candidates,
 so that one clause of a long exchange, which the turn's vectors average away with the rest, can
-still find it; a turn's best unit can also take a share of its dense similarity. Both are off
-(``RetrievalConfig.use_sentences``): on the measured sets they did not earn their cost. The two sides weigh the same in the base score: a
+still find it; a candidate turn can also be scored by its best unit, a sentence taken as a
+memory of its own (its cosine and BM25 over its words, ``_units``). Both are off
+(``RetrievalConfig.use_sentences``, ``sentence_weight``): on the measured sets they did not earn
+their cost. The two sides weigh the same in the base score: a
 question's words are a sharper cue than its meaning on conversations between two people
 (third-person questions, names, rare nouns), and the dense side carries paraphrase (the
 weights' measurements are in docs/benchmarks.md, under "Retrieval quality").
@@ -38,6 +40,8 @@ questions) and the word hop costs a second search (docs/benchmarks.md, issue 20)
 
 from __future__ import annotations
 
+import math
+from collections import Counter
 from concurrent.futures import Executor, Future
 from dataclasses import dataclass, field
 from datetime import date, datetime
@@ -46,7 +50,7 @@ from typing import Callable, Sequence
 import numpy as np
 
 from .dates import conversation_days, days_in_query
-from .embedders import Embedder, embed_query, embed_replies, embed_turns, normalise
+from .embedders import Embedder, embed_query, embed_replies, embed_turns, normalise, turn_sentences
 from .forgetting import ForgettingPolicy
 from .lexical import Tokenizer
 from .records import Kind, MemoryRecord, State
@@ -68,11 +72,14 @@ class RetrievalConfig:
     reply_share: float = 1 / 3  # the reply's share of a turn's mean; the message has the rest
     # the sentences of long turns (``memory/sentences.py``) as dense candidates: the bank then
     # writes their vectors, and the dense search may add ``sentence_candidates`` turns that a
-    # sentence of theirs found beyond the ``candidates``; a turn's best unit (the best of its
-    # message, its reply and its sentences) may take ``sentence_weight`` of its dense similarity.
+    # sentence of theirs found beyond the ``candidates``; a candidate turn's best unit (one of
+    # its sentences, or a message or reply of one sentence), scored as a memory of its own by its
+    # cosine and its words (``_units``), may take ``sentence_weight`` of its base score.
     # Off (whole turns only): on the measured sets they found more of the evidence but moved
-    # recall within a few questions, and their larger pool cost the 100k turn its budget
-    # (docs/benchmarks.md, issue 20, third pass)
+    # recall within a few questions, while every stored turn would need its sentences embedded;
+    # the scoring by units lifts the first five and lowers the first ten, and loses MemoryBank
+    # questions to short sentences rich in a question's common words (docs/benchmarks.md,
+    # issue 20, fourth and fifth passes)
     use_sentences: bool = False
     sentence_weight: float = 0.0
     sentence_candidates: int = 40
@@ -194,6 +201,9 @@ class _Sides:
     talk_ranked: list[tuple[int, float]]
     # the pool's rows that need no query vector, read beside the dense search (``_first_rows``)
     first: Future[tuple[set[int], PoolRows]]
+    # the words searched for: the message's and the conversation's (for a turn's sentences)
+    terms: list[str] = field(default_factory=list)
+    talk_terms: list[str] = field(default_factory=list)
 
 
 def _talk_terms(tokenizer: Tokenizer, talk: Sequence[TalkLine], query: str, config: RetrievalConfig) -> list[str]:
@@ -289,7 +299,8 @@ def _search_sides(
         elif hit.side == Side.SENTENCE and extra < more:
             found.append(hit.id)
             extra += 1
-    return _Sides(qvec, tvec, found, ranked, talk_ranked, first)
+    terms = tokenizer.query_terms(query, named_days) if _scores_sentences(config) else []
+    return _Sides(qvec, tvec, found, ranked, talk_ranked, first, terms, words)
 
 
 def _first_rows(
@@ -399,9 +410,6 @@ class _Vectors:
     own: np.ndarray
     turns: list[int]  # the members whose reply vector is in ``replies``
     replies: np.ndarray
-    # the sentence vectors of the members that have them: each one's position in ``ids``
-    said_by: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
-    sentences: np.ndarray | None = None
 
 
 def _pool_vectors(store: UserStore, dim: int, members: _Members, config: RetrievalConfig) -> _Vectors:
@@ -420,37 +428,20 @@ def _pool_vectors(store: UserStore, dim: int, members: _Members, config: Retriev
         present = np.any(reply != 0, axis=1)
         keep = [n for n, i in enumerate(ids) if present[n] and i in members.replied]
         vectors = _Vectors(ids, own, [ids[n] for n in keep], reply[keep])
-    if config.use_sentences and config.sentence_weight > 0:
-        turns = set(members.at.values())
-        owners, said = store.sentence_vectors([i for i in ids if i in turns])
-        at = {rid: n for n, rid in enumerate(ids)}
-        vectors.said_by = np.asarray([at[int(o)] for o in owners], dtype=np.int64)
-        vectors.sentences = said
     return vectors
 
 
-# a cue's cosines with the pool: each member's own vector, turns' replies, and the best of each
-# turn's sentences (for the turns that have them)
-_Side = tuple[dict[int, float], dict[int, float], dict[int, float]]
+# a cue's cosines with the pool: each member's own vector, and turns' replies
+_Side = tuple[dict[int, float], dict[int, float]]
 
 
 def _dense_sides(vectors: _Vectors, cues: np.ndarray) -> list[_Side]:
     """Phase 3b: for each cue (the rows of ``cues``: the message, then the conversation if any),
-    the cosine of every pool member's message (or text), for turns of its reply, and the best
-    cosine of the sentences of those that have them."""
+    the cosine of every pool member's message (or text), and for turns of its reply."""
     own_sims = vectors.own @ cues.T
     reply_sims = vectors.replies @ cues.T
-    best: np.ndarray | None = None
-    if vectors.sentences is not None and len(vectors.said_by):
-        best = np.full((len(vectors.ids), len(cues)), -np.inf, dtype=np.float32)
-        np.maximum.at(best, vectors.said_by, vectors.sentences @ cues.T)
-    said = sorted(set(vectors.said_by.tolist())) if best is not None else []
     return [
-        (
-            dict(zip(vectors.ids, own_sims[:, c].tolist())),
-            dict(zip(vectors.turns, reply_sims[:, c].tolist())),
-            {vectors.ids[n]: float(best[n, c]) for n in said} if best is not None else {},
-        )
+        (dict(zip(vectors.ids, own_sims[:, c].tolist())), dict(zip(vectors.turns, reply_sims[:, c].tolist())))
         for c in range(len(cues))
     ]
 
@@ -462,18 +453,12 @@ def _combine_dense(side: _Side, config: RetrievalConfig) -> tuple[dict[int, floa
 
 
 def _dense_mixed(side: _Side, config: RetrievalConfig) -> tuple[dict[int, float], dict[int, float]]:
-    """The best of a member's cosines (for the reasons), and their mix (unscaled): the reply's
-    cosine weighs ``reply_share`` where the turn has a reply vector, and the best unit of the
-    turn (its message, its reply or one of its sentences) ``sentence_weight`` of the whole (a
-    question about one clause of a long exchange, which the turn's vectors dilute)."""
-    own, reply, said = side
-    raw = {i: max(s, reply.get(i, -1.0), said.get(i, -1.0)) for i, s in own.items()}
+    """The better of a member's cosines (for the reasons), and their mix (unscaled): the reply's
+    cosine weighs ``reply_share`` where the turn has a reply vector."""
+    own, reply = side
+    raw = {i: max(s, reply.get(i, -1.0)) for i, s in own.items()}
     w = config.reply_share
-    mixed = {i: (1 - w) * s + w * reply[i] if i in reply else s for i, s in own.items()}
-    sw = config.sentence_weight if config.use_sentences else 0.0
-    if sw > 0:
-        mixed = {i: (1 - sw) * m + sw * raw[i] for i, m in mixed.items()}
-    return raw, mixed
+    return raw, {i: (1 - w) * s + w * reply[i] if i in reply else s for i, s in own.items()}
 
 
 def _cue_dense(
@@ -489,6 +474,103 @@ def _cue_dense(
     _, talk = _dense_mixed(sides[1], config)
     w = config.talk_weight
     return raw, _scale({i: (1 - w) * message[i] + w * talk[i] for i in message}), _scale(talk)
+
+
+def _scores_sentences(config: RetrievalConfig) -> bool:
+    return config.use_sentences and config.sentence_weight > 0
+
+
+def _units(
+    store: UserStore,
+    tokenizer: Tokenizer,
+    records: dict[int, MemoryRecord],
+    vectors: _Vectors,
+    cues: np.ndarray,
+    sides: _Sides,
+    config: RetrievalConfig,
+) -> dict[int, float]:
+    """Phase 4a: each candidate turn's best unit, scored as a memory of its own. A turn's units
+    are its sentences (``embedders.turn_sentences``, with their stored vectors) and, where its
+    message or reply is one sentence, that text whole. A unit's dense similarity is its cosine
+    to the cues (mixed as the turn's, ``_cue_mix``), its lexical score BM25 over its own words
+    with the store's document frequencies (the message's words, and the conversation's at
+    ``talk_lexical_weight``), each scaled over the units of the pool and mixed at
+    ``dense_weight``: a question about one clause of a long exchange meets that clause alone,
+    on both sides, not the exchange it is diluted in. In [0, 1]."""
+    turns = [i for i, r in records.items() if r.kind == Kind.TURN]
+    if not turns:
+        return {}
+    owners, said = store.sentence_vectors(turns)
+    mine: dict[int, list[int]] = {}
+    for n, owner in enumerate(owners.tolist()):
+        mine.setdefault(owner, []).append(n)
+    weights = np.asarray([1 - config.talk_weight, config.talk_weight] if len(cues) > 1 else [1.0], dtype=np.float32)
+    own = (vectors.own @ cues.T) @ weights
+    reply = (vectors.replies @ cues.T) @ weights
+    sentence = (said @ cues.T) @ weights if len(said) else np.zeros(0, dtype=np.float32)
+    at = {rid: n for n, rid in enumerate(vectors.ids)}
+    replied = {rid: n for n, rid in enumerate(vectors.turns)}
+    of: list[int] = []  # each unit's turn
+    texts: list[str] = []
+    cosines: list[float] = []
+    for rid in turns:
+        rec = records[rid]
+        message, answer = turn_sentences(rec.query, rec.response)
+        rows = mine.get(rid, [])
+        if len(rows) != len(message) + len(answer):  # none made yet: the turn's two texts whole
+            message, answer, rows = [], [], []
+        units = list(zip(message, (float(sentence[n]) for n in rows[: len(message)])))
+        if not message:
+            units.append((rec.query, float(own[at[rid]])))
+        units += zip(answer, (float(sentence[n]) for n in rows[len(message) :]))
+        if not answer and rid in replied:
+            units.append((rec.response, float(reply[replied[rid]])))
+        for text, cosine in units:
+            of.append(rid)
+            texts.append(text)
+            cosines.append(cosine)
+    words = [tokenizer.tokenize(t) for t in texts]
+    lexical = _bm25(store, words, sides.terms)
+    if sides.talk_terms and config.talk_lexical_weight > 0:
+        w = config.talk_lexical_weight
+        lexical = (1 - w) * _scaled(lexical) + w * _scaled(_bm25(store, words, sides.talk_terms))
+    score = config.dense_weight * _scaled(np.asarray(cosines)) + config.lexical_weight * _scaled(lexical)
+    best: dict[int, float] = {}
+    for rid, value in zip(of, score.tolist()):
+        if value > best.get(rid, -1.0):
+            best[rid] = value
+    return best
+
+
+def _scaled(values: np.ndarray) -> np.ndarray:
+    """``_scale`` over an array."""
+    if not len(values):
+        return values
+    low, top = float(values.min()), float(values.max())
+    if top == low:
+        return (values > 0).astype(np.float64)
+    return (values - low) / (top - low)
+
+
+def _bm25(store: UserStore, units: Sequence[list[str]], terms: Sequence[str]) -> np.ndarray:
+    """BM25 (k1 1.2, b 0.75, as the lexical side's) of ``terms`` over each unit's words: the
+    terms weighed as the store weighs them over its memories, the units' lengths against their
+    own mean."""
+    scores: np.ndarray = np.zeros(len(units), dtype=np.float64)
+    terms = list(dict.fromkeys(terms))
+    if not terms or not units:
+        return scores
+    docs, holding = store.documents_with(terms)
+    idf = {t: max(math.log((docs - n + 0.5) / (n + 0.5)), 1e-6) for t, n in zip(terms, holding) if n}
+    mean = max(sum(len(u) for u in units) / len(units), 1.0)
+    for n, unit in enumerate(units):
+        counts = Counter(unit)
+        norm = _K1 * (1 - _B + _B * len(unit) / mean)
+        scores[n] = sum(w * counts[t] * (_K1 + 1) / (counts[t] + norm) for t, w in idf.items() if counts[t])
+    return scores
+
+
+_K1, _B = 1.2, 0.75
 
 
 def _base_scores(
@@ -637,12 +719,12 @@ def retrieve(
         named_days = days_in_query(query, now.date())
         named_days += [d for d in conversation_days(query, store.days, now.date()) if d not in named_days]
     sides = _search_sides(store, tokenizer, embedder, query, config, query_vector, named_days, talk, workers)
-    scored = _score_pool(store, sides, named_days, config)
+    scored = _score_pool(store, sides, named_days, config, tokenizer=tokenizer)
     hop_terms = _hop_words(tokenizer, scored, query, config)
     if hop_terms:
         # the first hits' words found memories of their own: they join the pool, scored anew
         hop_ranked = _talk_lexical_side(store, hop_terms, config)
-        scored = _score_pool(store, sides, named_days, config, hop_ranked, scored.seeds)
+        scored = _score_pool(store, sides, named_days, config, hop_ranked, scored.seeds, tokenizer)
     return _rank(scored.pool, scored.base, scored.dense_s, scored.parts, policy, now, config, k)
 
 
@@ -665,6 +747,7 @@ def _score_pool(
     config: RetrievalConfig,
     hop_ranked: Sequence[tuple[int, float]] = (),
     word_seeds: Sequence[int] = (),
+    tokenizer: Tokenizer | None = None,
 ) -> _Scored:
     """Phases 2-4: the pool gathered and read, its base scores by every cue. ``hop_ranked``: the
     word hop's matches (``_hop_words``), found from the first hits ``word_seeds``; they join the
@@ -680,6 +763,10 @@ def _score_pool(
     raw, dense_s, talk_dense = _cue_dense(_dense_sides(vectors, cues), config)
     p = _Pool(sides.qvec, named_days, records, members, raw, lexical)
     base, from_words = _base_scores(ids, dense_s, lexical, config, talk_lexical)
+    if _scores_sentences(config) and tokenizer is not None:
+        sw = config.sentence_weight
+        best = _units(store, tokenizer, records, vectors, cues, sides, config)
+        base = {i: (1 - sw) * b + sw * best[i] if i in best else b for i, b in base.items()}
     # the conversation's part of a base score: its two sides at their weights, each scaled on its
     # own, so that a hit is credited to the cue that gave it the most
     talk_part = {

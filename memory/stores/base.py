@@ -309,6 +309,12 @@ class UserStore(Protocol):
         """The best ``limit`` memories sharing a term with ``terms`` by BM25 (k1 1.2, b 0.75)."""
         ...
 
+    def documents_with(self, terms: Sequence[str]) -> tuple[int, list[int]]:
+        """How many memories the lexical side holds, and how many of them hold each of ``terms``
+        (the document frequencies behind ``lexical``'s BM25, for scoring a finer unit than a
+        memory with the same weights of its words)."""
+        ...
+
     def vector_count(self) -> int:
         """How many vectors the dense search holds."""
         ...

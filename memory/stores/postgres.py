@@ -1166,6 +1166,18 @@ class PgUserStore:
         term: np.ndarray = np.repeat(np.arange(len(arrays)), [len(a) for a in arrays])  # each posting's term
         return bm25_top(term, np.concatenate(arrays), len(terms), docs, tokens, limit)
 
+    def documents_with(self, terms: Sequence[str]) -> tuple[int, list[int]]:
+        """From the postings ``lexical`` reads (and the worker keeps): a posting per memory and term."""
+        wanted = list(dict.fromkeys(terms))
+        row = self.db.fetchone(
+            "SELECT last_id, lex_docs, lex_epoch, created_at FROM mem_users WHERE name = %s", (self.user,)
+        )
+        if row is None or not wanted:
+            return (int(row[1]) if row is not None else 0), [0] * len(terms)
+        arrays = self.stores.postings.read(self.user, (row[3], int(row[2])), int(row[0]), wanted, self._fetch_postings)
+        held = {t: len(a) for t, a in zip(wanted, arrays)}
+        return int(row[1]), [held[t] for t in terms]
+
     def _warm_postings(self) -> None:
         try:
             rows = self.db.fetchall(

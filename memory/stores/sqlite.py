@@ -225,7 +225,9 @@ class SqliteUserStore:
         corrupt or made for another embedder)."""
         with self._lock:
             if self._index is None:
-                self._index = UserIndex(self, self.path.with_name("index.faiss"), self.dim, self.vectors_id)
+                self._index = UserIndex(
+                    self, self.path.with_name("index.faiss"), self.dim, self.vectors_id, sentence_base=SENTENCE_ID_BASE
+                )
             return self._index
 
     def dense(self, query: np.ndarray, k: int) -> list[SearchHit]:
@@ -737,6 +739,21 @@ class SqliteUserStore:
                 (_match(terms), limit),
             ).fetchall()
         return [SearchHit(r[0], Side.WORDS, float(r[1])) for r in rows]
+
+    def documents_with(self, terms: Sequence[str]) -> tuple[int, list[int]]:
+        index = self._lexical_index() if searchable(terms) else None
+        if index is not None:
+            return index.documents_with(terms)
+        with self._lock:
+            rows = int(self._db.execute("SELECT COUNT(*) FROM memories_fts").fetchone()[0])
+            return rows, [
+                int(
+                    self._db.execute(
+                        "SELECT COUNT(*) FROM memories_fts WHERE memories_fts MATCH ?", (_match([t]),)
+                    ).fetchone()[0]
+                )
+                for t in terms
+            ]
 
     # -- the lexical table in memory (large memories) -------------------------------------------
     def _lexical_index(self):

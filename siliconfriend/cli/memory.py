@@ -148,6 +148,10 @@ def _ablations():
         "no-neighbours": lambda c: replace(c, previous_weight=0, next_weight=0),
         "no-replies": lambda c: replace(c, use_replies=False),
         "no-archive": lambda c: replace(c, archive_penalty=None),
+        # the other way: the sentence vectors of long turns (off by default) as candidates, and
+        # also scoring a candidate turn by its best sentence
+        "sentences": lambda c: replace(c, use_sentences=True),
+        "sentences-scored": lambda c: replace(c, use_sentences=True, sentence_weight=0.3),
     }
 
 
@@ -300,7 +304,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         "--ablation",
         choices=sorted(ABLATIONS),
         default="hybrid",
-        help="switch parts of retrieval off, to see what each one brings",
+        help="switch parts of retrieval off (or the sentence vectors on), to see what each one brings",
     )
     e.add_argument(
         "--database-url",

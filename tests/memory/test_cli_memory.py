@@ -254,3 +254,14 @@ def test_as_used_can_live_only_the_first_users_and_days(tmp_path, bank_file):
     assert run(home, *args, check=False).returncode == 2  # the days lived: --as-used only
     result = json.loads(run(home, *args, "--as-used", "--json").stdout)
     assert result["n"] == 1 and result["recall@1"] == 1.0 and "summaries" not in result
+
+
+def test_the_eval_switches_the_sentence_vectors_on():
+    """``eval retrieval --ablation sentences`` / ``sentences-scored``: the bank writes sentence
+    vectors and retrieval uses them (as candidates; and scoring a turn by its best sentence)."""
+    from memory.retrieval import RetrievalConfig
+    from siliconfriend.cli.memory import ABLATIONS
+
+    on, scored = ABLATIONS["sentences"](RetrievalConfig(k=7)), ABLATIONS["sentences-scored"](RetrievalConfig(k=7))
+    assert on.use_sentences and on.sentence_weight == 0 and on.k == 7
+    assert scored.use_sentences and scored.sentence_weight > 0

@@ -301,3 +301,20 @@ def test_a_turns_best_sentence_can_take_a_share_of_its_dense_score(bank):
 
     assert first(sentence_weight=0.0) != SENTENCE_TARGET[0]
     assert first(sentence_weight=0.5) == SENTENCE_TARGET[0]
+
+
+def test_a_turn_is_scored_by_its_sentence_on_the_lexical_side_too(bank):
+    """``sentence_weight`` on the words alone: the long turn holds every word of the question in
+    one sentence of its reply, a short turn two of them; BM25 over whole turns puts the short one
+    first (the long turn's words are diluted by its length), BM25 over each turn's units (its
+    sentences, or a message or reply of one sentence) puts the sentence that says it first."""
+    now = _sentence_bank(bank)
+    bank.add_turn("amy", "Our family went camping last weekend.", "Camping is such fun!", now - timedelta(days=2))
+    bank.settle()
+
+    def first(**kw):
+        config = RetrievalConfig(dense_weight=0.0, use_sentences=True, **kw)
+        return bank.retrieve("amy", "Was her family camping at the beach?", now, k=1, config=config)[0].record.query
+
+    assert first(sentence_weight=0.0) == "Our family went camping last weekend."
+    assert first(sentence_weight=0.5) == SENTENCE_TARGET[0]

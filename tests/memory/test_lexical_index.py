@@ -106,6 +106,29 @@ def test_the_lexical_index_follows_inserts_edits_and_deletions(big_store):
         assert [(h.id, h.score) for h in store.lexical(terms, 40)] == _fts5(store, terms, 40), terms
 
 
+def _fts5_documents(store, terms):
+    """FTS5's own count of the rows holding each term, and of its rows."""
+    store._db.execute("CREATE VIRTUAL TABLE IF NOT EXISTS temp.vocab USING fts5vocab(main, memories_fts, row)")
+    held = dict(store._db.execute("SELECT term, doc FROM temp.vocab"))
+    rows = store._db.execute("SELECT COUNT(*) FROM memories_fts").fetchone()[0]
+    return rows, [held.get(t, 0) for t in terms]
+
+
+def test_a_large_memorys_document_frequencies_are_fts5s(big_store):
+    """``documents_with`` (a finer unit's BM25 weights its words by them) from the lists in
+    memory: FTS5's counts, before and after the store changes."""
+    store, gen = big_store
+    assert _in_memory(store)
+    terms = _vocabulary(store)[::7] + ["zzzunknown"]
+    assert store.documents_with(terms) == _fts5_documents(store, terms)
+    added = store.insert(_turns(gen, 8, date(2024, 9, 1)), None)
+    store.replace_text(added[0].stored_id, "I adopted a kitten called Biscuit yesterday", None)
+    store.delete([added[1].stored_id, 3])
+    terms += ["kitten", "biscuit"]
+    assert store._lexical.ready().extra  # the changes caught up, not rebuilt
+    assert store.documents_with(terms) == _fts5_documents(store, terms)
+
+
 def test_tokens_fts5_may_cut_otherwise_leave_the_search_to_fts5(big_store):
     store, _ = big_store
     # U+9FCF is a Han character FTS5's tokenizer tables (Unicode 6.1) do not know

@@ -229,3 +229,45 @@ def test_inverted_file_follows_new_turns_edits_and_deletions(tmp_path, monkeypat
     old.sync()
     check(old, ids[40:] + later + newest)
     old.close()
+
+
+def test_an_inverted_files_probes_scan_the_memories_not_their_sentences(tmp_path, monkeypatch):
+    """Past ``IVF_MIN`` vectors the index is an inverted file; where sentence vectors take most of
+    it, a search probes the share of lists the memories' vectors would fill (``_nprobe``), not a
+    share of every vector: the sentences are counted through additions, deletions, a clear and a
+    reopening."""
+    from datetime import date, datetime
+
+    import faiss
+    import numpy as np
+
+    from memory import index as index_module
+    from memory.records import MemoryRecord
+    from memory.stores.sqlite import SqliteStores
+
+    monkeypatch.setattr(index_module, "IVF_MIN", 300)
+    monkeypatch.setattr(index_module, "IVF_PROBE_MIN", 14)  # of the 64 lists: 14 probes alone
+    rng = np.random.default_rng(3)
+    vecs = rng.standard_normal((100 + 200, 384)).astype(np.float32)
+    vecs /= np.linalg.norm(vecs, axis=1, keepdims=True)
+    stores = SqliteStores(tmp_path / "home")
+    store = stores.open("amy", dim=384, vectors_id="test")
+    recs = [
+        MemoryRecord(user="amy", kind=Kind.TURN, text=f"t{i}", created_at=datetime(2024, 1, 1), day=date(2024, 1, 1))
+        for i in range(100)
+    ]
+    ids = [r.stored_id for r in store.insert(recs, vecs[:100])]
+    store.set_sentences([(rid, vecs[100 + 4 * n : 104 + 4 * n]) for n, rid in enumerate(ids[:50])])
+    store.sync()
+    index = store.index
+    assert isinstance(index.index, faiss.IndexIVF) and index.index.ntotal == 300 and index.sentences == 200
+    assert index.index.nprobe == int(14 * 100 / 300)  # a third of the vectors are the memories'
+    store.delete(ids[:5])
+    store.clear_sentences(ids[5:10])
+    store.sync()
+    assert index.sentences == 200 - 40 and index.index.nprobe == int(14 * 95 / 255)
+    store.close()
+    again = SqliteStores(tmp_path / "home").open("amy", dim=384, vectors_id="test")
+    assert not again.index.rebuilt and again.index.sentences == 160 and again.index.index.nprobe == 5
+    assert again.dense(vecs[150], 1)[0].id == ids[12]  # sentence 2 of the 13th turn
+    again.close()

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from memory.bank import MemoryBank, UnknownMemory
-from memory.embedders import create_embedder, embed_documents, embed_replies, embed_turns
+from memory.embedders import create_embedder, embed_documents, embed_replies, embed_turns, turn_sentences
 from memory.lexical import Tokenizer
 from memory.memorybank_format import export_user
 from memory.records import Kind, MemoryRecord, State
@@ -183,6 +183,10 @@ def test_the_store_interface(any_bank):
     words = store.lexical(Tokenizer().query_terms("kite"), 10)
     assert {h.id for h in words} == {ids[0], ids[1], ids[3]} and {h.side for h in words} == {Side.WORDS}
     assert store.lexical([], 10) == [] and store.lexical(["nothinglikeit"], 10) == []
+    # BM25's document frequencies: the memories, and those holding each term (a repeat counted
+    # where it stands)
+    assert store.documents_with(["kite", "boat", "nothinglikeit", "kite"]) == (4, [3, 1, 0, 3])
+    assert store.documents_with([]) == (4, [])
     store.clear_reply_vectors([ids[1]])
     assert store.replies_pending() == [(ids[1], "a reply")]
     store.set_state([ids[0]], State.ARCHIVED, T0)
@@ -192,6 +196,7 @@ def test_the_store_interface(any_bank):
     store.replace_text(ids[3], "a boat day", vecs[0])
     assert ids[3] not in {h.id for h in store.lexical(["kite"], 10)}
     assert ids[3] in {h.id for h in store.lexical(["boat"], 10)}
+    assert store.documents_with(["kite", "boat"]) == (4, [2, 2])  # archived memories count too
     assert store.set_pinned(ids[2], True) and store.get(ids[2]).pinned
     rows = [row for batch in store.iter_rows(batch=2) for row in batch]
     assert [r.id for r, _, _ in rows] == ids and rows[1][2] is None and rows[0][1] is not None
@@ -199,6 +204,7 @@ def test_the_store_interface(any_bank):
     store.set_meta("colour", "red")
     assert store.get_meta("colour") == "red" and store.all_meta()["colour"] == "red"
     assert store.delete([ids[0], 10_000]) == 1 and store.count() == 3
+    assert store.documents_with(["kite", "boat"]) == (3, [1, 2])
 
 
 def test_the_sentence_vectors(any_bank):
@@ -264,6 +270,11 @@ def test_the_sentences_of_a_long_turn_are_made_after_it_and_redone_with_a_new_re
     assert store.sentences_pending() == []
     owners, said = store.sentence_vectors([turn.id, short.id])
     assert owners.tolist() == [turn.id] * (2 + 4)  # two sentences of the message, four of the reply
+    # the texts of those vectors, in their order (what retrieval scores a turn's sentences by)
+    said_message, said_reply = turn_sentences(message, LONG_REPLY)
+    assert said_message == ["I had a long day at work.", "Then I cooked dinner for my parents and we watched a film."]
+    assert len(said_reply) == 4 and said_reply[3].startswith("Oh, and here is a picture of my family camping")
+    assert turn_sentences("Hi there", "Hello! How are you?") == ([], [])
     reply = store.vectors([turn.id], column="reply_vector")[0]
     assert float(reply @ embed_replies(bank.embedder, [LONG_REPLY])[0]) > 0.9999
     # each sentence's vector is nearest the sentence it was pooled from, among the reply's
