@@ -317,42 +317,85 @@ class PostingsCache:
     def read(
         self,
         user: str,
-        version: tuple,
-        last: int,
         terms: Sequence[str],
-        fetch: Callable[[Sequence[tuple[str, int]], int], list[np.ndarray]],
-    ) -> list[np.ndarray]:
-        """The postings of ``terms`` (ids up to ``last``), fetching what is missing with
-        ``fetch([(term, above id), ...], last)``."""
+        fetch: Callable[[Sequence[tuple[str, int]]], tuple[tuple, int, tuple, list[np.ndarray]] | None],
+    ) -> tuple[tuple, list[np.ndarray]] | None:
+        """The postings of ``terms`` and the user's lexical counts, all of one moment of the user:
+        ``fetch([(term, above id), ...])`` reads, in one statement, the user's row (its version,
+        ``last_id`` and counts) and each term's postings above the id given, up to that
+        ``last_id``; it returns (version, last id, counts, postings) or None without a row. The
+        ids given are those up to which the postings kept are complete, so that a term is read
+        whole only once; a version other than the one kept (postings went away, or the user was
+        made again) has every term read whole again. Returns (counts, postings), None without a
+        row."""
+        with self._lock:
+            entry = self._users.get(user)
+            if entry is not None:
+                self._users.move_to_end(user)
+        if entry is not None:
+            with entry.lock:
+                lows = [entry.terms[t][0] if t in entry.terms else 0 for t in terms]
+                got = fetch(list(zip(terms, lows)))
+                if got is None:
+                    return None
+                version, last, counts, new = got
+                if version == entry.version and all(low <= last for low in lows):
+                    for t, low, fresh in zip(terms, lows, new):
+                        old = entry.terms[t][1] if t in entry.terms else _NO_POSTINGS
+                        # most terms have none new since the last search: a common word's
+                        # postings (hundreds of thousands) are then not copied again
+                        entry.terms[t] = (
+                            max(low, last),
+                            np.concatenate([old, fresh]) if len(old) and len(fresh) else fresh if len(fresh) else old,
+                        )
+                        entry.size += len(fresh)
+                    arrays = [entry.terms[t][1] for t in terms]
+                    kept = True
+                else:
+                    kept = False
+            if kept:
+                self._bound()
+                return counts, arrays
+            if not any(lows):  # read whole already, at the version that replaces the kept one
+                self._take(user, version, last, dict(zip(terms, new)))
+                return counts, new
+            with self._lock:  # kept at another version, or ahead of the database: read again
+                if self._users.get(user) is entry:
+                    del self._users[user]
+        got = fetch([(t, 0) for t in terms])
+        if got is None:
+            return None
+        version, last, counts, new = got
+        self._take(user, version, last, dict(zip(terms, new)))
+        return counts, new
+
+    def _take(self, user: str, version: tuple, last: int, terms: dict[str, np.ndarray]) -> None:
+        """Whole postings of ``terms`` (ids up to ``last``) read at ``version``, which replaces
+        the version kept."""
         with self._lock:
             entry = self._users.get(user)
             if entry is None or entry.version != version:
                 entry = self._users[user] = _UserPostings(version)
             self._users.move_to_end(user)
         with entry.lock:
-            wanted = [(t, entry.terms[t][0] if t in entry.terms else 0) for t in terms]
-            wanted = [(t, low) for t, low in wanted if low < last]
-            if any(entry.terms[t][0] > last for t in terms if t in entry.terms):
-                entry.terms.clear()  # ahead of the database: read again
-                entry.size = 0
-                wanted = [(t, 0) for t in terms]
-            if wanted:
-                for (t, _), new in zip(wanted, fetch(wanted, last)):
-                    old = entry.terms[t][1] if t in entry.terms else _NO_POSTINGS
-                    # most terms have none new since the last turn: a common word's postings
-                    # (hundreds of thousands) are then not copied again
-                    entry.terms[t] = (
-                        last,
-                        np.concatenate([old, new]) if len(old) and len(new) else new if len(new) else old,
-                    )
-                    entry.size += len(new)
-            arrays = [entry.terms[t][1] if t in entry.terms else _NO_POSTINGS for t in terms]
+            self._keep(entry, last, terms)
+        self._bound()
+
+    def _bound(self) -> None:
         with self._lock:
             total = sum(u.size for u in self._users.values())
             while total > self.most and len(self._users) > 1:
                 _, gone = self._users.popitem(last=False)
                 total -= gone.size
-        return arrays
+
+    @staticmethod
+    def _keep(entry: _UserPostings, last: int, terms: dict[str, np.ndarray]) -> None:
+        """Each term not held, or held up to a lower id, takes its postings up to ``last``."""
+        for t, postings in terms.items():
+            held = entry.terms.get(t)
+            if held is None or held[0] < last:
+                entry.size += len(postings) - (len(held[1]) if held is not None else 0)
+                entry.terms[t] = (last, postings)
 
     def fill(self, user: str, version: tuple, last: int, terms: dict[str, np.ndarray]) -> None:
         """Every posting of ``user`` with an id up to ``last``, read in one snapshot of the user
@@ -367,11 +410,7 @@ class PostingsCache:
                 return
             self._users.move_to_end(user)
         with entry.lock:
-            for t, postings in terms.items():
-                held = entry.terms.get(t)
-                if held is None or held[0] < last:
-                    entry.size += len(postings) - (len(held[1]) if held is not None else 0)
-                    entry.terms[t] = (last, postings)
+            self._keep(entry, last, terms)
 
     def forget(self, user: str) -> None:
         with self._lock:
@@ -1154,13 +1193,10 @@ class PgUserStore:
         terms = list(dict.fromkeys(terms))
         if not terms or limit <= 0:
             return []
-        row = self.db.fetchone(
-            "SELECT last_id, lex_docs, lex_tokens, lex_epoch, created_at FROM mem_users WHERE name = %s", (self.user,)
-        )
-        if row is None:
+        got = self.stores.postings.read(self.user, terms, self._fetch_postings)
+        if got is None:
             return []
-        last, docs, tokens = int(row[0]), float(row[1]), float(row[2])
-        arrays = self.stores.postings.read(self.user, (row[4], int(row[3])), last, terms, self._fetch_postings)
+        (docs, tokens), arrays = got
         if not any(len(a) for a in arrays):
             return []
         term: np.ndarray = np.repeat(np.arange(len(arrays)), [len(a) for a in arrays])  # each posting's term
@@ -1186,23 +1222,34 @@ class PgUserStore:
         terms = {r[0]: np.frombuffer(r[4], _POSTING).astype(_KEPT) for r in rows if r[0] is not None}
         self.stores.postings.fill(self.user, (head[3], int(head[2])), int(head[1]), terms)
 
-    def _fetch_postings(self, wanted: Sequence[tuple[str, int]], last: int) -> list[np.ndarray]:
-        """The postings of each (term, above id) in ``wanted`` with ids up to ``last``: per term,
-        packed into one bytea (memory id int8, tf int4, dl int4, big-endian), a value per term
-        instead of a row per posting."""
+    def _fetch_postings(
+        self, wanted: Sequence[tuple[str, int]]
+    ) -> tuple[tuple, int, tuple[float, float], list[np.ndarray]] | None:
+        """The user's row and the postings of each (term, above id) in ``wanted`` up to its
+        ``last_id``, in one statement (one moment of the user, one round trip): (the version of
+        the user's postings, ``last_id``, (document count, token total), each term's postings),
+        None without a row. A term's postings come packed into one bytea (memory id int8, tf
+        int4, dl int4, big-endian), a value per term instead of a row per posting."""
         rows = self.db.fetchall(
-            "SELECT t.i::int4, string_agg(int8send(p.memory_id) || int4send(p.tf) || int4send(p.dl), ''::bytea)"
-            " FROM unnest(%s::text[], %s::bigint[]) WITH ORDINALITY AS t(term, low, i)"
-            " JOIN lex_postings p ON p.owner = %s AND p.term = t.term AND p.memory_id > t.low AND p.memory_id <= %s"
-            " GROUP BY t.i",
-            ([t for t, _ in wanted], [low for _, low in wanted], self.user, last),
+            "WITH u AS (SELECT last_id, lex_docs, lex_tokens, lex_epoch, created_at FROM mem_users WHERE name = %(u)s)"
+            " SELECT 0::int4, last_id, lex_docs, lex_tokens, lex_epoch, created_at, NULL::bytea FROM u UNION ALL"
+            " SELECT t.i::int4, NULL, NULL, NULL, NULL, NULL,"
+            " string_agg(int8send(p.memory_id) || int4send(p.tf) || int4send(p.dl), ''::bytea)"
+            " FROM u CROSS JOIN unnest(%(terms)s::text[], %(lows)s::bigint[]) WITH ORDINALITY AS t(term, low, i)"
+            " JOIN lex_postings p ON p.owner = %(u)s AND p.term = t.term AND p.memory_id > t.low"
+            " AND p.memory_id <= u.last_id GROUP BY t.i",
+            {"u": self.user, "terms": [t for t, _ in wanted], "lows": [low for _, low in wanted]},
             binary=True,
         )
-        packed = {int(i): data for i, data in rows}
-        return [
+        head = next((r for r in rows if r[0] == 0), None)
+        if head is None:
+            return None
+        packed = {int(r[0]): r[6] for r in rows if r[0] != 0}
+        arrays = [
             np.frombuffer(packed[i], _POSTING).astype(_KEPT) if i in packed else _NO_POSTINGS
             for i in range(1, len(wanted) + 1)
         ]
+        return (head[5], int(head[4])), int(head[1]), (float(head[2]), float(head[3])), arrays
 
     # -- dense --------------------------------------------------------------------------------
     def dense(self, query: np.ndarray, k: int) -> list[SearchHit]:
