@@ -279,7 +279,9 @@ def _search_sides(
     extra = 0
     more = config.sentence_candidates if config.use_sentences else 0
     asked = (config.candidates + more) * (2 if config.use_replies else 1) * (2 if config.use_sentences else 1)
-    for hit in store.dense(_cue_mix(qvec, tvec, config), asked):
+    # without sentences, the hits are read only until ``candidates`` turns are found
+    distinct = None if config.use_sentences else config.candidates
+    for hit in store.dense(_cue_mix(qvec, tvec, config), asked, distinct=distinct):
         if hit.side == Side.REPLY and not config.use_replies or hit.id in found:
             continue
         if hit.side == Side.SENTENCE and not config.use_sentences:

@@ -306,8 +306,13 @@ class UserStore(Protocol):
         ...
 
     # -- searches (both tiers: retrieval tells active and archived apart)
-    def dense(self, query: np.ndarray, k: int) -> list[SearchHit]:
-        """The ``k`` vectors closest to ``query`` (a memory's own and turns' replies), best first."""
+    def dense(self, query: np.ndarray, k: int, *, distinct: int | None = None) -> list[SearchHit]:
+        """The ``k`` vectors closest to ``query`` (a memory's own and turns' replies), best first.
+        ``distinct``: the caller reads the hits only until it has found that many distinct
+        memories among its own and reply hits (it skips sentence hits), so a store may leave out
+        an own or reply hit past that side's ``distinct``-th: one side finds a memory at most
+        once, so such a hit comes after ``distinct`` memories were found. What the caller
+        reads is then the same."""
         ...
 
     def lexical(self, terms: Sequence[str], limit: int) -> list[SearchHit]:

@@ -1252,26 +1252,34 @@ class PgUserStore:
         return (head[5], int(head[4])), int(head[1]), (float(head[2]), float(head[3])), arrays
 
     # -- dense --------------------------------------------------------------------------------
-    def dense(self, query: np.ndarray, k: int) -> list[SearchHit]:
+    def dense(self, query: np.ndarray, k: int, *, distinct: int | None = None) -> list[SearchHit]:
         """The ``k`` vectors closest to ``query`` over every memory of the user (both tiers):
         their own vectors, turns' reply vectors and long turns' sentence vectors. Exact, or through the user's partial HNSW
         indexes once they have them (the user's name is a literal in the SQL so that the indexes'
-        predicate matches, and sorting is ruled out so that the planner takes them)."""
+        predicate matches, and sorting is ruled out so that the planner takes them).
+
+        ``distinct`` (see ``UserStore.dense``): the walk of the own and reply graphs returns its
+        hits at most ``distinct`` deep. Each hit a graph scan returns is a row fetched from the
+        table (a page read each, most of a search's time after the walk); the walk itself, with
+        the same ``ef_search``, is the same, and so are the hits it returns first, in the same
+        order. The exact searches (no graph) read ``k``: a sort of another length may order
+        equal distances otherwise."""
         q = np.asarray(query, dtype=np.float32).reshape(-1)
-        params = {"q": q, "k": int(k)}
+        graphs = self.stores.uses_hnsw(self.user)
+        params = {"q": q, "k": int(k), "deep": int(min(k, distinct)) if distinct is not None and graphs else int(k)}
         # own vectors in the graph's column and those still waiting to join it (exact, through
         # the partial index that holds only them); the reply vectors and the sentence vectors,
         # each branch through its own index
         own = sql.SQL(" UNION ALL ").join(
-            [self._dense_part("embedding", Side.OWN), self._dense_part("pending_embedding", Side.OWN)]
+            [self._dense_part("embedding", Side.OWN, limit="deep"), self._dense_part("pending_embedding", Side.OWN)]
         )
         reply = sql.SQL(" UNION ALL ").join(
             [
-                self._dense_part("reply_embedding", Side.REPLY),
+                self._dense_part("reply_embedding", Side.REPLY, limit="deep"),
                 self._dense_part("embedding", Side.SENTENCE, "mem_sentences", "memory_id"),
             ]
         )
-        if self.stores.uses_hnsw(self.user):
+        if graphs:
             # the two graphs searched at once, each on a connection of its own (one backend
             # walks one graph: one after the other, a search costs the sum of the two walks);
             # each with its settings and the search sent together (a pipeline: one round trip).
@@ -1285,10 +1293,13 @@ class PgUserStore:
         out.sort(key=lambda h: -h.score)
         return out[:k]
 
-    def _dense_part(self, column: str, side: Side, table: str = "memories", rid: str = "id") -> sql.Composed:
+    def _dense_part(
+        self, column: str, side: Side, table: str = "memories", rid: str = "id", limit: str = "k"
+    ) -> sql.Composed:
         part = "(SELECT {id}, {side}, -({col}::vector({dim}) <#> %(q)s) AS s FROM {table} WHERE owner = {owner}"
-        part += " AND {col} IS NOT NULL ORDER BY {col}::vector({dim}) <#> %(q)s LIMIT %(k)s)"
+        part += " AND {col} IS NOT NULL ORDER BY {col}::vector({dim}) <#> %(q)s LIMIT %({limit})s)"
         return sql.SQL(part).format(
+            limit=sql.SQL(limit),
             id=sql.Identifier(rid),
             table=sql.Identifier(table),
             side=sql.Literal(side.value),

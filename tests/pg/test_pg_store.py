@@ -227,6 +227,40 @@ def test_big_user_gets_a_partial_hnsw_index_with_the_same_top_hits(pg_url, e5_em
         bank.close()
 
 
+def _first_memories(hits, n: int) -> list[tuple[int, str, float]]:
+    """The first ``n`` distinct memories of own and reply hits, as retrieval reads them."""
+    found: list[tuple[int, str, float]] = []
+    for h in hits:
+        if h.side != Side.SENTENCE and h.id not in {f[0] for f in found} and len(found) < n:
+            found.append((h.id, h.side.value, h.score))
+    return found
+
+
+def test_a_graph_search_read_to_the_distinct_memories_wanted_finds_the_same_ones(pg_url, e5_embedder):
+    """``dense(k, distinct=n)`` reads each graph's hits only n deep: the first n distinct
+    memories, their sides and scores are those of the full ``k`` hits, through the graphs."""
+    stores = PostgresStores(pg_url, hnsw_min=300, build_hnsw_in_background=False)
+    bank = MemoryBank(stores, e5_embedder)
+    try:
+        store, vecs = big_user(bank, e5_embedder.dim)
+        # reply vectors near some own vectors: memories found by both sides, as turns are
+        rng = np.random.default_rng(1)
+        replies = vecs[:300] + 0.5 * rng.standard_normal((300, e5_embedder.dim)).astype(np.float32)
+        replies /= np.linalg.norm(replies, axis=1, keepdims=True)
+        ids = [r.stored_id for r in store.records()][:300]
+        store.set_vectors(ids, replies, column="reply_vector")
+        assert stores.maybe_build_hnsw("big", e5_embedder.dim, wait=True) and stores.uses_hnsw("big")
+        for q in [*vecs[:10], *replies[:10]]:
+            full = store.dense(q, 60)
+            read = store.dense(q, 60, distinct=20)
+            assert len(full) == 60 and len(read) <= 40  # each graph read 20 deep
+            assert _first_memories(read, 20) == _first_memories(full, 20)
+            assert len(_first_memories(full, 20)) == 20
+        bank.delete_user("big")
+    finally:
+        bank.close()
+
+
 def test_a_big_users_new_turn_is_found_while_its_vector_waits_for_the_graph(pg_url, e5_embedder):
     """A chat turn of a user searched through HNSW is stored without waiting for the graph: its
     own vector waits in the row until the reply worker's update (a turn with a reply) or the
