@@ -1309,10 +1309,14 @@ class PgUserStore:
         )
 
     def _graph_search(self, statement: sql.Composed, params: dict) -> list[tuple]:
-        with self.db.connection() as con, con.pipeline(), con.transaction():
-            con.execute(f"SET LOCAL hnsw.ef_search = {max(HNSW_EF_SEARCH, int(params['k']))}")
-            con.execute("SET LOCAL enable_sort = off")
-            return con.execute(statement, params).fetchall()
+        """``statement`` on a connection of the graph searches (see ``PostgresStores.graphs``),
+        with a longer candidate list for the graph where more hits are asked for."""
+        with self.stores.graphs.connection() as con:
+            if int(params["k"]) <= HNSW_EF_SEARCH:
+                return con.execute(statement, params).fetchall()
+            with con.pipeline(), con.transaction():
+                con.execute(f"SET LOCAL hnsw.ef_search = {int(params['k'])}")
+                return con.execute(statement, params).fetchall()
 
     def vector_count(self) -> int:
         return int(
@@ -1346,12 +1350,22 @@ class PostgresStores:
         # storing), and a crash of the server or its machine may lose the last moments' writes,
         # never corrupt them. ``wait_for_flush`` keeps the server's own setting instead
         self.db = Database(url, max_size=pool_size, wait_for_flush=wait_for_flush)
+        # the graph searches' own connections, which keep the settings they need (the graph's
+        # candidate list, and no sort, so that the planner takes the graph): a search is then
+        # one statement, not a transaction that sets them first and a commit after
+        self.graphs = Database(
+            url,
+            max_size=4,
+            wait_for_flush=wait_for_flush,
+            settings={"hnsw.ef_search": str(HNSW_EF_SEARCH), "enable_sort": "off"},
+        )
         try:
             # the step that writes postings makes their terms with this database's tokenizer
             steps = [functools.partial(_m2, tokenizer=self.tokenizer) if s is _m2 else s for s in MIGRATIONS]
             self.db.migrate("memory", steps)
         except BaseException:
             self.db.close()
+            self.graphs.close()
             raise
         self.hnsw_min = hnsw_min
         self.build_hnsw_in_background = build_hnsw_in_background
@@ -1399,6 +1413,7 @@ class PostgresStores:
         self.indexing.shutdown(wait=True)
         self.searches.shutdown(wait=True)
         self.db.close()
+        self.graphs.close()
 
     # -- the dense index of big users ---------------------------------------------------------
     def has_hnsw(self, user: str) -> bool:

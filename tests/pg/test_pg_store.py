@@ -366,12 +366,17 @@ def test_memories_are_committed_without_waiting_for_the_disk_and_accounts_with(p
     """The memory store's commits are as durable as the SQLite store's (synchronous=NORMAL):
     they do not wait for the flush; other components' (the accounts) keep the server's default."""
     from memory.pg_db import Database
+    from memory.stores import postgres
 
     stores = PostgresStores(pg_url)
     other = Database(pg_url, vectors=False)
     durable = PostgresStores(pg_url, wait_for_flush=True)  # the operator's choice (docs/deploy.md)
     try:
         assert stores.db.fetchone("SHOW synchronous_commit") == ("off",)
+        # the graph searches' settings stay on their own connections
+        assert stores.graphs.fetchone("SHOW enable_sort") == ("off",)
+        assert stores.graphs.fetchone("SHOW hnsw.ef_search") == (str(postgres.HNSW_EF_SEARCH),)
+        assert stores.db.fetchone("SHOW enable_sort") == ("on",)
         assert other.fetchone("SHOW synchronous_commit") == ("on",)
         assert durable.db.fetchone("SHOW synchronous_commit") == ("on",)
     finally:
