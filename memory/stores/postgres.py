@@ -998,6 +998,18 @@ class PgUserStore:
             if newest_first
             else 'day, kind COLLATE "C", position, id'
         )
+        if kind == Kind.TURN and days is not None and len(days) == 1 and limit is None:
+            # one day's turns (a chat turn reads today's): their vectors come with the rows read
+            # anyway, for the conversation's cue, which asks for them next on this thread
+            # (``vectors_and_replies``: a round trip fewer before the reply)
+            rows = self.db.fetchall(
+                f"SELECT {_COLUMNS}, vector_send({_OWN}), vector_send(reply_embedding) FROM {_MEMORY_ROWS}"
+                f" WHERE owner = %s AND ({' AND '.join(clauses)}) ORDER BY {order}",
+                (self.user, *params),
+                binary=True,
+            )
+            self._read_ahead.kept = (time.monotonic(), self._writes, {int(r[0]): (r[-2], r[-1]) for r in rows})
+            return [record_from_row(self.user, r[:-2]) for r in rows]
         return self._select(" AND ".join(clauses) or "true", params, order, limit, offset)
 
     def count(self, *, kind: Kind | None = None, state: State | None = None) -> int:
@@ -1109,9 +1121,9 @@ class PgUserStore:
         return self._rows_beside(ids, _PLACE_COLUMNS, " JOIN mem_recall r ON r.owner = m.owner AND r.id = m.id")
 
     def vectors_and_replies(self, ids: Sequence[int]) -> tuple[np.ndarray, np.ndarray]:
-        """From what ``around`` read just before on this thread when it holds every one of
-        ``ids`` (the same moment's rows and vectors, and no write through this store since),
-        else read."""
+        """From what ``around`` or ``records`` of one day's turns read just before on this
+        thread when it holds every one of ``ids`` (the same moment's rows and vectors, and no
+        write through this store since), else read."""
         kept, self._read_ahead.kept = getattr(self._read_ahead, "kept", None), None
         if kept is not None and kept[1] == self._writes and time.monotonic() - kept[0] < _READ_AHEAD_S:
             sent = kept[2]

@@ -54,6 +54,34 @@ def test_two_banks_share_one_database_without_stale_caches(pg_url, e5_embedder):
         b.close()
 
 
+def test_a_days_turns_come_with_their_vectors_for_the_conversations_cue(pg_url, e5_embedder, monkeypatch):
+    """A day's turns (read as a chat turn reads today's) bring their vectors along: the talk's
+    ``vectors_and_replies`` that follows on the same thread takes them without a read, the same
+    records and vectors as read apart; after a write it reads them again."""
+    bank = MemoryBank(PostgresStores(pg_url), e5_embedder)
+    try:
+        fill(bank, "amy")
+        bank.settle()
+        store = bank.user_store("amy")
+        day = T0.date()
+        both = store.records(kind=Kind.TURN, days=[day, day + timedelta(days=9)])  # read without vectors
+        today = store.records(kind=Kind.TURN, day=day)
+        assert today == both and len(today) == 2
+        ids = [t.stored_id for t in today]
+        own, reply = store.vectors(ids), store.vectors(ids, column="reply_vector")
+        store.records(kind=Kind.TURN, day=day)
+        with monkeypatch.context() as m:
+            m.setattr(store.db, "fetchall", None)  # nothing read: what came with the turns
+            kept = store.vectors_and_replies(ids)
+        assert np.array_equal(kept[0], own) and np.array_equal(kept[1], reply) and reply.any()
+        store.records(kind=Kind.TURN, day=day)
+        bank.add_turn("amy", "one more", "yes", T0 + timedelta(hours=1))
+        again = store.vectors_and_replies(ids)  # a write since: read again
+        assert np.array_equal(again[0], own) and np.array_equal(again[1], reply)
+    finally:
+        bank.close()
+
+
 # a memory's row as schemas 2 to 5 held it (the recall fields in ``memories``)
 _OLD_ROW = (
     "INSERT INTO memories (owner, id, kind, text, query, response, day, position, created_at, strength,"
