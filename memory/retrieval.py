@@ -229,6 +229,14 @@ def _talk_lexical_side(store: UserStore, terms: list[str], config: RetrievalConf
     return [(h.id, h.score) for h in hits]
 
 
+def _talk_side(
+    store: UserStore, tokenizer: Tokenizer, talk: Sequence[TalkLine], query: str, config: RetrievalConfig
+) -> list[tuple[int, float]]:
+    """The conversation's words (``_talk_terms``) and their ranked matches."""
+    words = _talk_terms(tokenizer, talk, query, config)
+    return _talk_lexical_side(store, words, config) if words else []
+
+
 def _search_sides(
     store: UserStore,
     tokenizer: Tokenizer,
@@ -248,20 +256,21 @@ def _search_sides(
     The lexical side does not need the query vector: it runs on another thread while the query is
     embedded (both leave Python's lock: SQLite while it searches, the embedder in its C / PyTorch
     engine), so that on two cores a turn waits for the slower of the two, not for both."""
-    words = _talk_terms(tokenizer, talk, query, config) if config.talk_lexical_weight > 0 else []
     pending = (
         workers.submit(_lexical_side, store, tokenizer, query, config, named_days)
         if query_vector is None and workers is not None
         else None
     )
-    talk_pending = workers.submit(_talk_lexical_side, store, words, config) if words and workers else None
+    # the conversation's words are picked on that other thread too (a tagger's work for Chinese)
+    talks = bool(talk) and config.talk_lexical_weight > 0
+    talk_pending = workers.submit(_talk_side, store, tokenizer, talk, query, config) if talks and workers else None
     qvec = embed_query(embedder, query) if query_vector is None else query_vector
     tvec = _talk_vector(embedder, talk, config)
     ranked = pending.result() if pending is not None else _lexical_side(store, tokenizer, query, config, named_days)
     if talk_pending is not None:
         talk_ranked = talk_pending.result()
     else:
-        talk_ranked = _talk_lexical_side(store, words, config) if words else []
+        talk_ranked = _talk_side(store, tokenizer, talk, query, config) if talks else []
     # the lexical candidates' rows are read on the other core while FAISS searches (it leaves
     # Python's lock), not while the query is embedded: the embedding holds the lock between its
     # kernels, and the read would slow it by as much as it saves
