@@ -261,7 +261,16 @@ def _m8(cur: psycopg.Cursor) -> None:
     )
 
 
-MIGRATIONS = [_m1, _m2, _m3, _m4, _m5, _m6, _m7, _m8]
+def _m9(cur: psycopg.Cursor) -> None:
+    # a user's summaries by kind (the global ones have no day): a chat turn reads the two global
+    # summaries for its prompt, each a walk of the user's whole (owner, state, kind) index before
+    # (a user's turns are most of their rows); a turn's row is not in it
+    cur.execute(
+        "CREATE INDEX IF NOT EXISTS memories_owner_summaries ON memories (owner, kind, day) WHERE kind <> 'turn'"
+    )
+
+
+MIGRATIONS = [_m1, _m2, _m3, _m4, _m5, _m6, _m7, _m8, _m9]
 
 
 def as_array(value) -> np.ndarray | None:
@@ -983,8 +992,9 @@ class PgUserStore:
         clauses: list[str] = []
         params: list[object] = []
         if kind is not None:
-            clauses.append("kind = %s")
-            params.append(kind.value)
+            # written out, so that the planner sees a summary's kind is not a turn's and reads the
+            # summaries' own index (migration 9); a kind's value is a plain word
+            clauses.append(f"kind = '{Kind(kind).value}'")
         if state is not None:
             clauses.append("state = %s")
             params.append(state.value)
@@ -1015,8 +1025,9 @@ class PgUserStore:
     def count(self, *, kind: Kind | None = None, state: State | None = None) -> int:
         clauses, params = [], [self.user]
         if kind is not None:
-            clauses.append("kind = %s")
-            params.append(kind.value)
+            # written out, so that the planner sees a summary's kind is not a turn's and reads the
+            # summaries' own index (migration 9); a kind's value is a plain word
+            clauses.append(f"kind = '{Kind(kind).value}'")
         if state is not None:
             clauses.append("state = %s")
             params.append(state.value)
