@@ -322,6 +322,7 @@ class PostingsCache:
         self.most = most
         self._users: OrderedDict[str, _UserPostings] = OrderedDict()
         self._lock = threading.Lock()
+        self._first: dict[str, threading.Lock] = {}  # a user's first search, under way
 
     def read(
         self,
@@ -341,36 +342,55 @@ class PostingsCache:
             entry = self._users.get(user)
             if entry is not None:
                 self._users.move_to_end(user)
-        if entry is not None:
-            with entry.lock:
-                lows = [entry.terms[t][0] if t in entry.terms else 0 for t in terms]
-                got = fetch(list(zip(terms, lows)))
-                if got is None:
-                    return None
-                version, last, counts, new = got
-                if version == entry.version and all(low <= last for low in lows):
-                    for t, low, fresh in zip(terms, lows, new):
-                        old = entry.terms[t][1] if t in entry.terms else _NO_POSTINGS
-                        # most terms have none new since the last search: a common word's
-                        # postings (hundreds of thousands) are then not copied again
-                        entry.terms[t] = (
-                            max(low, last),
-                            np.concatenate([old, fresh]) if len(old) and len(fresh) else fresh if len(fresh) else old,
-                        )
-                        entry.size += len(fresh)
-                    arrays = [entry.terms[t][1] for t in terms]
-                    kept = True
-                else:
-                    kept = False
+                first = None
+            else:  # the first search of this user: others wait for it, then read what it lacks
+                first = self._first.setdefault(user, threading.Lock())
+        if first is not None:
+            with first:
+                with self._lock:
+                    entry = self._users.get(user)
+                if entry is None:
+                    try:
+                        return self._read_whole(user, terms, fetch)
+                    finally:
+                        with self._lock:
+                            self._first.pop(user, None)
+        assert entry is not None
+        with entry.lock:
+            lows = [entry.terms[t][0] if t in entry.terms else 0 for t in terms]
+            got = fetch(list(zip(terms, lows)))
+            if got is None:
+                return None
+            version, last, counts, new = got
+            kept = version == entry.version and all(low <= last for low in lows)
             if kept:
-                self._bound()
-                return counts, arrays
-            if not any(lows):  # read whole already, at the version that replaces the kept one
-                self._take(user, version, last, dict(zip(terms, new)))
-                return counts, new
-            with self._lock:  # kept at another version, or ahead of the database: read again
-                if self._users.get(user) is entry:
-                    del self._users[user]
+                for t, low, fresh in zip(terms, lows, new):
+                    old = entry.terms[t][1] if t in entry.terms else _NO_POSTINGS
+                    # most terms have none new since the last search: a common word's
+                    # postings (hundreds of thousands) are then not copied again
+                    entry.terms[t] = (
+                        max(low, last),
+                        np.concatenate([old, fresh]) if len(old) and len(fresh) else fresh if len(fresh) else old,
+                    )
+                    entry.size += len(fresh)
+                arrays = [entry.terms[t][1] for t in terms]
+        if kept:
+            self._bound()
+            return counts, arrays
+        if not any(lows):  # read whole already, at the version that replaces the kept one
+            self._take(user, version, last, dict(zip(terms, new)))
+            return counts, new
+        with self._lock:  # kept at another version, or ahead of the database: read again
+            if self._users.get(user) is entry:
+                del self._users[user]
+        return self._read_whole(user, terms, fetch)
+
+    def _read_whole(
+        self,
+        user: str,
+        terms: Sequence[str],
+        fetch: Callable[[Sequence[tuple[str, int]]], tuple[tuple, int, tuple, list[np.ndarray]] | None],
+    ) -> tuple[tuple, list[np.ndarray]] | None:
         got = fetch([(t, 0) for t in terms])
         if got is None:
             return None
