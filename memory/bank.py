@@ -383,13 +383,15 @@ class MemoryBank:
             raise ValueError(f"replies must be 'now', 'later' or 'queued', not {replies!r}")
         u = self.user_store(user)
         records: list[MemoryRecord] = []
+        # each day's turns in the order given: the store puts a turn after the day's turns in its
+        # write transaction (the day's next free place, read under the user's lock), so no place
+        # is asked for beforehand (a round trip that another worker's write could make stale)
         positions: dict[date, int] = {}
         for i, (query, response, when) in enumerate(turns):
             if not (query or "").strip() and not (response or "").strip():
                 continue
             day = when.date()
-            if day not in positions:
-                positions[day] = u.next_position(day)
+            positions.setdefault(day, 0)
             rated = rate_importance(query) if importance is None else min(1.0, max(0.0, float(importance)))
             rec = MemoryRecord(
                 user=user,

@@ -64,7 +64,8 @@ class Database:
     server's default). Without it (``synchronous_commit = off`` on the pool's connections) a
     commit returns once written: a crash of the server or its machine may lose the last moments'
     commits (at most three WAL writer delays, 0.6 s by default), never leave half of one or a
-    damaged database; a crash of the app loses nothing."""
+    damaged database; a crash of the app loses nothing. ``settings``: server settings (name:
+    value) every connection of the pool starts with, for statements that need them."""
 
     def __init__(
         self,
@@ -76,6 +77,7 @@ class Database:
         timeout_s: float = 10.0,
         schema: str | None = None,
         wait_for_flush: bool = True,
+        settings: dict[str, str] | None = None,
     ):
         if not is_postgres_url(url):
             raise ValueError(
@@ -89,6 +91,7 @@ class Database:
         self.vectors = vectors
         self.schema = schema
         self.wait_for_flush = wait_for_flush
+        self.settings = dict(settings or {})
         self._check_reachable()
         if vectors:
             self._ensure_pgvector()
@@ -143,6 +146,8 @@ class Database:
     def _configure(self, con: psycopg.Connection) -> None:
         if not self.wait_for_flush:
             con.execute("SET synchronous_commit = off")
+        for name, value in self.settings.items():
+            con.execute("SELECT set_config(%s, %s, false)", (name, value))
         if self.schema:  # this component's tables in a schema of their own
             con.execute(psycopg.sql.SQL("SET search_path TO {}, public").format(psycopg.sql.Identifier(self.schema)))
         if self.vectors:

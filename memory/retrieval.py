@@ -239,6 +239,14 @@ def _talk_lexical_side(store: UserStore, terms: list[str], config: RetrievalConf
     return [(h.id, h.score) for h in hits]
 
 
+def _talk_side(
+    store: UserStore, tokenizer: Tokenizer, talk: Sequence[TalkLine], query: str, config: RetrievalConfig
+) -> tuple[list[str], list[tuple[int, float]]]:
+    """The conversation's words (``_talk_terms``) and their ranked matches."""
+    words = _talk_terms(tokenizer, talk, query, config)
+    return words, (_talk_lexical_side(store, words, config) if words else [])
+
+
 def _search_sides(
     store: UserStore,
     tokenizer: Tokenizer,
@@ -258,20 +266,23 @@ def _search_sides(
     The lexical side does not need the query vector: it runs on another thread while the query is
     embedded (both leave Python's lock: SQLite while it searches, the embedder in its C / PyTorch
     engine), so that on two cores a turn waits for the slower of the two, not for both."""
-    words = _talk_terms(tokenizer, talk, query, config) if config.talk_lexical_weight > 0 else []
     pending = (
         workers.submit(_lexical_side, store, tokenizer, query, config, named_days)
         if query_vector is None and workers is not None
         else None
     )
-    talk_pending = workers.submit(_talk_lexical_side, store, words, config) if words and workers else None
+    # the conversation's words are picked on that other thread too (a tagger's work for Chinese)
+    talks = bool(talk) and config.talk_lexical_weight > 0
+    talk_pending = workers.submit(_talk_side, store, tokenizer, talk, query, config) if talks and workers else None
     qvec = embed_query(embedder, query) if query_vector is None else query_vector
     tvec = _talk_vector(embedder, talk, config)
     ranked = pending.result() if pending is not None else _lexical_side(store, tokenizer, query, config, named_days)
+    words: list[str] = []
+    talk_ranked: list[tuple[int, float]] = []
     if talk_pending is not None:
-        talk_ranked = talk_pending.result()
-    else:
-        talk_ranked = _talk_lexical_side(store, words, config) if words else []
+        words, talk_ranked = talk_pending.result()
+    elif talks:
+        words, talk_ranked = _talk_side(store, tokenizer, talk, query, config)
     # the lexical candidates' rows are read on the other core while FAISS searches (it leaves
     # Python's lock), not while the query is embedded: the embedding holds the lock between its
     # kernels, and the read would slow it by as much as it saves
@@ -289,7 +300,9 @@ def _search_sides(
     extra = 0
     more = config.sentence_candidates if config.use_sentences else 0
     asked = (config.candidates + more) * (2 if config.use_replies else 1) * (2 if config.use_sentences else 1)
-    for hit in store.dense(_cue_mix(qvec, tvec, config), asked):
+    # without sentences, the hits are read only until ``candidates`` turns are found
+    distinct = None if config.use_sentences else config.candidates
+    for hit in store.dense(_cue_mix(qvec, tvec, config), asked, distinct=distinct):
         if hit.side == Side.REPLY and not config.use_replies or hit.id in found:
             continue
         if hit.side == Side.SENTENCE and not config.use_sentences:

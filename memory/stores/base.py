@@ -234,7 +234,12 @@ class UserStore(Protocol):
     # -- writes
     def insert(
         self, records: Sequence[MemoryRecord], vectors: np.ndarray | None, *, keep_ids: bool = False
-    ) -> list[MemoryRecord]: ...
+    ) -> list[MemoryRecord]:
+        """The records stored, with their new ids: a turn goes at its position or, where that is
+        lower, at the day's next free place, settled in the write's transaction (each turn of a
+        batch after the one before it). ``keep_ids``: ids and places kept as they are (a copy)."""
+        ...
+
     def replace_text(self, rid: int, text: str, vector: np.ndarray | None, **fields: Any) -> None: ...
     def update_forgetting(self, records: Iterable[MemoryRecord]) -> None: ...
     def set_state(self, ids: Sequence[int], state: State, when: datetime | None = None) -> int: ...
@@ -301,8 +306,13 @@ class UserStore(Protocol):
         ...
 
     # -- searches (both tiers: retrieval tells active and archived apart)
-    def dense(self, query: np.ndarray, k: int) -> list[SearchHit]:
-        """The ``k`` vectors closest to ``query`` (a memory's own and turns' replies), best first."""
+    def dense(self, query: np.ndarray, k: int, *, distinct: int | None = None) -> list[SearchHit]:
+        """The ``k`` vectors closest to ``query`` (a memory's own and turns' replies), best first.
+        ``distinct``: the caller reads the hits only until it has found that many distinct
+        memories among its own and reply hits (it skips sentence hits), so a store may leave out
+        an own or reply hit past that side's ``distinct``-th: one side finds a memory at most
+        once, so such a hit comes after ``distinct`` memories were found. What the caller
+        reads is then the same."""
         ...
 
     def lexical(self, terms: Sequence[str], limit: int) -> list[SearchHit]:

@@ -261,7 +261,16 @@ def _m8(cur: psycopg.Cursor) -> None:
     )
 
 
-MIGRATIONS = [_m1, _m2, _m3, _m4, _m5, _m6, _m7, _m8]
+def _m9(cur: psycopg.Cursor) -> None:
+    # a user's summaries by kind (the global ones have no day): a chat turn reads the two global
+    # summaries for its prompt, each a walk of the user's whole (owner, state, kind) index before
+    # (a user's turns are most of their rows); a turn's row is not in it
+    cur.execute(
+        "CREATE INDEX IF NOT EXISTS memories_owner_summaries ON memories (owner, kind, day) WHERE kind <> 'turn'"
+    )
+
+
+MIGRATIONS = [_m1, _m2, _m3, _m4, _m5, _m6, _m7, _m8, _m9]
 
 
 def as_array(value) -> np.ndarray | None:
@@ -313,46 +322,109 @@ class PostingsCache:
         self.most = most
         self._users: OrderedDict[str, _UserPostings] = OrderedDict()
         self._lock = threading.Lock()
+        self._first: dict[str, threading.Lock] = {}  # a user's first search, under way
 
     def read(
         self,
         user: str,
-        version: tuple,
-        last: int,
         terms: Sequence[str],
-        fetch: Callable[[Sequence[tuple[str, int]], int], list[np.ndarray]],
-    ) -> list[np.ndarray]:
-        """The postings of ``terms`` (ids up to ``last``), fetching what is missing with
-        ``fetch([(term, above id), ...], last)``."""
+        fetch: Callable[[Sequence[tuple[str, int]]], tuple[tuple, int, tuple, list[np.ndarray]] | None],
+    ) -> tuple[tuple, list[np.ndarray]] | None:
+        """The postings of ``terms`` and the user's lexical counts, all of one moment of the user:
+        ``fetch([(term, above id), ...])`` reads, in one statement, the user's row (its version,
+        ``last_id`` and counts) and each term's postings above the id given, up to that
+        ``last_id``; it returns (version, last id, counts, postings) or None without a row. The
+        ids given are those up to which the postings kept are complete, so that a term is read
+        whole only once; a version other than the one kept (postings went away, or the user was
+        made again) has every term read whole again. Returns (counts, postings), None without a
+        row."""
+        with self._lock:
+            entry = self._users.get(user)
+            if entry is not None:
+                self._users.move_to_end(user)
+                first = None
+            else:  # the first search of this user: others wait for it, then read what it lacks
+                first = self._first.setdefault(user, threading.Lock())
+        if first is not None:
+            with first:
+                with self._lock:
+                    entry = self._users.get(user)
+                if entry is None:
+                    try:
+                        return self._read_whole(user, terms, fetch)
+                    finally:
+                        with self._lock:
+                            self._first.pop(user, None)
+        assert entry is not None
+        with entry.lock:
+            lows = [entry.terms[t][0] if t in entry.terms else 0 for t in terms]
+            got = fetch(list(zip(terms, lows)))
+            if got is None:
+                return None
+            version, last, counts, new = got
+            kept = version == entry.version and all(low <= last for low in lows)
+            if kept:
+                for t, low, fresh in zip(terms, lows, new):
+                    old = entry.terms[t][1] if t in entry.terms else _NO_POSTINGS
+                    # most terms have none new since the last search: a common word's
+                    # postings (hundreds of thousands) are then not copied again
+                    entry.terms[t] = (
+                        max(low, last),
+                        np.concatenate([old, fresh]) if len(old) and len(fresh) else fresh if len(fresh) else old,
+                    )
+                    entry.size += len(fresh)
+                arrays = [entry.terms[t][1] for t in terms]
+        if kept:
+            self._bound()
+            return counts, arrays
+        if not any(lows):  # read whole already, at the version that replaces the kept one
+            self._take(user, version, last, dict(zip(terms, new)))
+            return counts, new
+        with self._lock:  # kept at another version, or ahead of the database: read again
+            if self._users.get(user) is entry:
+                del self._users[user]
+        return self._read_whole(user, terms, fetch)
+
+    def _read_whole(
+        self,
+        user: str,
+        terms: Sequence[str],
+        fetch: Callable[[Sequence[tuple[str, int]]], tuple[tuple, int, tuple, list[np.ndarray]] | None],
+    ) -> tuple[tuple, list[np.ndarray]] | None:
+        got = fetch([(t, 0) for t in terms])
+        if got is None:
+            return None
+        version, last, counts, new = got
+        self._take(user, version, last, dict(zip(terms, new)))
+        return counts, new
+
+    def _take(self, user: str, version: tuple, last: int, terms: dict[str, np.ndarray]) -> None:
+        """Whole postings of ``terms`` (ids up to ``last``) read at ``version``, which replaces
+        the version kept."""
         with self._lock:
             entry = self._users.get(user)
             if entry is None or entry.version != version:
                 entry = self._users[user] = _UserPostings(version)
             self._users.move_to_end(user)
         with entry.lock:
-            wanted = [(t, entry.terms[t][0] if t in entry.terms else 0) for t in terms]
-            wanted = [(t, low) for t, low in wanted if low < last]
-            if any(entry.terms[t][0] > last for t in terms if t in entry.terms):
-                entry.terms.clear()  # ahead of the database: read again
-                entry.size = 0
-                wanted = [(t, 0) for t in terms]
-            if wanted:
-                for (t, _), new in zip(wanted, fetch(wanted, last)):
-                    old = entry.terms[t][1] if t in entry.terms else _NO_POSTINGS
-                    # most terms have none new since the last turn: a common word's postings
-                    # (hundreds of thousands) are then not copied again
-                    entry.terms[t] = (
-                        last,
-                        np.concatenate([old, new]) if len(old) and len(new) else new if len(new) else old,
-                    )
-                    entry.size += len(new)
-            arrays = [entry.terms[t][1] if t in entry.terms else _NO_POSTINGS for t in terms]
+            self._keep(entry, last, terms)
+        self._bound()
+
+    def _bound(self) -> None:
         with self._lock:
             total = sum(u.size for u in self._users.values())
             while total > self.most and len(self._users) > 1:
                 _, gone = self._users.popitem(last=False)
                 total -= gone.size
-        return arrays
+
+    @staticmethod
+    def _keep(entry: _UserPostings, last: int, terms: dict[str, np.ndarray]) -> None:
+        """Each term not held, or held up to a lower id, takes its postings up to ``last``."""
+        for t, postings in terms.items():
+            held = entry.terms.get(t)
+            if held is None or held[0] < last:
+                entry.size += len(postings) - (len(held[1]) if held is not None else 0)
+                entry.terms[t] = (last, postings)
 
     def fill(self, user: str, version: tuple, last: int, terms: dict[str, np.ndarray]) -> None:
         """Every posting of ``user`` with an id up to ``last``, read in one snapshot of the user
@@ -367,11 +439,7 @@ class PostingsCache:
                 return
             self._users.move_to_end(user)
         with entry.lock:
-            for t, postings in terms.items():
-                held = entry.terms.get(t)
-                if held is None or held[0] < last:
-                    entry.size += len(postings) - (len(held[1]) if held is not None else 0)
-                    entry.terms[t] = (last, postings)
+            self._keep(entry, last, terms)
 
     def forget(self, user: str) -> None:
         with self._lock:
@@ -944,8 +1012,9 @@ class PgUserStore:
         clauses: list[str] = []
         params: list[object] = []
         if kind is not None:
-            clauses.append("kind = %s")
-            params.append(kind.value)
+            # written out, so that the planner sees a summary's kind is not a turn's and reads the
+            # summaries' own index (migration 9); a kind's value is a plain word
+            clauses.append(f"kind = '{Kind(kind).value}'")
         if state is not None:
             clauses.append("state = %s")
             params.append(state.value)
@@ -959,13 +1028,26 @@ class PgUserStore:
             if newest_first
             else 'day, kind COLLATE "C", position, id'
         )
+        if kind == Kind.TURN and days is not None and len(days) == 1 and limit is None:
+            # one day's turns (a chat turn reads today's): their vectors come with the rows read
+            # anyway, for the conversation's cue, which asks for them next on this thread
+            # (``vectors_and_replies``: a round trip fewer before the reply)
+            rows = self.db.fetchall(
+                f"SELECT {_COLUMNS}, vector_send({_OWN}), vector_send(reply_embedding) FROM {_MEMORY_ROWS}"
+                f" WHERE owner = %s AND ({' AND '.join(clauses)}) ORDER BY {order}",
+                (self.user, *params),
+                binary=True,
+            )
+            self._read_ahead.kept = (time.monotonic(), self._writes, {int(r[0]): (r[-2], r[-1]) for r in rows})
+            return [record_from_row(self.user, r[:-2]) for r in rows]
         return self._select(" AND ".join(clauses) or "true", params, order, limit, offset)
 
     def count(self, *, kind: Kind | None = None, state: State | None = None) -> int:
         clauses, params = [], [self.user]
         if kind is not None:
-            clauses.append("kind = %s")
-            params.append(kind.value)
+            # written out, so that the planner sees a summary's kind is not a turn's and reads the
+            # summaries' own index (migration 9); a kind's value is a plain word
+            clauses.append(f"kind = '{Kind(kind).value}'")
         if state is not None:
             clauses.append("state = %s")
             params.append(state.value)
@@ -1070,9 +1152,9 @@ class PgUserStore:
         return self._rows_beside(ids, _PLACE_COLUMNS, " JOIN mem_recall r ON r.owner = m.owner AND r.id = m.id")
 
     def vectors_and_replies(self, ids: Sequence[int]) -> tuple[np.ndarray, np.ndarray]:
-        """From what ``around`` read just before on this thread when it holds every one of
-        ``ids`` (the same moment's rows and vectors, and no write through this store since),
-        else read."""
+        """From what ``around`` or ``records`` of one day's turns read just before on this
+        thread when it holds every one of ``ids`` (the same moment's rows and vectors, and no
+        write through this store since), else read."""
         kept, self._read_ahead.kept = getattr(self._read_ahead, "kept", None), None
         if kept is not None and kept[1] == self._writes and time.monotonic() - kept[0] < _READ_AHEAD_S:
             sent = kept[2]
@@ -1154,13 +1236,10 @@ class PgUserStore:
         terms = list(dict.fromkeys(terms))
         if not terms or limit <= 0:
             return []
-        row = self.db.fetchone(
-            "SELECT last_id, lex_docs, lex_tokens, lex_epoch, created_at FROM mem_users WHERE name = %s", (self.user,)
-        )
-        if row is None:
+        got = self.stores.postings.read(self.user, terms, self._fetch_postings)
+        if got is None:
             return []
-        last, docs, tokens = int(row[0]), float(row[1]), float(row[2])
-        arrays = self.stores.postings.read(self.user, (row[4], int(row[3])), last, terms, self._fetch_postings)
+        (docs, tokens), arrays = got
         if not any(len(a) for a in arrays):
             return []
         term: np.ndarray = np.repeat(np.arange(len(arrays)), [len(a) for a in arrays])  # each posting's term
@@ -1169,14 +1248,13 @@ class PgUserStore:
     def documents_with(self, terms: Sequence[str]) -> tuple[int, list[int]]:
         """From the postings ``lexical`` reads (and the worker keeps): a posting per memory and term."""
         wanted = list(dict.fromkeys(terms))
-        row = self.db.fetchone(
-            "SELECT last_id, lex_docs, lex_epoch, created_at FROM mem_users WHERE name = %s", (self.user,)
-        )
-        if row is None or not wanted:
-            return (int(row[1]) if row is not None else 0), [0] * len(terms)
-        arrays = self.stores.postings.read(self.user, (row[3], int(row[2])), int(row[0]), wanted, self._fetch_postings)
+        got = self.stores.postings.read(self.user, wanted, self._fetch_postings) if wanted else None
+        if got is None:
+            row = self.db.fetchone("SELECT lex_docs FROM mem_users WHERE name = %s", (self.user,))
+            return (int(row[0]) if row is not None else 0), [0] * len(terms)
+        (docs, _tokens), arrays = got
         held = {t: len(a) for t, a in zip(wanted, arrays)}
-        return int(row[1]), [held[t] for t in terms]
+        return int(docs), [held[t] for t in terms]
 
     def _warm_postings(self) -> None:
         try:
@@ -1198,45 +1276,64 @@ class PgUserStore:
         terms = {r[0]: np.frombuffer(r[4], _POSTING).astype(_KEPT) for r in rows if r[0] is not None}
         self.stores.postings.fill(self.user, (head[3], int(head[2])), int(head[1]), terms)
 
-    def _fetch_postings(self, wanted: Sequence[tuple[str, int]], last: int) -> list[np.ndarray]:
-        """The postings of each (term, above id) in ``wanted`` with ids up to ``last``: per term,
-        packed into one bytea (memory id int8, tf int4, dl int4, big-endian), a value per term
-        instead of a row per posting."""
+    def _fetch_postings(
+        self, wanted: Sequence[tuple[str, int]]
+    ) -> tuple[tuple, int, tuple[float, float], list[np.ndarray]] | None:
+        """The user's row and the postings of each (term, above id) in ``wanted`` up to its
+        ``last_id``, in one statement (one moment of the user, one round trip): (the version of
+        the user's postings, ``last_id``, (document count, token total), each term's postings),
+        None without a row. A term's postings come packed into one bytea (memory id int8, tf
+        int4, dl int4, big-endian), a value per term instead of a row per posting."""
         rows = self.db.fetchall(
-            "SELECT t.i::int4, string_agg(int8send(p.memory_id) || int4send(p.tf) || int4send(p.dl), ''::bytea)"
-            " FROM unnest(%s::text[], %s::bigint[]) WITH ORDINALITY AS t(term, low, i)"
-            " JOIN lex_postings p ON p.owner = %s AND p.term = t.term AND p.memory_id > t.low AND p.memory_id <= %s"
-            " GROUP BY t.i",
-            ([t for t, _ in wanted], [low for _, low in wanted], self.user, last),
+            "WITH u AS (SELECT last_id, lex_docs, lex_tokens, lex_epoch, created_at FROM mem_users WHERE name = %(u)s)"
+            " SELECT 0::int4, last_id, lex_docs, lex_tokens, lex_epoch, created_at, NULL::bytea FROM u UNION ALL"
+            " SELECT t.i::int4, NULL, NULL, NULL, NULL, NULL,"
+            " string_agg(int8send(p.memory_id) || int4send(p.tf) || int4send(p.dl), ''::bytea)"
+            " FROM u CROSS JOIN unnest(%(terms)s::text[], %(lows)s::bigint[]) WITH ORDINALITY AS t(term, low, i)"
+            " JOIN lex_postings p ON p.owner = %(u)s AND p.term = t.term AND p.memory_id > t.low"
+            " AND p.memory_id <= u.last_id GROUP BY t.i",
+            {"u": self.user, "terms": [t for t, _ in wanted], "lows": [low for _, low in wanted]},
             binary=True,
         )
-        packed = {int(i): data for i, data in rows}
-        return [
+        head = next((r for r in rows if r[0] == 0), None)
+        if head is None:
+            return None
+        packed = {int(r[0]): r[6] for r in rows if r[0] != 0}
+        arrays = [
             np.frombuffer(packed[i], _POSTING).astype(_KEPT) if i in packed else _NO_POSTINGS
             for i in range(1, len(wanted) + 1)
         ]
+        return (head[5], int(head[4])), int(head[1]), (float(head[2]), float(head[3])), arrays
 
     # -- dense --------------------------------------------------------------------------------
-    def dense(self, query: np.ndarray, k: int) -> list[SearchHit]:
+    def dense(self, query: np.ndarray, k: int, *, distinct: int | None = None) -> list[SearchHit]:
         """The ``k`` vectors closest to ``query`` over every memory of the user (both tiers):
         their own vectors, turns' reply vectors and long turns' sentence vectors. Exact, or through the user's partial HNSW
         indexes once they have them (the user's name is a literal in the SQL so that the indexes'
-        predicate matches, and sorting is ruled out so that the planner takes them)."""
+        predicate matches, and sorting is ruled out so that the planner takes them).
+
+        ``distinct`` (see ``UserStore.dense``): the walk of the own and reply graphs returns its
+        hits at most ``distinct`` deep. Each hit a graph scan returns is a row fetched from the
+        table (a page read each, most of a search's time after the walk); the walk itself, with
+        the same ``ef_search``, is the same, and so are the hits it returns first, in the same
+        order. The exact searches (no graph) read ``k``: a sort of another length may order
+        equal distances otherwise."""
         q = np.asarray(query, dtype=np.float32).reshape(-1)
-        params = {"q": q, "k": int(k)}
+        graphs = self.stores.uses_hnsw(self.user)
+        params = {"q": q, "k": int(k), "deep": int(min(k, distinct)) if distinct is not None and graphs else int(k)}
         # own vectors in the graph's column and those still waiting to join it (exact, through
         # the partial index that holds only them); the reply vectors and the sentence vectors,
         # each branch through its own index
         own = sql.SQL(" UNION ALL ").join(
-            [self._dense_part("embedding", Side.OWN), self._dense_part("pending_embedding", Side.OWN)]
+            [self._dense_part("embedding", Side.OWN, limit="deep"), self._dense_part("pending_embedding", Side.OWN)]
         )
         reply = sql.SQL(" UNION ALL ").join(
             [
-                self._dense_part("reply_embedding", Side.REPLY),
+                self._dense_part("reply_embedding", Side.REPLY, limit="deep"),
                 self._dense_part("embedding", Side.SENTENCE, "mem_sentences", "memory_id"),
             ]
         )
-        if self.stores.uses_hnsw(self.user):
+        if graphs:
             # the two graphs searched at once, each on a connection of its own (one backend
             # walks one graph: one after the other, a search costs the sum of the two walks);
             # each with its settings and the search sent together (a pipeline: one round trip).
@@ -1250,10 +1347,13 @@ class PgUserStore:
         out.sort(key=lambda h: -h.score)
         return out[:k]
 
-    def _dense_part(self, column: str, side: Side, table: str = "memories", rid: str = "id") -> sql.Composed:
+    def _dense_part(
+        self, column: str, side: Side, table: str = "memories", rid: str = "id", limit: str = "k"
+    ) -> sql.Composed:
         part = "(SELECT {id}, {side}, -({col}::vector({dim}) <#> %(q)s) AS s FROM {table} WHERE owner = {owner}"
-        part += " AND {col} IS NOT NULL ORDER BY {col}::vector({dim}) <#> %(q)s LIMIT %(k)s)"
+        part += " AND {col} IS NOT NULL ORDER BY {col}::vector({dim}) <#> %(q)s LIMIT %({limit})s)"
         return sql.SQL(part).format(
+            limit=sql.SQL(limit),
             id=sql.Identifier(rid),
             table=sql.Identifier(table),
             side=sql.Literal(side.value),
@@ -1263,10 +1363,14 @@ class PgUserStore:
         )
 
     def _graph_search(self, statement: sql.Composed, params: dict) -> list[tuple]:
-        with self.db.connection() as con, con.pipeline(), con.transaction():
-            con.execute(f"SET LOCAL hnsw.ef_search = {max(HNSW_EF_SEARCH, int(params['k']))}")
-            con.execute("SET LOCAL enable_sort = off")
-            return con.execute(statement, params).fetchall()
+        """``statement`` on a connection of the graph searches (see ``PostgresStores.graphs``),
+        with a longer candidate list for the graph where more hits are asked for."""
+        with self.stores.graphs.connection() as con:
+            if int(params["k"]) <= HNSW_EF_SEARCH:
+                return con.execute(statement, params).fetchall()
+            with con.pipeline(), con.transaction():
+                con.execute(f"SET LOCAL hnsw.ef_search = {int(params['k'])}")
+                return con.execute(statement, params).fetchall()
 
     def vector_count(self) -> int:
         return int(
@@ -1300,12 +1404,22 @@ class PostgresStores:
         # storing), and a crash of the server or its machine may lose the last moments' writes,
         # never corrupt them. ``wait_for_flush`` keeps the server's own setting instead
         self.db = Database(url, max_size=pool_size, wait_for_flush=wait_for_flush)
+        # the graph searches' own connections, which keep the settings they need (the graph's
+        # candidate list, and no sort, so that the planner takes the graph): a search is then
+        # one statement, not a transaction that sets them first and a commit after
+        self.graphs = Database(
+            url,
+            max_size=4,
+            wait_for_flush=wait_for_flush,
+            settings={"hnsw.ef_search": str(HNSW_EF_SEARCH), "enable_sort": "off"},
+        )
         try:
             # the step that writes postings makes their terms with this database's tokenizer
             steps = [functools.partial(_m2, tokenizer=self.tokenizer) if s is _m2 else s for s in MIGRATIONS]
             self.db.migrate("memory", steps)
         except BaseException:
             self.db.close()
+            self.graphs.close()
             raise
         self.hnsw_min = hnsw_min
         self.build_hnsw_in_background = build_hnsw_in_background
@@ -1353,6 +1467,7 @@ class PostgresStores:
         self.indexing.shutdown(wait=True)
         self.searches.shutdown(wait=True)
         self.db.close()
+        self.graphs.close()
 
     # -- the dense index of big users ---------------------------------------------------------
     def has_hnsw(self, user: str) -> bool:

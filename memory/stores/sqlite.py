@@ -230,7 +230,8 @@ class SqliteUserStore:
                 )
             return self._index
 
-    def dense(self, query: np.ndarray, k: int) -> list[SearchHit]:
+    def dense(self, query: np.ndarray, k: int, *, distinct: int | None = None) -> list[SearchHit]:
+        # one index holds every side: its k best are read whatever ``distinct`` allows
         return [
             SearchHit((vid - SENTENCE_ID_BASE) // SENTENCE_SLOTS, Side.SENTENCE, score)
             if vid >= SENTENCE_ID_BASE

@@ -54,6 +54,34 @@ def test_two_banks_share_one_database_without_stale_caches(pg_url, e5_embedder):
         b.close()
 
 
+def test_a_days_turns_come_with_their_vectors_for_the_conversations_cue(pg_url, e5_embedder, monkeypatch):
+    """A day's turns (read as a chat turn reads today's) bring their vectors along: the talk's
+    ``vectors_and_replies`` that follows on the same thread takes them without a read, the same
+    records and vectors as read apart; after a write it reads them again."""
+    bank = MemoryBank(PostgresStores(pg_url), e5_embedder)
+    try:
+        fill(bank, "amy")
+        bank.settle()
+        store = bank.user_store("amy")
+        day = T0.date()
+        both = store.records(kind=Kind.TURN, days=[day, day + timedelta(days=9)])  # read without vectors
+        today = store.records(kind=Kind.TURN, day=day)
+        assert today == both and len(today) == 2
+        ids = [t.stored_id for t in today]
+        own, reply = store.vectors(ids), store.vectors(ids, column="reply_vector")
+        store.records(kind=Kind.TURN, day=day)
+        with monkeypatch.context() as m:
+            m.setattr(store.db, "fetchall", None)  # nothing read: what came with the turns
+            kept = store.vectors_and_replies(ids)
+        assert np.array_equal(kept[0], own) and np.array_equal(kept[1], reply) and reply.any()
+        store.records(kind=Kind.TURN, day=day)
+        bank.add_turn("amy", "one more", "yes", T0 + timedelta(hours=1))
+        again = store.vectors_and_replies(ids)  # a write since: read again
+        assert np.array_equal(again[0], own) and np.array_equal(again[1], reply)
+    finally:
+        bank.close()
+
+
 # a memory's row as schemas 2 to 5 held it (the recall fields in ``memories``)
 _OLD_ROW = (
     "INSERT INTO memories (owner, id, kind, text, query, response, day, position, created_at, strength,"
@@ -227,6 +255,40 @@ def test_big_user_gets_a_partial_hnsw_index_with_the_same_top_hits(pg_url, e5_em
         bank.close()
 
 
+def _first_memories(hits, n: int) -> list[tuple[int, str, float]]:
+    """The first ``n`` distinct memories of own and reply hits, as retrieval reads them."""
+    found: list[tuple[int, str, float]] = []
+    for h in hits:
+        if h.side != Side.SENTENCE and h.id not in {f[0] for f in found} and len(found) < n:
+            found.append((h.id, h.side.value, h.score))
+    return found
+
+
+def test_a_graph_search_read_to_the_distinct_memories_wanted_finds_the_same_ones(pg_url, e5_embedder):
+    """``dense(k, distinct=n)`` reads each graph's hits only n deep: the first n distinct
+    memories, their sides and scores are those of the full ``k`` hits, through the graphs."""
+    stores = PostgresStores(pg_url, hnsw_min=300, build_hnsw_in_background=False)
+    bank = MemoryBank(stores, e5_embedder)
+    try:
+        store, vecs = big_user(bank, e5_embedder.dim)
+        # reply vectors near some own vectors: memories found by both sides, as turns are
+        rng = np.random.default_rng(1)
+        replies = vecs[:300] + 0.5 * rng.standard_normal((300, e5_embedder.dim)).astype(np.float32)
+        replies /= np.linalg.norm(replies, axis=1, keepdims=True)
+        ids = [r.stored_id for r in store.records()][:300]
+        store.set_vectors(ids, replies, column="reply_vector")
+        assert stores.maybe_build_hnsw("big", e5_embedder.dim, wait=True) and stores.uses_hnsw("big")
+        for q in [*vecs[:10], *replies[:10]]:
+            full = store.dense(q, 60)
+            read = store.dense(q, 60, distinct=20)
+            assert len(full) == 60 and len(read) <= 40  # each graph read 20 deep
+            assert _first_memories(read, 20) == _first_memories(full, 20)
+            assert len(_first_memories(full, 20)) == 20
+        bank.delete_user("big")
+    finally:
+        bank.close()
+
+
 def test_a_big_users_new_turn_is_found_while_its_vector_waits_for_the_graph(pg_url, e5_embedder):
     """A chat turn of a user searched through HNSW is stored without waiting for the graph: its
     own vector waits in the row until the reply worker's update (a turn with a reply) or the
@@ -332,12 +394,17 @@ def test_memories_are_committed_without_waiting_for_the_disk_and_accounts_with(p
     """The memory store's commits are as durable as the SQLite store's (synchronous=NORMAL):
     they do not wait for the flush; other components' (the accounts) keep the server's default."""
     from memory.pg_db import Database
+    from memory.stores import postgres
 
     stores = PostgresStores(pg_url)
     other = Database(pg_url, vectors=False)
     durable = PostgresStores(pg_url, wait_for_flush=True)  # the operator's choice (docs/deploy.md)
     try:
         assert stores.db.fetchone("SHOW synchronous_commit") == ("off",)
+        # the graph searches' settings stay on their own connections
+        assert stores.graphs.fetchone("SHOW enable_sort") == ("off",)
+        assert stores.graphs.fetchone("SHOW hnsw.ef_search") == (str(postgres.HNSW_EF_SEARCH),)
+        assert stores.db.fetchone("SHOW enable_sort") == ("on",)
         assert other.fetchone("SHOW synchronous_commit") == ("on",)
         assert durable.db.fetchone("SHOW synchronous_commit") == ("on",)
     finally:
