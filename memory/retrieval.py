@@ -53,6 +53,7 @@ from .dates import conversation_days, days_in_query
 from .embedders import Embedder, embed_query, embed_replies, embed_turns, normalise, turn_sentences
 from .forgetting import ForgettingPolicy
 from .lexical import Tokenizer
+from .lexical_index import K1, B
 from .records import Kind, MemoryRecord, State
 from .stores.base import PoolRows, SearchHit, Side, UserStore
 
@@ -578,12 +579,9 @@ def _bm25(store: UserStore, units: Sequence[list[str]], terms: Sequence[str]) ->
     mean = max(sum(len(u) for u in units) / len(units), 1.0)
     for n, unit in enumerate(units):
         counts = Counter(unit)
-        norm = _K1 * (1 - _B + _B * len(unit) / mean)
-        scores[n] = sum(w * counts[t] * (_K1 + 1) / (counts[t] + norm) for t, w in idf.items() if counts[t])
+        norm = K1 * (1 - B + B * len(unit) / mean)
+        scores[n] = sum(w * counts[t] * (K1 + 1) / (counts[t] + norm) for t, w in idf.items() if counts[t])
     return scores
-
-
-_K1, _B = 1.2, 0.75
 
 
 def _base_scores(
