@@ -963,6 +963,16 @@ class PgUserStore:
         )
         return np.asarray([int(r[0]) for r in rows], dtype=np.int64), self._from_sent([r[1] for r in rows])
 
+    def sentences_made(self, ids: Sequence[int]) -> dict[int, int]:
+        ids = list(dict.fromkeys(int(i) for i in ids))
+        if not ids:
+            return {}
+        rows = self.db.fetchall(
+            "SELECT id, sentences FROM memories WHERE owner = %s AND id = ANY(%s) AND sentences IS NOT NULL",
+            (self.user, ids),
+        )
+        return {int(r[0]): int(r[1]) for r in rows}
+
     def replies_pending(self, limit: int = 10_000) -> list[tuple[int, str]]:
         """(id, reply) of turns whose reply has no vector yet, oldest first."""
         return [

@@ -446,6 +446,21 @@ class SqliteUserStore:
         vectors = np.frombuffer(b"".join(blobs), dtype=np.float32).reshape(len(owners), self.dim)
         return np.asarray(owners, dtype=np.int64), vectors
 
+    def sentences_made(self, ids: Sequence[int]) -> dict[int, int]:
+        ids = list(dict.fromkeys(int(i) for i in ids))
+        made: dict[int, int] = {}
+        for start in range(0, len(ids), 500):
+            part = ids[start : start + 500]
+            with self._lock:
+                made.update(
+                    self._db.execute(
+                        f"SELECT id, sentences FROM memories WHERE id IN ({','.join('?' * len(part))})"
+                        " AND sentences IS NOT NULL",
+                        part,
+                    ).fetchall()
+                )
+        return made
+
     def replies_pending(self, limit: int = 10_000) -> list[tuple[int, str]]:
         """(id, reply) of turns whose reply has no vector yet, oldest first."""
         with self._lock:

@@ -15,6 +15,7 @@ from memory.lexical import Tokenizer
 from memory.memorybank_format import export_user
 from memory.records import Kind, MemoryRecord, State
 from memory.retrieval import RetrievalConfig
+from memory.store_copy import copy_user
 from memory.stores.base import SearchHit, Side
 
 T0 = datetime(2024, 5, 1, 9, 0)
@@ -290,6 +291,31 @@ def test_the_sentences_of_a_long_turn_are_made_after_it_and_redone_with_a_new_re
     bank.edit_text("amy", turn.id, "Nothing much happened this week. We stayed home and read books.")
     bank.settle()
     assert len(store.sentence_vectors([turn.id])[0]) == 2 + 2
+
+
+def test_a_copy_keeps_the_sentence_vectors_made(open_bank, e5_embedder, tmp_path, day1):
+    """A copy (``siliconfriend migrate-store``) takes each turn's sentence vectors where they
+    are made, and that a turn of short texts has none: nothing is left for the target to embed."""
+    config = RetrievalConfig(use_sentences=True)
+    source = open_bank(retrieval=config)
+    turn = source.add_turn("amy", "I had a long day at work. Then I cooked dinner for my parents.", LONG_REPLY, day1)
+    short = source.add_turn("amy", "Hi there", "Hello! How are you?", day1)
+    source.settle()
+    plain = open_bank()  # a worker that makes no sentence vectors: this turn's are still to make
+    pending = plain.add_turn("amy", "It rained all morning. We stayed in and played cards.", LONG_REPLY, day1)
+    plain.settle()
+    src = source.user_store("amy")
+    assert src.sentences_made([turn.id, short.id, pending.id]) == {turn.id: 2 + 4, short.id: 0}
+    target = MemoryBank(tmp_path / "copy", e5_embedder, retrieval=config)
+    try:
+        assert copy_user(source, target, "amy") == "copied"
+        dst = target.user_store("amy")
+        assert dst.sentences_made([turn.id, short.id, pending.id]) == {turn.id: 2 + 4, short.id: 0}
+        assert [p[0] for p in dst.sentences_pending()] == [pending.id]
+        owners, said = dst.sentence_vectors([turn.id, short.id])
+        assert owners.tolist() == [turn.id] * 6 and np.allclose(said, src.sentence_vectors([turn.id])[1], atol=1e-6)
+    finally:
+        target.close()
 
 
 def test_a_turn_is_stored_with_the_vector_its_retrieval_already_made(open_bank, e5_embedder, day1):
