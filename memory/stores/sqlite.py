@@ -430,36 +430,20 @@ class SqliteUserStore:
         return [(r[0], r[1], r[2]) for r in rows]
 
     def sentence_vectors(self, ids: Sequence[int]) -> tuple[np.ndarray, np.ndarray]:
-        owners: list[int] = []
-        blobs: list[bytes] = []
         ids = list(dict.fromkeys(int(i) for i in ids))
-        for start in range(0, len(ids), 500):
-            part = ids[start : start + 500]
-            with self._lock:
-                rows = self._db.execute(
-                    f"SELECT memory_id, vector FROM sentences WHERE memory_id IN ({','.join('?' * len(part))})"
-                    " ORDER BY memory_id, n",
-                    part,
-                ).fetchall()
-            owners += [r[0] for r in rows]
-            blobs += [r[1] for r in rows]
+        rows = self._rows_in(
+            "SELECT memory_id, vector FROM sentences WHERE memory_id IN ({ids}) ORDER BY memory_id, n", ids
+        )
+        owners = [r[0] for r in rows]
+        blobs = [r[1] for r in rows]
         vectors = np.frombuffer(b"".join(blobs), dtype=np.float32).reshape(len(owners), self.dim)
         return np.asarray(owners, dtype=np.int64), vectors
 
     def sentences_made(self, ids: Sequence[int]) -> dict[int, int]:
         ids = list(dict.fromkeys(int(i) for i in ids))
-        made: dict[int, int] = {}
-        for start in range(0, len(ids), 500):
-            part = ids[start : start + 500]
-            with self._lock:
-                made.update(
-                    self._db.execute(
-                        f"SELECT id, sentences FROM memories WHERE id IN ({','.join('?' * len(part))})"
-                        " AND sentences IS NOT NULL",
-                        part,
-                    ).fetchall()
-                )
-        return made
+        return dict(
+            self._rows_in("SELECT id, sentences FROM memories WHERE id IN ({ids}) AND sentences IS NOT NULL", ids)
+        )
 
     def replies_pending(self, limit: int = 10_000) -> list[tuple[int, str]]:
         """(id, reply) of turns whose reply has no vector yet, oldest first."""
@@ -567,16 +551,10 @@ class SqliteUserStore:
         dim = self.dim
         outs: list[np.ndarray] = [np.zeros((len(ids), dim), dtype=np.float32) for _ in columns]
         pos = {rid: i for i, rid in enumerate(ids)}
-        for start in range(0, len(ids), 500):
-            part = list(ids[start : start + 500])
-            with self._lock:
-                rows = self._db.execute(
-                    f"SELECT id, {', '.join(columns)} FROM memories WHERE id IN ({','.join('?' * len(part))})", part
-                ).fetchall()
-            for rid, *blobs in rows:
-                for out, blob in zip(outs, blobs):
-                    if blob is not None and len(blob) == dim * 4:
-                        out[pos[rid]] = np.frombuffer(blob, dtype=np.float32)
+        for rid, *blobs in self._rows_in(f"SELECT id, {', '.join(columns)} FROM memories WHERE id IN ({{ids}})", ids):
+            for out, blob in zip(outs, blobs):
+                if blob is not None and len(blob) == dim * 4:
+                    out[pos[rid]] = np.frombuffer(blob, dtype=np.float32)
         return outs
 
     def index_vectors_since(
@@ -702,6 +680,15 @@ class SqliteUserStore:
             cur.row_factory = None
             return cur.execute(sql, tuple(params)).fetchall()
 
+    def _rows_in(self, sql: str, ids: Sequence[int]) -> list[tuple]:
+        """``_rows`` of ``sql`` whose ``{ids}`` is the list of ``ids``' parameters, 500 ids a
+        statement, the statements' rows one after the other."""
+        rows: list[tuple] = []
+        for start in range(0, len(ids), 500):
+            part = list(ids[start : start + 500])
+            rows += self._rows(sql.format(ids=",".join("?" * len(part))), part)
+        return rows
+
     def pool(self, ids: Iterable[int]) -> PoolRows:
         """As ``around`` and ``vectors_and_replies`` over what it finds, with the vectors read in
         the same statements as the rows, and the neighbours' rows read without their texts but
@@ -710,16 +697,13 @@ class SqliteUserStore:
         found: dict[int, MemoryRecord] = {}
         blobs: dict[int, tuple[bytes | None, bytes | None]] = {}
         n = len(MEMORY_COLUMNS)
-        for start in range(0, len(wanted), 500):
-            part = wanted[start : start + 500]
-            for values in self._rows(
-                f"SELECT {_COLUMNS}, vector, reply_vector FROM memories WHERE id IN ({','.join('?' * len(part))})"
-                " ORDER BY day, kind, position, id",
-                part,
-            ):
-                rec = record_from_row(self.user, values[:n])
-                found[rec.stored_id] = rec
-                blobs[rec.stored_id] = (values[n], values[n + 1])
+        for values in self._rows_in(
+            f"SELECT {_COLUMNS}, vector, reply_vector FROM memories WHERE id IN ({{ids}}) ORDER BY day, kind, position, id",
+            wanted,
+        ):
+            rec = record_from_row(self.user, values[:n])
+            found[rec.stored_id] = rec
+            blobs[rec.stored_id] = (values[n], values[n + 1])
         places = {(r.day, r.position + d) for r in found.values() if r.kind == Kind.TURN for d in (-1, 1)}
         beside: list[Neighbour] = []
         for where, params in self._places(sorted(places)):
