@@ -47,7 +47,7 @@ from .embedders import (
 from .forgetting import EbbinghausPolicy, ForgettingPolicy
 from .importance import rate_importance
 from .lexical import Tokenizer
-from .records import Kind, MemoryRecord, State, turn_text
+from .records import GLOBAL_DAY, Kind, MemoryRecord, State, turn_text
 from .retrieval import Hit, RetrievalConfig, TalkLine, retrieve
 from .sentences import sentence_spans
 from .stores.base import MAX_USERNAME, Stores, UserStore, user_key
@@ -459,7 +459,7 @@ class MemoryBank:
         vectors = embed_documents(self._embed, [text for _, text, _, _ in items])
         ids = []
         for (kind, text, when, day), vector in zip(items, vectors):
-            day = day if kind.is_daily and day is not None else date(1970, 1, 1)
+            day = day if kind.is_daily and day is not None else GLOBAL_DAY
             existing = u.records(kind=kind, day=day)
             if existing:
                 rec = existing[0]
@@ -488,9 +488,18 @@ class MemoryBank:
         return [found[i] for i in ids]
 
     def get_summary(self, user: str, kind: Kind, day: date | None = None) -> MemoryRecord | None:
-        day = day if kind.is_daily else date(1970, 1, 1)
+        day = day if kind.is_daily else GLOBAL_DAY
         found = self.user_store(user).records(kind=kind, day=day)
         return found[0] if found else None
+
+    def global_summaries(self, user: str) -> dict[Kind, MemoryRecord]:
+        """The global summaries by kind (each as ``get_summary`` gives it), in one read: what
+        every reply's meta-prompt opens with."""
+        found: dict[Kind, MemoryRecord] = {}
+        for rec in self.user_store(user).records(day=GLOBAL_DAY):
+            if rec.kind.is_global:
+                found.setdefault(rec.kind, rec)
+        return found
 
     def summaries(self, user: str, kind: Kind) -> list[MemoryRecord]:
         return self.user_store(user).records(kind=kind)

@@ -19,8 +19,6 @@ from .bank import MemoryBank
 from .importance import rate_importance
 from .records import Kind, MemoryRecord, State
 
-GLOBAL_DAY = date(1970, 1, 1)
-
 
 class BankFormatError(ValueError):
     """A MemoryBank file that cannot be read; the message names the file and where."""

@@ -23,6 +23,10 @@ class Kind(str, enum.Enum):
         return self in (Kind.GLOBAL_EVENTS, Kind.GLOBAL_PERSONALITY)
 
 
+# the day a global summary is stored under (it has none of its own)
+GLOBAL_DAY = date(1970, 1, 1)
+
+
 class State(str, enum.Enum):
     ACTIVE = "active"
     ARCHIVED = "archived"  # forgotten: the second tier, back only on a strong cue; visible, restorable

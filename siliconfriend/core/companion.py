@@ -569,7 +569,8 @@ class Companion:
         """What fills the meta-prompt besides the memories, for ``user`` at ``now``. With a
         fine-tuned adapter that was trained with a system prompt in this language, the meta-prompt
         opens with that prompt (``trained_prompt``)."""
-        events, personality = (self.bank.get_summary(user, k) for k in (Kind.GLOBAL_EVENTS, Kind.GLOBAL_PERSONALITY))
+        found = self.bank.global_summaries(user)
+        events, personality = found.get(Kind.GLOBAL_EVENTS), found.get(Kind.GLOBAL_PERSONALITY)
         nothing = prompts.fragment("nothing_yet")
         persona = (self.settings.persona if persona is None else persona).strip()
         trained = (getattr(backend or self.backend, "system_prompts", None) or {}).get(prompts.lang, "")
@@ -689,9 +690,8 @@ class Companion:
 
     def profile(self, user: str) -> dict:
         """What the companion has made of the user: the global summaries and each day's."""
-        glob_events, glob_personality = (
-            self.bank.get_summary(user, k) for k in (Kind.GLOBAL_EVENTS, Kind.GLOBAL_PERSONALITY)
-        )
+        found = self.bank.global_summaries(user)
+        glob_events, glob_personality = found.get(Kind.GLOBAL_EVENTS), found.get(Kind.GLOBAL_PERSONALITY)
         events = {r.day: r.text for r in self.bank.summaries(user, Kind.DAILY_EVENTS)}
         persona = {r.day: r.text for r in self.bank.summaries(user, Kind.DAILY_PERSONALITY)}
         return {

@@ -508,3 +508,15 @@ def test_both_engines_rank_score_and_export_alike(tmp_path, pg_url, e5_embedder)
     finally:
         for bank in banks:
             bank.close()
+
+
+def test_the_global_summaries_in_one_read(any_bank, day1):
+    assert any_bank.global_summaries("amy") == {}
+    any_bank.add_turn("amy", "I adopted a cat", "Lovely!", day1)
+    any_bank.set_summary("amy", Kind.DAILY_EVENTS, "Amy adopted a cat.", day1, day=day1.date())
+    p = any_bank.set_summary("amy", Kind.GLOBAL_PERSONALITY, "Warm and curious.", day1)
+    assert any_bank.global_summaries("amy") == {Kind.GLOBAL_PERSONALITY: p}
+    e = any_bank.set_summary("amy", Kind.GLOBAL_EVENTS, "Amy has a cat.", day1)
+    found = any_bank.global_summaries("amy")
+    assert found == {Kind.GLOBAL_EVENTS: e, Kind.GLOBAL_PERSONALITY: p}
+    assert all(found[k].text == any_bank.get_summary("amy", k).text for k in found)
