@@ -29,7 +29,7 @@ from concurrent.futures import Executor, ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import date, datetime
 from pathlib import Path
-from typing import Callable, ContextManager, Sequence
+from typing import Callable, ContextManager, Mapping, Sequence
 
 import numpy as np
 
@@ -625,19 +625,33 @@ class MemoryBank:
     def retention(self, rec: MemoryRecord, now: datetime) -> float:
         return self.policy.retention(rec, now)
 
-    def reinforce(self, user: str, memory_ids: Sequence[int], now: datetime) -> list[MemoryRecord]:
+    def reinforce(
+        self, user: str, memory_ids: Sequence[int], now: datetime, *, read: Mapping[int, MemoryRecord] | None = None
+    ) -> list[MemoryRecord]:
         """A recall: S grows and t resets for each memory (those that exist); an archived memory
-        that was recalled (a strong cue brought it back) is active again."""
+        that was recalled (a strong cue brought it back) is active again. ``read``: the memories
+        as the caller read them, by id (a turn's retrieval): they are not read again, and one
+        recalled again since then is (``UserStore.update_forgetting``), so no recall is lost."""
         u = self.user_store(user)
-        recs = u.get_many(memory_ids)
-        updated = [self.policy.reinforce(r, now) for r in recs.values()]
-        u.update_forgetting(updated)
+        ids = list(dict.fromkeys(int(i) for i in memory_ids))
+        known = {} if read is None else {i: read[i] for i in ids if i in read}
+        recs = {**known, **u.get_many([i for i in ids if i not in known])} if len(known) < len(ids) else known
+        updated = {i: self.policy.reinforce(r, now) for i, r in recs.items()}
+        left = u.update_forgetting(updated.values(), read=recs if known else None)
+        if left:  # recalled again since it was read (or deleted): read now and recalled once more
+            again = u.get_many(left)
+            for i in left:
+                recs.pop(i, None)
+                updated.pop(i, None)
+            recs.update(again)
+            updated.update({i: self.policy.reinforce(r, now) for i, r in again.items()})
+            u.update_forgetting([updated[i] for i in again])
         back = [r.stored_id for r in recs.values() if r.state == State.ARCHIVED]
         if back:
             u.set_state(back, State.ACTIVE)
             u.sync()
-            updated = [r.with_(state=State.ACTIVE, archived_at=None) if r.id in back else r for r in updated]
-        return updated
+            updated.update({i: updated[i].with_(state=State.ACTIVE, archived_at=None) for i in back})
+        return [updated[i] for i in ids if i in updated]
 
     def rehearse(self, user: str, day: date, now: datetime) -> list[MemoryRecord]:
         """Consolidation as rehearsal: the day's event summary reinforces the turns it draws on.

@@ -20,7 +20,7 @@ import re
 from collections import Counter
 from dataclasses import dataclass
 from datetime import date, datetime
-from typing import Any, ContextManager, Iterable, Iterator, Protocol, Sequence
+from typing import Any, ContextManager, Iterable, Iterator, Mapping, Protocol, Sequence
 
 import numpy as np
 
@@ -241,7 +241,15 @@ class UserStore(Protocol):
         ...
 
     def replace_text(self, rid: int, text: str, vector: np.ndarray | None, **fields: Any) -> None: ...
-    def update_forgetting(self, records: Iterable[MemoryRecord]) -> None: ...
+    def update_forgetting(
+        self, records: Iterable[MemoryRecord], *, read: Mapping[int, MemoryRecord] | None = None
+    ) -> list[int]:
+        """Strength / recall fields after reinforcement. ``read``: the records they were worked
+        out from, as read before (by id); a memory recalled again since (its recall count is no
+        longer ``read``'s) or gone is left as it is, and the ids left are returned, for the
+        caller to read again: no recall is lost to another one at the same moment."""
+        ...
+
     def set_state(self, ids: Sequence[int], state: State, when: datetime | None = None) -> int: ...
     def set_pinned(self, rid: int, pinned: bool) -> bool: ...
     def delete(self, ids: Sequence[int]) -> int: ...

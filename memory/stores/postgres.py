@@ -43,7 +43,7 @@ from collections import OrderedDict
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
 from datetime import date, datetime
-from typing import Callable, ContextManager, Iterable, Iterator, Sequence
+from typing import Callable, ContextManager, Iterable, Iterator, Mapping, Sequence
 
 import numpy as np
 import psycopg
@@ -819,17 +819,22 @@ class PgUserStore:
             d, t = self._index_text(cur, rid, Kind(row[0]), text, row[1])
             self._count(cur, docs + d, tokens + t)
 
-    def update_forgetting(self, records: Iterable[MemoryRecord]) -> None:
+    def update_forgetting(
+        self, records: Iterable[MemoryRecord], *, read: Mapping[int, MemoryRecord] | None = None
+    ) -> list[int]:
         """Strength / recall fields after reinforcement: one statement over the narrow recall
-        table, sent with the user's lock and the commit in one round trip (a pipeline)."""
+        table, sent with the user's lock and the commit in one round trip (a pipeline); with
+        ``read``, only where the recall count is still the one read (``UserStore``)."""
         records = sorted(records, key=lambda r: r.stored_id)
         if not records:
-            return
+            return []
+        ids = [r.stored_id for r in records]
         params = (
-            [r.stored_id for r in records],
+            ids,
             [r.strength for r in records],
             [r.last_recall.isoformat() if r.last_recall else None for r in records],
             [r.recall_count for r in records],
+            [read[i].recall_count if read is not None and i in read else None for i in ids],
             self.user,
         )
         with self.db.connection() as con, con.pipeline(), con.transaction(), con.cursor() as cur:
@@ -840,10 +845,13 @@ class PgUserStore:
             )
             cur.execute(
                 "UPDATE mem_recall r SET strength = v.strength, last_recall = v.last_recall, recall_count = v.n"
-                " FROM unnest(%s::bigint[], %s::float8[], %s::text[], %s::int[]) AS v(id, strength, last_recall, n)"
-                " WHERE r.owner = %s AND r.id = v.id",
+                " FROM unnest(%s::bigint[], %s::float8[], %s::text[], %s::int[], %s::int[])"
+                " AS v(id, strength, last_recall, n, seen)"
+                " WHERE r.owner = %s AND r.id = v.id AND (v.seen IS NULL OR r.recall_count = v.seen) RETURNING r.id",
                 params,
             )
+            written = {int(row[0]) for row in cur.fetchall()}
+        return [i for i in ids if i not in written]
 
     def set_state(self, ids: Sequence[int], state: State, when: datetime | None = None) -> int:
         """Archive (``when``: the time of the forgetting pass) or restore memories. Both tiers

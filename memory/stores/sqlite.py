@@ -27,7 +27,7 @@ import threading
 from contextlib import contextmanager
 from datetime import date, datetime
 from pathlib import Path
-from typing import ContextManager, Iterable, Iterator, Sequence
+from typing import ContextManager, Iterable, Iterator, Mapping, Sequence
 
 import numpy as np
 
@@ -335,14 +335,33 @@ class SqliteUserStore:
                 document = lexical_document(self.tokenizer, Kind(row[0]), text, date.fromisoformat(row[1]))
                 db.execute("INSERT INTO memories_fts (rowid, tokens) VALUES (?, ?)", (rid, document))
 
-    def update_forgetting(self, records: Iterable[MemoryRecord]) -> None:
-        """Strength / recall fields after reinforcement (the index is not affected)."""
+    def update_forgetting(
+        self, records: Iterable[MemoryRecord], *, read: Mapping[int, MemoryRecord] | None = None
+    ) -> list[int]:
+        """Strength / recall fields after reinforcement (the index is not affected); with
+        ``read``, only where the recall count is still the one read (``UserStore``)."""
         rows = [
-            (r.strength, r.last_recall.isoformat() if r.last_recall else None, r.recall_count, r.id) for r in records
+            (
+                r.strength,
+                r.last_recall.isoformat() if r.last_recall else None,
+                r.recall_count,
+                r.stored_id,
+                read[r.stored_id].recall_count if read is not None and r.stored_id in read else None,
+            )
+            for r in records
         ]
+        left: list[int] = []
         if rows:
             with self.transaction() as db:
-                db.executemany("UPDATE memories SET strength = ?, last_recall = ?, recall_count = ? WHERE id = ?", rows)
+                for row in rows:
+                    done = db.execute(
+                        "UPDATE memories SET strength = ?, last_recall = ?, recall_count = ?"
+                        " WHERE id = ? AND (?5 IS NULL OR recall_count = ?5)",
+                        row,
+                    ).rowcount
+                    if not done:
+                        left.append(row[3])
+        return left
 
     def set_state(self, ids: Sequence[int], state: State, when: datetime | None = None) -> int:
         """Archive (``when``: the time of the forgetting pass) or restore memories. Both tiers

@@ -441,8 +441,10 @@ class Companion:
         return result
 
     def _reinforce(self, turn: _Turn, result: TurnResult) -> None:
+        # the memories as the retrieval read them: not read again (one recalled since is)
         if result.used:
-            self.bank.reinforce(turn.user, [h.record.stored_id for h in result.used], turn.now)
+            read = {h.record.stored_id: h.record for h in result.used}
+            self.bank.reinforce(turn.user, list(read), turn.now, read=read)
 
     def _not_from_memory(self, turn: _Turn, reply: str, messages: Sequence[Message]) -> list[str]:
         """The names of ``reply`` that its prompt (memories, summaries, persona, today's talk and

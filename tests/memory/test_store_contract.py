@@ -510,6 +510,34 @@ def test_both_engines_rank_score_and_export_alike(tmp_path, pg_url, e5_embedder)
             bank.close()
 
 
+def test_a_recall_from_what_the_retrieval_read_loses_no_other_recall(any_bank, day1):
+    """A turn reinforces its memories from the records its retrieval read (no second read); one
+    recalled again in the meantime (another tab's turn) is read again, so both recalls count."""
+    a = any_bank.add_turn("amy", "I adopted a cat named Miso", "Lovely!", day1)
+    b = any_bank.add_turn("amy", "My sister Lily visits next week", "How nice!", day1)
+    read = {r.stored_id: r for r in (any_bank.get("amy", a.id), any_bank.get("amy", b.id))}
+    later = day1 + timedelta(days=2)
+    any_bank.reinforce("amy", [b.id], day1 + timedelta(days=1))  # another turn recalls b first
+    back = any_bank.reinforce("amy", [a.id, b.id], later, read=read)
+    assert [r.id for r in back] == [a.id, b.id]
+    got_a, got_b = any_bank.get("amy", a.id), any_bank.get("amy", b.id)
+    assert (got_a.recall_count, got_a.strength, got_a.last_recall) == (1, read[a.id].strength + 1, later)
+    assert (got_b.recall_count, got_b.strength, got_b.last_recall) == (2, read[b.id].strength + 2, later)
+    assert [(r.recall_count, r.strength) for r in back] == [
+        (got_a.recall_count, got_a.strength),
+        (got_b.recall_count, got_b.strength),
+    ]
+    # the store's part: a write from a stale read is refused and named; a deleted memory too
+    store = any_bank.user_store("amy")
+    stale = any_bank.policy.reinforce(read[b.id], later)
+    fresh = any_bank.policy.reinforce(got_a, later)
+    assert store.update_forgetting([stale, fresh], read={b.id: read[b.id], a.id: got_a}) == [b.id]
+    assert any_bank.get("amy", b.id).recall_count == 2 and any_bank.get("amy", a.id).recall_count == 2
+    any_bank.delete("amy", [a.id])
+    assert store.update_forgetting([fresh], read={a.id: got_a}) == [a.id]
+    assert any_bank.reinforce("amy", [a.id], later, read={a.id: got_a}) == []
+
+
 def test_the_global_summaries_in_one_read(any_bank, day1):
     assert any_bank.global_summaries("amy") == {}
     any_bank.add_turn("amy", "I adopted a cat", "Lovely!", day1)
