@@ -837,20 +837,22 @@ class PgUserStore:
             [read[i].recall_count if read is not None and i in read else None for i in ids],
             self.user,
         )
-        with self.db.connection() as con, con.pipeline(), con.transaction(), con.cursor() as cur:
-            # the user's lock, as every write takes it (nothing fetched: the pipeline goes on)
-            cur.execute(
-                "INSERT INTO mem_users (name) VALUES (%s) ON CONFLICT (name) DO UPDATE SET name = EXCLUDED.name",
-                (self.user,),
-            )
-            cur.execute(
-                "UPDATE mem_recall r SET strength = v.strength, last_recall = v.last_recall, recall_count = v.n"
-                " FROM unnest(%s::bigint[], %s::float8[], %s::text[], %s::int[], %s::int[])"
-                " AS v(id, strength, last_recall, n, seen)"
-                " WHERE r.owner = %s AND r.id = v.id AND (v.seen IS NULL OR r.recall_count = v.seen) RETURNING r.id",
-                params,
-            )
-            written = {int(row[0]) for row in cur.fetchall()}
+        with self.db.connection() as con, con.pipeline(), con.cursor() as cur, con.cursor() as done:
+            with con.transaction():
+                # the user's lock, as every write takes it (nothing fetched: the pipeline goes on)
+                cur.execute(
+                    "INSERT INTO mem_users (name) VALUES (%s) ON CONFLICT (name) DO UPDATE SET name = EXCLUDED.name",
+                    (self.user,),
+                )
+                done.execute(
+                    "UPDATE mem_recall r SET strength = v.strength, last_recall = v.last_recall, recall_count = v.n"
+                    " FROM unnest(%s::bigint[], %s::float8[], %s::text[], %s::int[], %s::int[])"
+                    " AS v(id, strength, last_recall, n, seen)"
+                    " WHERE r.owner = %s AND r.id = v.id AND (v.seen IS NULL OR r.recall_count = v.seen) RETURNING r.id",
+                    params,
+                )
+            # read once the commit is sent with the rest (one round trip)
+            written = {int(row[0]) for row in done.fetchall()}
         return [i for i in ids if i not in written]
 
     def set_state(self, ids: Sequence[int], state: State, when: datetime | None = None) -> int:
