@@ -288,11 +288,12 @@ def _search_sides(
     # Python's lock), not while the query is embedded: the embedding holds the lock between its
     # kernels, and the read would slow it by as much as it saves
     first: Future[tuple[set[int], PoolRows]]
+    cues = _pool_cues(qvec, tvec, config)
     if workers is not None:
-        first = workers.submit(_first_rows, store, ranked, talk_ranked, named_days, config)
+        first = workers.submit(_first_rows, store, ranked, talk_ranked, named_days, config, cues)
     else:
         first = Future()
-        first.set_result(_first_rows(store, ranked, talk_ranked, named_days, config))
+        first.set_result(_first_rows(store, ranked, talk_ranked, named_days, config, cues))
     found: list[int] = []
     # a turn can be found several times (its message, its reply, its sentences): ask for more
     # hits than the candidates wanted. The first ``candidates`` turns are the best by any of
@@ -323,13 +324,29 @@ def _first_rows(
     talk_ranked: Sequence[tuple[int, float]],
     named_days: Sequence[date],
     config: RetrievalConfig,
+    cues: np.ndarray | None = None,
 ) -> tuple[set[int], PoolRows]:
     """Phase 2a: the candidates that need no query vector (the lexical sides' and every memory
-    of the days the query names) and the pool's rows of them (``_gather`` reads the rest)."""
+    of the days the query names) and the pool's rows of them (``_gather`` reads the rest), with
+    their cosines to ``cues`` where given (``_pool_cues``)."""
     ids = {i for i, _ in ranked[: config.candidates]} | {i for i, _ in talk_ranked[: config.candidates]}
     if named_days:
         ids |= {r.stored_id for r in store.records(days=named_days)}
-    return ids, store.pool(ids)
+    return ids, store.pool(ids, cues)
+
+
+def _cues(qvec: np.ndarray, tvec: np.ndarray | None) -> np.ndarray:
+    """The cues a pool is scored by: the message's vector, then the conversation's if any."""
+    return np.stack([qvec, tvec]) if tvec is not None else qvec[None, :]
+
+
+def _pool_cues(qvec: np.ndarray, tvec: np.ndarray | None, config: RetrievalConfig) -> np.ndarray | None:
+    """The cues the pool's rows are read with (the store sends their cosines, not the vectors),
+    or None where scoring needs the vectors themselves: the second hop's cue is made from the
+    first hits' vectors, and a turn's sentences are scored beside its message and reply."""
+    if config.hop_weight > 0 and config.hop_seeds > 0 or _scores_sentences(config):
+        return None
+    return _cues(qvec, tvec)
 
 
 def _cue_mix(qvec: np.ndarray, tvec: np.ndarray | None, config: RetrievalConfig) -> np.ndarray:
@@ -398,7 +415,7 @@ def _gather(
     first, rows = sides.first.result()
     more = (set(sides.dense) | {i for i, _ in hop_ranked[: config.candidates]}) - first
     if more:
-        rows = rows.joined(store.pool(more))
+        rows = rows.joined(store.pool(more, _pool_cues(sides.qvec, sides.tvec, config)))
     records = {i: r for i, r in rows.found.items() if _allowed(r, config)}
     places = {(r.day, r.position + d) for r in records.values() if r.kind == Kind.TURN for d in (-1, 1)}
     members = list(records)
@@ -424,25 +441,31 @@ class _Vectors:
     own: np.ndarray
     turns: list[int]  # the members whose reply vector is in ``replies``
     replies: np.ndarray
+    # the cues' cosines where the store sent them (``_pool_cues``), as ``_dense_sides`` makes
+    # them: (own, replies), each (members, cues)
+    cosines: tuple[np.ndarray, np.ndarray] | None = None
 
 
 def _pool_vectors(store: UserStore, dim: int, members: _Members, config: RetrievalConfig) -> _Vectors:
     """Phase 3a: the exact stored vectors of the pool (the index may be approximate; a turn
-    without a reply vector yet has no reply side)."""
+    without a reply vector yet has no reply side), or their cosines with the pool's cues where
+    the store sent those instead (``_pool_cues``)."""
     ids = members.ids
     empty: np.ndarray = np.zeros((0, dim), dtype=np.float32)
     if not ids:
         return _Vectors(ids, empty, [], empty)
     rows = [members.rows.row[i] for i in ids]
-    own = members.rows.own[rows]
-    if not config.use_replies:
-        vectors = _Vectors(ids, own, [], empty)
-    else:
-        reply = members.rows.reply[rows]
+    stored = members.rows.cosines
+    if stored is None:
+        own, reply = members.rows.own[rows], members.rows.reply[rows]
         present = np.any(reply != 0, axis=1)
-        keep = [n for n, i in enumerate(ids) if present[n] and i in members.replied]
-        vectors = _Vectors(ids, own, [ids[n] for n in keep], reply[keep])
-    return vectors
+    else:
+        own_cos, reply_cos = stored[0][rows], stored[1][rows]
+        present = ~np.isnan(reply_cos[:, 0])
+    keep = [n for n, i in enumerate(ids) if present[n] and i in members.replied] if config.use_replies else []
+    if stored is None:
+        return _Vectors(ids, own, [ids[n] for n in keep], reply[keep])
+    return _Vectors(ids, empty, [ids[n] for n in keep], empty, (own_cos, reply_cos[keep]))
 
 
 # a cue's cosines with the pool: each member's own vector, and turns' replies
@@ -452,11 +475,22 @@ _Side = tuple[dict[int, float], dict[int, float]]
 def _dense_sides(vectors: _Vectors, cues: np.ndarray) -> list[_Side]:
     """Phase 3b: for each cue (the rows of ``cues``: the message, then the conversation if any),
     the cosine of every pool member's message (or text), and for turns of its reply."""
-    own_sims = vectors.own @ cues.T
-    reply_sims = vectors.replies @ cues.T
+    return _sides(vectors, vectors.own @ cues.T, vectors.replies @ cues.T)
+
+
+def _cue_sides(vectors: _Vectors, cues: np.ndarray) -> list[_Side]:
+    """``_dense_sides`` of the pool's cues (``_cues``), as the store sent them where it did
+    (``_pool_cues``)."""
+    if vectors.cosines is None:
+        return _dense_sides(vectors, cues)
+    return _sides(vectors, *vectors.cosines)
+
+
+def _sides(vectors: _Vectors, own_sims: np.ndarray, reply_sims: np.ndarray) -> list[_Side]:
+    """Each cue's ``_Side`` from the cosines of the members (rows) with the cues (columns)."""
     return [
         (dict(zip(vectors.ids, own_sims[:, c].tolist())), dict(zip(vectors.turns, reply_sims[:, c].tolist())))
-        for c in range(len(cues))
+        for c in range(own_sims.shape[1])
     ]
 
 
@@ -769,9 +803,9 @@ def _score_pool(
     lexical = {i: deeper[i] for i in ids if i in deeper}
     talk_deeper = dict(sides.talk_ranked)
     talk_lexical = {i: talk_deeper[i] for i in ids if i in talk_deeper}
-    cues = np.stack([sides.qvec, sides.tvec]) if sides.tvec is not None else sides.qvec[None, :]
+    cues = _cues(sides.qvec, sides.tvec)
     vectors = _pool_vectors(store, len(sides.qvec), members, config)
-    raw, dense_s, talk_dense = _cue_dense(_dense_sides(vectors, cues), config)
+    raw, dense_s, talk_dense = _cue_dense(_cue_sides(vectors, cues), config)
     p = _Pool(sides.qvec, named_days, records, members, raw, lexical)
     base, from_words = _base_scores(ids, dense_s, lexical, config, talk_lexical)
     if _scores_sentences(config) and tokenizer is not None:

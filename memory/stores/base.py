@@ -104,13 +104,18 @@ class Neighbour:
 class PoolRows:
     """What a retrieval reads of its candidates (``UserStore.pool``): their records, the turns
     next to each candidate turn, and the stored vectors of both (row ``row[id]`` of ``own`` and
-    ``reply``; zeros where a memory has none)."""
+    ``reply``; zeros where a memory has none).
+
+    Where the pool was read with cues, ``cosines`` holds each row's inner product with each cue
+    (``own``: 0 where a memory has no vector; ``reply``: NaN where it has no reply vector), and
+    the vectors may be left out (``own`` and ``reply`` then have no columns)."""
 
     found: dict[int, MemoryRecord]  # the memories of the ids asked for that exist
     beside: list[Neighbour]  # (day, position, id) order, either tier, as ``UserStore.around``
     row: dict[int, int]
     own: np.ndarray
     reply: np.ndarray
+    cosines: tuple[np.ndarray, np.ndarray] | None = None  # (own, reply): (rows, cues) each
 
     def joined(self, other: "PoolRows") -> "PoolRows":
         """What one ``pool`` call over both calls' ids gives: the records and neighbours of both,
@@ -119,14 +124,24 @@ class PoolRows:
         found = {**self.found, **other.found}
         order = sorted(found.values(), key=lambda r: (r.day, r.kind.value, r.position, r.stored_id))
         beside = {n.id: n for n in [*self.beside, *other.beside]}
-        n = len(self.own)
+        n = len(self.row)
+        both = self.cosines is not None and other.cosines is not None
         return PoolRows(
             {r.stored_id: r for r in order},
             sorted(beside.values(), key=lambda b: (b.day, b.position, b.id)),
             {**{rid: n + i for rid, i in other.row.items()}, **self.row},
             np.concatenate([self.own, other.own]),
             np.concatenate([self.reply, other.reply]),
+            tuple(np.concatenate([a, b]) for a, b in zip(self.cosines, other.cosines)) if both else None,  # type: ignore[arg-type]
         )
+
+    @staticmethod
+    def cosines_of(own: np.ndarray, reply: np.ndarray, cues: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """``cosines`` from the vectors: each row's inner product with each cue (NaN for a
+        reply vector that is not there: a row of zeros)."""
+        replies = reply @ cues.T
+        replies[~np.any(reply != 0, axis=1)] = np.nan
+        return own @ cues.T, replies
 
     @classmethod
     def of(cls, found: dict[int, MemoryRecord], beside: Sequence[MemoryRecord], vectors: Any) -> "PoolRows":
@@ -312,10 +327,12 @@ class UserStore(Protocol):
         """``vectors(ids)`` and ``vectors(ids, column="reply_vector")``, read together."""
         ...
 
-    def pool(self, ids: Iterable[int]) -> PoolRows:
+    def pool(self, ids: Iterable[int], cues: np.ndarray | None = None) -> PoolRows:
         """What ``around(ids)`` finds, with both vectors of every memory in it, the neighbours as
         places only (``Neighbour``): a retrieval's candidates and their neighbours, read
-        together."""
+        together. ``cues`` (unit vectors, one per row): the ``cosines`` of every memory in it
+        with each cue, instead of its vectors where the store can compute them where it reads
+        them (``PoolRows``)."""
         ...
 
     # -- searches (both tiers: retrieval tells active and archived apart)

@@ -43,7 +43,7 @@ from collections import OrderedDict
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
 from datetime import date, datetime
-from typing import Callable, ContextManager, Iterable, Iterator, Mapping, Sequence
+from typing import Any, Callable, ContextManager, Iterable, Iterator, Mapping, Sequence
 
 import numpy as np
 import psycopg
@@ -1151,20 +1151,40 @@ class PgUserStore:
         other = self.stores.searches.submit(read, ids[len(ids) // 2 :])
         return read(ids[: len(ids) // 2]) + other.result()
 
-    def _rows_beside(self, ids: list[int], neighbour_columns: str, recall: str = "") -> list[tuple]:
+    def _rows_beside(
+        self, ids: list[int], neighbour_columns: str, recall: str = "", cues: np.ndarray | None = None
+    ) -> list[tuple]:
         """The rows of ``ids`` (side 0: every column, both vectors sent) and of the turns at the
         places beside each turn among them (side 1: ``neighbour_columns`` of ``m``, joined with
-        ``recall``, and both vectors sent)."""
+        ``recall``, and both vectors sent). With ``cues``, each row ends with its own vector's
+        inner product with each cue, then its reply vector's, instead of the vectors (the
+        vectors are most of what a pool read sends)."""
+        params: dict[str, Any] = {"u": self.user, "ids": ids}
+        if cues is None:
+            kept = f"vector_send({_OWN}) AS v, vector_send(reply_embedding) AS rv"
+            sent = "v, rv"
+            beside = "vector_send(COALESCE(m.embedding, m.pending_embedding)), vector_send(m.reply_embedding)"
+        else:
+            names = [f"c{k}" for k in range(len(cues))]
+            params |= {name: np.asarray(cue, dtype=np.float32) for name, cue in zip(names, cues)}
+
+            def products(own: str, reply: str) -> str:
+                return ", ".join(
+                    [*(f"-({own} <#> %({c})s)" for c in names), *(f"-({reply} <#> %({c})s)" for c in names)]
+                )
+
+            kept = f"{_OWN} AS v, reply_embedding AS rv"
+            sent = products("v", "rv")
+            beside = products("COALESCE(m.embedding, m.pending_embedding)", "m.reply_embedding")
         return self.db.fetchall(
-            f"WITH c AS (SELECT {_COLUMNS}, vector_send({_OWN}) AS v, vector_send(reply_embedding) AS rv"
+            f"WITH c AS (SELECT {_COLUMNS}, {kept}"
             f" FROM {_MEMORY_ROWS} WHERE owner = %(u)s AND id = ANY(%(ids)s)),"
             " p AS (SELECT DISTINCT day, position + d AS position FROM c, (VALUES (-1), (1)) AS v(d) WHERE kind = 'turn')"
-            f" SELECT 0 AS side, {_COLUMNS}, v, rv FROM c UNION ALL"
-            f" SELECT 1, {neighbour_columns},"
-            " vector_send(COALESCE(m.embedding, m.pending_embedding)), vector_send(m.reply_embedding)"
+            f" SELECT 0 AS side, {_COLUMNS}, {sent} FROM c UNION ALL"
+            f" SELECT 1, {neighbour_columns}, {beside}"
             " FROM p JOIN memories m ON m.owner = %(u)s AND m.day = p.day"
             f" AND m.position = p.position AND m.kind = 'turn'{recall}",
-            {"u": self.user, "ids": ids},
+            params,
             binary=True,
         )
 
@@ -1184,16 +1204,22 @@ class PgUserStore:
         own, reply = self._vectors(ids, ("embedding", "reply_embedding"))
         return own, reply
 
-    def pool(self, ids: Iterable[int]) -> PoolRows:
+    def pool(self, ids: Iterable[int], cues: np.ndarray | None = None) -> PoolRows:
         """As ``around`` and ``vectors_and_replies`` over what it finds, in the same one
         statement (or two halves at once) as ``around``, but with the neighbours read as places
         only (id, day, position, reply) with their vectors: no record is made of them, and
-        their recall state is not joined in."""
+        their recall state is not joined in. With ``cues``, the server sends each row's
+        ``cosines`` with them (pgvector's inner product) instead of its vectors."""
         ids = list(dict.fromkeys(int(i) for i in ids))
         self._read_ahead.kept = None
+        c = 0 if cues is None else len(cues)
         if not ids:
-            return PoolRows({}, [], {}, self._from_sent([]), self._from_sent([]))
-        rows = self._halves(self._pool_rows, ids)
+            if cues is None:
+                return PoolRows({}, [], {}, self._from_sent([]), self._from_sent([]))
+            none: np.ndarray = np.zeros((0, 0), dtype=np.float32)
+            empty: np.ndarray = np.zeros((0, c), dtype=np.float32)
+            return PoolRows({}, [], {}, none, none, (empty, empty))
+        rows = self._halves(lambda part: self._pool_rows(part, cues), ids)
         n = len(MEMORY_COLUMNS)
         found = sorted(
             (record_from_row(self.user, r[1 : n + 1]) for r in rows if r[0] == 0),
@@ -1206,16 +1232,25 @@ class PgUserStore:
             Neighbour(r[rid], r[day], r[position], bool(r[response].strip()))
             for r in sorted(places.values(), key=lambda r: (r[day], r[position], r[rid]))
         ]
-        sent = {r[1]: (r[-2], r[-1]) for r in rows}  # a candidate's own row read twice is the same
         every = list(dict.fromkeys([*(r.stored_id for r in found), *(b.id for b in beside)]))
-        own, reply = (self._from_sent([sent[rid][k] for rid in every]) for k in (0, 1))
-        return PoolRows({r.stored_id: r for r in found}, beside, {rid: i for i, rid in enumerate(every)}, own, reply)
+        row = {rid: i for i, rid in enumerate(every)}
+        found_by_id = {r.stored_id: r for r in found}
+        if cues is None:
+            sent = {r[1]: (r[-2], r[-1]) for r in rows}  # a candidate's own row read twice is the same
+            own, reply = (self._from_sent([sent[rid][k] for rid in every]) for k in (0, 1))
+            return PoolRows(found_by_id, beside, row, own, reply)
+        sims = {r[1]: r[n + 1 :] for r in rows}
+        both = np.asarray([sims[rid] for rid in every], dtype=np.float64).reshape(len(every), 2 * c)
+        none = np.zeros((len(every), 0), dtype=np.float32)
+        # a memory without its own vector is as far from every cue as a zero vector
+        own_cos = np.nan_to_num(both[:, :c].astype(np.float32), nan=0.0)
+        return PoolRows(found_by_id, beside, row, none, none, (own_cos, both[:, c:].astype(np.float32)))
 
-    def _pool_rows(self, ids: list[int]) -> list[tuple]:
+    def _pool_rows(self, ids: list[int], cues: np.ndarray | None = None) -> list[tuple]:
         # the neighbours' rows have the candidates' columns, NULL but for their places and reply
         # (one statement, one round trip; a NULL costs nothing to send or to read)
         place = ", ".join(f"m.{c}" if c in _NEIGHBOUR_COLUMNS else "NULL" for c in MEMORY_COLUMNS)
-        return self._rows_beside(ids, place)
+        return self._rows_beside(ids, place, cues=cues)
 
     def _from_sent(self, sent: Sequence[bytes | None]) -> np.ndarray:
         """Vectors sent as pgvector's binary form (``vector_send``) into the rows of one array,

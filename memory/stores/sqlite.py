@@ -708,10 +708,11 @@ class SqliteUserStore:
             rows += self._rows(sql.format(ids=",".join("?" * len(part))), part)
         return rows
 
-    def pool(self, ids: Iterable[int]) -> PoolRows:
+    def pool(self, ids: Iterable[int], cues: np.ndarray | None = None) -> PoolRows:
         """As ``around`` and ``vectors_and_replies`` over what it finds, with the vectors read in
         the same statements as the rows, and the neighbours' rows read without their texts but
-        the reply's (they are never shown: no record is made of them)."""
+        the reply's (they are never shown: no record is made of them). With ``cues``, their
+        cosines too, from the vectors read."""
         wanted = list(dict.fromkeys(int(i) for i in ids))
         found: dict[int, MemoryRecord] = {}
         blobs: dict[int, tuple[bytes | None, bytes | None]] = {}
@@ -743,7 +744,8 @@ class SqliteUserStore:
                 own[i] = np.frombuffer(vector, dtype=np.float32)
             if reply is not None and len(reply) == dim * 4:
                 replies[i] = np.frombuffer(reply, dtype=np.float32)
-        return PoolRows(found, beside, row, own, replies)
+        cosines = None if cues is None else PoolRows.cosines_of(own, replies, cues)
+        return PoolRows(found, beside, row, own, replies, cosines)
 
     def lexical(self, terms: Sequence[str], limit: int) -> list[SearchHit]:
         if not terms:

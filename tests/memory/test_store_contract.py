@@ -140,6 +140,46 @@ def test_the_turns_around_many_memories(any_bank):
     assert all(np.array_equal(both.reply[both.row[i]], pool.reply[pool.row[i]]) for i in every)
 
 
+def test_a_pool_read_with_cues_sends_their_cosines(any_bank):
+    """``pool(ids, cues)``: the same rows, neighbours and places as without cues, and each row's
+    inner product with each cue, that of its vectors (NaN for a reply vector not there), read
+    whole or in two parts joined."""
+    store = any_bank.user_store("amy")
+    rng = np.random.default_rng(2)
+    recs = [
+        MemoryRecord(user="amy", kind=Kind.TURN, text=f"turn {d} {n}", created_at=T0, day=date(2024, 2, d), position=n)
+        for d in range(1, 9)
+        for n in range(6)
+    ]
+    vecs = rng.standard_normal((len(recs), store.dim)).astype(np.float32)
+    stored = store.insert(recs, vecs / np.linalg.norm(vecs, axis=1, keepdims=True))
+    some = [r.stored_id for r in stored[::3]]
+    replies = rng.standard_normal((len(some), store.dim)).astype(np.float32)
+    store.set_vectors(some, replies / np.linalg.norm(replies, axis=1, keepdims=True), column="reply_vector")
+    cues = rng.standard_normal((2, store.dim)).astype(np.float32)
+    cues /= np.linalg.norm(cues, axis=1, keepdims=True)
+    picked = [r.stored_id for r in stored[1::4]]
+    plain, cued = store.pool(picked), store.pool(picked, cues)
+    assert plain.cosines is None and list(cued.found.values()) == list(plain.found.values())
+    assert cued.beside == plain.beside and cued.row == plain.row
+    every = list(plain.row)
+    own, reply = store.vectors_and_replies(every)
+    rows = [cued.row[i] for i in every]
+    own_cos, reply_cos = (c[rows] for c in cued.cosines)
+    assert own_cos.shape == reply_cos.shape == (len(every), 2)
+    assert np.allclose(own_cos, own @ cues.T, atol=1e-5)
+    has_reply = reply.any(axis=1)
+    assert has_reply.any() and not has_reply.all()
+    assert np.isnan(reply_cos[~has_reply]).all()
+    assert np.allclose(reply_cos[has_reply], reply[has_reply] @ cues.T, atol=1e-5)
+    both = store.pool(picked[::2], cues).joined(store.pool(picked[1::2], cues))
+    assert list(both.found) == list(cued.found) and both.beside == cued.beside
+    for i in every:
+        for whole, part in zip(cued.cosines, both.cosines):
+            assert np.allclose(part[both.row[i]], whole[cued.row[i]], equal_nan=True)
+    assert store.pool([], cues).cosines[0].shape == (0, 2)
+
+
 def test_the_store_interface(any_bank):
     """The user store's own calls, with given vectors (no embedder): rows, vectors, typed hits."""
     store = any_bank.user_store("amy")
