@@ -27,7 +27,7 @@ from .data import DialogueGenerator
 from .fixtures import fill_user, many_users, reply_vector_pool, vector_pool
 from .ingest import measure_import_speed, measure_ingest
 from .process import measure_process
-from .turns import TimedEmbedder, run_turns
+from .turns import TimedEmbedder, over_query, run_turns
 
 END = date(2030, 1, 1)  # the synthetic histories end the day before; benchmark turns start here
 SEED = 20240501
@@ -182,7 +182,7 @@ def run_bench(
             result["sizes"][key] = f"1 user, {size:,} memories"
             result["turn_path"] = path
             result["phases_s"][key] = round(time.perf_counter() - tick, 1)
-            result["turn_over_e5_query"][key] = _over_query(result["turn_ms"][key])
+            result["turn_over_e5_query"][key] = over_query(result["turn_ms"][key])
             largest = (home, size)
         if config.only == "100k":
             return _finish(result, started)
@@ -198,7 +198,7 @@ def run_bench(
         times, _ = run_turns(bank, lambda i: rng.choice(names), config.turns, config.warmup, gen, start=start_turns)
         bank.close()
         result["turn_ms"]["1000x1k"] = times.summary()
-        result["turn_over_e5_query"]["1000x1k"] = _over_query(result["turn_ms"]["1000x1k"])
+        result["turn_over_e5_query"]["1000x1k"] = over_query(result["turn_ms"]["1000x1k"])
         result["sizes"]["1000x1k"] = (
             f"{users:,} users x {per_user:,} memories, a random user each turn, {config.max_open_users} kept open"
         )
@@ -270,13 +270,6 @@ def run_bench(
     finally:
         tmp.cleanup()
     return _finish(result, started)
-
-
-def _over_query(t: dict) -> dict | None:
-    query = (t.get("embed_query") or {}).get("p50")
-    if not query:
-        return None
-    return {"p50": round(t["p50"] / query, 2), "p95": round(t["p95"] / query, 2), "e5_query_ms": query}
 
 
 def _import_speed(config: BenchConfig, result: dict, embedder, log) -> None:

@@ -118,6 +118,15 @@ class TurnTimes:
         }
 
 
+def over_query(summary: dict) -> dict | None:
+    """A turn's p50 and p95 (``TurnTimes.summary``) over that run's own e5 query p50: the
+    machine's speed cancels out."""
+    query = (summary.get("embed_query") or {}).get("p50")
+    if not query:
+        return None
+    return {"p50": round(summary["p50"] / query, 2), "p95": round(summary["p95"] / query, 2), "e5_query_ms": query}
+
+
 class TurnRunner:
     """Runs timed turns for any user of ``bank``, with a clock the benchmark moves forward."""
 
