@@ -125,14 +125,17 @@ class PoolRows:
         order = sorted(found.values(), key=lambda r: (r.day, r.kind.value, r.position, r.stored_id))
         beside = {n.id: n for n in [*self.beside, *other.beside]}
         n = len(self.row)
-        both = self.cosines is not None and other.cosines is not None
+        cosines = None
+        if self.cosines is not None and other.cosines is not None:
+            (own, reply), (more_own, more_reply) = self.cosines, other.cosines
+            cosines = (np.concatenate([own, more_own]), np.concatenate([reply, more_reply]))
         return PoolRows(
             {r.stored_id: r for r in order},
             sorted(beside.values(), key=lambda b: (b.day, b.position, b.id)),
             {**{rid: n + i for rid, i in other.row.items()}, **self.row},
             np.concatenate([self.own, other.own]),
             np.concatenate([self.reply, other.reply]),
-            tuple(np.concatenate([a, b]) for a, b in zip(self.cosines, other.cosines)) if both else None,  # type: ignore[arg-type]
+            cosines,
         )
 
     @staticmethod
