@@ -178,6 +178,10 @@ def test_a_pool_read_with_cues_sends_their_cosines(any_bank):
         for whole, part in zip(cued.cosines, both.cosines):
             assert np.allclose(part[both.row[i]], whole[cued.row[i]], equal_nan=True)
     assert store.pool([], cues).cosines[0].shape == (0, 2)
+    # one cue (a message without a conversation yet)
+    one = store.pool(picked, cues[:1])
+    assert np.allclose(one.cosines[0][rows], own @ cues[:1].T, atol=1e-5)
+    assert np.isnan(one.cosines[1][rows][~has_reply]).all() and one.cosines[1].shape == (len(every), 1)
 
 
 def test_the_store_interface(any_bank):
