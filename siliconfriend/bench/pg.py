@@ -28,7 +28,7 @@ from memory.pg_db import scratch_database
 
 from .data import DialogueGenerator
 from .fixtures import fill_user, reply_vector_pool, vector_pool
-from .run import END, SEED, machine
+from .run import END, SEED, finish, machine
 from .turns import TimedEmbedder, TurnRunner, over_query, run_turns
 
 if TYPE_CHECKING:  # imported where used: psycopg loads only for a PostgreSQL bench
@@ -243,7 +243,7 @@ def run_pg_bench(url: str, config: PgBenchConfig = PG_FULL, *, log: Callable[[st
             result["turn_path"] = path
             bank.close()
         if config.only == "100k":
-            return _finish(result, started)
+            return finish(result, started)
         users, per_user = config.many
         stores = PostgresStores(db_url)
         bank = MemoryBank(stores, TimedEmbedder(embedder))
@@ -276,13 +276,7 @@ def run_pg_bench(url: str, config: PgBenchConfig = PG_FULL, *, log: Callable[[st
             result["throughput"] = {"errors": [f"{type(exc).__name__}: {exc}"]}
             result["notes"].append(f"throughput not measured: {exc}")
         result["phases_s"]["throughput"] = round(time.perf_counter() - tick, 1)
-    return _finish(result, started)
-
-
-def _finish(result: dict, started: float) -> dict:
-    result["machine"]["load_avg_1m_end"] = machine()["load_avg_1m"]
-    result["seconds"] = round(time.perf_counter() - started, 1)
-    return result
+    return finish(result, started)
 
 
 def _ok(value, target) -> str:

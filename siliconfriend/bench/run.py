@@ -160,11 +160,11 @@ def run_bench(
         else:
             result["notes"].append("time to first token skipped (a day with the packaged model takes minutes)")
         if config.only == "ttft":
-            return _finish(result, started)
+            return finish(result, started)
 
         if config.only == "import":
             _import_speed(config, result, embedder, log)
-            return _finish(result, started)
+            return finish(result, started)
 
         largest: tuple[Path, int] | None = None
         for key, size in config.single:
@@ -185,7 +185,7 @@ def run_bench(
             result["turn_over_e5_query"][key] = over_query(result["turn_ms"][key])
             largest = (home, size)
         if config.only == "100k":
-            return _finish(result, started)
+            return finish(result, started)
 
         users, per_user = config.many
         tick = time.perf_counter()
@@ -269,7 +269,7 @@ def run_bench(
         result["phases_s"]["recall"] = round(time.perf_counter() - tick, 1)
     finally:
         tmp.cleanup()
-    return _finish(result, started)
+    return finish(result, started)
 
 
 def _import_speed(config: BenchConfig, result: dict, embedder, log) -> None:
@@ -280,7 +280,8 @@ def _import_speed(config: BenchConfig, result: dict, embedder, log) -> None:
     result["phases_s"]["import_speed"] = round(time.perf_counter() - tick, 1)
 
 
-def _finish(result: dict, started: float) -> dict:
+def finish(result: dict, started: float) -> dict:
+    """``result`` closed: the load at the end and the run's seconds."""
     result["machine"]["load_avg_1m_end"] = machine()["load_avg_1m"]
     result["seconds"] = round(time.perf_counter() - started, 1)
     return result
