@@ -324,6 +324,7 @@ class MemoryBank:
             self.replies_embedded += len(ids)
             if len(pending) < batch or self._replies.stopping.is_set():
                 break
+        u.tidy()
 
     def flush(self) -> None:
         with self._lock:

@@ -375,6 +375,12 @@ class UserStore(Protocol):
         """Wait for what the store builds in the background (nothing where it builds nothing)."""
         ...
 
+    def tidy(self) -> None:
+        """Upkeep of the database off a turn's clock: the bank's reply worker calls it after it
+        stored a user's reply vectors (SQLite: its write-ahead log moved into the database;
+        nothing where the database server does its own)."""
+        ...
+
 
 class Stores(Protocol):
     """One database of every user's memories. ``tokenizer``: what its lexical documents are made

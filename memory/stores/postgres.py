@@ -534,6 +534,9 @@ class PgUserStore:
     def flush(self) -> None:
         """Nothing is kept in the process."""
 
+    def tidy(self) -> None:
+        """Nothing: the server checkpoints its own log."""
+
     def settle(self) -> None:
         """Until the own vectors the indexing thread moves into the user's HNSW graph are there
         (a turn's with a reply goes in with the reply's vector)."""

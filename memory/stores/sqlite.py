@@ -60,6 +60,13 @@ SENTENCE_SLOTS = 64  # more than a turn's two texts' sentences (``memory.sentenc
 LEXICAL_INDEX_MIN = 10_000
 # the places of ``_turns_at``'s look-up come in lists of a multiple of this many (see there)
 _PLACES_STEP = 50
+# The write-ahead log is moved into the database (a checkpoint) by the bank's reply worker, after
+# a turn (``tidy``), every TIDY_WRITES write transactions (about 20 turns: as often as SQLite's
+# default of 1,000 pages). A commit that checkpoints does it inside the turn that commits (7-14 ms
+# here, ~190 ms for the first after opening a 100k user; docs/benchmarks.md); commits do so only
+# past WAL_BACKSTOP_PAGES, where no worker tidies (a store written without a bank's worker).
+TIDY_WRITES = 60
+WAL_BACKSTOP_PAGES = 10_000
 
 
 def _m1(db: sqlite3.Connection, tokenizer: Tokenizer) -> None:
@@ -183,9 +190,11 @@ class SqliteUserStore:
         self.user = user
         self.dim = dim
         self.vectors_id = vectors_id
-        self._db = connect(self.path, "synchronous=NORMAL")
+        self._db = connect(self.path, "synchronous=NORMAL", f"wal_autocheckpoint={WAL_BACKSTOP_PAGES}")
         self._db.row_factory = sqlite3.Row
         self._lock = threading.RLock()
+        self._writes = 0  # write transactions since the last checkpoint of ``tidy``
+        self._checkpoints: sqlite3.Connection | None = None  # ``tidy``'s own connection
         self._index: UserIndex | None = None
         self._lexical: LexicalCache | None = None
         self._migrate()
@@ -202,9 +211,25 @@ class SqliteUserStore:
             if version == 0:
                 db.execute("INSERT OR REPLACE INTO meta VALUES ('user', ?)", (self.user,))
 
-    def transaction(self) -> ContextManager[sqlite3.Connection]:
+    @contextmanager
+    def transaction(self) -> Iterator[sqlite3.Connection]:
         """BEGIN IMMEDIATE ... COMMIT; rolled back on any error."""
-        return immediate_transaction(self._db, self._lock)
+        with immediate_transaction(self._db, self._lock) as db:
+            yield db
+            self._writes += 1
+
+    def tidy(self) -> None:
+        """The write-ahead log moved into the database once TIDY_WRITES transactions have
+        written to it: a passive checkpoint (it waits for no reader or writer) on a connection of
+        its own, so that a turn's reads and writes never wait for it."""
+        with self._lock:
+            if self._writes < TIDY_WRITES:
+                return
+            self._writes = 0
+            if self._checkpoints is None:
+                self._checkpoints = connect(self.path, "synchronous=NORMAL")
+            checkpoints = self._checkpoints
+        checkpoints.execute("PRAGMA wal_checkpoint(PASSIVE)")
 
     def close(self, *, save: bool = True) -> None:
         """Close the file. An evicted user's index is not saved (``save`` false): what changed
@@ -217,6 +242,8 @@ class SqliteUserStore:
         finally:
             with self._lock:
                 self._db.close()
+                if self._checkpoints is not None:
+                    self._checkpoints.close()
 
     # -- the dense index ----------------------------------------------------------------------
     @property

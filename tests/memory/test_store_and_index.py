@@ -271,3 +271,27 @@ def test_an_inverted_files_probes_scan_the_memories_not_their_sentences(tmp_path
     assert not again.index.rebuilt and again.index.sentences == 160 and again.index.index.nprobe == 5
     assert again.dense(vecs[150], 1)[0].id == ids[12]  # sentence 2 of the 13th turn
     again.close()
+
+
+def test_the_reply_worker_moves_the_log_into_the_database_off_the_turns(tmp_path, e5_embedder, day1, monkeypatch):
+    """A turn's commits leave SQLite's write-ahead log alone (below its backstop); the bank's
+    reply worker moves the log into the database after the turns, once TIDY_WRITES transactions
+    wrote to it, so that no turn waits for a checkpoint."""
+    import memory.stores.sqlite as sqlite_store
+
+    monkeypatch.setattr(sqlite_store, "TIDY_WRITES", 12)
+    bank = MemoryBank(tmp_path, e5_embedder)
+    store = bank.user_store("amy")
+    written = store.path.stat().st_size
+    for i in range(3):  # a turn and its reply vector: two transactions each
+        bank.add_turn("amy", f"my garden has {i} new roses", "How lovely!", day1 + timedelta(minutes=i))
+        bank.settle()
+    assert store.path.stat().st_size == written  # every page still in the log
+    for i in range(3, 8):
+        bank.add_turn("amy", f"my garden has {i} new roses", "How lovely!", day1 + timedelta(minutes=i))
+        bank.settle()
+    assert store.path.stat().st_size > written
+    with sqlite3.connect(store.path) as probe:  # nothing left in the log that is not in the database
+        busy, frames, moved = probe.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
+    assert busy == 0 and frames == moved
+    bank.close()
