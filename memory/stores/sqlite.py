@@ -194,7 +194,6 @@ class SqliteUserStore:
         self._db.row_factory = sqlite3.Row
         self._lock = threading.RLock()
         self._writes = 0  # write transactions since the last checkpoint of ``tidy``
-        self._checkpoints: sqlite3.Connection | None = None  # ``tidy``'s own connection
         self._index: UserIndex | None = None
         self._lexical: LexicalCache | None = None
         self._migrate()
@@ -226,10 +225,11 @@ class SqliteUserStore:
             if self._writes < TIDY_WRITES:
                 return
             self._writes = 0
-            if self._checkpoints is None:
-                self._checkpoints = connect(self.path, "synchronous=NORMAL")
-            checkpoints = self._checkpoints
-        checkpoints.execute("PRAGMA wal_checkpoint(PASSIVE)")
+        checkpoints = connect(self.path, "synchronous=NORMAL")
+        try:
+            checkpoints.execute("PRAGMA wal_checkpoint(PASSIVE)")
+        finally:
+            checkpoints.close()
 
     def close(self, *, save: bool = True) -> None:
         """Close the file. An evicted user's index is not saved (``save`` false): what changed
@@ -242,8 +242,6 @@ class SqliteUserStore:
         finally:
             with self._lock:
                 self._db.close()
-                if self._checkpoints is not None:
-                    self._checkpoints.close()
 
     # -- the dense index ----------------------------------------------------------------------
     @property
