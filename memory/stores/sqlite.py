@@ -220,12 +220,13 @@ class SqliteUserStore:
     def tidy(self) -> None:
         """The write-ahead log moved into the database once TIDY_WRITES transactions have
         written to it: a passive checkpoint (it waits for no reader or writer) on a connection of
-        its own, so that a turn's reads and writes never wait for it."""
+        its own, so that a turn's reads and writes never wait for it. A file deleted meanwhile
+        (the user's) is not made again."""
         with self._lock:
             if self._writes < TIDY_WRITES:
                 return
             self._writes = 0
-        checkpoints = connect(self.path, "synchronous=NORMAL")
+        checkpoints = sqlite3.connect(f"file:{self.path}?mode=rw", uri=True, timeout=30.0)
         try:
             checkpoints.execute("PRAGMA wal_checkpoint(PASSIVE)")
         finally:

@@ -294,4 +294,13 @@ def test_the_reply_worker_moves_the_log_into_the_database_off_the_turns(tmp_path
     with sqlite3.connect(store.path) as probe:  # nothing left in the log that is not in the database
         busy, frames, moved = probe.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
     assert busy == 0 and frames == moved
+    # a user deleted while the worker tidies: the file is not made again
+    bob = bank.user_store("bob")
+    bank.add_turn("bob", "my cat is called Miso", "Cute!", day1)
+    bank.settle()
+    monkeypatch.setattr(sqlite_store, "TIDY_WRITES", 0)
+    bank.delete_user("bob")
+    with pytest.raises(sqlite3.OperationalError):
+        bob.tidy()
+    assert not bob.path.exists() and not bank.has_user("bob")
     bank.close()
