@@ -205,6 +205,8 @@ class _Sides:
     # the words searched for: the message's and the conversation's (for a turn's sentences)
     terms: list[str] = field(default_factory=list)
     talk_terms: list[str] = field(default_factory=list)
+    # the cues the pool's rows are read with (``_pool_cues``; None: the vectors are read)
+    pool_cues: np.ndarray | None = None
 
 
 def _talk_terms(tokenizer: Tokenizer, talk: Sequence[TalkLine], query: str, config: RetrievalConfig) -> list[str]:
@@ -315,7 +317,7 @@ def _search_sides(
             found.append(hit.id)
             extra += 1
     terms = tokenizer.query_terms(query, named_days) if _scores_sentences(config) else []
-    return _Sides(qvec, tvec, found, ranked, talk_ranked, first, terms, words)
+    return _Sides(qvec, tvec, found, ranked, talk_ranked, first, terms, words, cues)
 
 
 def _first_rows(
@@ -415,7 +417,7 @@ def _gather(
     first, rows = sides.first.result()
     more = (set(sides.dense) | {i for i, _ in hop_ranked[: config.candidates]}) - first
     if more:
-        rows = rows.joined(store.pool(more, _pool_cues(sides.qvec, sides.tvec, config)))
+        rows = rows.joined(store.pool(more, sides.pool_cues))
     records = {i: r for i, r in rows.found.items() if _allowed(r, config)}
     places = {(r.day, r.position + d) for r in records.values() if r.kind == Kind.TURN for d in (-1, 1)}
     members = list(records)
