@@ -219,6 +219,11 @@ class E5Model:
             w["qkv.w"] = torch.cat([w.pop(f"{n}.w") for n in "qkv"])
             w["qkv.b"] = torch.cat([w.pop(f"{n}.b") for n in "qkv"])
             self._weights.append(w)
+        # the forward pass in one call that leaves Python's lock (``e5_network``)
+        from . import e5_network
+
+        self._network = e5_network
+        self._layers = [[w[name] for name in e5_network.LAYER_ORDER] for w in self._weights]
 
     # -- file --------------------------------------------------------------------------------
     def _read_vocabulary(self, raw: memoryview, off: int) -> tuple[int, Vocabulary]:
@@ -384,38 +389,31 @@ class E5Model:
 
     def _forward(self, sequences: list[list[int]]) -> np.ndarray:
         """The mean-pooled vector of each sequence (not normalised)."""
-        x, keep = self._encode(sequences)
+        ids, mask = padded(sequences)
         with self.torch.inference_mode():
-            weights = keep.to(x.dtype)[..., None]
-            pooled = (x * weights).sum(1) / weights.sum(1)
-        return pooled.double().numpy()
+            return self._network.mean_pooled(*self._inputs(ids, mask)).numpy()
 
     def _states(self, sequences: list[list[int]]) -> np.ndarray:
         """The last layer's token states [batch, length, dim] (padding positions are garbage)."""
         return self._encode(sequences)[0].double().numpy()
 
+    def _inputs(self, ids: np.ndarray, mask: np.ndarray) -> tuple:
+        """The scripted network's arguments (``e5_network.encode``) for padded ``ids``."""
+        return (
+            self._embed_tokens(ids),
+            self.torch.from_numpy(mask),
+            self._pos,
+            self._type,
+            list(self._ln),
+            self._layers,
+            self.heads,
+            self.eps,
+            self.dtype,
+        )
+
     def _encode(self, sequences: list[list[int]]) -> "tuple[torch.Tensor, torch.Tensor]":
         """The last layer's token states [batch, length, dim] and the mask of real tokens."""
-        torch, F = self.torch, self.torch.nn.functional
         ids, mask = padded(sequences)
-        batch, length = ids.shape
-        keep = torch.from_numpy(mask)
-        heads, head_dim, dim, dt = self.heads, self.dim // self.heads, self.dim, self.dtype
-        with torch.inference_mode():
-            x = self._embed_tokens(ids) + self._pos[:length] + self._type
-            x = F.layer_norm(x, (dim,), *self._ln, eps=self.eps)
-            attend = keep[:, None, None, :]
-            for w in self._weights:
-                h = x.to(dt)
-                qkv = F.linear(h, w["qkv.w"], w["qkv.b"]).view(batch, length, 3, heads, head_dim)
-                q, k, v = qkv.permute(2, 0, 3, 1, 4).unbind(0)
-                ctx = F.scaled_dot_product_attention(q, k, v, attn_mask=attend)
-                ctx = ctx.transpose(1, 2).reshape(batch, length, dim)
-                x = F.layer_norm(
-                    x + F.linear(ctx, w["ao.w"], w["ao.b"]).float(), (dim,), w["aln.w"], w["aln.b"], eps=self.eps
-                )
-                mid = F.gelu(F.linear(x.to(dt), w["fi.w"], w["fi.b"]))
-                x = F.layer_norm(
-                    x + F.linear(mid, w["fo.w"], w["fo.b"]).float(), (dim,), w["oln.w"], w["oln.b"], eps=self.eps
-                )
-        return x, keep
+        with self.torch.inference_mode():
+            inputs = self._inputs(ids, mask)
+            return self._network.encode(*inputs), inputs[1]

