@@ -124,7 +124,7 @@ class PoolRows:
         found = {**self.found, **other.found}
         order = sorted(found.values(), key=lambda r: (r.day, r.kind.value, r.position, r.stored_id))
         beside = {n.id: n for n in [*self.beside, *other.beside]}
-        n = len(self.row)
+        n = len(self.own)  # rows, not ids: parts that share memories hold some rows twice
         cosines = None
         if self.cosines is not None and other.cosines is not None:
             (own, reply), (more_own, more_reply) = self.cosines, other.cosines
@@ -329,6 +329,11 @@ class UserStore(Protocol):
     def vectors_and_replies(self, ids: Sequence[int]) -> tuple[np.ndarray, np.ndarray]:
         """``vectors(ids)`` and ``vectors(ids, column="reply_vector")``, read together."""
         ...
+
+    # whether ``pool`` works out the cues' cosines where it reads the rows (a database server);
+    # a store that computes them from the vectors it read (``PoolRows.cosines_of``) can read a
+    # pool's rows before its cues exist, while the query is embedded
+    cosines_where_read: bool
 
     def pool(self, ids: Iterable[int], cues: np.ndarray | None = None) -> PoolRows:
         """What ``around(ids)`` finds, with both vectors of every memory in it, the neighbours as

@@ -138,6 +138,13 @@ def test_the_turns_around_many_memories(any_bank):
     assert list(both.found) == list(pool.found) and both.beside == pool.beside
     assert all(np.array_equal(both.own[both.row[i]], pool.own[pool.row[i]]) for i in every)
     assert all(np.array_equal(both.reply[both.row[i]], pool.reply[pool.row[i]]) for i in every)
+    # parts that share memories (the message's and the conversation's candidates, read apart on
+    # two workers), joined, then joined with the rest: still the same pool
+    third = [r.stored_id for r in picked[::3]]
+    shared = store.pool(half).joined(store.pool(third)).joined(store.pool(rest))
+    assert list(shared.found) == list(pool.found) and shared.beside == pool.beside
+    assert all(np.array_equal(shared.own[shared.row[i]], pool.own[pool.row[i]]) for i in every)
+    assert all(np.array_equal(shared.reply[shared.row[i]], pool.reply[pool.row[i]]) for i in every)
 
 
 def test_a_pool_read_with_cues_sends_their_cosines(any_bank):
