@@ -43,7 +43,7 @@ from __future__ import annotations
 import math
 from collections import Counter
 from concurrent.futures import Executor, Future
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import date, datetime
 from typing import Callable, Sequence
 
@@ -250,6 +250,53 @@ def _talk_side(
     return words, (_talk_lexical_side(store, words, config) if words else [])
 
 
+# a side's candidates and the pool's rows of them, read on its worker (``_side_rows``)
+_Part = tuple[set[int], PoolRows]
+
+
+def _side_rows(
+    store: UserStore, ranked: Sequence[tuple[int, float]], config: RetrievalConfig, named_days: Sequence[date] = ()
+) -> _Part:
+    """A lexical side's first ``candidates`` matches (and every memory of the days the query
+    names) and the pool's rows of them, without cosines: read while the query is embedded."""
+    ids = {i for i, _ in ranked[: config.candidates]}
+    if named_days:
+        ids |= {r.stored_id for r in store.records(days=named_days)}
+    return ids, store.pool(ids)
+
+
+def _lexical_read(
+    store: UserStore, tokenizer: Tokenizer, query: str, config: RetrievalConfig, named_days: Sequence[date], read: bool
+) -> tuple[list[tuple[int, float]], _Part | None]:
+    """``_lexical_side``, then, if ``read``, its rows (``_side_rows``), on one worker."""
+    ranked = _lexical_side(store, tokenizer, query, config, named_days)
+    return ranked, (_side_rows(store, ranked, config, named_days) if read else None)
+
+
+def _talk_read(
+    store: UserStore, tokenizer: Tokenizer, talk: Sequence[TalkLine], query: str, config: RetrievalConfig, read: bool
+) -> tuple[list[str], list[tuple[int, float]], _Part | None]:
+    """``_talk_side``, then, if ``read``, its rows (``_side_rows``), on one worker."""
+    words, ranked = _talk_side(store, tokenizer, talk, query, config)
+    return words, ranked, (_side_rows(store, ranked, config) if read else None)
+
+
+def _first_of(parts: Sequence[_Part], cues: np.ndarray | None) -> Future[tuple[set[int], PoolRows]]:
+    """The pool's rows that need no query vector, from the sides' rows read beside the
+    embedding, with their cosines to ``cues`` worked out now that the query's vector is here."""
+    ids: set[int] = set()
+    rows: PoolRows | None = None
+    for part_ids, part_rows in parts:
+        ids |= part_ids
+        rows = part_rows if rows is None else rows.joined(part_rows)
+    assert rows is not None
+    if cues is not None:
+        rows = replace(rows, cosines=PoolRows.cosines_of(rows.own, rows.reply, cues))
+    first: Future[tuple[set[int], PoolRows]] = Future()
+    first.set_result((ids, rows))
+    return first
+
+
 def _search_sides(
     store: UserStore,
     tokenizer: Tokenizer,
@@ -267,31 +314,45 @@ def _search_sides(
     conversation's latest words.
 
     The lexical side does not need the query vector: it runs on another thread while the query is
-    embedded (both leave Python's lock: SQLite while it searches, the embedder in its C / PyTorch
-    engine), so that on two cores a turn waits for the slower of the two, not for both."""
+    embedded (both leave Python's lock: SQLite while it searches, the embedder in one scripted
+    PyTorch call, ``e5_network``), so that on two cores a turn waits for the slower of the two,
+    not for both. Where the store works out the pool's cosines from the vectors it reads
+    (``UserStore.cosines_where_read`` false: SQLite), each lexical side's candidates' rows are read
+    on its worker too, right after its search; a database that sends the cosines instead reads
+    them once the query's vector is there, while the dense side searches."""
+    beside = query_vector is None and workers is not None
+    early = beside and not store.cosines_where_read  # the sides' rows read on their workers
     pending = (
-        workers.submit(_lexical_side, store, tokenizer, query, config, named_days)
-        if query_vector is None and workers is not None
+        workers.submit(_lexical_read, store, tokenizer, query, config, named_days, early)
+        if beside and workers is not None
         else None
     )
     # the conversation's words are picked on that other thread too (a tagger's work for Chinese)
     talks = bool(talk) and config.talk_lexical_weight > 0
-    talk_pending = workers.submit(_talk_side, store, tokenizer, talk, query, config) if talks and workers else None
+    talk_pending = (
+        workers.submit(_talk_read, store, tokenizer, talk, query, config, early) if talks and workers else None
+    )
     qvec = embed_query(embedder, query) if query_vector is None else query_vector
     tvec = _talk_vector(embedder, talk, config)
-    ranked = pending.result() if pending is not None else _lexical_side(store, tokenizer, query, config, named_days)
+    part: _Part | None = None
+    if pending is not None:
+        ranked, part = pending.result()
+    else:
+        ranked = _lexical_side(store, tokenizer, query, config, named_days)
     words: list[str] = []
     talk_ranked: list[tuple[int, float]] = []
+    talk_part: _Part | None = None
     if talk_pending is not None:
-        words, talk_ranked = talk_pending.result()
+        words, talk_ranked, talk_part = talk_pending.result()
     elif talks:
         words, talk_ranked = _talk_side(store, tokenizer, talk, query, config)
-    # the lexical candidates' rows are read on the other core while FAISS searches (it leaves
-    # Python's lock), not while the query is embedded: the embedding holds the lock between its
-    # kernels, and the read would slow it by as much as it saves
+    # otherwise the lexical candidates' rows are read on the other core while FAISS searches (it
+    # leaves Python's lock)
     first: Future[tuple[set[int], PoolRows]]
     cues = _pool_cues(qvec, tvec, config)
-    if workers is not None:
+    if early:
+        first = _first_of([p for p in (part, talk_part) if p is not None], cues)
+    elif workers is not None:
         first = workers.submit(_first_rows, store, ranked, talk_ranked, named_days, config, cues)
     else:
         first = Future()

@@ -480,6 +480,8 @@ def bm25_top(
 class PgUserStore:
     """All memories of one user in the shared database (the ``base.UserStore`` interface)."""
 
+    cosines_where_read = True  # ``pool`` sends the cues' inner products, not the vectors
+
     def __init__(self, stores: "PostgresStores", user: str, dim: int):
         self.stores = stores
         self.db = stores.db

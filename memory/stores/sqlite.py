@@ -184,6 +184,8 @@ class SqliteUserStore:
     """All memories of one user, in one SQLite file, and the FAISS index beside it (opened at
     its first use, once the vectors are known to be the embedder's)."""
 
+    cosines_where_read = False  # ``pool`` reads the vectors; the cosines are numpy's
+
     def __init__(self, path: Path, user: str, *, dim: int, vectors_id: str, tokenizer: Tokenizer):
         self.path = Path(path)
         self.tokenizer = tokenizer

@@ -1,5 +1,6 @@
 """Hybrid retrieval: dense + lexical (jieba for Chinese) + named days, with reasons."""
 
+import threading
 from datetime import datetime, timedelta
 
 from memory.records import Kind, State
@@ -318,3 +319,58 @@ def test_a_turn_is_scored_by_its_sentence_on_the_lexical_side_too(bank):
 
     assert first(sentence_weight=0.0) == "Our family went camping last weekend."
     assert first(sentence_weight=0.5) == SENTENCE_TARGET[0]
+
+
+class _EmbedsAfterARead:
+    """The bank's embedder, whose query embedding waits (at most 10 s) until a pool read has begun:
+    a read made while the query is embedded lets it go on at once."""
+
+    def __init__(self, inner, read: threading.Event):
+        self.inner, self.read, self.waited = inner, read, []
+
+    def __getattr__(self, name):
+        return getattr(self.inner, name)
+
+    def embed(self, texts, *, kind):
+        if kind == "query":
+            self.waited.append(self.read.wait(10))
+        return self.inner.embed(texts, kind=kind)
+
+
+def test_the_lexical_candidates_rows_are_read_while_the_query_is_embedded(paper_bank, monkeypatch):
+    """On SQLite (the pool's cosines worked out from the vectors it reads) each lexical side's
+    candidates' rows are read on its worker right after its search, while the query is still
+    being embedded; the hits are those of reading them afterwards with the cues."""
+    t = _fill(
+        paper_bank,
+        "ivy",
+        [
+            (0, "I planted tomatoes and basil in the garden", "A kitchen garden, lovely!"),
+            (1, "My sister visited and we cooked pasta with basil", "Fresh basil makes it."),
+            (2, "The tomatoes are finally turning red", "Harvest time soon."),
+            (3, "I went swimming at the lake", "Sounds refreshing."),
+        ],
+    )
+    now = D + timedelta(days=5)
+    talk = [TalkLine("user", "I spent the morning in my garden"), TalkLine("assistant", "How are the plants?")]
+    store = paper_bank.user_store("ivy")
+    assert not store.cosines_where_read
+    read = threading.Event()
+    real_pool = type(store).pool
+
+    def pool(self, ids, cues=None):
+        read.set()
+        return real_pool(self, ids, cues)
+
+    monkeypatch.setattr(type(store), "pool", pool)
+    waits = _EmbedsAfterARead(paper_bank._embed, read)
+    monkeypatch.setattr(paper_bank, "_embed", waits)
+    hits = paper_bank.retrieve("ivy", "What did I cook with the basil?", now, k=3, talk=talk)
+    assert waits.waited[0] is True  # a read had begun before the query's vector was made
+    read.set()
+    monkeypatch.setattr(type(store), "cosines_where_read", True)  # read after the embedding, with cues
+    after = paper_bank.retrieve("ivy", "What did I cook with the basil?", now, k=3, talk=talk)
+    assert [(h.record.id, h.score, h.dense, h.lexical) for h in hits] == [
+        (h.record.id, h.score, h.dense, h.lexical) for h in after
+    ]
+    assert {h.record.id for h in hits[:2]} == {t[0].id, t[1].id}  # the garden's basil, and the basil cooked
