@@ -118,13 +118,44 @@ class TurnTimes:
         }
 
 
-def over_query(summary: dict) -> dict | None:
-    """A turn's p50 and p95 (``TurnTimes.summary``) over that run's own e5 query p50: the
-    machine's speed cancels out."""
+def over_query(summary: dict, alone_ms: float | None = None) -> dict | None:
+    """A turn's p50 and p95 (``TurnTimes.summary``) over that run's own e5 query p50, timed in
+    the turns: the machine's speed cancels out. With ``alone_ms`` (``e5_query_alone``), the turn
+    over that too (``*_over_alone``)."""
     query = (summary.get("embed_query") or {}).get("p50")
     if not query:
         return None
-    return {"p50": round(summary["p50"] / query, 2), "p95": round(summary["p95"] / query, 2), "e5_query_ms": query}
+    out = {"p50": round(summary["p50"] / query, 2), "p95": round(summary["p95"] / query, 2), "e5_query_ms": query}
+    if alone_ms:
+        out |= {
+            "e5_query_alone_ms": round(alone_ms, 2),
+            "p50_over_alone": round(summary["p50"] / alone_ms, 2),
+            "p95_over_alone": round(summary["p95"] / alone_ms, 2),
+        }
+    return out
+
+
+def alone_text(ratio: dict) -> str:
+    """The turn over the query alone (``over_query``), as the bench tables show it."""
+    if not ratio.get("p50_over_alone"):
+        return ""
+    return f" ({ratio['p50_over_alone']}x / {ratio['p95_over_alone']}x the query alone)"
+
+
+def e5_query_alone(embedder, seed: int, n: int = 100, warmup: int = 10) -> float:
+    """The p50 ms of one message embedded as a query with nothing else running, in this run.
+    Inside a turn the query shares the machine with the turn's own threads (the lexical sides
+    read beside it), so it takes longer than alone; the turn over this time counts all that
+    the turn costs beyond the query's own work (docs/benchmarks.md, "The e5 pass in one call")."""
+    gen = DialogueGenerator(seed)
+    times = []
+    for i in range(warmup + n):
+        message = gen.message(gen.lang())
+        tick = time.perf_counter()
+        embedder.embed([message], kind="query")
+        if i >= warmup:
+            times.append((time.perf_counter() - tick) * 1000)
+    return float(np.percentile(times, 50))
 
 
 class TurnRunner:
