@@ -13,7 +13,7 @@ pass's (``tests/memory/test_e5_engine.py``).
 PyTorch 2.13 marks TorchScript deprecated in favour of ``torch.compile`` / ``torch.export``, which
 would need a C++ compiler on the user's machine and about a minute of compiling at each start.
 The functions are plain PyTorch code: where a PyTorch cannot script them, they run as they are,
-op by op (logged once).
+op by op, with a warning in the log.
 
 Imported by ``e5_engine.E5Model`` when it loads; the functions compile at that import.
 """

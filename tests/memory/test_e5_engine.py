@@ -188,3 +188,13 @@ def test_a_pass_runs_in_one_call_that_leaves_pythons_lock(engines, monkeypatch):
     states = model._states(sequences)
     monkeypatch.undo()
     assert np.array_equal(model._states(sequences), states)
+
+
+def test_a_pytorch_that_cannot_script_the_network_runs_it_op_by_op(monkeypatch, caplog):
+    def refuse(fn):
+        raise RuntimeError("TorchScript is gone")
+
+    monkeypatch.setattr(torch.jit, "script", refuse)
+    with caplog.at_level("WARNING", logger="memory.e5_network"):
+        assert e5_network._scripted(e5_network._encode) is e5_network._encode
+    assert "runs op by op" in caplog.text and "TorchScript is gone" in caplog.text
