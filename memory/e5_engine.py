@@ -391,7 +391,8 @@ class E5Model:
         """The mean-pooled vector of each sequence (not normalised)."""
         ids, mask = padded(sequences)
         with self.torch.inference_mode():
-            return self._network.mean_pooled(*self._inputs(ids, mask)).numpy()
+            inputs = self._inputs(ids, mask)
+            return self._network.mean_pooled(self._network.encode(*inputs), inputs[1]).numpy()
 
     def _states(self, sequences: list[list[int]]) -> np.ndarray:
         """The last layer's token states [batch, length, dim] (padding positions are garbage)."""

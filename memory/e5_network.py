@@ -1,4 +1,4 @@
-"""e5-small's encoder as TorchScript functions: one forward pass is one call into PyTorch.
+"""e5-small's encoder as TorchScript functions: the layers of a forward pass are one call into PyTorch.
 
 Run op by op from Python, a pass makes ~170 PyTorch calls. Each gives Python's lock back while
 it computes and must take it again to make the next call. While another thread runs Python (a
@@ -79,22 +79,11 @@ def _encode(
 encode = _scripted(_encode)
 
 
-def _mean_pooled(
-    words: torch.Tensor,
-    keep: torch.Tensor,
-    positions: torch.Tensor,
-    token_type: torch.Tensor,
-    embedding_norm: List[torch.Tensor],
-    layers: List[List[torch.Tensor]],
-    heads: int,
-    eps: float,
-    dtype: torch.dtype,
-) -> torch.Tensor:
-    """``encode``, then the mean of each sequence's real tokens [batch, dim] (not normalised),
-    in float64."""
-    x = encode(words, keep, positions, token_type, embedding_norm, layers, heads, eps, dtype)
-    weights = keep.to(x.dtype).unsqueeze(-1)
-    return ((x * weights).sum(1) / weights.sum(1)).double()
+def _mean_pooled(states: torch.Tensor, keep: torch.Tensor) -> torch.Tensor:
+    """The mean of each sequence's real tokens [batch, dim] of ``encode``'s ``states`` (not
+    normalised), in float64."""
+    weights = keep.to(states.dtype).unsqueeze(-1)
+    return ((states * weights).sum(1) / weights.sum(1)).double()
 
 
 mean_pooled = _scripted(_mean_pooled)
