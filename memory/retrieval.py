@@ -250,35 +250,25 @@ def _talk_side(
     return words, (_talk_lexical_side(store, words, config) if words else [])
 
 
-# a side's candidates and the pool's rows of them, read on its worker (``_side_rows``)
+# a side's candidates and the pool's rows of them, read on its worker (``_first_rows`` of that
+# side alone, without cues: read while the query is embedded)
 _Part = tuple[set[int], PoolRows]
-
-
-def _side_rows(
-    store: UserStore, ranked: Sequence[tuple[int, float]], config: RetrievalConfig, named_days: Sequence[date] = ()
-) -> _Part:
-    """A lexical side's first ``candidates`` matches (and every memory of the days the query
-    names) and the pool's rows of them, without cosines: read while the query is embedded."""
-    ids = {i for i, _ in ranked[: config.candidates]}
-    if named_days:
-        ids |= {r.stored_id for r in store.records(days=named_days)}
-    return ids, store.pool(ids)
 
 
 def _lexical_read(
     store: UserStore, tokenizer: Tokenizer, query: str, config: RetrievalConfig, named_days: Sequence[date], read: bool
 ) -> tuple[list[tuple[int, float]], _Part | None]:
-    """``_lexical_side``, then, if ``read``, its rows (``_side_rows``), on one worker."""
+    """``_lexical_side``, then, if ``read``, its rows (``_first_rows``), on one worker."""
     ranked = _lexical_side(store, tokenizer, query, config, named_days)
-    return ranked, (_side_rows(store, ranked, config, named_days) if read else None)
+    return ranked, (_first_rows(store, ranked, (), named_days, config) if read else None)
 
 
 def _talk_read(
     store: UserStore, tokenizer: Tokenizer, talk: Sequence[TalkLine], query: str, config: RetrievalConfig, read: bool
 ) -> tuple[list[str], list[tuple[int, float]], _Part | None]:
-    """``_talk_side``, then, if ``read``, its rows (``_side_rows``), on one worker."""
+    """``_talk_side``, then, if ``read``, its rows (``_first_rows``), on one worker."""
     words, ranked = _talk_side(store, tokenizer, talk, query, config)
-    return words, ranked, (_side_rows(store, ranked, config) if read else None)
+    return words, ranked, (_first_rows(store, ranked, (), (), config) if read else None)
 
 
 def _first_of(parts: Sequence[_Part], cues: np.ndarray | None) -> Future[tuple[set[int], PoolRows]]:
