@@ -357,7 +357,9 @@ def _search_sides(
     asked = (config.candidates + more) * (2 if config.use_replies else 1) * (2 if config.use_sentences else 1)
     # without sentences, the hits are read only until ``candidates`` turns are found
     distinct = None if config.use_sentences else config.candidates
-    for hit in store.dense(_cue_mix(qvec, tvec, config), asked, distinct=distinct):
+    # the workers are idle by now (SQLite's lexical rows are read; a database reads them in
+    # ``first``, on its own connections): one may share the search
+    for hit in store.dense(_cue_mix(qvec, tvec, config), asked, distinct=distinct, helpers=workers):
         if hit.side == Side.REPLY and not config.use_replies or hit.id in found:
             continue
         if hit.side == Side.SENTENCE and not config.use_sentences:

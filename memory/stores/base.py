@@ -18,6 +18,7 @@ import hashlib
 import json
 import re
 from collections import Counter
+from concurrent.futures import Executor
 from dataclasses import dataclass
 from datetime import date, datetime
 from typing import Any, ContextManager, Iterable, Iterator, Mapping, Protocol, Sequence
@@ -344,13 +345,17 @@ class UserStore(Protocol):
         ...
 
     # -- searches (both tiers: retrieval tells active and archived apart)
-    def dense(self, query: np.ndarray, k: int, *, distinct: int | None = None) -> list[SearchHit]:
+    def dense(
+        self, query: np.ndarray, k: int, *, distinct: int | None = None, helpers: Executor | None = None
+    ) -> list[SearchHit]:
         """The ``k`` vectors closest to ``query`` (a memory's own and turns' replies), best first.
         ``distinct``: the caller reads the hits only until it has found that many distinct
         memories among its own and reply hits (it skips sentence hits), so a store may leave out
         an own or reply hit past that side's ``distinct``-th: one side finds a memory at most
         once, so such a hit comes after ``distinct`` memories were found. What the caller
-        reads is then the same."""
+        reads is then the same. ``helpers``: threads with nothing else to do meanwhile, which the
+        store may use to share the search (the SQLite store's inverted file, ``UserIndex.search``);
+        the hits are the same with or without them."""
         ...
 
     def lexical(self, terms: Sequence[str], limit: int) -> list[SearchHit]:

@@ -40,7 +40,7 @@ import logging
 import threading
 import time
 from collections import OrderedDict
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Executor, Future, ThreadPoolExecutor
 from contextlib import contextmanager
 from datetime import date, datetime
 from typing import Any, Callable, ContextManager, Iterable, Iterator, Mapping, Sequence
@@ -1366,7 +1366,9 @@ class PgUserStore:
         return (head[5], int(head[4])), int(head[1]), (float(head[2]), float(head[3])), arrays
 
     # -- dense --------------------------------------------------------------------------------
-    def dense(self, query: np.ndarray, k: int, *, distinct: int | None = None) -> list[SearchHit]:
+    def dense(
+        self, query: np.ndarray, k: int, *, distinct: int | None = None, helpers: Executor | None = None
+    ) -> list[SearchHit]:
         """The ``k`` vectors closest to ``query`` over every memory of the user (both tiers):
         their own vectors, turns' reply vectors and long turns' sentence vectors. Exact, or through the user's partial HNSW
         indexes once they have them (the user's name is a literal in the SQL so that the indexes'

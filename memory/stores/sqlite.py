@@ -24,6 +24,7 @@ import json
 import shutil
 import sqlite3
 import threading
+from concurrent.futures import Executor
 from contextlib import contextmanager
 from datetime import date, datetime
 from pathlib import Path
@@ -258,7 +259,9 @@ class SqliteUserStore:
                 )
             return self._index
 
-    def dense(self, query: np.ndarray, k: int, *, distinct: int | None = None) -> list[SearchHit]:
+    def dense(
+        self, query: np.ndarray, k: int, *, distinct: int | None = None, helpers: Executor | None = None
+    ) -> list[SearchHit]:
         # one index holds every side: its k best are read whatever ``distinct`` allows
         return [
             SearchHit((vid - SENTENCE_ID_BASE) // SENTENCE_SLOTS, Side.SENTENCE, score)
@@ -266,7 +269,7 @@ class SqliteUserStore:
             else SearchHit(vid - REPLY_ID_OFFSET, Side.REPLY, score)
             if vid >= REPLY_ID_OFFSET
             else SearchHit(vid, Side.OWN, score)
-            for vid, score in self.index.search(query, k)
+            for vid, score in self.index.search(query, k, helpers=helpers)
         ]
 
     def vector_count(self) -> int:

@@ -304,3 +304,63 @@ def test_the_reply_worker_moves_the_log_into_the_database_off_the_turns(tmp_path
         bob.tidy()
     assert not bob.path.exists() and not bank.has_user("bob")
     bank.close()
+
+
+def test_an_inverted_files_search_shared_with_a_helper_finds_what_faiss_finds(tmp_path, monkeypatch):
+    """An inverted file's probed lists are searched in parts, which a helper thread may share
+    (``UserIndex.search(helpers=...)``): the hits are FAISS's own search's, with a helper, without
+    one, and with one that is busy. The search never waits for a busy helper to start, and a
+    helper that starts after it has nothing left to do."""
+    import threading
+    import time
+    from concurrent.futures import ThreadPoolExecutor
+    from datetime import date, datetime
+
+    import faiss
+    import numpy as np
+
+    from memory import index as index_module
+    from memory.records import MemoryRecord
+    from memory.stores.sqlite import SqliteStores
+
+    monkeypatch.setattr(index_module, "IVF_MIN", 300)
+    monkeypatch.setattr(index_module, "IVF_PROBE_MIN", 40)  # 40 of the 64 lists: parts of 10
+    rng = np.random.default_rng(11)
+    vecs = rng.standard_normal((600, 32)).astype(np.float32)
+    vecs /= np.linalg.norm(vecs, axis=1, keepdims=True)
+    store = SqliteStores(tmp_path).open("kim", dim=32, vectors_id="test")
+    recs = [
+        MemoryRecord(user="kim", kind=Kind.TURN, text=f"t{i}", created_at=datetime(2024, 1, 1), day=date(2024, 1, 1))
+        for i in range(600)
+    ]
+    store.insert(recs, vecs)
+    store.sync()
+    index = store.index
+    assert isinstance(index.index, faiss.IndexIVF) and index.index.nprobe == 40
+    queries = rng.standard_normal((30, 32)).astype(np.float32)
+
+    def faiss_own(q, k):
+        scores, ids = index.index.search(q.reshape(1, -1), k)
+        return [(int(i), float(s)) for i, s in zip(ids[0], scores[0]) if i >= 0]
+
+    free = ThreadPoolExecutor(max_workers=1)
+    for q in queries:
+        for k in (1, 7, 80):
+            assert index.search(q, k) == faiss_own(q, k)
+            assert index.search(q, k, helpers=free) == faiss_own(q, k)
+
+    # a helper busy elsewhere: the search scans every part itself and does not wait for it
+    busy = ThreadPoolExecutor(max_workers=1)
+    gate, started = threading.Event(), threading.Event()
+    busy.submit(lambda: (started.set(), gate.wait(20)))
+    assert started.wait(5)
+    began = time.monotonic()
+    for q in queries[:5]:
+        assert index.search(q, 80, helpers=busy) == faiss_own(q, 80)
+    assert time.monotonic() - began < 10  # waiting for the helper would take the gate's 20 s
+    gate.set()
+    busy.shutdown(wait=True)  # the queued shares start now, find every part taken, and end
+    # a pool already shut down (its bank closing): the search goes on alone
+    assert index.search(queries[0], 80, helpers=busy) == faiss_own(queries[0], 80)
+    free.shutdown()
+    store.close()
