@@ -264,7 +264,7 @@ class UserIndex:
         """An inverted file's search, its probed lists in ``IVF_SEARCH_PARTS`` parts. This thread
         takes parts one by one, and so does one of ``helpers``' threads once it starts (FAISS
         leaves Python's lock while it scans): on two cores with nothing else to do, the search
-        takes ~0.7 of its time alone (docs/benchmarks.md). This thread waits only for a part the
+        takes about two thirds of its time alone (docs/benchmarks.md). This thread waits only for a part the
         helper is scanning, never for the helper to start: on a busy machine it scans every part
         itself. Each part's best ``k`` are merged by score, then id, so the hits are the same
         whoever scanned which part."""
