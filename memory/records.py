@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import enum
+import json
 from dataclasses import dataclass, field, replace
 from datetime import date, datetime
+from typing import Any, cast
 
 
 class Kind(str, enum.Enum):
@@ -35,6 +37,29 @@ class State(str, enum.Enum):
     SUPERSEDED = "superseded"
 
 
+class ExtraFields:
+    """``MemoryRecord.extra``: a dict, which a store may give as the JSON text it read; the text is
+    parsed when the field is first used. A chat turn reads all of today's turns, and a turn's
+    extra fields (the memories and today's lines its prompt held) are kilobytes of JSON: parsed at
+    every read, they made a turn late in a long day several times slower (docs/benchmarks.md,
+    issue 24)."""
+
+    def __init__(self, slot: str):
+        self.slot = slot  # where a record keeps the dict or the text
+
+    def __get__(self, record: Any, owner: type | None = None) -> Any:
+        if record is None:
+            return self  # the dataclass's default: each record then gets its own empty dict
+        value = record.__dict__[self.slot]
+        if not isinstance(value, dict):
+            value = json.loads(value) if value and value != "{}" else {}
+            record.__dict__[self.slot] = value
+        return value
+
+    def __set__(self, record: Any, value: Any) -> None:
+        record.__dict__[self.slot] = {} if value is self else value
+
+
 @dataclass(frozen=True)
 class MemoryRecord:
     """One memory of one user. ``text`` is what is embedded and searched."""
@@ -54,7 +79,8 @@ class MemoryRecord:
     state: State = State.ACTIVE
     id: int | None = None
     position: int = 0  # a turn's order within its day (0-based)
-    extra: dict = field(default_factory=dict, compare=False)
+    # a dict (a store may give the JSON text it read instead: parsed when first used)
+    extra: dict = field(default=cast(dict, ExtraFields("_extra")), compare=False)
     archived_at: datetime | None = None  # when the forgetting pass archived it
 
     @property

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import enum
 import hashlib
-import json
 import re
 from collections import Counter
 from concurrent.futures import Executor
@@ -185,17 +184,13 @@ _STATES = {s.value: s for s in State}
 
 def record_from_row(user: str, row: Sequence[Any]) -> MemoryRecord:
     """A memory from a row of ``MEMORY_COLUMNS`` (dates as ISO text or as dates, ``extra`` as
-    JSON text or as a dict: whichever the database gives)."""
+    JSON text or as a dict: whichever the database gives; the text is parsed when first used)."""
     (rid, kind, text, query, response, day, position, created_at) = row[:8]
     (strength, last_recall, recall_count, importance, pinned, state, extra, archived_at) = row[8:16]
     created = _when(created_at)
     assert created is not None  # a NOT NULL column
-    if isinstance(extra, dict):
-        extras = extra
-    elif not extra or extra == "{}":  # nearly every row: no JSON to parse
-        extras = {}
-    else:
-        extras = json.loads(extra)
+    # JSON text is parsed when the record's ``extra`` is first used (``records.ExtraFields``)
+    extras = extra if isinstance(extra, dict) else (extra or {})
     return MemoryRecord(
         id=int(rid),
         user=user,
