@@ -557,9 +557,11 @@ class MemoryBank:
     def records(self, user: str, **filters) -> list[MemoryRecord]:
         return self.user_store(user).records(**filters)
 
-    def turns_on(self, user: str, day: date) -> list[MemoryRecord]:
-        """The day's turns in order, without the superseded ones (an edited message's old turn)."""
-        return [t for t in self.user_store(user).records(kind=Kind.TURN, day=day) if t.state != State.SUPERSEDED]
+    def turns_on(self, user: str, day: date, *, extra: bool = True) -> list[MemoryRecord]:
+        """The day's turns in order, without the superseded ones (an edited message's old turn).
+        ``extra`` False: their extra fields are not read (``UserStore.records``)."""
+        turns = self.user_store(user).records(kind=Kind.TURN, day=day, extra=extra)
+        return [t for t in turns if t.state != State.SUPERSEDED]
 
     def days(self, user: str) -> list[date]:
         return self.user_store(user).days()

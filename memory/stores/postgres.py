@@ -60,15 +60,30 @@ HNSW_MIN = 20_000  # active vectors from which a user gets a partial HNSW index
 HNSW_EF_SEARCH = 100  # candidates the graph search keeps (>= the 40 retrieval asks for)
 _SPLIT_AT = 32  # candidates from which ``around`` and ``pool`` read two halves at once
 _READ_AHEAD_S = 2.0  # how long vectors read with a pool's rows stand for a fresh read of them
+# the latest turns of a day whose vectors come with a read of that day's turns: the chat turn's
+# conversation cue takes the latest six (``core.companion.TALK_TURNS``)
+_READ_AHEAD_TURNS = 8
 BM25_K1, BM25_B = 1.2, 0.75
 WARM_POSTINGS_FROM = 10_000  # memories from which a worker reads a user's postings whole at open
 
 _RECALL_COLUMNS = ("strength", "last_recall", "recall_count")  # in ``mem_recall`` (migration 6)
-_COLUMNS = ", ".join(MEMORY_COLUMNS)
+
+
+def _read_as(column: str, table: str = "", *, extra: bool = True) -> str:
+    """A memory column as a read selects it: ``extra`` as its JSON text, which the record parses
+    when its extra fields are first used (``records.ExtraFields``), not the driver at every read;
+    or nothing, where the read leaves them out (``records(extra=False)``)."""
+    if column != "extra":
+        return f"{table}{column}"
+    return f"{table}{column}::text AS {column}" if extra else f"NULL AS {column}"
+
+
+_COLUMNS = ", ".join(_read_as(c) for c in MEMORY_COLUMNS)
+_COLUMNS_BUT_EXTRA = ", ".join(_read_as(c, extra=False) for c in MEMORY_COLUMNS)
 # a memory's row: its own fields and its recall fields (unqualified names resolve through USING)
 _MEMORY_ROWS = "memories JOIN mem_recall USING (owner, id)"
 # the same columns of ``memories m`` joined with ``mem_recall r``
-_PLACE_COLUMNS = ", ".join(f"r.{c}" if c in _RECALL_COLUMNS else f"m.{c}" for c in MEMORY_COLUMNS)
+_PLACE_COLUMNS = ", ".join(_read_as(c, "r." if c in _RECALL_COLUMNS else "m.") for c in MEMORY_COLUMNS)
 VECTOR_COLUMNS = {"vector": "embedding", "reply_vector": "reply_embedding"}
 # a memory's own vector as a read sees it: in the graph's column, or still waiting to join it
 _OWN = "COALESCE(embedding, pending_embedding)"
@@ -1007,8 +1022,9 @@ class PgUserStore:
         order: str = "day, kind, position, id",
         limit: int | None = None,
         offset: int = 0,
+        columns: str = _COLUMNS,
     ) -> list[MemoryRecord]:
-        query = f"SELECT {_COLUMNS} FROM {_MEMORY_ROWS} WHERE owner = %s AND ({where}) ORDER BY {order}"
+        query = f"SELECT {columns} FROM {_MEMORY_ROWS} WHERE owner = %s AND ({where}) ORDER BY {order}"
         if limit is not None:
             query += f" LIMIT {int(limit)} OFFSET {int(offset)}"
         return [record_from_row(self.user, r) for r in self.db.fetchall(query, (self.user, *params))]
@@ -1033,6 +1049,7 @@ class PgUserStore:
         limit: int | None = None,
         offset: int = 0,
         newest_first: bool = False,
+        extra: bool = True,
     ) -> list[MemoryRecord]:
         clauses: list[str] = []
         params: list[object] = []
@@ -1053,19 +1070,24 @@ class PgUserStore:
             if newest_first
             else 'day, kind COLLATE "C", position, id'
         )
+        columns = _COLUMNS if extra else _COLUMNS_BUT_EXTRA
         if kind == Kind.TURN and days is not None and len(days) == 1 and limit is None:
-            # one day's turns (a chat turn reads today's): their vectors come with the rows read
-            # anyway, for the conversation's cue, which asks for them next on this thread
-            # (``vectors_and_replies``: a round trip fewer before the reply)
+            # one day's turns (a chat turn reads today's): the vectors of the latest come with the
+            # rows read anyway, for the conversation's cue, which asks for them next on this thread
+            # (``vectors_and_replies``: a round trip fewer before the reply). Only the latest: the
+            # whole day's made a long day's turns slower and slower (docs/benchmarks.md)
+            latest = "row_number() OVER (ORDER BY position DESC, id DESC) <= %s"
             rows = self.db.fetchall(
-                f"SELECT {_COLUMNS}, vector_send({_OWN}), vector_send(reply_embedding) FROM {_MEMORY_ROWS}"
+                f"SELECT {columns}, CASE WHEN {latest} THEN vector_send({_OWN}) END,"
+                f" CASE WHEN {latest} THEN vector_send(reply_embedding) END, {latest} FROM {_MEMORY_ROWS}"
                 f" WHERE owner = %s AND ({' AND '.join(clauses)}) ORDER BY {order}",
-                (self.user, *params),
+                (*[_READ_AHEAD_TURNS] * 3, self.user, *params),
                 binary=True,
             )
-            self._read_ahead.kept = (time.monotonic(), self._writes, {int(r[0]): (r[-2], r[-1]) for r in rows})
-            return [record_from_row(self.user, r[:-2]) for r in rows]
-        return self._select(" AND ".join(clauses) or "true", params, order, limit, offset)
+            ahead = {int(r[0]): (r[-3], r[-2]) for r in rows if r[-1]}
+            self._read_ahead.kept = (time.monotonic(), self._writes, ahead)
+            return [record_from_row(self.user, r[:-3]) for r in rows]
+        return self._select(" AND ".join(clauses) or "true", params, order, limit, offset, columns)
 
     def count(self, *, kind: Kind | None = None, state: State | None = None) -> int:
         clauses, params = [], [self.user]

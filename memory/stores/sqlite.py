@@ -50,6 +50,8 @@ from .base import (
 )
 
 _COLUMNS = ", ".join(MEMORY_COLUMNS)
+# the same, for a read that leaves the extra fields out (``records(extra=False)``)
+_COLUMNS_BUT_EXTRA = ", ".join("NULL AS extra" if c == "extra" else c for c in MEMORY_COLUMNS)
 
 # the index id of a turn's reply vector: its memory id plus this (memory ids stay far below it)
 REPLY_ID_OFFSET = 1 << 40
@@ -515,8 +517,9 @@ class SqliteUserStore:
         order: str = "day, kind, position, id",
         limit: int | None = None,
         offset: int = 0,
+        columns: str = _COLUMNS,
     ) -> list[MemoryRecord]:
-        sql = f"SELECT {_COLUMNS} FROM memories WHERE {where} ORDER BY {order}"
+        sql = f"SELECT {columns} FROM memories WHERE {where} ORDER BY {order}"
         if limit is not None:
             sql += f" LIMIT {int(limit)} OFFSET {int(offset)}"
         with self._lock:
@@ -546,6 +549,7 @@ class SqliteUserStore:
         limit: int | None = None,
         offset: int = 0,
         newest_first: bool = False,
+        extra: bool = True,
     ) -> list[MemoryRecord]:
         clauses, params = [], []
         if kind is not None:
@@ -560,7 +564,8 @@ class SqliteUserStore:
             clauses.append(f"day IN ({','.join('?' * len(days))})")
             params += [d.isoformat() for d in days]
         order = "day DESC, kind, position DESC, id DESC" if newest_first else "day, kind, position, id"
-        return self._select(" AND ".join(clauses) or "1", params, order, limit, offset)
+        columns = _COLUMNS if extra else _COLUMNS_BUT_EXTRA
+        return self._select(" AND ".join(clauses) or "1", params, order, limit, offset, columns)
 
     def count(self, *, kind: Kind | None = None, state: State | None = None) -> int:
         clauses, params = [], []

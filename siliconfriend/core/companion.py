@@ -342,7 +342,8 @@ class Companion:
     def _run(self, stream: ReplyStream, turn: _Turn) -> Iterator[str]:
         stream.consolidation = self._rollover(turn.user, turn.now, turn.lang, turn.backend)
         prompts = load_prompts(turn.lang)
-        today = self.bank.turns_on(turn.user, turn.now.date())
+        # what today's turns kept of their prompts is not used here: not read (kilobytes a turn)
+        today = self.bank.turns_on(turn.user, turn.now.date(), extra=False)
         if turn.replace is not None and turn.given_history is None:
             today = [t for t in today if t.position < turn.replace.position]
         if turn.given_history is not None:

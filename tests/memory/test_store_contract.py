@@ -4,6 +4,7 @@ A change to storage passes here on both engines or on neither; what only one eng
 files, migrations, the pool, advisory locks, HNSW) is tested in test_store_and_index.py and
 tests/pg."""
 
+from dataclasses import FrozenInstanceError
 from datetime import date, datetime, timedelta
 
 import numpy as np
@@ -599,3 +600,61 @@ def test_the_global_summaries_in_one_read(any_bank, day1):
     found = any_bank.global_summaries("amy")
     assert found == {Kind.GLOBAL_EVENTS: e, Kind.GLOBAL_PERSONALITY: p}
     assert all(found[k].text == any_bank.get_summary("amy", k).text for k in found)
+
+
+def test_a_records_extra_fields_are_parsed_when_first_used(any_bank, monkeypatch):
+    """A turn's extra fields (the memories and today's lines its prompt held: kilobytes of JSON)
+    come from the store as text, parsed when the record's ``extra`` is first used. A chat turn
+    reads all of today's turns; parsing every turn's fields at each read made the turns of a long
+    day slower and slower. The record is otherwise as before: equal, hashable, frozen."""
+    import memory.records as records
+
+    when = datetime(2024, 5, 1, 9, 0)
+    extra = {"used": [{"id": i, "text": "x" * 300} for i in range(5)], "stopped": False}
+    for i in range(30):
+        any_bank.add_turn("amy", f"message {i}", f"reply {i}", when + timedelta(minutes=i), extra=extra)
+    real, parsed = records.json, []
+
+    class CountingJson:
+        @staticmethod
+        def loads(text):
+            parsed.append(text)
+            return real.loads(text)
+
+    monkeypatch.setattr(records, "json", CountingJson)
+    today = any_bank.turns_on("amy", when.date())
+    assert [t.query for t in today] == [f"message {i}" for i in range(30)] and parsed == []
+    assert today[3].extra == extra and len(parsed) == 1
+    assert today[3].extra is today[3].extra and len(parsed) == 1  # once
+    again = any_bank.get("amy", today[3].stored_id)
+    assert again == today[3] and hash(again) == hash(today[3]) and parsed == [parsed[0]]
+    with pytest.raises(FrozenInstanceError):
+        today[3].extra = {}  # type: ignore[misc]
+    # a record made in code keeps the dict it is given, and each new one has its own empty dict
+    given = MemoryRecord(user="amy", kind=Kind.TURN, text="t", created_at=when, day=when.date(), extra=extra)
+    first = MemoryRecord(user="amy", kind=Kind.TURN, text="t", created_at=when, day=when.date())
+    second = MemoryRecord(user="amy", kind=Kind.TURN, text="t", created_at=when, day=when.date())
+    assert given.extra is extra and first.extra == {} and first.extra is not second.extra
+
+
+def test_a_days_turns_read_without_their_extra_fields(any_bank):
+    """``turns_on(extra=False)`` (a chat turn's read of today's turns) gives the same turns in the
+    same order with every field but the extra ones, which are not read: each record's ``extra``
+    is empty, and a read with them still gives them whole."""
+    when = datetime(2024, 5, 1, 9, 0)
+    for i in range(12):
+        extra = {"used": [{"id": i, "text": f"memory {i}"}], "stopped": i % 2 == 0}
+        any_bank.add_turn("amy", f"message {i}", f"reply {i}", when + timedelta(minutes=i), extra=extra)
+    any_bank.add_turn("amy", "another day", "yes", when + timedelta(days=1), extra={"stopped": True})
+    any_bank.settle()  # the replies' vectors made: none is added between the reads below
+    whole = any_bank.turns_on("amy", when.date())
+    bare = any_bank.turns_on("amy", when.date(), extra=False)
+    assert bare == whole and [t.query for t in bare] == [f"message {i}" for i in range(12)]
+    assert all(t.extra == {} for t in bare)
+    assert [t.extra["stopped"] for t in whole] == [i % 2 == 0 for i in range(12)]
+    # the latest turns' vectors come with the read as they would be read on their own
+    store = any_bank.user_store("amy")
+    ids = [t.stored_id for t in bare[-6:]]
+    ahead = store.vectors_and_replies(ids)
+    again = store.vectors_and_replies(ids)
+    assert all(np.array_equal(a, b) for a, b in zip(ahead, again)) and ahead[0].shape == (6, store.dim)
