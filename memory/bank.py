@@ -557,6 +557,10 @@ class MemoryBank:
     def records(self, user: str, **filters) -> list[MemoryRecord]:
         return self.user_store(user).records(**filters)
 
+    def extra_at(self, user: str, ids: Sequence[int], path: Sequence[str]) -> dict[int, str]:
+        """The text each memory's extra fields hold at ``path`` (``UserStore.extra_at``)."""
+        return self.user_store(user).extra_at(ids, path)
+
     def turns_on(self, user: str, day: date, *, extra: bool = True) -> list[MemoryRecord]:
         """The day's turns in order, without the superseded ones (an edited message's old turn).
         ``extra`` False: their extra fields are not read (``UserStore.records``)."""

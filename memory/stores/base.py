@@ -297,6 +297,12 @@ class UserStore(Protocol):
 
     def get(self, rid: int) -> MemoryRecord | None: ...
     def get_many(self, ids: Iterable[int]) -> dict[int, MemoryRecord]: ...
+    def extra_at(self, ids: Sequence[int], path: Sequence[str]) -> dict[int, str]:
+        """The text that each of ``ids``' extra fields holds at ``path`` (a key, then a key
+        within it...), for the memories that hold a text there: one field of many rows, without
+        reading their fields whole (a turn's hold what its prompt held, kilobytes)."""
+        ...
+
     def records(
         self,
         *,

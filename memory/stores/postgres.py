@@ -1039,6 +1039,16 @@ class PgUserStore:
             return {}
         return {r.stored_id: r for r in self._select("id = ANY(%s)", (ids,))}
 
+    def extra_at(self, ids: Sequence[int], path: Sequence[str]) -> dict[int, str]:
+        ids = list(dict.fromkeys(int(i) for i in ids))
+        if not ids:
+            return {}
+        rows = self.db.fetchall(
+            "SELECT id, extra #>> %s, jsonb_typeof(extra #> %s) FROM memories WHERE owner = %s AND id = ANY(%s)",
+            (list(path), list(path), self.user, ids),
+        )
+        return {int(r[0]): r[1] for r in rows if r[2] == "string"}
+
     def records(
         self,
         *,

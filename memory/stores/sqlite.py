@@ -539,6 +539,21 @@ class SqliteUserStore:
                 out[rec.stored_id] = rec
         return out
 
+    def extra_at(self, ids: Sequence[int], path: Sequence[str]) -> dict[int, str]:
+        where = "$" + "".join(f".{json.dumps(key, ensure_ascii=False)}" for key in path)
+        out: dict[int, str] = {}
+        ids = list(dict.fromkeys(int(i) for i in ids))
+        for start in range(0, len(ids), 500):
+            part = ids[start : start + 500]
+            with self._lock:
+                rows = self._db.execute(
+                    f"SELECT id, json_extract(extra, ?) FROM memories WHERE id IN ({','.join('?' * len(part))})"
+                    " AND json_type(extra, ?) = 'text'",
+                    (where, *part, where),
+                ).fetchall()
+            out.update({int(r[0]): r[1] for r in rows})
+        return out
+
     def records(
         self,
         *,

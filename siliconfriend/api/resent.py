@@ -74,12 +74,16 @@ def place(
     placed = Placed({CHAT: {"history": digest}})
     if not bank.has_user(user):
         return placed
+    # the turns without their extra fields, then only the digest in them (the rest is what each
+    # turn's prompt held: kilobytes a turn, read at every request of a long day otherwise)
+    days = [today, today - timedelta(days=1)]
     recent = [
         t
-        for t in bank.records(user, kind=Kind.TURN, days=[today, today - timedelta(days=1)], newest_first=True)
+        for t in bank.records(user, kind=Kind.TURN, days=days, newest_first=True, extra=False)
         if t.state != State.SUPERSEDED
     ]
-    same = [t for t in recent if (t.extra.get(CHAT) or {}).get("history") == digest]
+    digests = bank.extra_at(user, [t.stored_id for t in recent], (CHAT, "history"))
+    same = [t for t in recent if digests.get(t.stored_id) == digest]
     said = _norm(text)
     again = next((t for t in same if _norm(t.query) == said), None)
     if again is not None and (known or again.id == recent[0].id):

@@ -658,3 +658,27 @@ def test_a_days_turns_read_without_their_extra_fields(any_bank):
     ahead = store.vectors_and_replies(ids)
     again = store.vectors_and_replies(ids)
     assert all(np.array_equal(a, b) for a, b in zip(ahead, again)) and ahead[0].shape == (6, store.dim)
+
+
+def test_one_field_of_many_memories_extra_fields(any_bank):
+    """``extra_at(ids, path)``: the text at ``path`` in each memory's extra fields (the API's
+    chat digests), for the memories that hold a text there, read without the rest of the fields;
+    another user's memories give nothing."""
+    when = datetime(2024, 5, 1, 9, 0)
+    fields = [
+        {"chat": {"history": "abc123"}, "used": [{"text": "x" * 500}]},
+        {"chat": {"history": "def456"}},
+        {"chat": {"history": 7}},  # not a text
+        {"chat": {}},
+        {},
+        {"chat": {"history": "给你"}},
+    ]
+    ids = [
+        any_bank.add_turn("amy", f"m{i}", "r", when + timedelta(minutes=i), extra=extra).stored_id
+        for i, extra in enumerate(fields)
+    ]
+    other = any_bank.add_turn("bob", "m", "r", when, extra={"chat": {"history": "abc123"}}).stored_id
+    found = any_bank.extra_at("amy", [*ids, other, 10**9], ("chat", "history"))
+    assert found == {ids[0]: "abc123", ids[1]: "def456", ids[5]: "给你"}  # not bob's
+    assert any_bank.extra_at("amy", ids, ("used",)) == {}  # a list is not a text
+    assert any_bank.extra_at("amy", [], ("chat", "history")) == {}
