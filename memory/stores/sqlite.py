@@ -541,18 +541,12 @@ class SqliteUserStore:
 
     def extra_at(self, ids: Sequence[int], path: Sequence[str]) -> dict[int, str]:
         where = "$" + "".join(f".{json.dumps(key, ensure_ascii=False)}" for key in path)
-        out: dict[int, str] = {}
-        ids = list(dict.fromkeys(int(i) for i in ids))
-        for start in range(0, len(ids), 500):
-            part = ids[start : start + 500]
-            with self._lock:
-                rows = self._db.execute(
-                    f"SELECT id, json_extract(extra, ?) FROM memories WHERE id IN ({','.join('?' * len(part))})"
-                    " AND json_type(extra, ?) = 'text'",
-                    (where, *part, where),
-                ).fetchall()
-            out.update({int(r[0]): r[1] for r in rows})
-        return out
+        rows = self._rows_in(  # ?1: the path, then the ids
+            "SELECT id, json_extract(extra, ?1) FROM memories WHERE id IN ({ids}) AND json_type(extra, ?1) = 'text'",
+            list(dict.fromkeys(int(i) for i in ids)),
+            (where,),
+        )
+        return {int(r[0]): r[1] for r in rows}
 
     def records(
         self,
@@ -750,13 +744,14 @@ class SqliteUserStore:
             cur.row_factory = None
             return cur.execute(sql, tuple(params)).fetchall()
 
-    def _rows_in(self, sql: str, ids: Sequence[int]) -> list[tuple]:
+    def _rows_in(self, sql: str, ids: Sequence[int], first: Sequence = ()) -> list[tuple]:
         """``_rows`` of ``sql`` whose ``{ids}`` is the list of ``ids``' parameters, 500 ids a
-        statement, the statements' rows one after the other."""
+        statement, the statements' rows one after the other. ``first``: parameters before the
+        ids' (the same in every statement)."""
         rows: list[tuple] = []
         for start in range(0, len(ids), 500):
             part = list(ids[start : start + 500])
-            rows += self._rows(sql.format(ids=",".join("?" * len(part))), part)
+            rows += self._rows(sql.format(ids=",".join("?" * len(part))), [*first, *part])
         return rows
 
     def pool(self, ids: Iterable[int], cues: np.ndarray | None = None) -> PoolRows:
