@@ -389,10 +389,9 @@ class E5Model:
 
     def _forward(self, sequences: list[list[int]]) -> np.ndarray:
         """The mean-pooled vector of each sequence (not normalised)."""
-        ids, mask = padded(sequences)
+        states, keep = self._encode(sequences)
         with self.torch.inference_mode():
-            inputs = self._inputs(ids, mask)
-            return self._network.mean_pooled(self._network.encode(*inputs), inputs[1]).numpy()
+            return self._network.mean_pooled(states, keep).numpy()
 
     def _states(self, sequences: list[list[int]]) -> np.ndarray:
         """The last layer's token states [batch, length, dim] (padding positions are garbage)."""
