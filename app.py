@@ -18,6 +18,7 @@ from pathlib import Path
 import gradio as gr
 from fastapi import Request
 
+from siliconfriend.accounts.keys import ApiKeys
 from siliconfriend.accounts.users import AccountError
 from siliconfriend.api.routes import mount
 from siliconfriend.config import Settings
@@ -44,8 +45,19 @@ CSS = """
 
 def api_routes(service: WebService) -> list:
     """The OpenAI-compatible API and the memory API under /v1, served by the web app's own server
-    with the same companion, bank and accounts."""
-    return [mount(build_api_service(service.settings, web=service))]
+    with the same companion, bank, accounts and keys (the keys section of the account page shows
+    the keys the API takes)."""
+    if service.account.api_keys is None:
+        service.account.api_keys = ApiKeys(service.accounts)
+    api = build_api_service(
+        service.settings,
+        accounts=service.accounts,
+        bank=service.bank,
+        companion=lambda: service.companion,
+        keys=service.account.api_keys,
+        clock=service.clock,
+    )
+    return [mount(api)]
 
 
 class AppHandlers:

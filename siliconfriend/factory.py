@@ -5,7 +5,7 @@ from __future__ import annotations
 import threading
 from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 from tqdm import tqdm
 
@@ -15,13 +15,16 @@ from memory.forgetting import EbbinghausPolicy
 from memory.lexical import Tokenizer
 from memory.retrieval import RetrievalConfig
 
-from .accounts.users import Accounts
+from .accounts.keys import ApiKeys
+from .accounts.users import Accounts, open_accounts
 from .backends.openai_chat import DEFAULT_MODEL as OPENAI_DEFAULT_MODEL
 from .backends.registry import create_backend
 from .config import DEMO_MODEL, Settings
 from .core.companion import Companion
-from .web.chat_sessions import BackendPool
-from .web.service import WebService
+
+if TYPE_CHECKING:  # the web's modules load only for the web app (serve-api never imports them)
+    from .api.service import ApiService
+    from .web.service import WebService
 
 
 def build_policy(settings: Settings) -> EbbinghausPolicy:
@@ -244,14 +247,14 @@ def model_labels(settings: Settings) -> dict[str, str]:
     return labels
 
 
-def build_backend_pool(settings: Settings) -> BackendPool:
-    """The backends a user may pick besides the companion's own (built on first use, each
-    loaded once under a lock: see ``BackendPool``)."""
+def backend_builder(settings: Settings) -> Callable[..., Any]:
+    """How a backend a user picks besides the companion's own is built (the web app keeps the
+    ones built: ``BackendPool``)."""
 
     def build(name: str, *, model: str | None = None, **options):
         return create_backend(name, model=model, **backend_options(settings, name), **options)
 
-    return BackendPool(build)
+    return build
 
 
 def build_web_service(
@@ -264,6 +267,8 @@ def build_web_service(
 ) -> WebService:
     """Accounts, the memory bank and (lazily, on the first chat) the companion, from settings.
     ``companion``/``bank``/``accounts`` may be given (tests, one model for many)."""
+    from .web.service import WebService
+
     if bank is None:
         bank = companion.bank if companion is not None else build_bank(settings)
 
@@ -271,8 +276,6 @@ def build_web_service(
         return build_companion(settings, clock=clock, bank=bank)
 
     if accounts is None:
-        from .accounts.users import open_accounts
-
         accounts = open_accounts(settings)
     return WebService(
         settings,
@@ -281,29 +284,51 @@ def build_web_service(
         companion=companion,
         companion_factory=None if companion is not None else companion_factory,
         clock=clock,
-        backends=build_backend_pool(settings),
+        build_backend=backend_builder(settings),
         choices=model_choices(settings),
         labels=model_labels(settings),
     )
 
 
 def build_api_service(
-    settings: Settings, *, web: WebService | None = None, clock: Callable[[], datetime] | None = None
-):
-    """The API's service (``siliconfriend.api``): beside the web app, sharing its accounts, bank
-    and companion (``web``), or alone (``serve-api``), with the companion built on the first chat."""
-    from .accounts.keys import ApiKeys
+    settings: Settings,
+    *,
+    accounts: Accounts | None = None,
+    bank: MemoryBank | None = None,
+    companion: Callable[[], Companion] | None = None,
+    keys: ApiKeys | None = None,
+    clock: Callable[[], datetime] | None = None,
+) -> ApiService:
+    """The API's service (``siliconfriend.api``). Alone (``serve-api``): its own accounts and
+    bank from the settings, the companion built on the first chat. Beside the web app
+    (``app.api_routes``): the web's accounts, bank, companion, keys and clock, given."""
     from .api.service import ApiService
 
-    if web is None:
-        web = build_web_service(settings, clock=clock)
-    if web.account.api_keys is None:
-        web.account.api_keys = ApiKeys(web.accounts)
+    if accounts is None:
+        accounts = open_accounts(settings)
+    if bank is None:
+        bank = build_bank(settings)
+    if companion is None:
+        companion = first_use(lambda: build_companion(settings, clock=clock, bank=bank))
     return ApiService(
         settings,
-        web.accounts,
-        web.bank,
-        companion=lambda: web.companion,
-        keys=web.account.api_keys,
-        clock=web.clock if clock is None else clock,
+        accounts,
+        bank,
+        companion=companion,
+        keys=keys or ApiKeys(accounts),
+        clock=clock or datetime.now,
     )
+
+
+def first_use(build: Callable[[], Companion]) -> Callable[[], Companion]:
+    """``build``, called once on the first call (under a lock: two first requests build one)."""
+    made: list[Companion] = []
+    lock = threading.Lock()
+
+    def get() -> Companion:
+        with lock:
+            if not made:
+                made.append(build())
+            return made[0]
+
+    return get

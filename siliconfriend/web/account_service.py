@@ -43,7 +43,7 @@ class ModelChoices:
 
 class AccountService:
     def __init__(self, settings: Settings, accounts: Accounts, models: ModelChoices, api_keys: ApiKeys | None = None):
-        """``api_keys`` when the app serves the API (``factory.build_api_service`` sets it)."""
+        """``api_keys`` when the app serves the API (``app.api_routes`` sets it)."""
         self.settings = settings
         self.accounts = accounts
         self.models = models

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from datetime import datetime
 from pathlib import Path
-from typing import Callable, Sequence
+from typing import Any, Callable, Sequence
 
 from memory.bank import MemoryBank
 
@@ -41,14 +41,15 @@ class WebService:
         companion: Companion | None = None,
         companion_factory: Callable[[], Companion] | None = None,
         clock: Callable[[], datetime] | None = None,
-        backends: BackendPool | None = None,
+        build_backend: Callable[..., Any] | None = None,
         choices: dict[str, list[str]] | None = None,
         labels: dict[str, str] | None = None,
         api_keys: ApiKeys | None = None,
     ):
-        """``backends``, ``choices`` (the models a user may pick) and ``labels`` ("backend:model" ->
-        the name users see) come from ``factory.build_web_service``; without them only the
-        companion's own model is offered. ``api_keys`` when the app serves the API."""
+        """``build_backend`` (how a model a user picks is built; kept in a ``BackendPool``),
+        ``choices`` (the models a user may pick) and ``labels`` ("backend:model" -> the name users
+        see) come from ``factory.build_web_service``; without them only the companion's own model
+        is offered. ``api_keys`` when the app serves the API (``app.api_routes`` sets them)."""
         self.settings = settings
         self.accounts = accounts
         self.bank = bank
@@ -57,7 +58,11 @@ class WebService:
         self.trusted_proxies = proxy_networks(settings.trusted_proxies)
         self.account = AccountService(settings, accounts, self.models, api_keys)
         self.chat = ChatSessions(
-            self.account, bank, companion=companion, companion_factory=companion_factory, backends=backends
+            self.account,
+            bank,
+            companion=companion,
+            companion_factory=companion_factory,
+            backends=BackendPool(build_backend) if build_backend is not None else None,
         )
         self.memory_page = MemoryPageService(settings, self.account, bank, self.chat, self.clock)
         self.exports = ExportTickets(settings, self.account, bank, self.clock)
