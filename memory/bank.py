@@ -54,7 +54,13 @@ from .stores.base import MAX_USERNAME, Stores, UserStore, user_key
 
 log = logging.getLogger(__name__)
 
-__all__ = ["MAX_USERNAME", "ForgetDecision", "MemoryBank", "UnknownMemory", "user_key"]
+__all__ = ["MAX_USERNAME", "REFERENCES", "TODAY", "USED", "ForgetDecision", "MemoryBank", "UnknownMemory", "user_key"]
+
+
+# the lists in a memory's extra fields whose entries name other memories by id and copy their
+# words: a turn's record of its prompt, the memories it used and today's lines in it
+USED, TODAY = "used", "today"
+REFERENCES = (USED, TODAY)
 
 
 class UnknownMemory(KeyError):
@@ -170,6 +176,9 @@ class MemoryBank:
         self._lock = threading.RLock()
         self._replies = _ReplyWorker(self)
         self.replies_embedded = 0  # reply vectors the worker has stored (progress of an import)
+        # called with (user, ids) after memories were deleted: what the app keeps of them outside
+        # the bank is dropped (``delete``)
+        self.on_delete: list[Callable[[str, list[int]], None]] = []
         # the threads a retrieval's lexical searches run on beside its query's embedding: the
         # factory's (shared by the banks it builds), else the bank's own (idle threads end with it)
         self.workers: Executor = workers or ThreadPoolExecutor(max_workers=4, thread_name_prefix="sf-lexical")
@@ -730,9 +739,29 @@ class MemoryBank:
         return self.get(user, memory_id)
 
     def delete(self, user: str, memory_ids: Sequence[int]) -> int:
+        """Delete for good, with every copy of their words that the bank keeps: the rows, their
+        lexical entries and vectors (the index saved without them), the entries naming them in
+        other memories' records (``REFERENCES``: what a turn's prompt held), what the engine
+        keeps of deleted rows (``UserStore.erase``: SQLite's old lexical segments and its
+        write-ahead log), then whatever the app keeps beside the bank (``on_delete``: prompt
+        caches, pending exports).
+
+        This is the one way a memory is deleted: a table or cache that copies a memory's words
+        (a summary made of it, a link to it, a compressed copy) adds its removal here, in the
+        store's ``delete`` or ``drop_references``, or as an ``on_delete`` hook. What is derived
+        from a turn in words of the model's own (its day's summaries) is the caller's to delete
+        with it (``Companion.forget``)."""
+        ids = [int(i) for i in memory_ids]
+        if not ids:
+            return 0
         u = self.user_store(user)
-        n = u.delete([int(i) for i in memory_ids])
+        n = u.delete(ids)
+        u.drop_references(ids, REFERENCES)
         u.sync()
+        u.flush()  # the saved index, which held their vectors
+        u.erase()
+        for hook in list(self.on_delete):
+            hook(user, ids)
         return n
 
     def purge_archived(self, user: str) -> int:

@@ -212,6 +212,26 @@ def record_from_row(user: str, row: Sequence[Any]) -> MemoryRecord:
     )
 
 
+def without_references(extra: Any, gone: set[int], keys: Sequence[str]) -> Any:
+    """``extra`` without the entries naming a memory of ``gone`` (``{"id": n, ...}``) in its lists
+    at ``keys``: what a record copied of memories that were deleted."""
+    if not isinstance(extra, dict):
+        return extra
+    out = dict(extra)
+    for key in keys:
+        entries = out.get(key)
+        if isinstance(entries, list):
+            out[key] = [e for e in entries if not (isinstance(e, dict) and _entry_id(e) in gone)]
+    return out
+
+
+def _entry_id(entry: dict) -> int | None:
+    try:
+        return int(entry.get("id"))  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        return None
+
+
 def days_meant(kind: Kind, text: str, day: date) -> list[date]:
     """The days a turn's words refer to, relative to the day they were said ("yesterday", "last
     Friday", "on May 4th"): indexed so that a question naming such a day finds the turn."""
@@ -266,7 +286,23 @@ class UserStore(Protocol):
 
     def set_state(self, ids: Sequence[int], state: State, when: datetime | None = None) -> int: ...
     def set_pinned(self, rid: int, pinned: bool) -> bool: ...
-    def delete(self, ids: Sequence[int]) -> int: ...
+    def delete(self, ids: Sequence[int]) -> int:
+        """The memories gone: their rows, lexical entries, vectors and sentence vectors (the
+        bank's ``delete`` also drops what other records copied of them and calls ``erase``)."""
+        ...
+
+    def drop_references(self, ids: Sequence[int], keys: Sequence[str]) -> int:
+        """Every memory's extra fields without the entries that name one of ``ids`` (an object with
+        that "id") in its lists at ``keys`` (what a turn's prompt held: the memories used, today's
+        lines, each with its text); how many memories were rewritten."""
+        ...
+
+    def erase(self) -> None:
+        """What the engine itself keeps of deleted or rewritten rows, erased, so that their words
+        are nowhere in the store's files (SQLite: the lexical table's old segments, the
+        write-ahead log); nothing where the database server keeps them out of reach of the app."""
+        ...
+
     def set_vectors(self, ids: Sequence[int], vectors: np.ndarray, *, column: str = "vector") -> None: ...
     def clear_reply_vectors(self, ids: Sequence[int]) -> None: ...
     def set_sentences(self, items: Sequence[tuple[int, np.ndarray]]) -> None:

@@ -52,7 +52,16 @@ from psycopg import sql
 from ..lexical import Tokenizer
 from ..pg_db import Database, one, run_statements
 from ..records import Kind, MemoryRecord, State
-from .base import MEMORY_COLUMNS, Neighbour, PoolRows, SearchHit, Side, record_from_row, term_counts
+from .base import (
+    MEMORY_COLUMNS,
+    Neighbour,
+    PoolRows,
+    SearchHit,
+    Side,
+    record_from_row,
+    term_counts,
+    without_references,
+)
 
 log = logging.getLogger(__name__)
 
@@ -909,6 +918,31 @@ class PgUserStore:
             n = cur.execute("DELETE FROM memories WHERE owner = %s AND id = ANY(%s)", (self.user, ids)).rowcount
             self._count(cur, docs, tokens)
             return n
+
+    def drop_references(self, ids: Sequence[int], keys: Sequence[str]) -> int:
+        gone = sorted({int(i) for i in ids})
+        if not gone or not keys:
+            return 0
+        with self._writing() as cur:
+            self._lock_user(cur)
+            rows = cur.execute(
+                "SELECT id, extra::text FROM memories m WHERE owner = %s AND EXISTS ("
+                " SELECT 1 FROM unnest(%s::text[]) AS k(key),"
+                " jsonb_array_elements(CASE jsonb_typeof(m.extra -> k.key) WHEN 'array' THEN m.extra -> k.key"
+                " ELSE '[]'::jsonb END) AS e WHERE e ->> 'id' = ANY(%s))",
+                (self.user, list(keys), [str(i) for i in gone]),
+            ).fetchall()
+            for rid, text in rows:
+                extra = without_references(json.loads(text), set(gone), keys)
+                cur.execute(
+                    "UPDATE memories SET extra = %s::jsonb WHERE owner = %s AND id = %s",
+                    (json.dumps(extra, ensure_ascii=False), self.user, rid),
+                )
+            return len(rows)
+
+    def erase(self) -> None:
+        """Nothing the app can reach: PostgreSQL's dead row versions are its own until its
+        autovacuum reclaims them, and its write-ahead log is the server's (docs/deploy.md)."""
 
     def set_vectors(self, ids: Sequence[int], vectors: np.ndarray, *, column: str = "vector") -> None:
         """Stored vectors: ``column`` "vector" (the memory's own) or "reply_vector" (a turn's reply)."""

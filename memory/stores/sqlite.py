@@ -47,6 +47,7 @@ from .base import (
     lexical_document,
     record_from_row,
     user_key,
+    without_references,
 )
 
 _COLUMNS = ", ".join(MEMORY_COLUMNS)
@@ -195,7 +196,11 @@ class SqliteUserStore:
         self.user = user
         self.dim = dim
         self.vectors_id = vectors_id
-        self._db = connect(self.path, "synchronous=NORMAL", f"wal_autocheckpoint={WAL_BACKSTOP_PAGES}")
+        # secure_delete: what a deletion or a rewrite frees is overwritten with zeros, so that a
+        # deleted memory's words are not left in the file's free space
+        self._db = connect(
+            self.path, "synchronous=NORMAL", f"wal_autocheckpoint={WAL_BACKSTOP_PAGES}", "secure_delete=ON"
+        )
         self._db.row_factory = sqlite3.Row
         self._lock = threading.RLock()
         self._writes = 0  # write transactions since the last checkpoint of ``tidy``
@@ -428,6 +433,41 @@ class SqliteUserStore:
                 db.execute("DELETE FROM sentences WHERE memory_id = ?", (rid,))
                 db.execute("INSERT OR REPLACE INTO tombstones VALUES (?, ?)", (rid, seq))
             return n
+
+    def drop_references(self, ids: Sequence[int], keys: Sequence[str]) -> int:
+        gone = sorted({int(i) for i in ids})
+        if not gone or not keys:
+            return 0
+        paths = ["$." + json.dumps(key, ensure_ascii=False) for key in keys]
+        marks = ",".join("?" * len(gone))
+        with self.transaction() as db:
+            found: set[int] = set()
+            for where in paths:
+                found.update(
+                    r[0]
+                    for r in db.execute(
+                        "SELECT DISTINCT m.id FROM memories m, json_each(m.extra, ?) e"
+                        f" WHERE json_type(m.extra, ?) = 'array' AND json_extract(e.value, '$.id') IN ({marks})",
+                        (where, where, *gone),
+                    )
+                )
+            changed = 0
+            for rid in sorted(found):
+                row = db.execute("SELECT extra FROM memories WHERE id = ?", (rid,)).fetchone()
+                extra = without_references(json.loads(row[0]), set(gone), keys)
+                db.execute("UPDATE memories SET extra = ? WHERE id = ?", (json.dumps(extra, ensure_ascii=False), rid))
+                changed += 1
+            return changed
+
+    def erase(self) -> None:
+        """The lexical table's segments merged into one (FTS5 keeps a deleted row's terms in its
+        older segments until they are merged), then the write-ahead log, which holds the pages as
+        they were, moved into the database and emptied. With ``secure_delete`` the pages freed
+        on the way are zeros."""
+        with self.transaction() as db:
+            db.execute("INSERT INTO memories_fts (memories_fts) VALUES ('optimize')")
+        with self._lock:
+            self._db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
 
     def set_vectors(self, ids: Sequence[int], vectors: np.ndarray, *, column: str = "vector") -> None:
         """Stored vectors for memories: ``column`` "vector" (the memory's own) or "reply_vector"

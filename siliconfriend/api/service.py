@@ -531,13 +531,9 @@ class ApiService:
         return self.memory_json(self.bank.restore(user, rec.stored_id, self.now()), self.now())
 
     def delete(self, user: str, memory_id: Any) -> dict:
-        """Delete for good; a dialogue turn through the companion, so that its day's summaries
-        are written again without it."""
+        """Delete for good, with what was written from it (``Companion.forget``)."""
         rec = self._get(user, memory_id)
-        if rec.kind == Kind.TURN:
-            self.companion.delete_turn(user, rec.stored_id)
-        else:
-            self.bank.delete(user, [rec.stored_id])
+        self.companion.forget(user, [rec.stored_id])  # with every copy of its words
         return {"id": rec.id, "object": "memory", "deleted": True}
 
     def export(self, user: str) -> dict:

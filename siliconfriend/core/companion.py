@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from datetime import date, datetime
 from typing import Callable, Iterator, Sequence
 
-from memory.bank import MemoryBank, UnknownMemory, user_key
+from memory.bank import TODAY, USED, MemoryBank, UnknownMemory, user_key
 from memory.records import Kind, MemoryRecord
 from memory.retrieval import Hit, TalkLine
 from memory.stores.base import StoreUnavailable
@@ -42,7 +42,6 @@ HISTORY_TOKENS = 1200
 # weighs little: see RetrievalConfig.talk_decay); in the API a line the store does not have is
 # embedded, so this also bounds what a long foreign history costs
 TALK_TURNS = 6
-TODAY = "today"  # the kind of a "what I remembered" entry that is a line of today's talk
 # the kind of the "what I remembered" entry that lists the names a reply used that came from
 # neither the memories, the prompt nor today's talk (the model made them up)
 NOT_FROM_MEMORY = "not_from_memory"
@@ -461,7 +460,7 @@ class Companion:
         whether its reply was stopped before its end (what came so far is the reply), and the
         names of the reply that were not from memory."""
         out = {
-            "used": [used_entry(h) for h in result.used],
+            USED: [used_entry(h) for h in result.used],
             TODAY: [today_entry(t) for t in result.today],
             "stopped": result.stopped,
         }
@@ -687,9 +686,30 @@ class Companion:
         rec = self.bank.get(user, turn_id)
         if rec.kind != Kind.TURN:
             raise ValueError(f"memory {turn_id} is a {rec.kind.value}, not a dialogue turn")
+        self.forget(user, [rec.stored_id])
+
+    def forget(self, user: str, memory_ids: Sequence[int]) -> int:
+        """Delete memories for good, wherever their words went: the memories themselves and what
+        was written from them (a turn's day summaries and the global ones, written again at the
+        next rollover without it; the global ones for a daily summary), in one
+        ``MemoryBank.delete`` (which also drops the records of prompts that held them), then the
+        prompts this companion's backend keeps for the user. Every deletion a person asks for
+        (the memory page, the chat page, the API) comes here. UnknownMemory unless all are theirs."""
+        records = [self.bank.get(user, int(i)) for i in memory_ids]
+        ids = {r.stored_id for r in records}
+        days = {r.day for r in records if r.kind == Kind.TURN}
+        derived: set[int] = set()
+        for day in days:
+            derived |= self.consolidator.summaries_of(user, day)
+        if (days and derived) or any(r.kind in (Kind.DAILY_EVENTS, Kind.DAILY_PERSONALITY) for r in records):
+            derived |= self.consolidator.global_summaries(user)
         with self._store_lock(user):
-            self.bank.delete(user, [rec.stored_id])
-        self._invalidate_if_summarised(user, rec.day)
+            self.bank.delete(user, sorted(ids | derived))
+        if derived:
+            self.bank.set_user_meta(user, ROLLOVER_MARK, secrets.token_hex(8))  # for every worker
+            self._rolled.pop(user, None)
+        self._drop_prefix(self.backend, user)
+        return len(records)
 
     def profile(self, user: str) -> dict:
         """What the companion has made of the user: the global summaries and each day's."""

@@ -175,13 +175,20 @@ class Consolidator:
             return dailies
         return [r for r in dailies if r.created_at > current.created_at]
 
+    def summaries_of(self, user: str, day: date) -> set[int]:
+        """The ids of ``day``'s summaries (events, personality) that were written."""
+        return {r.stored_id for kind in DAILY if (r := self.bank.get_summary(user, kind, day)) is not None}
+
+    def global_summaries(self, user: str) -> set[int]:
+        """The ids of the global summaries that were written."""
+        return {r.stored_id for kind in GLOBAL if (r := self.bank.get_summary(user, kind)) is not None}
+
     def invalidate_day(self, user: str, day: date) -> None:
         """Forget what was summarised of ``day`` and the global summaries (after one of its turns was
-        deleted): the next run writes them again without it."""
-        ids = [r.stored_id for kind in DAILY if (r := self.bank.get_summary(user, kind, day)) is not None]
-        ids += [r.stored_id for kind in GLOBAL if (r := self.bank.get_summary(user, kind)) is not None]
+        replaced): the next run writes them again without it."""
+        ids = self.summaries_of(user, day)
         if ids:
-            self.bank.delete(user, ids)
+            self.bank.delete(user, sorted(ids | self.global_summaries(user)))
 
     # -- the run ------------------------------------------------------------------------------
     def run(

@@ -129,13 +129,8 @@ class MemoryPageService:
         """Delete for good. A dialogue turn goes through the companion, so that the summaries of
         its day are written again without it."""
         user = self.user(token)
-        records = [self.bank.get(user, memory_id(i)) for i in memory_ids]  # UnknownMemory unless all are hers
-        for rec in records:
-            if rec.kind == Kind.TURN:
-                self.chat.companion.delete_turn(user, rec.stored_id)
-            else:
-                self.bank.delete(user, [rec.stored_id])
-        return len(records)
+        # UnknownMemory unless all are hers; gone with every copy of their words (Companion.forget)
+        return self.chat.companion.forget(user, [memory_id(i) for i in memory_ids])
 
     def summaries(self, token: str, day: str | None = None) -> dict:
         """Daily events and personality of ``day`` (or the latest day), and the global ones."""

@@ -66,6 +66,8 @@ class WebService:
         )
         self.memory_page = MemoryPageService(settings, self.account, bank, self.chat, self.clock)
         self.exports = ExportTickets(settings, self.account, bank, self.clock)
+        # an export written before a deletion holds the deleted words: it is not handed out
+        bank.on_delete.append(lambda user, ids: self.exports.forget(user))
 
     @property
     def companion(self) -> Companion:
