@@ -20,6 +20,7 @@ from fastapi import Request
 
 from siliconfriend.accounts.keys import ApiKeys
 from siliconfriend.accounts.users import AccountError
+from siliconfriend.api.http_server import timed_servers
 from siliconfriend.api.routes import mount
 from siliconfriend.config import Settings
 from siliconfriend.core.private_files import make_private
@@ -350,17 +351,18 @@ def launch(
     app_kwargs: dict = {"middleware": [Middleware(BrowserCookie)]}
     if routes:
         app_kwargs["routes"] = list(routes)
-    out = demo.launch(
-        server_name=host,
-        server_port=port,
-        share=share,
-        css=CSS,
-        show_error=True,
-        footer_links=["api"],
-        app_kwargs=app_kwargs,
-        prevent_thread_lock=True,
-        **kwargs,
-    )
+    with timed_servers():  # Gradio's server gets the connection limits (api/http_server.py)
+        out = demo.launch(
+            server_name=host,
+            server_port=port,
+            share=share,
+            css=CSS,
+            show_error=True,
+            footer_links=["api"],
+            app_kwargs=app_kwargs,
+            prevent_thread_lock=True,
+            **kwargs,
+        )
     service = getattr(demo, "sf_service", None)
     if service is not None:
         serve_exports(demo.server_app, service)

@@ -1,5 +1,5 @@
 """OpenAI's error shape for every refusal the API makes, and the guards every request passes
-before a route: ``{"error": {"message", "type", "param", "code"}}`` with 400 / 401 / 404 / 413 /
+before a route (``intake.py``): ``{"error": {"message", "type", "param", "code"}}`` with 400 / 401 / 404 / 413 /
 429 / 500 / 503."""
 
 from __future__ import annotations
@@ -15,8 +15,6 @@ from .service import ApiError
 
 log = logging.getLogger("siliconfriend.api")
 
-MAX_BODY_BYTES = 8 * 1024 * 1024
-
 
 def response(exc: ApiError) -> JSONResponse:
     return JSONResponse(exc.body(), status_code=exc.status, headers=exc.headers)
@@ -29,7 +27,14 @@ async def on_api_error(request: Request, exc: ApiError) -> JSONResponse:
 async def on_invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
     errors = exc.errors()
     first = errors[0] if errors else {}
-    where = ".".join(str(p) for p in first.get("loc", ()) if p != "body")
+    if first.get("type") == "json_invalid":  # its place is a byte offset, not a parameter
+        return response(
+            ApiError(400, f"the body is not valid JSON ({first.get('ctx', {}).get('error', 'cannot parse it')})")
+        )
+    loc = list(first.get("loc", ()))
+    if loc and loc[0] in ("body", "query", "path", "header", "cookie"):
+        loc = loc[1:]  # where it came from; the parameter is named by the rest
+    where = ".".join(str(p) for p in loc)
     message = f"{where}: {first.get('msg', 'invalid')}" if where else str(first.get("msg", "invalid request"))
     return response(ApiError(400, f"invalid request: {message}", param=where or None))
 
@@ -51,19 +56,13 @@ async def on_crash(request: Request, exc: Exception) -> JSONResponse:
     )
 
 
-async def limit_body(request: Request, call_next):
-    size = request.headers.get("content-length")
-    if size and size.isdigit() and int(size) > MAX_BODY_BYTES:
-        return response(
-            ApiError(413, f"the request is too large (at most {MAX_BODY_BYTES // 2**20} MiB)", code="request_too_large")
-        )
-    return await call_next(request)
-
-
 def install(app: FastAPI) -> None:
-    """Every refusal of ``app`` in OpenAI's shape, and the body's size checked first."""
+    """Every refusal of ``app`` in OpenAI's shape, and a request's key and body checked first
+    (``intake.py``)."""
+    from .intake import Intake
+
     app.add_exception_handler(ApiError, on_api_error)  # type: ignore[arg-type]
     app.add_exception_handler(RequestValidationError, on_invalid)  # type: ignore[arg-type]
     app.add_exception_handler(StarletteHTTPException, on_http)  # type: ignore[arg-type]
     app.add_exception_handler(Exception, on_crash)
-    app.middleware("http")(limit_body)
+    app.add_middleware(Intake)

@@ -14,7 +14,7 @@ from fastapi import FastAPI
 from starlette.routing import Mount
 
 from . import errors
-from .errors import MAX_BODY_BYTES
+from .intake import MAX_BODY_BYTES
 from .routers import chat, docs, memories, turns
 from .service import ApiService
 

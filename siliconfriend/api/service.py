@@ -34,6 +34,7 @@ MODEL_ID = "siliconfriend"  # the one model /v1/models lists: the companion with
 MAX_PERSONA_CHARS = 4000  # a client's system prompt, used as the persona for the turn
 MAX_REQUEST_CHARS = 2_000_000  # all the messages of one request together
 MAX_PAGE = 200
+MAX_OFFSET = 10**12  # past any user's memories, and far inside the 64-bit integers a store takes
 MAX_SEARCH = 50
 MAX_QUERY_CHARS = 2000
 
@@ -443,8 +444,8 @@ class ApiService:
         """One page of the user's memories, newest day first."""
         if not 1 <= limit <= MAX_PAGE:
             raise bad_request(f"limit is 1 to {MAX_PAGE}", "limit")
-        if offset < 0:
-            raise bad_request("offset is 0 or more", "offset")
+        if not 0 <= offset <= MAX_OFFSET:
+            raise bad_request(f"offset is 0 to {MAX_OFFSET:,}", "offset")
         try:
             kind_v = Kind(kind) if kind else None
         except ValueError:

@@ -85,6 +85,7 @@ def serve(settings, *, host: str | None = None, port: int | None = None) -> int:
     """Serve the API on 127.0.0.1 unless told otherwise; the companion is built on the first chat."""
     import uvicorn
 
+    from ..api.http_server import server_options
     from ..api.routes import standalone_app
     from ..factory import build_api_service
 
@@ -95,7 +96,8 @@ def serve(settings, *, host: str | None = None, port: int | None = None) -> int:
         f"SiliconFriend API: data in {settings.home}; base URL http://{host}:{port}/v1 (OpenAPI at /v1/openapi.json)",
         file=sys.stderr,
     )
-    uvicorn.run(standalone_app(api), host=host, port=port, log_level="info")
+    # the connection limits: a request head within 15 s, idle keep-alive 5 s (api/http_server.py)
+    uvicorn.run(standalone_app(api), host=host, port=port, log_level="info", **server_options())
     return 0
 
 

@@ -77,10 +77,12 @@ class Served:
         return self.api.keys.create(name, "test").key
 
 
-def start_uvicorn(app, port: int):
+def start_uvicorn(app, port: int, **options):
     import uvicorn
 
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", lifespan="off"))
+    server = uvicorn.Server(
+        uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", lifespan="off", **options)
+    )
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
     deadline = time.time() + 20

@@ -7,10 +7,11 @@ from typing import Any
 
 from fastapi import APIRouter, Depends, Request
 from fastapi.responses import JSONResponse
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from ...accounts.keys import KeyOwner
 from .. import footnote
+from ..fields import check_chat_request
 from ..service import MODEL_ID, ApiError, ApiService, Switches
 from ..streaming import ClosingStreamingResponse, sse_body
 from ..tool_calls import refuse_tool_calling
@@ -26,9 +27,17 @@ class ChatMessageIn(BaseModel):
 
 
 class ChatCompletionRequest(BaseModel):
-    """OpenAI's request; fields the companion does not use (temperature, top_p...) are accepted."""
+    """OpenAI's request; fields the companion does not use (temperature, top_p...) are accepted
+    where OpenAI would accept them (``fields.py``)."""
 
     model_config = ConfigDict(extra="allow")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _as_openai_checks(cls, data: Any) -> Any:
+        check_chat_request(data)  # an ApiError: a 400 naming the field, as OpenAI's
+        return data
+
     model: str = Field(MODEL_ID, description="any name; the companion answers with the configured backend")
     messages: list[ChatMessageIn] = Field(description="the chat so far; the last one is the user's turn")
     stream: bool = False

@@ -6,7 +6,7 @@ from __future__ import annotations
 from fastapi import APIRouter, Depends, Query
 
 from ...accounts.keys import KeyOwner
-from ..service import ApiService
+from ..service import MAX_OFFSET, ApiService
 from .deps import owner, service
 
 router = APIRouter()
@@ -19,7 +19,7 @@ def memories(
     state: str | None = None,
     day: str | None = Query(None, description="YYYY-MM-DD"),
     limit: int = Query(50, description="1 to 200"),
-    offset: int = 0,
+    offset: int = Query(0, description=f"0 to {MAX_OFFSET:,}"),
     api: ApiService = Depends(service),
 ):
     return api.list_memories(who.user, kind=kind, state=state, day=day, limit=limit, offset=offset)
@@ -29,7 +29,7 @@ def memories(
 @router.get("/memories/search", summary="Search the user's memories (the companion's retrieval, with reasons)")
 def search(
     q: str = Query(..., description="what to look for"),
-    limit: int = 10,
+    limit: int = Query(10, description="1 to 50"),
     include_archived: bool = False,
     who: KeyOwner = Depends(owner),
     api: ApiService = Depends(service),
