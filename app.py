@@ -20,7 +20,7 @@ from fastapi import Request
 
 from siliconfriend.accounts.keys import ApiKeys
 from siliconfriend.accounts.users import AccountError
-from siliconfriend.api.http_server import timed_servers
+from siliconfriend.api.http_server import stop_on_sigterm, timed_servers
 from siliconfriend.api.routes import mount
 from siliconfriend.config import Settings
 from siliconfriend.core.private_files import make_private
@@ -407,7 +407,14 @@ def main(argv: list[str] | None = None) -> int:
     hint = demo_model_hint(settings)
     if hint:
         log.warning("%s", hint)
-    launch(demo, host=host, port=port, share=args.share, routes=api_routes(service))
+    # SIGTERM (a service manager's stop) ends the app as Ctrl-C does: Gradio's server stops, then
+    # the stores are closed and their write-ahead logs emptied (otherwise the process just dies)
+    stop_on_sigterm()
+    try:
+        launch(demo, host=host, port=port, share=args.share, routes=api_routes(service))
+    finally:
+        service.bank.close()
+        service.accounts.close()
     return 0
 
 

@@ -252,6 +252,12 @@ class SqliteUserStore:
                 self._index.flush()
         finally:
             with self._lock:
+                try:
+                    # the write-ahead log into the database and emptied, so that a stopped server
+                    # leaves one file (a busy log, another process's, is left to that process)
+                    self._db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+                except sqlite3.Error:
+                    pass
                 self._db.close()
 
     # -- the dense index ----------------------------------------------------------------------

@@ -85,7 +85,7 @@ def serve(settings, *, host: str | None = None, port: int | None = None) -> int:
     """Serve the API on 127.0.0.1 unless told otherwise; the companion is built on the first chat."""
     import uvicorn
 
-    from ..api.http_server import server_options
+    from ..api.http_server import server_options, stop_on_sigterm
     from ..api.routes import standalone_app
     from ..factory import build_api_service
 
@@ -96,8 +96,17 @@ def serve(settings, *, host: str | None = None, port: int | None = None) -> int:
         f"SiliconFriend API: data in {settings.home}; base URL http://{host}:{port}/v1 (OpenAPI at /v1/openapi.json)",
         file=sys.stderr,
     )
-    # the connection limits: a request head within 15 s, idle keep-alive 5 s (api/http_server.py)
-    uvicorn.run(standalone_app(api), host=host, port=port, log_level="info", **server_options())
+    # uvicorn stops cleanly on SIGTERM and Ctrl-C, then raises the signal again: ours makes it an
+    # interruption, so that the stores are closed and their logs emptied before the process ends
+    stop_on_sigterm()
+    try:
+        # the connection limits: a request head within 15 s, idle keep-alive 5 s (api/http_server.py)
+        uvicorn.run(standalone_app(api), host=host, port=port, log_level="info", **server_options())
+    except KeyboardInterrupt:
+        pass
+    finally:
+        api.bank.close()
+        api.accounts.close()
     return 0
 
 

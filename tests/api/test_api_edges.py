@@ -5,6 +5,7 @@ it, as OpenAI's), and the server's own limits on a slow or idle connection."""
 from __future__ import annotations
 
 import json
+import signal
 import socket
 import time
 from urllib.parse import urlsplit
@@ -299,7 +300,11 @@ def test_the_served_apps_get_the_limits(tmp_path, monkeypatch):
 
     ran: dict = {}
     monkeypatch.setattr(uvicorn, "run", lambda app, **kw: ran.update(kw))
-    cli_api.serve(Settings(home=tmp_path / "home"), host="127.0.0.1", port=free_port())
+    before = signal.getsignal(signal.SIGTERM)
+    try:
+        cli_api.serve(Settings(home=tmp_path / "home"), host="127.0.0.1", port=free_port())
+    finally:
+        signal.signal(signal.SIGTERM, before)  # serve's handler, for this process's other tests
     assert ran["http"].__name__.startswith("Timed") and ran["timeout_keep_alive"] == KEEP_ALIVE_S
     with timed_servers():
         config = uvicorn.Config(lambda *a: None)

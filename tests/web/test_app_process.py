@@ -77,3 +77,56 @@ def test_app_py_serves_on_the_given_port(tmp_path):
     assert "demo model" in logs["gradio-env"] and "OPENAI_API_KEY" in logs["gradio-env"]
     assert "Ollama" in logs["gradio-env"] and "vLLM" in logs["gradio-env"]
     assert "demo model" not in logs["flags"]
+
+
+@pytest.mark.parametrize("server", ["app.py", "serve-api"])
+def test_a_stopped_server_leaves_no_write_ahead_log(tmp_path, e5_embedder, server):
+    """SIGTERM (a service manager's stop) ends either server cleanly: the memory stores are closed
+    and their write-ahead logs moved into the databases, not left beside them."""
+    import signal
+    from datetime import datetime
+
+    import httpx
+
+    from memory.bank import MemoryBank
+    from siliconfriend.accounts.keys import ApiKeys
+    from siliconfriend.accounts.users import Accounts
+
+    home = tmp_path / "home"
+    accounts = Accounts.at(home / "accounts.db")
+    accounts.signup("dora", "dora-password")
+    key = ApiKeys(accounts).create("dora", "test").key
+    accounts.close()
+    bank = MemoryBank(home, e5_embedder)
+    ids = [
+        bank.add_turn("dora", f"Note {i} about my garden.", "Nice.", datetime(2024, 5, 1, 9, i)).id for i in range(3)
+    ]
+    bank.close()
+    port = free_port()
+    if server == "app.py":
+        proc = _serve(tmp_path, ["--host", "127.0.0.1", "--port", str(port)], {})
+        base = f"http://127.0.0.1:{port}"
+    else:
+        env = {**os.environ, "SILICONFRIEND_HOME": str(home), "SILICONFRIEND_BACKEND": "openai"}
+        env.update(OPENAI_API_KEY="test-key", OPENAI_BASE_URL="http://127.0.0.1:9/v1")
+        command = [sys.executable, "-m", "siliconfriend.cli", "serve-api", "--host", "127.0.0.1", "--port", str(port)]
+        proc = subprocess.Popen(command, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        base = f"http://127.0.0.1:{port}"
+    try:
+        wait_until_serving(f"{base}/v1/openapi.json", proc)
+        for i in range(20):
+            got = httpx.post(
+                f"{base}/v1/memories/{ids[i % 3]}/{'pin' if i % 2 == 0 else 'unpin'}",
+                headers={"Authorization": f"Bearer {key}"},
+                timeout=60,
+            )
+            assert got.status_code == 200, got.text
+        logs = list(home.rglob("memory.db-wal"))
+        assert logs and logs[0].stat().st_size > 0  # the writes are in the log while it runs
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(60) is not None
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    left = [(p, p.stat().st_size) for p in home.rglob("*.db-wal") if p.stat().st_size > 0]
+    assert left == [], proc.stdout.read()[-2000:]
