@@ -269,7 +269,7 @@ def _zh(zh: str) -> Say:
     return lambda m, lang: zh.format(**m.groupdict()) if lang == "zh" else m.string
 
 
-SUPERSEDED_ZH = {"edited": "已编辑", "regenerated": "已重新生成", "replaced": "已替换"}
+SUPERSEDED_ZH = {"edited": "已编辑", "deleted": "已删除", "regenerated": "已重新生成", "replaced": "已替换"}
 
 MESSAGES: list[tuple[re.Pattern[str], Say]] = [
     (

@@ -16,7 +16,7 @@ from __future__ import annotations
 import html
 import re
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import Any, Mapping, Sequence
 
 
 @dataclass(frozen=True)
@@ -135,6 +135,31 @@ TASK_PROMPTS: tuple[TaskPrompt, ...] = (
         f"{_ST} default_continue_nudge_prompt",
         where="any",
     ),
+    TaskPrompt(
+        # the Expressions extension's LLM classifier: generateRaw(the reply, systemPrompt=this)
+        "SillyTavern",
+        "expressions",
+        ("classify the emotion of the last message",),
+        "SillyTavern/SillyTavern public/scripts/extensions/expressions/index.js DEFAULT_LLM_PROMPT",
+        where="system",
+    ),
+    TaskPrompt(
+        # Image Generation's prompts for a character's or the user's portrait
+        "SillyTavern",
+        "image_prompt",
+        ("in the next response i want you to provide only a detailed comma-delimited list of keywords",),
+        "SillyTavern/SillyTavern public/scripts/extensions/stable-diffusion/index.js promptTemplates",
+        where="any",
+    ),
+    TaskPrompt(
+        # the extensions' quiet and raw prompts open so: Image Generation's (scene, background, last
+        # message...), Vector Storage's and Summarize's summaries, the Expressions classifier's
+        "SillyTavern",
+        "quiet",
+        ("ignore previous instructions",),
+        "SillyTavern/SillyTavern public/scripts/extensions/{stable-diffusion,vectors,memory,expressions}/index.js",
+        where="system",
+    ),
     # LibreChat: its title prompts, by version
     TaskPrompt(
         "LibreChat",
@@ -224,6 +249,68 @@ def task_of(items: Sequence[tuple[str, str]]) -> Task | None:
         if not spoken or spoken[-1] != "user":
             return Task("", "quiet")
     return None
+
+
+# -- which app -------------------------------------------------------------------------------------
+# Open WebUI's builtin tools (backend/open_webui/tools/builtin.py): one of them in ``tools`` names the app
+OPEN_WEBUI_TOOLS = frozenset(
+    {
+        "get_current_timestamp",
+        "calculate_timestamp",
+        "search_web",
+        "fetch_url",
+        "generate_image",
+        "edit_image",
+        "execute_code",
+        "search_memories",
+        "add_memory",
+        "replace_memory_content",
+        "search_notes",
+        "view_note",
+        "write_note",
+        "replace_note_content",
+        "search_chats",
+        "view_chat",
+        "search_channels",
+        "search_channel_messages",
+        "view_channel_message",
+        "view_channel_thread",
+        "list_knowledge_bases",
+        "search_knowledge_bases",
+        "search_knowledge_files",
+        "view_knowledge_file",
+        "query_knowledge_files",
+        "query_knowledge_bases",
+        "view_skill",
+    }
+)
+# SillyTavern's own function tools (public/scripts/extensions/*: the Expressions classifier's)
+SILLYTAVERN_TOOLS = frozenset({"set_emotion"})
+
+
+def _tool_names(fields: Mapping[str, Any]) -> set[str]:
+    names: set[str] = set()
+    for tool in fields.get("tools") or []:
+        if isinstance(tool, dict):
+            spec = tool.get("function") if isinstance(tool.get("function"), dict) else tool
+            if isinstance(spec.get("name"), str):
+                names.add(spec["name"])
+    for spec in fields.get("functions") or []:
+        if isinstance(spec, dict) and isinstance(spec.get("name"), str):
+            names.add(spec["name"])
+    return names
+
+
+def app_of(headers: Mapping[str, str], fields: Mapping[str, Any]) -> str:
+    """The chat app a request comes from, as far as the request says ("" if it does not): Open
+    WebUI by its headers or its builtin tools; SillyTavern by its own tools, or by how its server
+    forwards a Custom (OpenAI-compatible) request (node-fetch, with an empty ``logit_bias``)."""
+    if any(h.startswith("x-openwebui-") for h in headers) or _tool_names(fields) & OPEN_WEBUI_TOOLS:
+        return "Open WebUI"
+    agent = headers.get("user-agent", "").lower()
+    if _tool_names(fields) & SILLYTAVERN_TOOLS or ("node-fetch" in agent and fields.get("logit_bias") == {}):
+        return "SillyTavern"
+    return ""
 
 
 # -- what the person said -------------------------------------------------------------------------
@@ -324,4 +411,15 @@ def person_words(content: Any) -> Said:
     return Said(text, attached + more, shown)
 
 
-__all__ = ["TASK_PROMPTS", "TaskPrompt", "Task", "task_of", "Said", "person_words", "clean_text", "fold"]
+__all__ = [
+    "app_of",
+    "OPEN_WEBUI_TOOLS",
+    "TASK_PROMPTS",
+    "TaskPrompt",
+    "Task",
+    "task_of",
+    "Said",
+    "person_words",
+    "clean_text",
+    "fold",
+]

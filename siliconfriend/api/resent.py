@@ -1,37 +1,57 @@
-"""One turn, however often it is sent: what a resent chat does to the stored turns.
+"""The client's chat is the truth: what a resent chat does to the stored turns.
 
-A chat app resends the whole chat with every request, so a request alone cannot say whether its
-last message is new. Its history can. Each turn the API stores keeps a digest of the history it
-came with (``extra["chat"]["history"]``: the exchanges before it, as the client showed them).
-A later request with
+A chat app resends the whole chat with every request, as the person now sees it. So each request
+says, besides its new message, what became of the exchanges stored before it: one the person
+edited, a reply swiped to another or edited, an exchange deleted. ``place`` reads that out of the
+request's history and the stored turns of the same chat:
 
-* the same history and the same last message is a **regenerate** of that turn: its reply is
-  replaced, as the web app's ``Companion.regenerate`` does, and the rejected reply is kept nowhere;
-* the same (non-empty) history and another last message is an **edit** of that turn's message: the
-  new turn is stored and the old one is superseded (reason "edited": kept, shown, never used);
-* any other history is a new turn: a new chat asking the same thing again has another history.
+* **which chat.** Each stored turn keeps the id of the client's chat it was said in
+  (``extra["chat"]["id"]``): the client's own id where it sends one (``X-SiliconFriend-Chat``,
+  Open WebUI's ``X-OpenWebUI-Chat-Id``), else one made up when the chat's first message came.
+  A request without an id continues the stored chat its history shares most exchanges with (the
+  same reply, or the same message: ``_chat_of``), among the turns of the last ``RECENT_DAYS``
+  days; a request with no history starts a new chat, unless it repeats the person's latest
+  message (a regenerate of a chat's first reply);
+* **every position.** The chat's stored turns are aligned with the history's exchanges
+  (``_align``: an exchange matches a turn by its message or by its reply). A turn whose message
+  the history shows changed is **edited**: the exchange as the history now holds it is stored and
+  the old turn leaves active memory (superseded, reason "edited"); a turn whose reply differs
+  (a swipe the person kept, a reply they edited, a continued reply) gets the history's reply; a
+  turn the history no longer has is **deleted** by the person: it leaves active memory (reason
+  "deleted"), kept and shown. Turns older than the history's first exchange are left alone unless
+  the request shows the chat's start (its id, or the app's greeting before the first message):
+  an app that sends only the latest messages of a long chat deletes nothing;
+* **the new message.** After the history comes the new message: the same as the chat's stored
+  turn at that place is a **regenerate** (its reply is replaced, the rejected one kept nowhere),
+  another message there is an **edit** of it (superseded, "edited"), and stored turns after it are
+  gone from the chat ("deleted");
+* **only the person's words.** A message that repeats what the companion said (a reply, a part
+  of one, a reply still streaming: a chat app's extension classifying or quoting it) is not the
+  person talking: ``echo`` tells the service to answer it as a task.
 
-A chat's first message has an empty history, which every new chat shares: there a repeat is a
-regenerate only while it is the user's latest turn, and an edit cannot be told from a new chat
-(the new words are stored, the old ones stay) -- unless the client names its chat
-(``X-SiliconFriend-Chat``, or Open WebUI's ``X-OpenWebUI-Chat-Id`` when it forwards it), which
-then goes into the digest.
-
-The stored turns are read from the store, so two workers over one PostgreSQL database agree.
+Everything is read from the store, so two workers over one PostgreSQL database agree.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import re
+import uuid
 from dataclasses import dataclass, field
 from datetime import date, timedelta
-from typing import Sequence
+from typing import Iterable, Sequence
 
 from memory.bank import MemoryBank
 from memory.records import Kind, MemoryRecord, State
 
 CHAT = "chat"  # the key of a stored turn's extra fields that says where in the client's chat it was
+SEQ = "seq"  # under CHAT: the turn's place in its chat, as text ("0", "1"...: extra_at reads text)
+RECENT_DAYS = 7  # how far back a chat's stored turns are followed (an edit of an older one is not)
+# a message that repeats the companion: at least this long where it is the whole message, and
+# a sentence of a reply at least this long where it is quoted in a message without history
+ECHO_CHARS = 30
+QUOTE_CHARS = 30
 
 
 def _norm(text: str) -> str:
@@ -47,13 +67,133 @@ def history_digest(history: Sequence[tuple[str, str]], chat: str | None = None) 
 
 
 @dataclass
+class Change:
+    """One stored turn the client's chat shows otherwise: ``kind`` "reply" (its reply becomes
+    ``reply``), "edited" (superseded by the exchange ``query`` / ``reply``) or "deleted"."""
+
+    kind: str
+    turn: MemoryRecord
+    query: str = ""
+    reply: str = ""
+    extra: dict = field(default_factory=dict)  # an edited exchange's, as a new turn's
+
+
+@dataclass
 class Placed:
     """Where a request's message goes: ``replaces`` (a regenerate of that turn), ``supersedes``
-    (an edit of that turn's message), or neither (a new turn); ``extra`` is kept with it."""
+    (an edit of that turn's message), or neither (a new turn); ``extra`` is kept with it;
+    ``changes``: what the request's history changed in the chat's earlier turns; ``echo``: the
+    message repeats the companion's words (answered as a task, never stored)."""
 
     extra: dict = field(default_factory=dict)
     replaces: MemoryRecord | None = None
     supersedes: MemoryRecord | None = None
+    changes: list[Change] = field(default_factory=list)
+    echo: bool = False
+    chat: str | None = None
+
+
+# -- the companion's words, repeated ---------------------------------------------------------------
+_MARKS = re.compile(r"[*\"“”‘’`_~]")
+_SENTENCE = re.compile(r"(?<=[.!?])\s+|(?<=[。！？…])")  # in text made ``_plain``
+
+
+def _plain(text: str) -> str:
+    """Text compared for repetition: lower case, without the quotes and emphasis marks a chat app
+    strips before it sends a reply on (SillyTavern's expression classifier), whitespace folded."""
+    return " ".join(_MARKS.sub("", text).lower().split())
+
+
+def echoes(text: str, replies: Iterable[str], *, history: bool, own: Iterable[str] = ()) -> bool:
+    """Whether ``text`` repeats the companion's ``replies`` rather than saying something: the whole
+    message (at least ECHO_CHARS long) found in one reply, or most of it made of a reply's
+    sentences; without ``history`` also any sentence of QUOTE_CHARS or more quoted from a reply
+    (a chat app's own prompt over a copy of the chat). Words the person said before (``own``:
+    their earlier messages) are theirs to say again, even where a reply repeated them."""
+    said = _plain(text)
+    mine = [p for p in (_plain(q) for q in own) if p]
+    if len(said) < ECHO_CHARS or any(said in p for p in mine):
+        return False
+    replies = [r for r in replies if r.strip()]
+    if any(said in _plain(r) for r in replies):
+        return True
+    quoted = {
+        s
+        for r in replies
+        for s in _SENTENCE.split(_plain(r))
+        if len(s) >= 12 and s in said and not any(s in p for p in mine)
+    }
+    if not history and any(len(s) >= QUOTE_CHARS for s in quoted):
+        return True
+    return sum(len(s) for s in quoted) >= 0.6 * len(said)
+
+
+# -- the chat and its turns ----------------------------------------------------------------------
+def _same(a: str, b: str) -> bool:
+    return bool(a.strip()) and _norm(a) == _norm(b)
+
+
+def _matches(turn: MemoryRecord, exchange: tuple[str, str]) -> bool:
+    q, a = exchange
+    return _same(turn.query, q) or _same(turn.response, a)
+
+
+def _chat_of(turns: Sequence[MemoryRecord], chats: dict[int, str], history: Sequence[tuple[str, str]]) -> str | None:
+    """The stored chat ``history`` continues: the one whose turns share most of its exchanges, a
+    reply counting twice a message (a reply is the model's, made once; a message such as "hi"
+    may open many chats). A single shared message is not enough."""
+    score: dict[str, int] = {}
+    latest: dict[str, int] = {}
+    for i, t in enumerate(turns):  # newest first
+        key = chats.get(t.stored_id)
+        if key is None:
+            continue
+        latest.setdefault(key, -i)
+        points = 0
+        for q, a in history:
+            if _same(t.response, a):
+                points = max(points, 2)
+            elif _same(t.query, q):
+                points = max(points, 1)
+        score[key] = score.get(key, 0) + points
+    best = max(score, key=lambda k: (score[k], latest[k]), default=None)
+    return best if best is not None and score[best] >= 2 else None
+
+
+def _align(turns: Sequence[MemoryRecord], history: Sequence[tuple[str, str]]) -> list[tuple[int | None, int | None]]:
+    """The chat's stored ``turns`` (in order) against the client's ``history``: pairs (turn index,
+    exchange index) of the longest common sequence (``_matches``), with the turns and exchanges
+    between two matches paired in order where both sides have some (an exchange changed through
+    and through) and left alone (None on the other side) otherwise."""
+    n, m = len(turns), len(history)
+    best = [[0] * (m + 1) for _ in range(n + 1)]
+    for i in range(n - 1, -1, -1):
+        for j in range(m - 1, -1, -1):
+            if _matches(turns[i], history[j]):
+                best[i][j] = best[i + 1][j + 1] + 1
+            else:
+                best[i][j] = max(best[i + 1][j], best[i][j + 1])
+    matched: list[tuple[int, int]] = []
+    i = j = 0
+    while i < n and j < m:
+        if _matches(turns[i], history[j]) and best[i][j] == best[i + 1][j + 1] + 1:
+            matched.append((i, j))
+            i, j = i + 1, j + 1
+        elif best[i + 1][j] >= best[i][j + 1]:
+            i += 1
+        else:
+            j += 1
+    out: list[tuple[int | None, int | None]] = []
+    i = j = 0
+    for mi, mj in [*matched, (n, m)]:
+        gap_t, gap_h = list(range(i, mi)), list(range(j, mj))
+        paired = min(len(gap_t), len(gap_h)) if matched or mi < n else 0
+        out += [(gap_t[k], gap_h[k]) for k in range(paired)]
+        out += [(t, None) for t in gap_t[paired:]] + [(None, h) for h in gap_h[paired:]]
+        if mi < n:
+            out.append((mi, mj))
+        i, j = mi + 1, mj + 1
+    return out
 
 
 def place(
@@ -64,33 +204,95 @@ def place(
     today: date,
     *,
     chat: str | None = None,
+    greeted: bool = False,
+    streaming: Sequence[str] = (),
 ) -> Placed:
     """Where ``text``, sent after ``history`` (in the client's chat ``chat``, where it names one),
-    goes among ``user``'s turns of ``today`` and the day before (a chat that runs past midnight;
-    what is older is not regenerated or edited: read by the day's index, this costs a turn a
-    few milliseconds however long the user's memory)."""
+    goes among ``user``'s turns of the last RECENT_DAYS days, and what the history changed in
+    the chat's earlier turns. ``greeted``: the request opens with the app's greeting (so it shows
+    the chat's start); ``streaming``: the replies being written now (not stored yet)."""
     digest = history_digest(history, chat)
-    known = bool(history) or bool(chat)  # a place no other chat shares
-    placed = Placed({CHAT: {"history": digest}})
-    if not bank.has_user(user):
+    placed = Placed({CHAT: {"history": digest, SEQ: "0"}})
+
+    def new_chat() -> Placed:
+        placed.chat = f"n:{chat}" if chat else f"c:{uuid.uuid4().hex[:16]}"
+        placed.extra[CHAT]["id"] = placed.chat
         return placed
-    # the turns without their extra fields, then only the digest in them (the rest is what each
-    # turn's prompt held: kilobytes a turn, read at every request of a long day otherwise)
-    days = [today, today - timedelta(days=1)]
+
+    if not bank.has_user(user):
+        placed.echo = echoes(text, streaming, history=bool(history))
+        return new_chat()
+    # the turns without their extra fields, then only the chat's id and place in them (the rest
+    # is what each turn's prompt held: kilobytes a turn, read at every request otherwise)
+    days = [today - timedelta(days=d) for d in range(RECENT_DAYS)]
     recent = [
         t
         for t in bank.records(user, kind=Kind.TURN, days=days, newest_first=True, extra=False)
         if t.state != State.SUPERSEDED
     ]
-    digests = bank.extra_at(user, [t.stored_id for t in recent], (CHAT, "history"))
-    same = [t for t in recent if digests.get(t.stored_id) == digest]
-    said = _norm(text)
-    again = next((t for t in same if _norm(t.query) == said), None)
-    if again is not None and (known or again.id == recent[0].id):
-        placed.replaces = again
-    elif known and same and again is None:
-        placed.supersedes = same[0]
+    if echoes(text, [*streaming, *(t.response for t in recent)], history=bool(history), own=(t.query for t in recent)):
+        placed.echo = True
+        return placed
+    ids = [t.stored_id for t in recent]
+    chats = bank.extra_at(user, ids, (CHAT, "id"))
+    if chat:
+        key: str | None = f"n:{chat}"
+    elif history:
+        key = _chat_of(recent, chats, history)
+    else:
+        key = None
+        latest = recent[0] if recent else None
+        if latest is not None and _same(latest.query, text):
+            key = chats.get(latest.stored_id)
+            if key is None:  # a turn stored before chats had ids: its place is its history's digest
+                if bank.extra_at(user, [latest.stored_id], (CHAT, "history")).get(latest.stored_id) == digest:
+                    placed.replaces = latest
+    if key is None:
+        return new_chat()
+    mine = [t for t in recent if chats.get(t.stored_id) == key]
+    if not history and not chat and (not mine or mine[0].stored_id != recent[0].stored_id or len(mine) > 1):
+        return new_chat()  # the latest message again, but not its chat's first: another chat's first
+    placed.chat = key
+    placed.extra[CHAT]["id"] = key
+    # in the chat's order: each turn keeps its place in it (an edited exchange takes the old one's)
+    seqs = {i: int(v) for i, v in bank.extra_at(user, [t.stored_id for t in mine], (CHAT, SEQ)).items() if v.isdigit()}
+    mine.sort(key=lambda t: (seqs.get(t.stored_id, -1), t.created_at, t.day, t.position))
+    placed.extra[CHAT][SEQ] = str(max(seqs.values(), default=-1) + 1)
+    whole = bool(chat) or greeted  # the request shows the chat from its start
+    pairs = _align(mine, history)
+    first = next((k for k, (ti, hi) in enumerate(pairs) if ti is not None and hi is not None), len(pairs))
+    last_h = max((k for k, (_, hi) in enumerate(pairs) if hi is not None), default=-1)
+    after: list[MemoryRecord] = []
+    for k, (ti, hi) in enumerate(pairs):
+        if ti is None:
+            continue  # an exchange never stored in this chat: not the person's words to us
+        turn = mine[ti]
+        if hi is None:
+            if k > last_h:
+                after.append(turn)  # after the whole history: the new message's place, or gone
+            elif k > first or whole:
+                placed.changes.append(Change("deleted", turn))
+            # else: before what the app still sends (a long chat cut to its latest messages)
+            continue
+        q, a = history[hi]
+        if not _same(turn.query, q):
+            extra = {CHAT: {"history": history_digest(history[:hi], chat), "id": key, SEQ: _seq(seqs, turn)}}
+            placed.changes.append(Change("edited", turn, q, a, extra))
+        elif a.strip() and not _same(turn.response, a):
+            placed.changes.append(Change("reply", turn, reply=a.strip()))
+    if after:  # the chat's turns after its history: the new message's place, then the gone ones
+        head, gone = after[0], after[1:]
+        if _same(head.query, text):
+            placed.replaces = head
+        else:
+            placed.supersedes = head
+        placed.extra[CHAT][SEQ] = _seq(seqs, head)
+        placed.changes += [Change("deleted", t) for t in gone]
     return placed
 
 
-__all__ = ["CHAT", "Placed", "place", "history_digest"]
+def _seq(seqs: dict[int, int], turn: MemoryRecord) -> str:
+    return str(seqs.get(turn.stored_id, 0))
+
+
+__all__ = ["CHAT", "Change", "Placed", "place", "history_digest", "echoes", "RECENT_DAYS"]

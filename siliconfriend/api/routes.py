@@ -3,7 +3,7 @@ FastAPI app) or served alone by ``siliconfriend serve-api``.
 
 OpenAI's chat-completions protocol (``POST /chat/completions``, streaming as server-sent events,
 ``GET /models``) and the memory API (``/memories``), with OpenAI's error shape for every refusal
-(``errors.py``; tool calling is refused with a 400: see ``tool_calls.py``). The routes are in
+(``errors.py``; a request that forces a tool call is refused with a 400: see ``tool_calls.py``). The routes are in
 ``routers/``, one module per resource. The description is at ``/v1/openapi.json``, a page at
 ``/v1/docs``.
 """

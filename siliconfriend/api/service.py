@@ -8,6 +8,7 @@ with the web app when both run in one process; ``routes.py`` only adapts it to H
 from __future__ import annotations
 
 import re
+import threading
 import time
 import uuid
 from dataclasses import dataclass, field
@@ -23,12 +24,12 @@ from ..accounts.keys import ApiKeys, KeyOwner
 from ..accounts.users import Accounts
 from ..backends.base import Message, Role
 from ..config import Settings
-from ..core.companion import MAX_MESSAGE_CHARS, TODAY, Companion, ReplyStream, used_entry
+from ..core.companion import MAX_MESSAGE_CHARS, TODAY, Companion, Limits, ReplyStream, used_entry
 from ..core.memory_view import memory_id as parse_memory_id
 from ..core.memory_view import shown
-from .frontends import Task, person_words, task_of
+from .frontends import Task, app_of, fold, person_words, task_of
 from .keys import KeyLimiter, LoginStyleLimiter, RateLimited
-from .resent import Placed, place
+from .resent import Change, Placed, place
 
 MODEL_ID = "siliconfriend"  # the one model /v1/models lists: the companion with its memory
 MAX_PERSONA_CHARS = 4000  # a client's system prompt, used as the persona for the turn
@@ -37,6 +38,10 @@ MAX_PAGE = 200
 MAX_OFFSET = 10**12  # past any user's memories, and far inside the 64-bit integers a store takes
 MAX_SEARCH = 50
 MAX_QUERY_CHARS = 2000
+# what asks the model to go on with a reply that ends the request (a continue with prefill)
+CONTINUE_NUDGE = (
+    "Continue the last message from exactly where it stops. Write only what comes next, without repeating any of it."
+)
 
 
 class ApiError(Exception):
@@ -112,13 +117,16 @@ class ChatTurn:
     history: list[tuple[str, str]]  # the client's earlier exchanges (never stored again)
     persona: str | None  # the client's system prompt, if any
     shown: str | None = None  # the last message as the model sees it, where it carries more (a file's text)
+    greeted: bool = False  # the chat opens with the app's greeting (so the request shows its start)
 
 
 ROLES = ("system", "developer", "user", "assistant", "tool", "function")
 
 
 def read_items(messages: Sequence[dict]) -> list[tuple[str, Any]]:
-    """A request's messages as (role, content), checked (400 on a bad request)."""
+    """A request's messages as (role, content), checked (400 on a bad request). A tool's result
+    and an assistant message that only calls tools are left out: they are neither the person's
+    words nor a reply (a chat app that ran its tools with another model sends them back)."""
     if not messages:
         raise bad_request("messages is empty: send at least one user message", "messages")
     total = 0
@@ -135,7 +143,17 @@ def read_items(messages: Sequence[dict]) -> list[tuple[str, Any]]:
             raise bad_request(
                 f"the messages are too long together (at most {MAX_REQUEST_CHARS:,} characters)", "messages"
             )
+        if role in ("tool", "function"):
+            continue
+        if (
+            role == "assistant"
+            and (m.get("tool_calls") or m.get("function_call"))
+            and not content_text(content).strip()
+        ):
+            continue
         items.append((role, content))
+    if not items:
+        raise bad_request("messages holds only tool calls and their results: send the person's message", "messages")
     return items
 
 
@@ -165,6 +183,8 @@ def read_messages(messages: Sequence[dict]) -> ChatTurn:
     )
     history: list[tuple[str, str]] = []
     pending: list[str] = []
+    spoken = [r for r, _ in items if r in ("user", "assistant")]
+    greeted = bool(spoken) and spoken[0] == "assistant"
     for r, c in items[:-1]:
         if r == "user":
             t = person_words(c).stored[:MAX_MESSAGE_CHARS]
@@ -177,7 +197,9 @@ def read_messages(messages: Sequence[dict]) -> ChatTurn:
     if pending:  # the user spoke twice in a row: one turn of the conversation
         text = "\n".join([*pending, text])[-MAX_MESSAGE_CHARS:]
         shown = "\n".join([*pending, shown]) if shown else None
-    return ChatTurn(text, history, system[:MAX_PERSONA_CHARS] or None, shown[:MAX_MESSAGE_CHARS] if shown else None)
+    return ChatTurn(
+        text, history, system[:MAX_PERSONA_CHARS] or None, shown[:MAX_MESSAGE_CHARS] if shown else None, greeted
+    )
 
 
 @dataclass(frozen=True)
@@ -190,9 +212,13 @@ class Switches:
     task: str | None = None
     memory: str | None = None
     chat: str | None = None  # the client's id of the chat (``resent.py``)
+    app: str = ""  # the chat app the request comes from, where it says (``frontends.app_of``)
 
     @classmethod
-    def of(cls, headers: dict[str, str], body: Any) -> "Switches":
+    def of(cls, headers: dict[str, str], body: Any, fields: dict[str, Any] | None = None) -> "Switches":
+        """``headers`` in lower case, ``body`` the request's ``siliconfriend`` object, ``fields``
+        its other fields (``tools``...)."""
+        app = app_of(headers, fields or {})
         body = body if isinstance(body, dict) else {}
         task = headers.get("x-siliconfriend-task") or body.get("task")
         memory = headers.get("x-siliconfriend-memory") or body.get("memory")
@@ -207,6 +233,7 @@ class Switches:
             task.strip().lower() if task else None,
             memory.strip().lower() if memory else None,
             chat.strip() if chat else None,
+            app,
         )
 
 
@@ -244,6 +271,9 @@ class ApiService:
         self.keys = keys or ApiKeys(accounts)
         self.limiter = limiter or LoginStyleLimiter(accounts, requests_per_minute=settings.api_requests_per_minute)
         self._clock = clock
+        # the replies being streamed, per user: a message that repeats one of them is not a turn
+        self._live: dict[str, list[ReplyStream]] = {}
+        self._live_lock = threading.Lock()
 
     @property
     def companion(self) -> Companion:
@@ -287,42 +317,45 @@ class ApiService:
         return [{"id": MODEL_ID, "object": "model", "created": 0, "owned_by": "siliconfriend"}]
 
     def start_chat(
-        self, user: str, messages: Sequence[dict], *, model: str | None = None, switches: Switches = Switches()
+        self,
+        user: str,
+        messages: Sequence[dict],
+        *,
+        model: str | None = None,
+        switches: Switches = Switches(),
+        limits: Limits | None = None,
     ) -> Completion:
         """Begin a turn and run it up to its first chunk (so that a dead backend is a 503 before
         any reply has been sent). The caller iterates ``completion.stream`` for the rest.
 
-        A front end's task (``frontends.task_of``, or the client's own switch) is answered by the
-        model as it is sent, and remembers nothing."""
+        A front end's task (``frontends.task_of``, the client's own switch, a continue of the
+        chat's last reply, or a message that repeats the companion's words) is answered by the
+        model as it is sent, and remembers nothing. Otherwise the request's history is followed
+        first (``resent.place``: what the person edited, swiped or deleted in their chat), then
+        its message is the turn. ``limits``: the client's settings for the reply."""
         task = self.task_of(messages, switches)
         if task is not None:
-            items = read_items(messages)
-            roles: dict[str, Role] = {
-                "system": "system",
-                "developer": "system",
-                "user": "user",
-                "assistant": "assistant",
-            }
-            sent = [Message(roles[r], content_text(c)) for r, c in items if r in roles]
-            if not any(m.content.strip() for m in sent):
-                raise bad_request("the messages are empty: there is nothing to answer", "messages")
-            persona = None
-            if task.persona:  # the companion speaks: the account's persona, else the configured one
-                name = self.settings.companion_name
-                persona = self.accounts.prefs(user).get("persona") or self.settings.persona or f"You are {name}."
-            stream = self.companion.answer_as_sent(sent, persona=persona)
-            return self._begin(stream, model, task)
+            return self._task(user, messages, task, model, limits)
         turn = read_messages(messages)
         prefs = self.accounts.prefs(user)
         persona = turn.persona if turn.persona is not None else (prefs.get("persona") or None)
         lang = prefs.get("lang") if prefs.get("lang") in ("en", "zh") else None
         store = switches.memory != "off"
-        # a regenerate or an edit, told from the client's history (resent.py)
-        placed = (
-            place(self.bank, user, turn.text, turn.history, self.now().date(), chat=switches.chat)
-            if store
-            else Placed()
-        )
+        placed = Placed()
+        if store:  # a regenerate, an edit, and what the history changed (resent.py)
+            placed = place(
+                self.bank,
+                user,
+                turn.text,
+                turn.history,
+                self.now().date(),
+                chat=switches.chat,
+                greeted=turn.greeted,
+                streaming=self._streaming(user),
+            )
+            if placed.echo:  # the companion's own words sent back (an app's classifier): not a turn
+                return self._task(user, messages, Task("", "echo"), model, limits)
+            self._follow(user, placed.changes)
         stream = self.companion.respond(
             user,
             turn.text,
@@ -334,10 +367,48 @@ class ApiService:
             extra=placed.extra,
             replaces=placed.replaces,
             supersedes=placed.supersedes,
+            limits=limits,
         )
         completion = self._begin(stream, model, None)
         completion.placed = placed
+        with self._live_lock:
+            live = self._live.setdefault(user, [])
+            live[:] = [s for s in live if s.result is None] + [stream]
         return completion
+
+    def _streaming(self, user: str) -> list[str]:
+        """The replies being written for ``user`` in this process now (not stored yet)."""
+        with self._live_lock:
+            return ["".join(s.parts) for s in self._live.get(user, []) if s.result is None]
+
+    def _follow(self, user: str, changes: Sequence[Change]) -> None:
+        """What the client's history changed in its chat's stored turns, done before the reply
+        (so that its prompt already remembers the chat as the person now has it)."""
+        for change in changes:
+            if change.kind == "reply":
+                self.companion.replace_reply(user, change.turn, change.reply)
+            elif change.kind == "edited":
+                self.companion.restate(user, change.turn, change.query, change.reply, extra=change.extra)
+            else:
+                self.companion.take_back(user, change.turn, change.kind)
+
+    def _task(
+        self, user: str, messages: Sequence[dict], task: Task, model: str | None, limits: Limits | None
+    ) -> Completion:
+        """A request that is not the person talking, answered by the model as it is sent."""
+        items = read_items(messages)
+        roles: dict[str, Role] = {"system": "system", "developer": "system", "user": "user", "assistant": "assistant"}
+        sent = [Message(roles[r], content_text(c)) for r, c in items if r in roles]
+        if not any(m.content.strip() for m in sent):
+            raise bad_request("the messages are empty: there is nothing to answer", "messages")
+        if task.name == "continue" and sent[-1].role == "assistant":
+            sent.append(Message("system", CONTINUE_NUDGE))
+        persona = None
+        if task.persona:  # the companion speaks: the account's persona, else the configured one
+            name = self.settings.companion_name
+            persona = self.accounts.prefs(user).get("persona") or self.settings.persona or f"You are {name}."
+        stream = self.companion.answer_as_sent(sent, persona=persona, limits=limits)
+        return self._begin(stream, model, task)
 
     @staticmethod
     def task_of(messages: Sequence[dict], switches: Switches) -> Task | None:
@@ -346,6 +417,16 @@ class ApiService:
         if switches.memory == "on" or switches.task in ("chat", "none"):
             return None
         items = read_items(messages)
+        if items[-1][0] == "assistant":
+            # the chat's last reply, sent to be continued (SillyTavern's Continue with prefill):
+            # the continuation is the app's to add to that reply; the next request shows it
+            return Task("", "continue")
+        if switches.app == "SillyTavern" and not any(r == "assistant" for r, _ in items):
+            # a chat's request always has its "[Start a new Chat]" marker (new_chat_prompt) before
+            # the chat; a /genraw, a Quick Reply's or an extension's raw prompt has neither that
+            # nor the character's greeting
+            if not any(r == "system" and fold(content_text(c)).startswith("[start a new") for r, c in items):
+                return Task("SillyTavern", "raw")
         return task_of([(r, content_text(c)) for r, c in items])
 
     def _begin(self, stream: ReplyStream, model: str | None, task: Task | None) -> Completion:

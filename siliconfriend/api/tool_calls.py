@@ -1,76 +1,73 @@
-"""Tool calling (``tools``, ``tool_choice``, the legacy ``functions`` / ``function_call``, and
-``tool`` messages): refused with a 400 that says what to change, never dropped in silence.
+"""Tool calling (``tools``, ``tool_choice``, the legacy ``functions`` / ``function_call``), as a
+client expects it of a model that answers in text.
 
-Why refuse rather than pass them on: the companion answers from its own prompt (meta-prompt,
-memories, summaries) with a backend that streams text; it has no loop that runs a tool and feeds
-its result back, and a reply that silently ignored the app's tools would look to the person like
-the tools ran and found nothing. A 400 before anything is stored loses nothing: the app shows the
-message, the person changes one setting and sends again.
+A model may always answer in text where ``tool_choice`` is absent, ``"auto"`` or ``"none"``: the
+companion does, and the person's turn is stored as any other. Open WebUI sends its ~36 builtin
+tools (memory, notes, chats, time, web search...) with every chat request by default (0.12:
+Function Calling "Native", Capabilities > Builtin Tools), without ``tool_choice``: those chats are
+answered and remembered. A tool call and its result in the history (a chat that was with another
+model) are left out of it (``service.read_items``).
 
-Open WebUI sends ``tools`` on every chat request by default (0.12: Function Calling "Native" is
-the default, and the model capability "Builtin Tools", on by default, adds its ~36 tools: memory,
-notes, chats, time, web search...). Its setting to change is named in the message.
+A request that forces a call (``"required"``, a named function, a legacy ``function_call`` with a
+name) cannot be answered in text without lying to the app that asked: it gets a 400 before
+anything is stored, with the setting to change in the app that sent it (``app_of``: recognised
+from the request itself, so that a SillyTavern user is not told about Open WebUI's admin panel).
 """
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from typing import Any, Mapping
 
+from .frontends import app_of
 from .service import ApiError
 
-HOW_TO = (
-    "In Open WebUI: Admin Panel > Settings > Models > (the model) > Advanced Params > "
-    "Function Calling: Legacy, or untick Capabilities > Builtin Tools. "
-    "硅基朋友不调用工具：请在请求中去掉 tools（Open WebUI：管理员面板 > 设置 > 模型 > 高级参数 > "
-    "Function Calling 选 Legacy，或取消勾选 Builtin Tools）。"
-)
+ADVICE = {
+    "SillyTavern": (
+        'In SillyTavern: AI Response Configuration (the sliders icon) > untick "Enable function calling" '
+        "(with it on, the Expressions extension forces a call to set_emotion). "
+        "硅基朋友只用文字回答：请在 SillyTavern 的 AI 响应配置中取消勾选“启用函数调用”。"
+    ),
+    "Open WebUI": (
+        "In Open WebUI: turn off the tool or function that forces the call (Workspace > Tools / Functions), or "
+        "Admin Panel > Settings > Models > (the model) > Advanced Params > Function Calling: Default. "
+        "硅基朋友只用文字回答：请在 Open WebUI 中关闭强制调用工具的工具或函数。"
+    ),
+    "": (
+        'Send tool_choice "auto" or "none" (or no tools): the companion then answers in text. '
+        "硅基朋友只用文字回答：请把 tool_choice 设为 auto 或 none，或不发送 tools。"
+    ),
+}
 
 
-def _offered(fields: dict[str, Any]) -> int:
-    count = 0
-    for name in ("tools", "functions"):
-        value = fields.get(name)
-        if value:
-            count += len(value) if isinstance(value, list) else 1
-    return count
+def forced(fields: Mapping[str, Any]) -> str | None:
+    """The field that forces a tool call ("tool_choice" or "function_call"), if one does."""
+    choice = fields.get("tool_choice")
+    if choice == "required" or isinstance(choice, dict):
+        return "tool_choice"
+    call = fields.get("function_call")
+    if isinstance(call, dict) and call.get("name"):
+        return "function_call"
+    return None
 
 
-def refuse_tool_calling(fields: dict[str, Any], messages: Sequence[dict]) -> None:
-    """An ApiError (400) for a request that offers tools or carries tool calls; nothing otherwise.
-    ``fields``: the request's fields besides ``messages`` (``tools``, ``tool_choice``...).
-
-    Accepted: no tools at all, ``tool_choice: "none"`` (the client itself says not to call them,
-    so nothing is dropped), ``tool_choice: "auto"`` with no tools, and empty lists."""
-    offered = _offered(fields)
-    choice, legacy_choice = fields.get("tool_choice"), fields.get("function_call")
-    declined = choice == "none" or legacy_choice == "none"
-    if offered and not declined:
-        param = "tools" if fields.get("tools") else "functions"
-        raise ApiError(
-            400,
-            f"this model does not call tools, and the request offers {offered}: send it without "
-            f'`{param}` (or with tool_choice "none"); nothing was stored. {HOW_TO}',
-            param=param,
-            code="tools_not_supported",
-        )
-    for name, value in (("tool_choice", choice), ("function_call", legacy_choice)):
-        if value not in (None, "none", "auto"):
-            raise ApiError(
-                400,
-                f"{name} {value!r} asks for a tool call, and this model does not call tools; nothing was stored",
-                param=name,
-                code="tools_not_supported",
-            )
-    for i, m in enumerate(messages):
-        if m.get("role") in ("tool", "function") or m.get("tool_calls") or m.get("function_call"):
-            raise ApiError(
-                400,
-                f"messages[{i}] is a tool call or a tool's result (from another model?): this model "
-                "does not call tools, so it cannot continue this chat; start a new chat, or leave "
-                f"the tool messages out. Nothing was stored. {HOW_TO}",
-                param=f"messages[{i}]",
-                code="tools_not_supported",
-            )
+def check_tool_choice(fields: Mapping[str, Any], headers: Mapping[str, str]) -> None:
+    """An ApiError (400) for a request that forces a tool call; nothing otherwise (its tools are
+    then left unused: the companion answers in text). ``fields``: the request's fields besides
+    ``messages``; ``headers`` in lower case."""
+    param = forced(fields)
+    if param is None:
+        return
+    what = fields.get(param)
+    name = what.get("function", {}).get("name") if isinstance(what, dict) and param == "tool_choice" else None
+    name = name or (what.get("name") if isinstance(what, dict) else None)
+    asked = f"a call to {name!r}" if name else "a tool call"
+    raise ApiError(
+        400,
+        f"{param} forces {asked}, and this model answers in text only: nothing was stored. "
+        f"{ADVICE[app_of(headers, fields)]}",
+        param=param,
+        code="tools_not_supported",
+    )
 
 
-__all__ = ["refuse_tool_calling"]
+__all__ = ["check_tool_choice", "forced", "ADVICE"]

@@ -65,6 +65,11 @@ class Sampling:
     # whether the penalties count the prompt's words too (a chat reply: do not parrot the user) or
     # only the model's own (a summary: copying what was said is the point, looping is not)
     penalise_prompt: bool = True
+    # an API client's own settings (OpenAI's names), for a backend that has them
+    top_p: float | None = None
+    presence_penalty: float | None = None
+    frequency_penalty: float | None = None
+    stop: tuple[str, ...] = ()  # the server may stop there itself (the companion cuts there anyway)
 
 
 def takes_sampling(backend: object) -> bool:

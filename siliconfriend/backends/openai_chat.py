@@ -49,7 +49,9 @@ class OpenAIChat:
     """
 
     name = "openai"
-    takes_sampling = True  # stream() takes sampling: its temperature (the API has no repetition penalty)
+    # stream() takes sampling: temperature, top_p, the presence and frequency penalties, stop (the
+    # API has no repetition penalty)
+    takes_sampling = True
 
     def __init__(
         self,
@@ -107,8 +109,12 @@ class OpenAIChat:
         self, messages: Sequence[Message], *, max_tokens: int | None = None, sampling: Sampling | None = None
     ) -> Iterator[str]:
         request = self._request(messages, max_tokens)
-        if sampling is not None and sampling.temperature is not None:
-            request["temperature"] = sampling.temperature
+        if sampling is not None:
+            for name in ("temperature", "top_p", "presence_penalty", "frequency_penalty"):
+                if getattr(sampling, name) is not None:
+                    request[name] = getattr(sampling, name)
+            if sampling.stop:
+                request["stop"] = list(sampling.stop)[:4]  # OpenAI takes at most 4
         attempt = 0
         while True:
             yielded = False

@@ -22,7 +22,7 @@ from memory.records import Kind, MemoryRecord
 from memory.retrieval import Hit, TalkLine
 from memory.stores.base import StoreUnavailable
 
-from ..backends.base import BackendError, ChatBackend, Message
+from ..backends.base import BackendError, ChatBackend, Message, Sampling, takes_sampling
 from ..config import Settings
 from .consolidate import SUMMARY_TOKENS, ConsolidationReport, Consolidator
 from .grounding import GroundingChecker
@@ -162,6 +162,7 @@ class ReplyStream:
         self.used: list[Hit] = []
         self.today: list[MemoryRecord] = []  # today's turns in the prompt
         self.consolidation: ConsolidationReport | None = None
+        self.parts: list[str] = []  # the reply so far, as it streams
         self._stop = threading.Event()
         self._chunks = run(self)
 
@@ -184,6 +185,45 @@ class ReplyStream:
         return self.result
 
 
+@dataclass(frozen=True)
+class Limits:
+    """A client's settings for one reply (an API request's ``max_tokens``, ``temperature``,
+    ``top_p``, ``stop``, penalties): ``max_tokens`` caps the reply below the server's own limit;
+    ``stop`` ends it before the first of those strings (with any backend); ``sampling`` goes to a
+    backend that takes it (``takes_sampling``), which applies what it has."""
+
+    max_tokens: int | None = None
+    stop: tuple[str, ...] = ()
+    sampling: Sampling | None = None
+
+
+def until_stop(chunks: Iterator[str], stop: Sequence[str]) -> Iterator[str]:
+    """``chunks`` up to the first of the ``stop`` strings (which is left out), however the text is
+    cut into chunks: what could be the start of one is held back until the next chunk says. The
+    backend's stream is closed at the stop (a local model stops generating there)."""
+    stop = [s for s in stop if s]
+    hold = max(len(s) for s in stop) - 1
+    pending = ""
+    try:
+        for chunk in chunks:
+            pending += chunk
+            found = [i for i in (pending.find(s) for s in stop) if i >= 0]
+            if found:
+                if min(found):
+                    yield pending[: min(found)]
+                return
+            if len(pending) > hold:
+                cut = len(pending) - hold
+                yield pending[:cut]
+                pending = pending[cut:]
+        if pending:
+            yield pending
+    finally:
+        close = getattr(chunks, "close", None)
+        if close is not None:
+            close()
+
+
 @dataclass
 class _Turn:
     user: str
@@ -199,6 +239,7 @@ class _Turn:
     shown: str | None = None  # the message as the model sees it, when more than the words stored
     extra: dict = field(default_factory=dict)  # kept with the stored turn
     supersedes: MemoryRecord | None = None  # an edit: this turn leaves active memory once the new one is stored
+    limits: "Limits | None" = None  # the client's generation settings for this reply
 
 
 ROLLOVER_MARK = "rollover_mark"  # changed whenever a summarised day becomes pending again
@@ -255,6 +296,7 @@ class Companion:
         extra: dict | None = None,
         replaces: MemoryRecord | None = None,
         supersedes: MemoryRecord | None = None,
+        limits: Limits | None = None,
     ) -> ReplyStream:
         """Answer ``text``. Nothing happens until the stream is iterated. ``store=False`` answers
         without writing the turn or reinforcing (probing questions). ``history``: the earlier
@@ -265,7 +307,8 @@ class Companion:
         attached), never stored; ``extra`` is kept with the stored turn.
         ``replaces``: a regenerate of that stored turn (its reply is replaced, as ``regenerate``
         does); ``supersedes``: an edit of that turn's message (it leaves active memory, with the
-        reason "edited", once this turn is stored)."""
+        reason "edited", once this turn is stored). ``limits``: the client's settings for this
+        reply (``Limits``)."""
         user_key(user)  # a bad user name is a ValueError now, not halfway through
         if not isinstance(text, str) or not text.strip():
             raise ValueError("the message is empty: type something to say")
@@ -282,15 +325,22 @@ class Companion:
             shown=shown.strip() if shown and shown.strip() else None,
             extra=dict(extra or {}),
             supersedes=supersedes,
+            limits=limits,
         )
         return ReplyStream(lambda stream: self._run(stream, turn))
 
     def answer_as_sent(
-        self, messages: Sequence[Message], *, persona: str | None = None, backend: ChatBackend | None = None
+        self,
+        messages: Sequence[Message],
+        *,
+        persona: str | None = None,
+        backend: ChatBackend | None = None,
+        limits: Limits | None = None,
     ) -> ReplyStream:
         """A chat app's own task (a title, search queries, an impersonation): its messages go to the
         model as they are sent; nothing is retrieved, stored or reinforced, and no day rolls over.
-        ``persona``: opens the prompt (a reply that speaks as the companion)."""
+        ``persona``: opens the prompt (a reply that speaks as the companion); ``limits``: the
+        client's settings for the reply."""
         backend = backend or self.backend
         sent = [Message(m.role, m.content) for m in messages if m.content.strip()]
         if persona and persona.strip():
@@ -299,10 +349,10 @@ class Companion:
 
         def run(stream: ReplyStream) -> Iterator[str]:
             stream.messages = sent
-            parts: list[str] = []
+            parts = stream.parts
             error = None
             try:
-                chunks = backend.stream(sent, max_tokens=self.max_new_tokens)
+                chunks = self._generate(backend, sent, limits)
                 try:
                     for chunk in chunks:
                         if stream.stopped:
@@ -352,7 +402,7 @@ class Companion:
         else:
             turn.history = today[self._window(self._pairs(today, prompts, turn.backend), turn.backend) :]
         stream.messages, stream.used, stream.today = self._prompt(turn, prompts)
-        parts: list[str] = []
+        parts = stream.parts
         error = None
         try:
             chunks = self._stream(turn, stream.messages)
@@ -381,8 +431,21 @@ class Companion:
         """The backend's reply; a backend that keeps each conversation's prompt prefix between
         turns (``keeps_prefix``: the local model's KV cache) is told whose conversation it is."""
         if getattr(turn.backend, "keeps_prefix", False):
-            return turn.backend.stream(messages, max_tokens=self.max_new_tokens, cache_key=user_key(turn.user))  # type: ignore[call-arg]
-        return turn.backend.stream(messages, max_tokens=self.max_new_tokens)
+            return self._generate(turn.backend, messages, turn.limits, cache_key=user_key(turn.user))
+        return self._generate(turn.backend, messages, turn.limits)
+
+    def _generate(
+        self, backend: ChatBackend, messages: Sequence[Message], limits: Limits | None, **options
+    ) -> Iterator[str]:
+        """The backend's reply within the client's ``limits``: at most the fewer of its
+        ``max_tokens`` and the server's, cut at its ``stop`` strings, with its sampling where the
+        backend takes it."""
+        limits = limits or Limits()
+        cap = self.max_new_tokens if limits.max_tokens is None else max(1, min(limits.max_tokens, self.max_new_tokens))
+        if limits.sampling is not None and takes_sampling(backend):
+            options["sampling"] = limits.sampling
+        chunks = backend.stream(messages, max_tokens=cap, **options)
+        return until_stop(chunks, limits.stop) if any(limits.stop) else chunks
 
     def _finish(self, stream: ReplyStream, turn: _Turn, reply: str, error: str | None) -> TurnResult:
         reply = reply.strip()
@@ -680,6 +743,37 @@ class Companion:
     def today(self, user: str) -> list[MemoryRecord]:
         """Today's turns in order (to show the chat again after a reload)."""
         return self.bank.turns_on(user, self.clock().date())
+
+    # -- a chat app's history, followed ----------------------------------------------------------
+    def replace_reply(self, user: str, turn: MemoryRecord, reply: str) -> MemoryRecord | None:
+        """A stored turn's reply becomes ``reply`` (the one the person kept in their chat app: a
+        swipe, an edited or a continued reply); its day is summarised again. None if it is gone."""
+        try:
+            with self._store_lock(user):
+                rec = self.bank.edit_text(user, turn.stored_id, reply)
+        except UnknownMemory:
+            return None
+        self._invalidate_if_summarised(user, turn.day)
+        return rec
+
+    def restate(self, user: str, turn: MemoryRecord, query: str, reply: str, *, extra: dict) -> MemoryRecord | None:
+        """An earlier exchange the person edited in their chat app: stored as it now stands, at the
+        old one's time, and the old one superseded (reason "edited"). Nothing is generated."""
+        with self._store_lock(user):
+            new = self.bank.add_turn(user, query, reply, turn.created_at, extra=extra)
+            if new is not None:
+                self._supersede(user, turn, "edited", new)
+        return new
+
+    def take_back(self, user: str, turn: MemoryRecord, reason: str = "deleted") -> None:
+        """A turn the person removed from their chat leaves active memory (superseded with
+        ``reason``): kept and shown, never retrieved or summarised again."""
+        with self._store_lock(user):
+            try:
+                self.bank.supersede(user, turn.stored_id, reason, when=self.clock())
+            except UnknownMemory:
+                return
+        self._invalidate_if_summarised(user, turn.day)
 
     def delete_turn(self, user: str, turn_id: int) -> None:
         """Delete a turn and its memory; the summaries of its day are written again without it."""

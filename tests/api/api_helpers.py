@@ -30,9 +30,12 @@ class LocalBackend:
         self.calls: list[list] = []
         self.fail: str | None = None
         self.variant = ""  # added to every reply (a regenerate that says something else)
+        self.limits: list = []  # each call's max_tokens
+        self.long = False  # while set: a long reply of one-token chunks, as many as max_tokens allows
         # while an Event: after its first chunk a reply waits for it (up to 10 s), then streams 100
         # more chunks 20 ms apart -- a model still generating when its client goes away
         self.hold: threading.Event | None = None
+        self.opening = "I hear you"  # a held reply's first chunk
 
     def count_tokens(self, text: str) -> int:
         return max(1, len(text) // 4)
@@ -43,14 +46,22 @@ class LocalBackend:
         if self.fail:
             raise BackendUnavailable(self.fail)
         self.calls.append(list(messages))
+        self.limits.append(max_tokens)
         last = messages[-1].content.split("\n\n")[-1]  # the message, after the memories that come with it
         if self.hold is not None:
             return self._slow(self.hold)
+        if self.long:
+            return self._tokens(max_tokens)
         return iter(["I hear you", ": ", f"{' '.join(last.split()[:12])}.{self.variant}"])
 
     @staticmethod
-    def _slow(hold: threading.Event):
-        yield "I hear you"
+    def _tokens(max_tokens):
+        """A long reply, one token ("w0 ", "w1 "...) a chunk, up to 200 or ``max_tokens``."""
+        for i in range(min(200, max_tokens or 200)):
+            yield f"w{i} "
+
+    def _slow(self, hold: threading.Event):
+        yield self.opening
         hold.wait(10)
         for i in range(100):
             time.sleep(0.02)

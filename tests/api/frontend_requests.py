@@ -177,3 +177,93 @@ def lobechat_title_zh(user: str, reply: str) -> list[dict]:
             "content": f"user: {user}\nassistant: {reply}\n\n请总结上述对话为10个字以内的标题，不需要包含标点符号",
         },
     ]
+
+
+# -- what the apps put around the messages ----------------------------------------------------------
+# Open WebUI 0.12's builtin tools (backend/open_webui/tools/builtin.py), sent with every chat request
+# by default (Function Calling "Native", Capabilities > Builtin Tools), with no tool_choice
+OWUI_BUILTIN = (
+    "get_current_timestamp calculate_timestamp search_web fetch_url generate_image edit_image execute_code "
+    "search_memories add_memory replace_memory_content search_notes view_note write_note replace_note_content "
+    "search_chats view_chat search_channels search_channel_messages view_channel_message view_channel_thread "
+    "list_knowledge_bases search_knowledge_bases search_knowledge_files view_knowledge_file query_knowledge_files "
+    "query_knowledge_bases view_skill"
+).split()
+
+
+def tool(name: str) -> dict:
+    """A tool as Open WebUI sends its builtin ones (``{"type": "function", "function": spec}``)."""
+    return {
+        "type": "function",
+        "function": {
+            "name": name,
+            "description": f"{name} (an Open WebUI builtin tool)",
+            "parameters": {"type": "object", "properties": {"query": {"type": "string"}}, "required": ["query"]},
+        },
+    }
+
+
+OWUI_TOOLS = [tool(n) for n in OWUI_BUILTIN]
+
+
+def owui_chat(messages: list[dict]) -> dict:
+    """Open WebUI's chat request as its defaults make it (middleware.py, routers/openai.py):
+    streamed, with its builtin tools and no tool_choice."""
+    return {"model": "siliconfriend", "messages": messages, "stream": True, "tools": OWUI_TOOLS}
+
+
+# SillyTavern's server forwards a Custom (OpenAI-compatible) request with node-fetch 2
+# (src/endpoints/backends/chat-completions.js): its sliders always, an empty logit_bias
+ST_HEADERS = {"User-Agent": "node-fetch/1.0 (+https://github.com/bitinn/node-fetch)"}
+
+
+def st_body(messages: list[dict], *, stream: bool = True, max_tokens: int = 300, **more) -> dict:
+    """The body SillyTavern 1.12's server sends (default sliders of public/scripts/openai.js)."""
+    return {
+        "messages": messages,
+        "model": "siliconfriend",
+        "temperature": 1,
+        "max_tokens": max_tokens,
+        "stream": stream,
+        "presence_penalty": 0,
+        "frequency_penalty": 0,
+        "top_p": 1,
+        "logit_bias": {},
+        **more,
+    }
+
+
+# the Expressions extension's LLM classifier (public/scripts/extensions/expressions/index.js):
+# generateRaw(sampleClassifyText(reply), systemPrompt=DEFAULT_LLM_PROMPT), not streamed
+ST_EXPRESSIONS = (
+    "Ignore previous instructions. Classify the emotion of the last message. Output just one word, e.g. "
+    '"joy" or "anger". Choose only one of the following labels: "admiration", "amusement", "anger", "joy", '
+    '"neutral", "sadness", "surprise"'
+)
+
+
+def st_classify_text(reply: str) -> str:
+    """sampleClassifyText: quotes and asterisks removed, trimmed to the end of a sentence (the
+    first and last 250 characters of a long reply)."""
+    import re
+
+    text = re.sub(r'[*"]', "", reply)
+
+    def to_end(s: str) -> str:
+        cut = max(s.rfind("."), s.rfind("!"), s.rfind("?"))
+        return s[: cut + 1] if cut > 0 else s
+
+    if len(reply) < 500:
+        return to_end(text).strip()
+    tail = text[-250:]
+    start = min((i for i in (tail.find(". "), tail.find("! "), tail.find("? ")) if i >= 0), default=-2)
+    return (to_end(text[:250]) + " " + tail[start + 2 :]).strip()
+
+
+def st_expressions(reply: str) -> list[dict]:
+    return [{"role": "system", "content": ST_EXPRESSIONS}, {"role": "user", "content": st_classify_text(reply)}]
+
+
+def st_genraw(prompt: str, system: str | None = None) -> list[dict]:
+    """``/genraw`` (Quick Replies, STscript): generateRaw's messages, no chat history."""
+    return ([{"role": "system", "content": system}] if system else []) + [{"role": "user", "content": prompt}]

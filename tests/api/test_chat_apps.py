@@ -249,7 +249,10 @@ def test_regenerate_edit_and_a_new_chat(served):
     assert first[1].id not in {h.record.id for h in hits} and ext["turn_id"] in {h.record.id for h in hits}
     assert first[1].id not in {t.id for t in served.api.bank.turns_on("nora", served.clock.now.date())}
     active = [t.query for t in turns(served, "nora") if t.state == State.ACTIVE]
-    assert active == ["Hi! I'm Nora.", "My dog is called Biscuit.", "I work as a day-shift nurse now."]
+    # Open WebUI's edit makes a branch: the exchange after the edited one is no longer in the chat
+    assert active == ["Hi! I'm Nora.", "I work as a day-shift nurse now."]
+    gone = served.api.bank.get("nora", first[2].id)
+    assert gone.state == State.SUPERSEDED and gone.extra["superseded"]["reason"] == "deleted"
 
     # a new chat that asks the same thing again is a new turn (its history differs)
     _, ext = say(sdk, [], "My dog is called Biscuit.")

@@ -1,6 +1,8 @@
-"""Tool calling refused visibly (400, OpenAI's shape, the setting to change named), never dropped;
-"what I remembered" for apps that drop the extension field (a footnote in the reply, opted into
-per request); and ``GET /v1/turns/{id}``, only for the key's own user."""
+"""Tools as a client expects them of a model that answers in text: Open WebUI's default chat (its
+builtin tools, no tool_choice) answered and remembered; a forced call refused with a 400 whose
+advice is for the app that sent it; "what I remembered" for apps that drop the extension field
+(a footnote in the reply, opted into per request); and ``GET /v1/turns/{id}``, only for the key's
+own user."""
 
 from __future__ import annotations
 
@@ -8,49 +10,36 @@ import httpx
 import openai
 import pytest
 from api_helpers import client
+from frontend_requests import OWUI_TOOLS, ST_HEADERS, owui_chat, st_body, st_expressions
 
 
-def tool(name: str) -> dict:
-    """A tool as Open WebUI's builtin tools are sent (``{"type": "function", "function": spec}``)."""
-    return {
-        "type": "function",
-        "function": {
-            "name": name,
-            "description": f"{name} (an Open WebUI builtin tool)",
-            "parameters": {"type": "object", "properties": {"query": {"type": "string"}}, "required": ["query"]},
-        },
-    }
+def stored(served, user: str) -> list[str]:
+    return [t.query for t in served.api.bank.records(user)] if served.api.bank.has_user(user) else []
 
 
-OWUI_TOOLS = [tool(n) for n in ("search_memories", "add_memory", "search_notes", "get_current_timestamp")] * 9
-
-
-def test_tools_are_refused_with_a_400_that_names_the_setting(served):
+def test_tools_not_forced_are_answered_in_text_and_the_turn_stored(served):
     key = served.signup("tia")
     sdk = client(served, key)
+    # Open WebUI's default chat request: 27 builtin tools, no tool_choice, streamed (raw HTTP)
     hello = [{"role": "user", "content": "My dog is called Biscuit."}]
-    for extra in (
-        {"tools": OWUI_TOOLS},  # as Open WebUI sends every chat request by default
-        {"tools": OWUI_TOOLS[:1], "tool_choice": "auto"},
-        {"tool_choice": "required"},
-        {"functions": [OWUI_TOOLS[0]["function"]]},
-    ):
-        for stream in (False, True):
-            with pytest.raises(openai.BadRequestError) as err:
-                list(sdk.chat.completions.create(model="siliconfriend", messages=hello, stream=stream, **extra))
-            assert err.value.status_code == 400 and err.value.code == "tools_not_supported", extra
-    raw = httpx.post(
-        f"{served.url}/chat/completions",
-        headers={"Authorization": f"Bearer {key}"},
-        json={"model": "siliconfriend", "messages": hello, "tools": OWUI_TOOLS},
-    )
-    error = raw.json()["error"]
-    assert raw.status_code == 400 and error["param"] == "tools" and error["type"] == "invalid_request_error"
-    assert "offers 36" in error["message"] and "Function Calling: Legacy" in error["message"]
-    assert "Builtin Tools" in error["message"] and "工具" in error["message"]  # read in the app, en and zh
-    # a tool call or a tool's result in the history (the chat was with another model)
-    for message in (
-        {"role": "tool", "tool_call_id": "call_1", "content": "12:00"},
+    with httpx.stream(
+        "POST", f"{served.url}/chat/completions", json=owui_chat(hello), headers={"Authorization": f"Bearer {key}"}
+    ) as r:
+        body = "".join(r.iter_text())
+    assert r.status_code == 200 and "I hear you" in body and body.rstrip().endswith("data: [DONE]")
+    assert stored(served, "tia") == ["My dog is called Biscuit."]
+    # the SDK, not streamed, tool_choice "auto" then "none"
+    chat = [*hello, {"role": "assistant", "content": "I hear you: My dog is called Biscuit."}]
+    for n, choice in enumerate(("auto", "none")):
+        text = f"He is {n + 3} years old."
+        done = sdk.chat.completions.create(
+            model="x", messages=[*chat, {"role": "user", "content": text}], tools=OWUI_TOOLS, tool_choice=choice
+        )
+        assert done.choices[0].message.content and not done.choices[0].message.tool_calls
+        assert done.choices[0].finish_reason == "stop" and stored(served, "tia")[-1] == text
+    # a chat that was with another model: its tool calls and their results are left out of the history
+    history = [
+        {"role": "user", "content": "What time is it?"},
         {
             "role": "assistant",
             "content": None,
@@ -58,14 +47,61 @@ def test_tools_are_refused_with_a_400_that_names_the_setting(served):
                 {"id": "call_1", "type": "function", "function": {"name": "get_current_timestamp", "arguments": "{}"}}
             ],
         },
-    ):
+        {"role": "tool", "tool_call_id": "call_1", "content": '{"current_iso": "2024-05-01T19:00:00"}'},
+        {"role": "assistant", "content": "It is seven in the evening."},
+        {"role": "user", "content": "Time to walk Biscuit then."},
+    ]
+    sdk.chat.completions.create(model="x", messages=history, tools=OWUI_TOOLS)
+    prompt = served.backend.calls[-1]
+    assert "current_iso" not in " ".join(m.content for m in prompt)
+    assert [m.content for m in prompt if m.role == "assistant"][-1] == "It is seven in the evening."
+    assert stored(served, "tia")[-1] == "Time to walk Biscuit then."
+
+
+def test_a_forced_call_gets_a_400_with_advice_for_the_app_that_sent_it(served):
+    key = served.signup("tom")
+    sdk = client(served, key)
+    hello = [{"role": "user", "content": "My dog is called Biscuit."}]
+    # SillyTavern with "Enable function calling" on: Expressions forces set_emotion (tool_choice required)
+    emotion = {
+        "type": "function",
+        "function": {"name": "set_emotion", "description": "Sets the label...", "parameters": {"type": "object"}},
+    }
+    st = st_body(st_expressions("I hear you! What a lovely name."), stream=False, tools=[emotion])
+    st["tool_choice"] = "required"
+    r = httpx.post(f"{served.url}/chat/completions", json=st, headers={"Authorization": f"Bearer {key}", **ST_HEADERS})
+    error = r.json()["error"]
+    assert r.status_code == 400 and error["code"] == "tools_not_supported" and error["param"] == "tool_choice"
+    assert "SillyTavern" in error["message"] and "Enable function calling" in error["message"]
+    assert "Open WebUI" not in error["message"] and "函数调用" in error["message"]  # en and zh
+    # ... the same from a SillyTavern that names no tool of its own: told by how its server sends
+    dice = {"type": "function", "function": {"name": "roll_dice", "parameters": {"type": "object"}}}
+    st["tools"] = [dice]
+    r = httpx.post(f"{served.url}/chat/completions", json=st, headers={"Authorization": f"Bearer {key}", **ST_HEADERS})
+    assert "SillyTavern" in r.json()["error"]["message"] and "Open WebUI" not in r.json()["error"]["message"]
+    # Open WebUI (its tools, its chat id header) forcing a named function
+    named = {"type": "function", "function": {"name": "search_notes"}}
+    for stream in (False, True):
         with pytest.raises(openai.BadRequestError) as err:
-            sdk.chat.completions.create(model="x", messages=[hello[0], message, {"role": "user", "content": "And?"}])
-        assert err.value.code == "tools_not_supported" and err.value.body["param"] == "messages[1]"
-    assert not served.api.bank.has_user("tia") or not served.api.bank.count("tia")  # nothing stored
-    # tools the client itself declines are no tools: the turn is answered and stored
-    done = sdk.chat.completions.create(model="x", messages=hello, tools=OWUI_TOOLS, tool_choice="none")
-    assert done.choices[0].message.content and served.api.bank.count("tia") == 1
+            list(
+                sdk.chat.completions.create(
+                    model="x",
+                    messages=hello,
+                    stream=stream,
+                    tools=OWUI_TOOLS,
+                    tool_choice=named,
+                    extra_headers={"X-OpenWebUI-Chat-Id": "c-9"},
+                )
+            )
+        message = err.value.body["message"]
+        assert err.value.status_code == 400 and "'search_notes'" in message and "Open WebUI" in message
+        assert "SillyTavern" not in message
+    # any other client: the generic advice
+    with pytest.raises(openai.BadRequestError) as err:
+        sdk.chat.completions.create(model="x", messages=hello, tools=[dice], tool_choice="required")
+    message = err.value.body["message"]
+    assert 'tool_choice "auto" or "none"' in message and "SillyTavern" not in message and "Open WebUI" not in message
+    assert stored(served, "tom") == []  # nothing was stored
 
 
 SHOW = {"X-SiliconFriend-Show-Memories": "true"}

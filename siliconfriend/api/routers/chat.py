@@ -10,11 +10,13 @@ from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from ...accounts.keys import KeyOwner
+from ...backends.base import Sampling
+from ...core.companion import Limits
 from .. import footnote
 from ..fields import check_chat_request
 from ..service import MODEL_ID, ApiError, ApiService, Switches
 from ..streaming import ClosingStreamingResponse, sse_body
-from ..tool_calls import refuse_tool_calling
+from ..tool_calls import check_tool_choice
 from .deps import owner, service
 
 router = APIRouter()
@@ -27,8 +29,10 @@ class ChatMessageIn(BaseModel):
 
 
 class ChatCompletionRequest(BaseModel):
-    """OpenAI's request; fields the companion does not use (temperature, top_p...) are accepted
-    where OpenAI would accept them (``fields.py``)."""
+    """OpenAI's request, its fields checked as OpenAI checks them (``fields.py``).
+    ``max_tokens`` / ``max_completion_tokens``, ``stop``, ``temperature``, ``top_p`` and the
+    penalties are honoured (``limits_of``); ``tools`` are left unused unless a call is forced
+    (``tool_calls.py``); other fields are accepted."""
 
     model_config = ConfigDict(extra="allow")
 
@@ -51,6 +55,32 @@ class ChatCompletionRequest(BaseModel):
         "where it looks like a task); as the X-SiliconFriend-Memory header; "
         '{"show_memories": true}: the "what I remembered" footnote (X-SiliconFriend-Show-Memories)',
     )
+
+
+def limits_of(fields: dict[str, Any]) -> Limits:
+    """The request's own settings for the reply (OpenAI's names, already checked by
+    ``fields.py``): ``max_completion_tokens`` or ``max_tokens``, ``stop``, and ``temperature``,
+    ``top_p``, ``presence_penalty``, ``frequency_penalty`` for a backend that has them."""
+
+    def number(name: str) -> float | None:
+        value = fields.get(name)
+        return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+
+    cap = fields.get("max_completion_tokens")
+    cap = cap if cap is not None else fields.get("max_tokens")
+    max_tokens = cap if isinstance(cap, int) and not isinstance(cap, bool) and cap > 0 else None
+    stop = fields.get("stop")
+    stops = (
+        (stop,)
+        if isinstance(stop, str)
+        else tuple(s for s in stop if isinstance(s, str))
+        if isinstance(stop, list)
+        else ()
+    )
+    stops = tuple(s for s in stops if s)
+    given = {name: number(name) for name in ("temperature", "top_p", "presence_penalty", "frequency_penalty")}
+    sampling = Sampling(**given, stop=stops) if any(v is not None for v in given.values()) or stops else None
+    return Limits(max_tokens=max_tokens, stop=stops, sampling=sampling)
 
 
 @router.get("/models", summary="The models: one, the companion")
@@ -76,11 +106,12 @@ def chat_completions(
     if body.n not in (None, 1):
         raise ApiError(400, "n must be 1: the companion gives one reply per turn", param="n")
     messages = footnote.strip_footnotes([m.model_dump() for m in body.messages])
-    refuse_tool_calling(body.model_extra or {}, messages)  # a 400 that names the setting to change
     headers = {k.lower(): v for k, v in request.headers.items()}
+    fields = body.model_extra or {}
+    check_tool_choice(fields, headers)  # a forced call: a 400 that names the app's setting to change
     show = footnote.wanted(headers, body.siliconfriend)
-    switches = Switches.of(headers, body.siliconfriend)
-    completion = api.start_chat(who.user, messages, model=body.model, switches=switches)
+    switches = Switches.of(headers, body.siliconfriend, fields)
+    completion = api.start_chat(who.user, messages, model=body.model, switches=switches, limits=limits_of(fields))
     if not body.stream:
         done = api.finish(completion)
         if show:

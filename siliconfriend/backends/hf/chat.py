@@ -316,7 +316,7 @@ class HFLocalChat:
     def _sampling(self, sampling: Sampling | None = None, prompt_len: int = 0) -> dict[str, Any]:
         gen = dict(self.generation)
         if sampling is not None:
-            for key in ("temperature", "repetition_penalty", "no_repeat_ngram_size"):
+            for key in ("temperature", "top_p", "repetition_penalty", "no_repeat_ngram_size"):
                 if getattr(sampling, key) is not None:
                     gen[key] = getattr(sampling, key)
         if not gen.get("temperature"):
