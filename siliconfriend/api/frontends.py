@@ -292,7 +292,8 @@ def _tool_names(fields: Mapping[str, Any]) -> set[str]:
     names: set[str] = set()
     for tool in fields.get("tools") or []:
         if isinstance(tool, dict):
-            spec = tool.get("function") if isinstance(tool.get("function"), dict) else tool
+            inner = tool.get("function")
+            spec: dict = inner if isinstance(inner, dict) else tool
             if isinstance(spec.get("name"), str):
                 names.add(spec["name"])
     for spec in fields.get("functions") or []:

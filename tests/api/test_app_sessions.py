@@ -12,8 +12,6 @@ from api_helpers import client
 from app_sessions import GREETING, SillyTavernChat, active, open_webui_session, sillytavern_session, why
 from frontend_requests import ST_HEADERS, sillytavern, st_body
 
-from siliconfriend.api.resent import echoes
-
 
 def test_a_sillytavern_evening(served):
     sillytavern_session([served], "sia")
@@ -102,6 +100,8 @@ def test_a_reply_sent_back_as_a_message_is_never_a_turn(served):
 
 
 def test_echoes():
+    from siliconfriend.api.resent import echoes
+
     reply = 'I hear you! *Sol grins.* "Biscuit sounds like a wonderful dog." Tell me more about him.'
     plain = "I hear you! Sol grins. Biscuit sounds like a wonderful dog. Tell me more about him."
     assert echoes(plain, [reply], history=False) and echoes(plain[:40], [reply], history=True)

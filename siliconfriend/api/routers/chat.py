@@ -78,8 +78,16 @@ def limits_of(fields: dict[str, Any]) -> Limits:
         else ()
     )
     stops = tuple(s for s in stops if s)
-    given = {name: number(name) for name in ("temperature", "top_p", "presence_penalty", "frequency_penalty")}
-    sampling = Sampling(**given, stop=stops) if any(v is not None for v in given.values()) or stops else None
+    temperature, top_p = number("temperature"), number("top_p")
+    presence, frequency = number("presence_penalty"), number("frequency_penalty")
+    given = (temperature, top_p, presence, frequency)
+    sampling = (
+        Sampling(
+            temperature=temperature, top_p=top_p, presence_penalty=presence, frequency_penalty=frequency, stop=stops
+        )
+        if any(v is not None for v in given) or stops
+        else None
+    )
     return Limits(max_tokens=max_tokens, stop=stops, sampling=sampling)
 
 
