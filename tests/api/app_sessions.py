@@ -41,7 +41,7 @@ def turns(served: Served, user: str) -> list:
 def active(served: Served, user: str) -> list[tuple[str, str]]:
     """The active turns in their chat's order (an edited exchange is stored again after the day's
     other turns, with the old one's place in the chat)."""
-    said = sorted(turns(served, user), key=lambda t: int(t.extra["chat"]["seq"]))
+    said = sorted(turns(served, user), key=lambda t: (int(t.extra.get("chat", {}).get("seq", -1)), t.position))
     return [(t.query, t.response) for t in said if t.state == State.ACTIVE]
 
 
