@@ -26,6 +26,7 @@ from ..backends.base import Message, Role
 from ..config import Settings
 from ..core.companion import MAX_MESSAGE_CHARS, TODAY, Companion, Limits, ReplyStream, used_entry
 from ..core.memory_view import memory_id as parse_memory_id
+from ..core.memory_view import search as search_memories
 from ..core.memory_view import shown
 from .frontends import Task, app_of, fold, person_words, task_of
 from .keys import KeyLimiter, LoginStyleLimiter, RateLimited
@@ -572,7 +573,8 @@ class ApiService:
         if not self.bank.has_user(user):
             return {"object": "list", "data": [], "query": query}
         now = self.now()
-        hits = self.bank.search_text(user, query, now, k=limit, include_archived=include_archived)[:limit]
+        # the memory page's search and cut-off: only real matches, an empty list for none
+        hits = search_memories(self.bank, user, query, now, limit=limit, include_archived=include_archived)
         return {"object": "list", "query": query, "data": [self.memory_json(h.record, now, h) for h in hits]}
 
     def get(self, user: str, memory_id: Any) -> dict:

@@ -3,46 +3,17 @@ their summaries, the retention curves, and pin / restore / delete."""
 
 from __future__ import annotations
 
-import re
 from datetime import date, datetime, timedelta
 from typing import Any, Callable
 
 from memory.bank import MemoryBank
 from memory.records import Kind, MemoryRecord, State
-from memory.retrieval import Hit
 
 from ..config import Settings
 from ..core import memory_view
 from ..core.memory_view import ShownMemory, memory_id
 from .account_service import AccountService
 from .chat_sessions import ChatSessions
-
-# the memory page's search shows a memory only when it really matches: it shares words with the
-# search, is on a day the search names, or its meaning is close both absolutely and against the
-# rest. e5-small puts any two short texts at 0.77-0.85 (measured on ten turns, en and zh: "banana",
-# "zzqxj", "quantum physics" reach 0.83 in English; Chinese runs higher: "宠物" -> an unrelated
-# "我昨天去公园跑步了。" 0.852, "小猫" -> "我今天开始学小提琴了。" 0.848), while real matches by
-# meaning only reach 0.85-0.91 ("kitten" -> "My cat is called Pixel" 0.851, "小猫" -> "我的猫叫小白"
-# 0.907, "宠物" -> it 0.881, "音乐" -> the violin 0.873). So a match by meaning needs a cosine of at
-# least SEARCH_MIN_SIMILARITY (a search with Chinese characters: SEARCH_MIN_SIMILARITY_ZH) and
-# SEARCH_MARGIN above the median of the memories found. The price: weak true matches by meaning
-# alone ("mountains" -> "hiking in the Alps", 0.835) are left out. With another embedder (MiniLM's
-# cosines are far lower) the search is by words and days only.
-SEARCH_MIN_SIMILARITY = 0.845
-SEARCH_MIN_SIMILARITY_ZH = 0.865
-SEARCH_MARGIN = 0.04
-_CJK = re.compile(r"[\u3400-\u9fff\uf900-\ufaff]")
-
-
-def real_matches(hits: list[Hit], query: str = "") -> list[Hit]:
-    """The hits of a memory-page search for ``query`` that match it (see SEARCH_MIN_SIMILARITY),
-    best first."""
-    dense = sorted(h.dense for h in hits if h.dense)
-    median = dense[len(dense) // 2] if dense else 0.0
-    floor = SEARCH_MIN_SIMILARITY_ZH if _CJK.search(query or "") else SEARCH_MIN_SIMILARITY
-    return [
-        h for h in hits if h.lexical > 0 or h.on_named_day or (h.dense >= floor and h.dense >= median + SEARCH_MARGIN)
-    ]
 
 
 class MemoryPageService:
@@ -87,8 +58,7 @@ class MemoryPageService:
         kind_v = Kind(kind) if kind else None
         state_v = State(state) if state else None
         if query and query.strip():
-            hits = self.bank.search_text(user, query.strip(), now, k=50, include_archived=include_archived)
-            hits = real_matches(hits, query)
+            hits = memory_view.search(self.bank, user, query, now, include_archived=include_archived)
             rows = [
                 self._shown(h.record, now, "; ".join(r for r in h.reasons if r != "closest of what is remembered"))
                 for h in hits

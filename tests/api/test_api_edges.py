@@ -313,3 +313,36 @@ def test_the_served_apps_get_the_limits(tmp_path, monkeypatch):
     after = uvicorn.Config(lambda *a: None)
     after.load()
     assert not after.http_protocol_class.__name__.startswith("Timed")  # only inside
+
+
+def test_the_api_search_cuts_off_as_the_page_does(served):
+    """Only real matches come back: unrelated words are a "no match" (an empty list), not every
+    memory ranked; a single Chinese character finds the memory that says it."""
+    from datetime import datetime, timedelta
+
+    key = served.signup("bobby")
+    day = datetime(2024, 4, 28, 10, 0)
+    for i, (said, reply) in enumerate(
+        [
+            ("I went hiking on the Dragon's Back trail on Saturday.", "Lovely views there."),
+            ("My sister Lily visits next week.", "How nice!"),
+            ("Today I started learning the violin.", "Wonderful!"),
+            ("我的狗叫旺财，它三岁了。", "好可爱！"),
+            ("我昨天去公园跑步了。", "很健康！"),
+            ("我今天开始学做红烧肉。", "听起来很好吃！"),
+        ]
+    ):
+        served.api.bank.add_turn("bobby", said, reply, day + timedelta(minutes=i))
+    served.api.bank.settle()
+
+    def search(q: str) -> list[str]:
+        got = httpx.get(
+            f"{served.url}/memories/search", params={"q": q}, headers={"Authorization": f"Bearer {key}"}, timeout=60
+        )
+        assert got.status_code == 200, got.text
+        return [m["text"].split("\n")[0] for m in got.json()["data"]]
+
+    assert search("quantum physics banana") == []
+    assert search("香蕉") == []
+    assert search("violin") == ["Today I started learning the violin."]
+    assert search("狗")[:1] == ["我的狗叫旺财，它三岁了。"]

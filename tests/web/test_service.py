@@ -341,3 +341,26 @@ def test_search_shows_only_real_matches_in_both_languages(web_service, web_clock
     assert found("kitten") == ["My cat is called Pixel and she loves tuna."]  # by meaning
     assert found("小提琴") == ["我今天开始学小提琴了。"]
     assert found("宠物") == ["我的猫叫小白，它喜欢吃鱼。"]
+
+
+def test_a_single_chinese_character_finds_the_memory_that_says_it(web_service, web_clock):
+    """jieba cuts "我的狗叫旺财" into 狗叫: the page's search for 狗 finds it by its word, as the
+    API's does (one search for both: core.memory_view.search)."""
+    service = web_service
+    token = service.account.signup("bob", "bob-password").token
+    dog = "我的狗叫旺财，我每周都和同事一起加班到很晚，周末还要去上英语课。"
+    # other animals: close to 狗 in meaning (e5: 0.83-0.84), which lifts the bar for a match by
+    # meaning alone above the dog's own turn (0.868)
+    others = [
+        "我的猫叫小白，它喜欢吃鱼。",
+        "我养了一只仓鼠。",
+        "我家的鹦鹉会说话。",
+        "我的兔子喜欢吃胡萝卜。",
+        "我想再养一只宠物。",
+    ]
+    for i, query in enumerate([*others, dog]):
+        service.bank.add_turn("bob", query, "好的。", web_clock.now - timedelta(days=1, minutes=-i))
+    service.bank.settle()
+    found = [r.text.split("\n")[0] for r in service.memory_page.memories(token, query="狗")]
+    assert found == [dog]
+    assert [r.text.split("\n")[0] for r in service.memory_page.memories(token, query="旺财")] == found
