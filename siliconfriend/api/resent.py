@@ -133,50 +133,59 @@ def _same(a: str, b: str) -> bool:
     return bool(a.strip()) and _norm(a) == _norm(b)
 
 
-def _matches(turn: MemoryRecord, exchange: tuple[str, str]) -> bool:
-    q, a = exchange
-    return _same(turn.query, q) or _same(turn.response, a)
+def _keys(texts: Iterable[str]) -> list[str]:
+    """Texts compared as ``_same`` compares them ("" for a blank one, which matches nothing)."""
+    return [_norm(t) for t in texts]
 
 
 def _chat_of(turns: Sequence[MemoryRecord], chats: dict[int, str], history: Sequence[tuple[str, str]]) -> str | None:
-    """The stored chat ``history`` continues: the one whose turns share most of its exchanges, a
-    reply counting twice a message (a reply is the model's, made once; a message such as "hi"
-    may open many chats). A single shared message is not enough."""
-    score: dict[str, int] = {}
+    """The stored chat ``history`` continues: the one whose turns share most of its replies, then
+    of its messages. A chat must share a reply: a reply is the model's, made once,
+    while messages such as "hi" open many chats (and a chat taken for another would have the
+    other's turns followed as if deleted)."""
+    asked = set(_keys(q for q, _ in history)) - {""}
+    answered = set(_keys(a for _, a in history)) - {""}
+    replies: dict[str, int] = {}
+    messages: dict[str, int] = {}
     latest: dict[str, int] = {}
     for i, t in enumerate(turns):  # newest first
         key = chats.get(t.stored_id)
         if key is None:
             continue
         latest.setdefault(key, -i)
-        points = 0
-        for q, a in history:
-            if _same(t.response, a):
-                points = max(points, 2)
-            elif _same(t.query, q):
-                points = max(points, 1)
-        score[key] = score.get(key, 0) + points
-    best = max(score, key=lambda k: (score[k], latest[k]), default=None)
-    return best if best is not None and score[best] >= 2 else None
+        if _norm(t.response) in answered:
+            replies[key] = replies.get(key, 0) + 1
+        elif _norm(t.query) in asked:
+            messages[key] = messages.get(key, 0) + 1
+    best = max(replies, key=lambda k: (replies[k], messages.get(k, 0), latest[k]), default=None)
+    return best
 
 
 def _align(turns: Sequence[MemoryRecord], history: Sequence[tuple[str, str]]) -> list[tuple[int | None, int | None]]:
     """The chat's stored ``turns`` (in order) against the client's ``history``: pairs (turn index,
-    exchange index) of the longest common sequence (``_matches``), with the turns and exchanges
-    between two matches paired in order where both sides have some (an exchange changed through
-    and through) and left alone (None on the other side) otherwise."""
+    exchange index) of the longest common sequence (an exchange matches a turn by its message or
+    by its reply), with the turns and exchanges between two matches paired in order where both
+    sides have some (an exchange changed through and through) and left alone (None on the other
+    side) otherwise. The common start (most of a chat, most of the time) is matched first, so
+    the quadratic part is the rest alone."""
+    tq, tr = _keys(t.query for t in turns), _keys(t.response for t in turns)
+    hq, ha = _keys(q for q, _ in history), _keys(a for _, a in history)
+
+    def match(i: int, j: int) -> bool:
+        return bool(tq[i]) and tq[i] == hq[j] or bool(tr[i]) and tr[i] == ha[j]
+
     n, m = len(turns), len(history)
+    start = 0
+    while start < min(n, m) and match(start, start):
+        start += 1
     best = [[0] * (m + 1) for _ in range(n + 1)]
-    for i in range(n - 1, -1, -1):
-        for j in range(m - 1, -1, -1):
-            if _matches(turns[i], history[j]):
-                best[i][j] = best[i + 1][j + 1] + 1
-            else:
-                best[i][j] = max(best[i + 1][j], best[i][j + 1])
-    matched: list[tuple[int, int]] = []
-    i = j = 0
+    for i in range(n - 1, start - 1, -1):
+        for j in range(m - 1, start - 1, -1):
+            best[i][j] = best[i + 1][j + 1] + 1 if match(i, j) else max(best[i + 1][j], best[i][j + 1])
+    matched: list[tuple[int, int]] = [(k, k) for k in range(start)]
+    i = j = start
     while i < n and j < m:
-        if _matches(turns[i], history[j]) and best[i][j] == best[i + 1][j + 1] + 1:
+        if match(i, j) and best[i][j] == best[i + 1][j + 1] + 1:
             matched.append((i, j))
             i, j = i + 1, j + 1
         elif best[i + 1][j] >= best[i][j + 1]:
