@@ -21,7 +21,6 @@ import json
 import logging
 import queue
 import random
-import re
 import threading
 import weakref
 from collections import OrderedDict
@@ -33,6 +32,7 @@ from typing import Callable, ContextManager, Mapping, Sequence
 
 import numpy as np
 
+from . import links
 from .embedders import (
     SENTENCE_MODES,
     TURN_VECTORS,
@@ -195,6 +195,7 @@ class MemoryBank:
             store = self.stores.open(user, dim=self.embedder.dim, vectors_id=self.vectors_id)
             try:
                 self._reembed_if_needed(store)
+                links.backfill(store, self.tokenizer)  # a store made before memories were linked
             except BaseException:
                 store.close(save=False)
                 raise
@@ -429,6 +430,7 @@ class MemoryBank:
             self._embed.for_turns, [rec.query if rec.query.strip() else rec.response for rec in records]
         )
         stored = u.insert(records, vectors)
+        links.write_turns(u, stored, self.tokenizer)
         answered = [rec for rec in stored if rec.response.strip()]
         if replies == "now" and self.writes_sentences:
             reply_vectors, said = self._sentences_of([(rec.stored_id, rec.query, rec.response) for rec in stored])
@@ -495,6 +497,8 @@ class MemoryBank:
             ids.append(rec.stored_id)
         u.sync()
         found = u.get_many(ids)
+        for rid in ids:
+            links.write_summary(u, found[rid], self.tokenizer)
         return [found[i] for i in ids]
 
     def get_summary(self, user: str, kind: Kind, day: date | None = None) -> MemoryRecord | None:
@@ -537,6 +541,11 @@ class MemoryBank:
         if rec.kind == Kind.TURN:
             u.clear_sentences([memory_id])  # the new reply's: made by the reply worker too
         u.sync()
+        edited = self.get(user, memory_id)
+        if rec.kind == Kind.TURN:
+            u.write_links([(memory_id, links.mentions(edited, self.tokenizer))])
+        else:
+            links.write_summary(u, edited, self.tokenizer)
         if rec.kind == Kind.TURN:
             self._replies.submit(user)
         return self.get(user, memory_id)
@@ -681,17 +690,8 @@ class MemoryBank:
         turns = [t for t in self.turns_on(user, day) if t.state == State.ACTIVE]
         if summary is None or not turns:
             return []
-        words = [set(self.tokenizer.tokenize(t.text)) for t in turns]
-        drawn: set[int] = set()
-        for sentence in re.split(r"(?<=[.!?。！？；;])\s*", summary.text):
-            tokens = set(self.tokenizer.tokenize(sentence))
-            if len(tokens) < 2:
-                continue
-            shared = [len(tokens & w) for w in words]
-            best = max(range(len(turns)), key=lambda i: shared[i])
-            if shared[best] >= 2:
-                drawn.add(turns[best].stored_id)
-        return self.reinforce(user, sorted(drawn), now) if drawn else []
+        drawn = sorted(t.stored_id for t in links.drawn_turns(summary.text, turns, self.tokenizer))
+        return self.reinforce(user, drawn, now) if drawn else []
 
     def forget_pass(
         self, user: str, now: datetime, *, rng: random.Random | None = None, dry_run: bool = False

@@ -46,7 +46,7 @@ _SENTENCE_END = re.compile(r"[.!?;:\"“”()\[\]\n]\s*$")
 # words of a calendar (a day is an entity of its own, resolved), titles
 _NOT_NAMES = frozenset(
     """
-i i'm i've i'd i'll ok okay hi hello hey dear yes no oh ohh wow aww aw ah ahh yay hmm haha sure
+i i'm i've i'd i'll let ok okay hi hello hey dear yes no oh ohh wow aww aw ah ahh yay hmm haha sure
 well sorry great awesome lovely congratulations thanks thank please mr mrs ms dr mom dad
 monday tuesday wednesday thursday friday saturday sunday january february march april may june
 july august september october november december today tonight tomorrow yesterday

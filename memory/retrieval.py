@@ -54,8 +54,9 @@ from .embedders import Embedder, embed_query, embed_replies, embed_turns, normal
 from .forgetting import ForgettingPolicy
 from .lexical import Tokenizer
 from .lexical_index import K1, B
+from .links import CONVERSATION, ENTITY, SUMMARY, Spread, SpreadConfig, spread
 from .records import Kind, MemoryRecord, State
-from .stores.base import PoolRows, SearchHit, Side, UserStore
+from .stores.base import Edge, PoolRows, SearchHit, Side, UserStore
 
 
 @dataclass(frozen=True)
@@ -107,6 +108,19 @@ class RetrievalConfig:
     hop_word_seeds: int = 2
     hop_word_terms: int = 24
     hop_word_weight: float = 0.0
+    # how the dense and lexical sides are weighed: "fixed" (``dense_weight`` each query), or the
+    # lexical side's weight scaled by how much its evidence says for this query, the dense side
+    # taking the rest (``_lexical_evidence``): "evidence" (its best match against a full match),
+    # "vocabulary" (the share of the query's words that memory holds at all). Fixed: with e5 as
+    # the one dense reader, both lowered recall on every measured set (docs/benchmarks.md)
+    fusion: str = "fixed"
+    # memory as a network (``memory/links.py``): the first hits pass activation along their links
+    # (entities, a summary's turns, a conversation's), which is added to a memory's score at
+    # ``link_weight``; the memories it reaches join the pool, scored by every cue as the others.
+    # On: it lifted recall on LoCoMo and MADial zh, moved the rest within a question or two
+    # (docs/benchmarks.md, "Memory as a network")
+    link_weight: float = 0.3
+    spread: SpreadConfig = SpreadConfig()
 
     @property
     def lexical_weight(self) -> float:
@@ -134,8 +148,12 @@ class Hit:
     on_named_day: bool = False
     reasons: list[str] = field(default_factory=list)
     # the cue that found it: "message", "conversation" (the talk so far), "neighbour" (the turn
-    # next to it), "named day", "second hop" (a first hit's names)
+    # next to it), "named day", "second hop" (a first hit's names), "link" (a first hit's links)
     cue: str = "message"
+    # the link that passed it the most activation, when it was reached along one
+    link: Edge | None = None
+    # the side of the search that gave its base score the most: "dense" or "lexical"
+    side: str = ""
 
     def as_dict(self) -> dict:
         r = self.record
@@ -152,6 +170,10 @@ class Hit:
             "on_named_day": self.on_named_day,
             "reasons": self.reasons,
             "cue": self.cue,
+            "side": self.side,
+            "link": None
+            if self.link is None
+            else {"from": self.link.src, "kind": self.link.kind, "through": self.link.label or None},
         }
 
 
@@ -207,6 +229,8 @@ class _Sides:
     talk_terms: list[str] = field(default_factory=list)
     # the cues the pool's rows are read with (``_pool_cues``; None: the vectors are read)
     pool_cues: np.ndarray | None = None
+    # how much the lexical side's evidence says (``_lexical_evidence``): its share of the base score
+    lexical_evidence: float = 1.0
 
 
 def _talk_terms(tokenizer: Tokenizer, talk: Sequence[TalkLine], query: str, config: RetrievalConfig) -> list[str]:
@@ -257,10 +281,38 @@ _Part = tuple[set[int], PoolRows]
 
 def _lexical_read(
     store: UserStore, tokenizer: Tokenizer, query: str, config: RetrievalConfig, named_days: Sequence[date], read: bool
-) -> tuple[list[tuple[int, float]], _Part | None]:
-    """``_lexical_side``, then, if ``read``, its rows (``_first_rows``), on one worker."""
+) -> tuple[list[tuple[int, float]], _Part | None, float]:
+    """``_lexical_side``, then, if ``read``, its rows (``_first_rows``), and what its evidence
+    says (``_lexical_evidence``), on one worker."""
     ranked = _lexical_side(store, tokenizer, query, config, named_days)
-    return ranked, (_first_rows(store, ranked, (), named_days, config) if read else None)
+    part = _first_rows(store, ranked, (), named_days, config) if read else None
+    return ranked, part, _lexical_evidence(store, tokenizer, query, config, named_days, ranked)
+
+
+def _lexical_evidence(
+    store: UserStore,
+    tokenizer: Tokenizer,
+    query: str,
+    config: RetrievalConfig,
+    named_days: Sequence[date],
+    ranked: Sequence[tuple[int, float]],
+) -> float:
+    """How much the lexical side's evidence says, in [0, 1] (1 with a fixed fusion). "evidence":
+    its best match's BM25 over what a memory holding every word of the query once scores (at the
+    mean length: each word's inverse document frequency); "vocabulary": the share of the query's
+    words that any memory holds. A query whose words a memory holds few of, or that memory never
+    holds at all (an associative cue: "I'm performing magic at the party" for a Christmas on
+    stage), has a weak lexical side, and the dense side decides more."""
+    if config.fusion == "fixed":
+        return 1.0
+    terms = tokenizer.query_terms(query, named_days)
+    if not terms or not ranked:
+        return 0.0
+    docs, holding = store.documents_with(terms)
+    if config.fusion == "vocabulary":
+        return sum(1 for n in holding if n) / len(terms)
+    ceiling = sum(max(math.log((docs - n + 0.5) / (n + 0.5)), 1e-6) for n in holding)
+    return min(1.0, ranked[0][1] / ceiling) if ceiling > 0 else 0.0
 
 
 def _talk_read(
@@ -326,9 +378,10 @@ def _search_sides(
     tvec = _talk_vector(embedder, talk, config)
     part: _Part | None = None
     if pending is not None:
-        ranked, part = pending.result()
+        ranked, part, evidence = pending.result()
     else:
         ranked = _lexical_side(store, tokenizer, query, config, named_days)
+        evidence = _lexical_evidence(store, tokenizer, query, config, named_days, ranked)
     words: list[str] = []
     talk_ranked: list[tuple[int, float]] = []
     talk_part: _Part | None = None
@@ -370,7 +423,7 @@ def _search_sides(
             found.append(hit.id)
             extra += 1
     terms = tokenizer.query_terms(query, named_days) if _scores_sentences(config) else []
-    return _Sides(qvec, tvec, found, ranked, talk_ranked, first, terms, words, cues)
+    return _Sides(qvec, tvec, found, ranked, talk_ranked, first, terms, words, cues, evidence)
 
 
 def _first_rows(
@@ -462,13 +515,21 @@ class _Members:
 
 
 def _gather(
-    store: UserStore, sides: _Sides, config: RetrievalConfig, hop_ranked: Sequence[tuple[int, float]] = ()
+    store: UserStore,
+    sides: _Sides,
+    config: RetrievalConfig,
+    hop_ranked: Sequence[tuple[int, float]] = (),
+    linked: Sequence[int] = (),
+    read: PoolRows | None = None,
 ) -> tuple[dict[int, MemoryRecord], _Members]:
-    """Phase 2: the candidates' records (dense, lexical, the days the query names and the word
-    hop's) and the pool: the candidates plus the neighbouring turns of candidate turns, whose
-    scores they share."""
+    """Phase 2: the candidates' records (dense, lexical, the days the query names, the word
+    hop's and those reached along links) and the pool: the candidates plus the neighbouring turns
+    of candidate turns, whose scores they share. ``read``: the rows a first gathering read (only
+    what it lacks is read)."""
     first, rows = sides.first.result()
-    more = (set(sides.dense) | {i for i, _ in hop_ranked[: config.candidates]}) - first
+    more = (set(sides.dense) | {i for i, _ in hop_ranked[: config.candidates]} | set(linked)) - first
+    if read is not None:
+        rows, more = read, set(more) - set(read.found)
     if more:
         rows = rows.joined(store.pool(more, sides.pool_cues))
     records = {i: r for i, r in rows.found.items() if _allowed(r, config)}
@@ -722,10 +783,31 @@ def _second_hop(
     return seeds, _scale(mixed)
 
 
+def link_reason(edge: Edge) -> str:
+    """Why a memory reached along a link was remembered: the memory that passed it the most, and
+    through what ("linked to #12 through 'Mei'")."""
+    if edge.kind == ENTITY:
+        return f"linked to #{edge.src} through '{edge.label}'"
+    if edge.kind == SUMMARY:
+        return f"linked to #{edge.src}: that day's summary and what it draws on"
+    if edge.kind == CONVERSATION:
+        return f"linked to #{edge.src}: the same conversation"
+    return f"linked to #{edge.src}"
+
+
 def _reasons(
-    rec: MemoryRecord, dense_s: float, dense: float, lexical: float, context: bool, on_day: bool, cue: str
+    rec: MemoryRecord,
+    dense_s: float,
+    dense: float,
+    lexical: float,
+    context: bool,
+    on_day: bool,
+    cue: str,
+    link: Edge | None = None,
 ) -> list[str]:
     reasons = []
+    if link is not None:
+        reasons.append(link_reason(link))
     if cue == "conversation":
         reasons.append("fits the conversation so far")
     elif cue == "second hop":
@@ -752,11 +834,14 @@ def _rank(
     now: datetime,
     config: RetrievalConfig,
     k: int,
+    via: dict[int, Edge] | None = None,
+    side: dict[int, str] | None = None,
 ) -> list[Hit]:
     """Phase 5: a candidate's score is its base, plus shares of its neighbours' (a conversation
     runs over several turns), plus the bonus of a named day and a small retention term, less the
     archive's penalty for a memory of the second tier. Each of the best ``k`` is credited to the
-    cue that gave it the most of its score."""
+    cue that gave it the most of its score; ``via``: the link that passed each memory reached
+    along one the most activation (said among its reasons)."""
     at = p.members.at
     scored: list[tuple[float, int, float, bool, float, bool]] = []
     for rid, rec in p.records.items():
@@ -787,8 +872,9 @@ def _rank(
         )[0]
         cue = "named day" if on_day else cue
         dense, lexical = p.dense.get(rid, 0.0), p.lexical.get(rid, 0.0)
-        reasons = _reasons(rec, dense_s.get(rid, 0.0), dense, lexical, context, on_day, cue)
-        hits.append(Hit(rec, score, dense, lexical, retention, on_day, reasons, cue))
+        link = (via or {}).get(rid)
+        reasons = _reasons(rec, dense_s.get(rid, 0.0), dense, lexical, context, on_day, cue, link)
+        hits.append(Hit(rec, score, dense, lexical, retention, on_day, reasons, cue, link, (side or {}).get(rid, "")))
     return hits
 
 
@@ -825,7 +911,39 @@ def retrieve(
         # the first hits' words found memories of their own: they join the pool, scored anew
         hop_ranked = _talk_lexical_side(store, hop_terms, config)
         scored = _score_pool(store, sides, named_days, config, hop_ranked, scored.seeds, tokenizer)
-    return _rank(scored.pool, scored.base, scored.dense_s, scored.parts, policy, now, config, k)
+    via: dict[int, Edge] = {}
+    if config.link_weight > 0:
+        scored, via = _spread_links(store, sides, named_days, config, scored, tokenizer)
+    return _rank(scored.pool, scored.base, scored.dense_s, scored.parts, policy, now, config, k, via, scored.side)
+
+
+def _spread_links(
+    store: UserStore,
+    sides: _Sides,
+    named_days: list[date],
+    config: RetrievalConfig,
+    scored: _Scored,
+    tokenizer: Tokenizer,
+) -> tuple[_Scored, dict[int, Edge]]:
+    """Phase 4d: spreading activation (``memory/links.py``). The pool's best by their base scores
+    pass activation along their links; what it reaches outside the pool joins it (read and scored
+    by every cue as the rest: a linked memory is found by what it says too), and each memory's
+    activation is added to its score at ``link_weight`` (its part credited to the cue "link"). A
+    summary that hangs on superseded turns keeps a share of its score (``SpreadConfig.damp``)."""
+    sc = config.spread
+    first = {i: scored.base[i] for i in scored.pool.records}
+    reached: Spread = spread(lambda ids: store.links(ids, max_share=sc.max_share, limit=sc.fan_out), first, sc)
+    if not reached.activation and not reached.damped:
+        return scored, {}
+    new = [i for i in reached.activation if i not in scored.pool.records]
+    if new:
+        scored = _score_pool(store, sides, named_days, config, tokenizer=tokenizer, linked=new, read=scored)
+    records = scored.pool.records
+    lift = {i: config.link_weight * a for i, a in reached.activation.items() if i in records}
+    base = {i: b * reached.damped.get(i, 1.0) + lift.get(i, 0.0) for i, b in scored.base.items()}
+    parts = {**scored.parts, "link": lift}
+    via = {i: e for i, e in reached.via.items() if i in lift}
+    return replace(scored, base=base, parts=parts), via
 
 
 @dataclass
@@ -838,6 +956,8 @@ class _Scored:
     dense_s: dict[int, float]
     parts: dict[str, dict[int, float]]
     seeds: list[int]
+    # the side of the search that gave each base score the most: "dense" (meaning) or "lexical" (words)
+    side: dict[int, str] = field(default_factory=dict)
 
 
 def _score_pool(
@@ -848,11 +968,16 @@ def _score_pool(
     hop_ranked: Sequence[tuple[int, float]] = (),
     word_seeds: Sequence[int] = (),
     tokenizer: Tokenizer | None = None,
+    linked: Sequence[int] = (),
+    read: _Scored | None = None,
 ) -> _Scored:
     """Phases 2-4: the pool gathered and read, its base scores by every cue. ``hop_ranked``: the
     word hop's matches (``_hop_words``), found from the first hits ``word_seeds``; they join the
     pool and add ``hop_word_weight`` of their lexical score (scaled over the pool)."""
-    records, members = _gather(store, sides, config, hop_ranked)
+    if sides.lexical_evidence < 1.0:
+        # the lexical side weighs what its evidence says for this query, the dense side the rest
+        config = replace(config, dense_weight=1.0 - config.lexical_weight * sides.lexical_evidence)
+    records, members = _gather(store, sides, config, hop_ranked, linked, read.pool.members.rows if read else None)
     deeper = dict(sides.ranked)
     ids = members.ids
     lexical = {i: deeper[i] for i in ids if i in deeper}
@@ -863,6 +988,7 @@ def _score_pool(
     raw, dense_s, talk_dense = _cue_dense(_cue_sides(vectors, cues), config)
     p = _Pool(sides.qvec, named_days, records, members, raw, lexical)
     base, from_words = _base_scores(ids, dense_s, lexical, config, talk_lexical)
+    side = {i: "dense" if config.dense_weight * dense_s.get(i, 0.0) >= b / 2 else "lexical" for i, b in base.items()}
     if _scores_sentences(config) and tokenizer is not None:
         sw = config.sentence_weight
         best = _units(store, tokenizer, records, vectors, cues, sides, config)
@@ -895,7 +1021,7 @@ def _score_pool(
     }
     # the word hop's seeds, only when it is on (the best first hits by the first scores)
     top = sorted(records, key=lambda i: (-first[i], -i))[: config.hop_word_seeds] if config.hop_word_weight > 0 else []
-    return _Scored(p, base, dense_s, parts, top)
+    return _Scored(p, base, dense_s, parts, top, side)
 
 
 def _hop_words(tokenizer: Tokenizer, scored: _Scored, query: str, config: RetrievalConfig) -> list[str]:

@@ -422,6 +422,14 @@ MESSAGES: list[tuple[re.Pattern[str], Say]] = [
         re.compile(r"^closest of what is remembered$"),
         _zh("记得的内容里最接近的"),
     ),
+    # reached along a link between memories (memory/links.py)
+    (re.compile(r"^linked to #(?P<id>\d+) through '(?P<what>.*)'$"), _zh("通过“{what}”和 #{id} 相连")),
+    (
+        re.compile(r"^linked to #(?P<id>\d+): that day's summary and what it draws on$"),
+        _zh("和 #{id} 相连：那天的总结和它所依据的对话"),
+    ),
+    (re.compile(r"^linked to #(?P<id>\d+): the same conversation$"), _zh("和 #{id} 相连：同一段对话")),
+    (re.compile(r"^fits the conversation so far$"), _zh("和目前的对话相符")),
 ]
 
 

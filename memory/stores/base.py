@@ -25,6 +25,7 @@ from typing import Any, ContextManager, Iterable, Iterator, Mapping, Protocol, S
 import numpy as np
 
 from ..dates import days_in_query
+from ..entities import rarity
 from ..lexical import Tokenizer
 from ..records import Kind, MemoryRecord, State
 
@@ -158,6 +159,75 @@ class PoolRows:
             own,
             reply,
         )
+
+
+@dataclass(frozen=True, slots=True)
+class Link:
+    """An edge between two memories, written when they are stored (``memory/links.py``):
+    ``kind`` (``memory.links.SUMMARY``, ``CONVERSATION``, ``SIMILAR``) and ``weight`` in (0, 1].
+    Read in both directions."""
+
+    src: int
+    dst: int
+    kind: str
+    weight: float
+
+
+@dataclass(frozen=True, slots=True)
+class Edge:
+    """A link as a read finds it (``UserStore.links``), from one of the memories asked about
+    (``src``) to another (``dst``), with the other's state: a memory that left active memory
+    passes nothing along it. An entity's link (kind ``"entity"``) is made at the read from the
+    memories' mentions: its ``label`` is the entity as it was written, its ``weight`` the
+    entity's ``memory.entities.rarity`` over the user's memories."""
+
+    src: int
+    dst: int
+    kind: str
+    weight: float
+    state: State
+    label: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class Mention:
+    """An entity a memory names (``memory.entities.Entity``): its key, as it was written, its kind."""
+
+    key: str
+    text: str
+    kind: str
+
+
+def heaviest(edges: list[Edge], limit: int) -> list[Edge]:
+    """At most ``limit`` edges of each memory asked about, the heaviest first; between two memories,
+    of each kind, the heaviest edge only (two entities they share: the rarer). Ties by id."""
+    best: dict[tuple[int, int, str], Edge] = {}
+    for e in edges:
+        key = (e.src, e.dst, e.kind)
+        if key not in best or e.weight > best[key].weight:
+            best[key] = e
+    out: list[Edge] = []
+    per: dict[int, int] = {}
+    for e in sorted(best.values(), key=lambda e: (-e.weight, e.src, e.dst, e.kind)):
+        if per.get(e.src, 0) < limit:
+            per[e.src] = per.get(e.src, 0) + 1
+            out.append(e)
+    return out
+
+
+def entity_edges(
+    named: Sequence[tuple[int, str, str, int]], others: Mapping[str, Sequence[tuple[int, State]]], total: int
+) -> list[Edge]:
+    """An entity's links as a store reads them: from each memory asked about that names it
+    (``named``: its id, the entity's key and words, how many memories name it) to every other
+    memory that does (``others``: by key, their ids and states), weighed by its rarity among the
+    user's ``total`` memories (none where it is 0)."""
+    edges: list[Edge] = []
+    for rid, entity, text, n in named:
+        weight = rarity(n, total)
+        if weight > 0:
+            edges += [Edge(rid, o, "entity", weight, state, text) for o, state in others.get(entity, ()) if o != rid]
+    return edges
 
 
 def user_key(user: str) -> str:
@@ -386,6 +456,32 @@ class UserStore(Protocol):
         together. ``cues`` (unit vectors, one per row): the ``cosines`` of every memory in it
         with each cue, instead of its vectors where the store can compute them where it reads
         them (``PoolRows``)."""
+        ...
+
+    # -- links between memories (``memory/links.py``)
+    def write_links(
+        self,
+        mentions: Sequence[tuple[int, Sequence[Mention]]],
+        ids: Sequence[int] = (),
+        kind: str = "",
+        links: Sequence[Link] = (),
+    ) -> None:
+        """In one write: each memory's entities (``mentions``), replacing those it had; and the
+        edges of ``kind`` from the memories ``ids`` replaced by ``links`` (theirs: an edge between
+        two memories, either way round, is one). What names a memory that is not there is left
+        out."""
+        ...
+
+    def links(self, ids: Sequence[int], *, max_share: float, limit: int) -> list[Edge]:
+        """The edges of the memories ``ids`` to others, in both directions: the written ones,
+        and an entity's to the other memories that name it, weighed by its rarity; an entity
+        named by more than ``max_share`` of the user's memories links nothing. At most ``limit``
+        edges a memory asked about, the heaviest first."""
+        ...
+
+    def entity_counts(self, limit: int = 50) -> list[tuple[Mention, int]]:
+        """The entities the user's active memories name, each with how many name it, most named
+        first (ties by key): who and what fill a life, for a reader of it."""
         ...
 
     # -- searches (both tiers: retrieval tells active and archived apart)

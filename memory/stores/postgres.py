@@ -52,8 +52,12 @@ from psycopg import sql
 from ..lexical import Tokenizer
 from ..pg_db import Database, one, run_statements
 from ..records import Kind, MemoryRecord, State
+from . import postgres_links
 from .base import (
     MEMORY_COLUMNS,
+    Edge,
+    Link,
+    Mention,
     Neighbour,
     PoolRows,
     SearchHit,
@@ -294,7 +298,13 @@ def _m9(cur: psycopg.Cursor) -> None:
     )
 
 
-MIGRATIONS = [_m1, _m2, _m3, _m4, _m5, _m6, _m7, _m8, _m9]
+def _m10(cur: psycopg.Cursor) -> None:
+    # the links between memories and the entities they name (``postgres_links.py``); those of the
+    # memories stored before are written by the bank when it opens the user (``memory/links.py``)
+    postgres_links.create(cur)
+
+
+MIGRATIONS = [_m1, _m2, _m3, _m4, _m5, _m6, _m7, _m8, _m9, _m10]
 
 
 def as_array(value) -> np.ndarray | None:
@@ -943,6 +953,27 @@ class PgUserStore:
     def erase(self) -> None:
         """Nothing the app can reach: PostgreSQL's dead row versions are its own until its
         autovacuum reclaims them, and its write-ahead log is the server's (docs/deploy.md)."""
+
+    # -- links (``postgres_links.py``; a deleted memory's go with it, by their foreign keys) ----
+    def write_links(
+        self,
+        mentions: Sequence[tuple[int, Sequence[Mention]]],
+        ids: Sequence[int] = (),
+        kind: str = "",
+        links: Sequence[Link] = (),
+    ) -> None:
+        if mentions or ids or links:
+            with self._writing() as cur:
+                postgres_links.set_mentions(cur, self.user, mentions)
+                postgres_links.set_links(cur, self.user, ids, kind, links)
+
+    def links(self, ids: Sequence[int], *, max_share: float, limit: int) -> list[Edge]:
+        with self.db.transaction() as cur:
+            return postgres_links.read(cur, self.user, ids, max_share, limit)
+
+    def entity_counts(self, limit: int = 50) -> list[tuple[Mention, int]]:
+        with self.db.transaction() as cur:
+            return postgres_links.entity_counts(cur, self.user, limit)
 
     def set_vectors(self, ids: Sequence[int], vectors: np.ndarray, *, column: str = "vector") -> None:
         """Stored vectors: ``column`` "vector" (the memory's own) or "reply_vector" (a turn's reply)."""

@@ -37,9 +37,13 @@ from ..lexical import Tokenizer
 from ..lexical_index import LexicalCache, searchable
 from ..records import Kind, MemoryRecord, State
 from ..sqlite_db import connect, immediate_transaction, run_script
+from . import sqlite_links
 from .base import (
     MEMORY_COLUMNS,
     VECTOR_COLUMNS,
+    Edge,
+    Link,
+    Mention,
     Neighbour,
     PoolRows,
     SearchHit,
@@ -164,8 +168,14 @@ def _m4(db: sqlite3.Connection, tokenizer: Tokenizer) -> None:
     )
 
 
+def _m5(db: sqlite3.Connection, tokenizer: Tokenizer) -> None:
+    # the links between memories and the entities they name (``sqlite_links.py``); those of the
+    # memories stored before are written by the bank when it opens the user (``memory/links.py``)
+    sqlite_links.create(db)
+
+
 # each step gets the store's tokenizer: a step that indexes memories anew makes their tokens with it
-MIGRATIONS = [_m1, _m2, _m3, _m4]
+MIGRATIONS = [_m1, _m2, _m3, _m4, _m5]
 
 
 def stored_user(db_path: Path) -> str | None:
@@ -438,6 +448,7 @@ class SqliteUserStore:
                 db.execute("DELETE FROM memories_fts WHERE rowid = ?", (rid,))
                 db.execute("DELETE FROM sentences WHERE memory_id = ?", (rid,))
                 db.execute("INSERT OR REPLACE INTO tombstones VALUES (?, ?)", (rid, seq))
+            sqlite_links.forget(db, ids)
             return n
 
     def drop_references(self, ids: Sequence[int], keys: Sequence[str]) -> int:
@@ -474,6 +485,27 @@ class SqliteUserStore:
             db.execute("INSERT INTO memories_fts (memories_fts) VALUES ('optimize')")
         with self._lock:
             self._db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+
+    # -- links (``sqlite_links.py``) ------------------------------------------------------------
+    def write_links(
+        self,
+        mentions: Sequence[tuple[int, Sequence[Mention]]],
+        ids: Sequence[int] = (),
+        kind: str = "",
+        links: Sequence[Link] = (),
+    ) -> None:
+        if mentions or ids or links:
+            with self.transaction() as db:
+                sqlite_links.set_mentions(db, mentions)
+                sqlite_links.set_links(db, ids, kind, links)
+
+    def links(self, ids: Sequence[int], *, max_share: float, limit: int) -> list[Edge]:
+        with self._lock:
+            return sqlite_links.read(self._db, ids, max_share, limit)
+
+    def entity_counts(self, limit: int = 50) -> list[tuple[Mention, int]]:
+        with self._lock:
+            return sqlite_links.entity_counts(self._db, limit)
 
     def set_vectors(self, ids: Sequence[int], vectors: np.ndarray, *, column: str = "vector") -> None:
         """Stored vectors for memories: ``column`` "vector" (the memory's own) or "reply_vector"

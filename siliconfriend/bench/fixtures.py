@@ -19,6 +19,7 @@ from pathlib import Path
 
 import numpy as np
 
+from memory import links
 from memory.bank import MemoryBank
 from memory.embedders import embed_replies, embed_turns
 from memory.records import Kind, MemoryRecord, State, turn_text
@@ -122,6 +123,10 @@ def fill_user(
         if len(records) >= CHUNK:
             flush()
     flush()
+    if bank.retrieval_config.link_weight > 0:
+        # the links between them, as the bank writes them when memories are stored, where
+        # retrieval spreads along them (a turn's reads are then those of a linked memory)
+        links.backfill(store, bank.tokenizer, again=True)
     store.sync()
     store.flush()
     return counts

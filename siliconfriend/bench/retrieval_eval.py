@@ -41,7 +41,7 @@ from memory.embedders import Embedder
 from memory.forgetting import ForgettingPolicy
 from memory.memorybank_format import BankFormatError, ParsedUser, import_bank, parse_bank
 from memory.records import Kind
-from memory.retrieval import Hit, RetrievalConfig, TalkLine
+from memory.retrieval import Hit, RetrievalConfig, TalkLine, link_reason
 
 KS = (1, 2, 3, 5, 10)
 _LONGMEM_TIME = re.compile(r"^\s*(\d{4})/(\d{1,2})/(\d{1,2})(?:\s*\(\w+\))?(?:\s+(\d{1,2}):(\d{2}))?\s*$")
@@ -198,20 +198,21 @@ def label_talk(label: dict) -> list[TalkLine]:
     ]
 
 
-def _ask(bank: MemoryBank, label: dict, now: datetime, depth: int) -> list[tuple[str, int, str]]:
+def _ask(bank: MemoryBank, label: dict, now: datetime, depth: int) -> list[tuple]:
     """The first ``depth`` distinct turns (day, position) retrieved for the label's question, with
-    the cue that found each."""
+    the cue that found each, the side of the search that gave it the most, and the link it was
+    reached along (``link_reason``) or None."""
     # ask for enough hits that `depth` distinct turns remain after skipping summaries
     hits: list[Hit] = bank.retrieve(
         label["bank_user"].strip(), label["question"], now, k=depth * 2, talk=label_talk(label)
     )
-    turns: list[tuple[str, int, str]] = []
+    turns: list[tuple] = []
     seen: set[tuple[str, int]] = set()
     for h in hits:
         key = (h.record.day.isoformat(), h.record.position)
         if h.record.kind == Kind.TURN and key not in seen:
             seen.add(key)
-            turns.append((*key, h.cue))
+            turns.append((*key, h.cue, h.side, link_reason(h.link) if h.link else None))
     return turns[:depth]
 
 
@@ -317,12 +318,12 @@ def _score(labels: list[dict], rankings: list, ks: tuple[int, ...], depth: int, 
     for label, ranked in zip(labels, rankings):
         evidence = {(e["date"], int(e["turn"])) for e in label["evidence"]}
         ranked = ranked or []
-        turns = [(day, pos) for day, pos, _ in ranked]
+        turns = [(day, pos) for day, pos, *_ in ranked]
         for k in ks:
             found = len(evidence & set(turns[:k]))
             sums[f"recall@{k}"] += found / len(evidence)
             sums[f"hit@{k}"] += 1.0 if found else 0.0
-        for rank, (day, pos, cue) in enumerate(ranked[:10]):
+        for rank, (day, pos, cue, *_) in enumerate(ranked[:10]):
             if (day, pos) in evidence:
                 per_cue[cue][1] += 1 / len(evidence)
                 if rank < 5:
@@ -338,7 +339,8 @@ def _score(labels: list[dict], rankings: list, ks: tuple[int, ...], depth: int, 
                     "qid": label.get("qid"),
                     "question": label["question"],
                     "evidence": sorted(evidence),
-                    "retrieved": [[day, pos, cue] for day, pos, cue in ranked[:depth]],
+                    # each turn: its day and place, the cue and the side that found it, the link
+                    "retrieved": [list(turn) for turn in ranked[:depth]],
                 }
             )
     n = len(labels)

@@ -152,6 +152,15 @@ def _ablations():
         # also scoring a candidate turn by its best sentence
         "sentences": lambda c: replace(c, use_sentences=True),
         "sentences-scored": lambda c: replace(c, use_sentences=True, sentence_weight=0.3),
+        # memory as a network (memory/links.py): no spreading at all, or along one kind of link
+        "no-links": lambda c: replace(c, link_weight=0.0),
+        "links-entities-only": lambda c: replace(
+            c, spread=replace(c.spread, summary_share=0.0, conversation_share=0.0)
+        ),
+        "links-conversation-only": lambda c: replace(c, spread=replace(c.spread, entity_share=0.0, summary_share=0.0)),
+        # the sides weighed by their evidence for each query, instead of half each
+        "fusion-evidence": lambda c: replace(c, fusion="evidence"),
+        "fusion-vocabulary": lambda c: replace(c, fusion="vocabulary"),
     }
 
 
@@ -298,7 +307,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     e.add_argument(
         "--details",
         action="store_true",
-        help="per-question rankings on stderr, each retrieved turn with the cue that found it",
+        help="per-question rankings on stderr, each retrieved turn with the cue and the side that found it "
+        "and the link it was reached along",
     )
     e.add_argument(
         "--ablation",

@@ -118,7 +118,10 @@ def test_eval_retrieval_json_uses_a_temporary_home(tmp_path, bank_file):
     assert set(result) == {"n", "by_cue"} | {f"{m}@{k}" for m in ("recall", "hit") for k in (1, 2, 3, 5, 10)}
     assert result["n"] == 3 and result["recall@1"] == 1.0 and result["hit@10"] == 1.0
     details = [json.loads(x) for x in proc.stderr.splitlines() if x.startswith("{")]
-    assert details[-1]["retrieved"][0] == ["2023-04-27", 1, "conversation"]
+    # each turn: day, place, the cue and the side that found it, the link it was reached along
+    day, place, cue, side, link = details[-1]["retrieved"][0]
+    assert [day, place, cue] == ["2023-04-27", 1, "conversation"] and side in ("dense", "lexical")
+    assert link is None or link.startswith("linked to #")
     assert result["by_cue"]["conversation"]["recall@5"] > 0 and result["by_cue"]["message"]["recall@5"] > 0
     assert not (home / "users").exists() or not any((home / "users").iterdir())
 

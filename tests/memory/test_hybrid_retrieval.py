@@ -374,3 +374,27 @@ def test_the_lexical_candidates_rows_are_read_while_the_query_is_embedded(paper_
         (h.record.id, h.score, h.dense, h.lexical) for h in after
     ]
     assert {h.record.id for h in hits[:2]} == {t[0].id, t[1].id}  # the garden's basil, and the basil cooked
+
+
+def test_the_lexical_side_weighs_what_its_evidence_says(paper_bank):
+    """With a fusion by evidence, a query whose words memory does not hold leaves the ranking to
+    the dense side; with the fixed one, each side has half."""
+    from memory.retrieval import _lexical_evidence
+
+    day = datetime(2024, 5, 1, 9, 0)
+    paper_bank.add_turn("amy", "I baked rosemary bread this morning", "Lovely!", day)
+    paper_bank.add_turn("amy", "The printer broke again at work", "Oh no.", day + timedelta(minutes=1))
+    store = paper_bank.user_store("amy")
+    tokenizer = paper_bank.tokenizer
+
+    def evidence(query, fusion):
+        config = RetrievalConfig(fusion=fusion)
+        ranked = [(h.id, h.score) for h in store.lexical(tokenizer.query_terms(query), 10)]
+        return _lexical_evidence(store, tokenizer, query, config, [], ranked)
+
+    assert evidence("rosemary bread", "fixed") == 1.0
+    assert evidence("rosemary bread", "vocabulary") == 1.0
+    assert evidence("rosemary sourdough loaf", "vocabulary") == 1 / 3  # one word of three is held
+    assert evidence("sourdough loaf", "vocabulary") == 0.0  # nothing to match: no lexical side
+    full, part = evidence("rosemary bread", "evidence"), evidence("rosemary sourdough loaf", "evidence")
+    assert 0.0 < part < full <= 1.0

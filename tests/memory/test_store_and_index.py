@@ -111,7 +111,8 @@ def test_a_home_written_before_sentence_vectors_gets_them_when_opened(tmp_path, 
     path = next((tmp_path / "users").glob("*/memory.db"))
     con = sqlite3.connect(path)
     con.executescript(
-        "DROP INDEX memories_sentences_pending; DROP TABLE sentences;"
+        "DROP TABLE links; DROP TABLE mentions;"
+        " DROP INDEX memories_sentences_pending; DROP TABLE sentences;"
         " ALTER TABLE memories DROP COLUMN sentences; PRAGMA user_version = 3;"
     )
     con.close()
@@ -279,11 +280,11 @@ def test_the_reply_worker_moves_the_log_into_the_database_off_the_turns(tmp_path
     wrote to it, so that no turn waits for a checkpoint."""
     import memory.stores.sqlite as sqlite_store
 
-    monkeypatch.setattr(sqlite_store, "TIDY_WRITES", 12)
+    monkeypatch.setattr(sqlite_store, "TIDY_WRITES", 16)
     bank = MemoryBank(tmp_path, e5_embedder)
     store = bank.user_store("amy")
     written = store.path.stat().st_size
-    for i in range(3):  # a turn and its reply vector: two transactions each
+    for i in range(3):  # a turn, its links and its reply vector: three transactions each
         bank.add_turn("amy", f"my garden has {i} new roses", "How lovely!", day1 + timedelta(minutes=i))
         bank.settle()
     assert store.path.stat().st_size == written  # every page still in the log
