@@ -22,7 +22,7 @@ from memory.retrieval import Hit
 
 from ..accounts.keys import ApiKeys, KeyOwner
 from ..accounts.users import Accounts
-from ..backends.base import Message, Role
+from ..backends.base import Message, Role, takes_tools
 from ..config import Settings
 from ..core.companion import MAX_MESSAGE_CHARS, TODAY, Companion, Limits, ReplyStream, used_entry
 from ..core.memory_view import memory_id as parse_memory_id
@@ -342,6 +342,7 @@ class ApiService:
         persona = turn.persona if turn.persona is not None else (prefs.get("persona") or None)
         lang = prefs.get("lang") if prefs.get("lang") in ("en", "zh") else None
         store = switches.memory != "off"
+        tail = self._tool_tail(messages) if limits is not None and limits.tools and self.passes_tools else []
         placed = Placed()
         if store:  # a regenerate, an edit, and what the history changed (resent.py)
             placed = place(
@@ -369,6 +370,7 @@ class ApiService:
             replaces=placed.replaces,
             supersedes=placed.supersedes,
             limits=limits,
+            tail=tail,
         )
         completion = self._begin(stream, model, None)
         completion.placed = placed
@@ -376,6 +378,27 @@ class ApiService:
             live = self._live.setdefault(user, [])
             live[:] = [s for s in live if s.result is None] + [stream]
         return completion
+
+    @property
+    def passes_tools(self) -> bool:
+        """Whether the backend is given a client's tools (an OpenAI-compatible server that takes
+        them); otherwise the companion answers in text."""
+        backend = self.companion.backend
+        return takes_tools(backend) and not getattr(backend, "refuses_tools", False)
+
+    @staticmethod
+    def _tool_tail(messages: Sequence[dict]) -> list[Message]:
+        """This turn's tool round trips: after the person's last message, the model's calls of the
+        client's tools and the results the client sends back, as they came."""
+        last = max((i for i, m in enumerate(messages) if m.get("role") == "user"), default=len(messages))
+        tail: list[Message] = []
+        for m in messages[last + 1 :]:
+            text = content_text(m.get("content"))[:MAX_MESSAGE_CHARS]
+            if m.get("role") == "assistant" and m.get("tool_calls"):
+                tail.append(Message("assistant", text, tool={"tool_calls": m["tool_calls"]}))
+            elif m.get("role") == "tool":
+                tail.append(Message("tool", text, tool={"tool_call_id": m.get("tool_call_id")}))
+        return tail
 
     def _streaming(self, user: str) -> list[str]:
         """The replies being written for ``user`` in this process now (not stored yet)."""
@@ -452,6 +475,11 @@ class ApiService:
         return self.completion_body(completion, result.reply)
 
     def completion_body(self, completion: Completion, reply: str) -> dict:
+        result = completion.stream.result
+        calls = result.tool_calls if result is not None else []
+        message: dict[str, Any] = {"role": "assistant", "content": reply or (None if calls else reply)}
+        if calls:
+            message["tool_calls"] = calls
         return {
             "id": completion.id,
             "object": "chat.completion",
@@ -460,8 +488,8 @@ class ApiService:
             "choices": [
                 {
                     "index": 0,
-                    "message": {"role": "assistant", "content": reply},
-                    "finish_reason": "stop",
+                    "message": message,
+                    "finish_reason": "tool_calls" if calls else "stop",
                     "logprobs": None,
                 }
             ],

@@ -53,10 +53,14 @@ def sse_chunks(
                 {"error": {"message": message, "type": "server_error", "param": None, "code": "backend_unavailable"}}
             )
             return
-        note = footnote.of_completion(completion) if show_memories else ""
+        note = footnote.of_completion(completion) if show_memories and not result.tool_calls else ""
         if note:
             yield _event(chunk({"content": note}))
-        end = _event(chunk({}, "stop", siliconfriend=api.extension(completion)))
+        if result.tool_calls:  # the model's calls of the client's tools, whole, in one chunk
+            calls = [{"index": i, **call} for i, call in enumerate(result.tool_calls)]
+            yield _event(chunk({"tool_calls": calls}))
+        finish = "tool_calls" if result.tool_calls else "stop"
+        end = _event(chunk({}, finish, siliconfriend=api.extension(completion)))
         if usage:
             end += _event(
                 {

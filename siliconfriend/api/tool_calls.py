@@ -1,5 +1,7 @@
 """Tool calling (``tools``, ``tool_choice``, the legacy ``functions`` / ``function_call``), as a
-client expects it of a model that answers in text.
+client expects it of a model that answers in text: a backend that takes tools (``takes_tools``:
+an OpenAI-compatible server) is given them instead, and its calls go back to the client
+(``ApiService.passes_tools``); this module is for the others.
 
 A model may always answer in text where ``tool_choice`` is absent, ``"auto"`` or ``"none"``: the
 companion does, and the person's turn is stored as any other. Open WebUI sends its ~36 builtin

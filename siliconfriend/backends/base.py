@@ -2,19 +2,38 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Iterator, Literal, Protocol, Sequence, runtime_checkable
+from dataclasses import dataclass, field
+from typing import Any, Iterator, Literal, Protocol, Sequence, runtime_checkable
 
-Role = Literal["system", "user", "assistant"]
+Role = Literal["system", "user", "assistant", "tool"]
 
 
 @dataclass(frozen=True)
 class Message:
     role: Role
     content: str
+    # OpenAI's fields of a tool round trip, sent as they came: an assistant message's
+    # ``tool_calls``, a tool message's ``tool_call_id`` (only to a backend that ``takes_tools``)
+    tool: dict[str, Any] | None = field(default=None, compare=False)
 
     def as_dict(self) -> dict:
+        if self.tool:
+            return {"role": self.role, "content": self.content or None, **self.tool}
         return {"role": self.role, "content": self.content}
+
+
+@dataclass(frozen=True)
+class ToolCalls:
+    """The model's calls of the client's tools (OpenAI's ``tool_calls``: id, type, function name
+    and arguments), the last item of a backend's stream when it made any."""
+
+    calls: tuple[dict, ...]
+
+
+def takes_tools(backend: object) -> bool:
+    """Whether ``backend.stream`` takes a client's ``tools`` and ``tool_choice`` (and may yield a
+    ``ToolCalls``)."""
+    return bool(getattr(backend, "takes_tools", False))
 
 
 @runtime_checkable

@@ -23,6 +23,7 @@ from .base import (
     BackendUnavailable,
     Message,
     Sampling,
+    ToolCalls,
 )
 
 log = logging.getLogger("siliconfriend.backends.openai")
@@ -52,6 +53,10 @@ class OpenAIChat:
     # stream() takes sampling: temperature, top_p, the presence and frequency penalties, stop (the
     # API has no repetition penalty)
     takes_sampling = True
+    # stream() takes a client's tools and tool_choice and yields the model's ToolCalls; a server
+    # that refuses tools (vLLM without --enable-auto-tool-choice, llama.cpp without --jinja) is
+    # asked again without them, and not sent them again
+    takes_tools = True
 
     def __init__(
         self,
@@ -96,6 +101,7 @@ class OpenAIChat:
         # the last reply's prompt tokens as the server reported them: all, those it did not have
         # cached, and those it did (prefix caching: vLLM, llama.cpp, OpenAI); empty where not reported
         self.last_prompt: dict[str, int] = {}
+        self.refuses_tools = False  # the server said it takes no tools: they are not sent again
         self._client = openai.OpenAI(api_key=api_key, base_url=self.base_url, timeout=timeout, max_retries=0)
 
     def __repr__(self) -> str:
@@ -106,9 +112,19 @@ class OpenAIChat:
 
     # ------------------------------------------------------------------ streaming
     def stream(
-        self, messages: Sequence[Message], *, max_tokens: int | None = None, sampling: Sampling | None = None
-    ) -> Iterator[str]:
+        self,
+        messages: Sequence[Message],
+        *,
+        max_tokens: int | None = None,
+        sampling: Sampling | None = None,
+        tools: Sequence[dict] = (),
+        tool_choice: Any = None,
+    ) -> Iterator[str | ToolCalls]:
         request = self._request(messages, max_tokens)
+        if tools and not self.refuses_tools:
+            request["tools"] = list(tools)
+            if tool_choice is not None:
+                request["tool_choice"] = tool_choice
         if sampling is not None:
             for name in ("temperature", "top_p", "presence_penalty", "frequency_penalty"):
                 if getattr(sampling, name) is not None:
@@ -129,6 +145,12 @@ class OpenAIChat:
             except Exception as exc:  # noqa: BLE001 - every SDK failure is mapped below
                 if not isinstance(exc, self._openai.OpenAIError):
                     raise
+                if not yielded and "tools" in request and self._refused_tools(exc):
+                    log.warning("%s refused the client's tools (%s): answering in text", self.base_url, exc)
+                    self.refuses_tools = True
+                    request.pop("tools")
+                    request.pop("tool_choice", None)
+                    continue
                 if yielded or attempt >= self.retries or not self._retryable(exc):
                     raise self._translate(exc, attempt) from exc
                 delay = self._delay(attempt, exc)
@@ -149,15 +171,19 @@ class OpenAIChat:
             request["extra_body"] = self.extra_body
         return request
 
-    def _attempt(self, request: dict[str, Any]) -> Iterator[str]:
+    def _attempt(self, request: dict[str, Any]) -> Iterator[str | ToolCalls]:
         if not self.streaming:
             completion = self._client.chat.completions.create(**request)
             if not completion.choices:
                 raise BackendError(f"{self.base_url} returned no choices for model {self.model!r}")
             self._usage(getattr(completion, "usage", None))
-            yield completion.choices[0].message.content or ""
+            message = completion.choices[0].message
+            yield message.content or ""
+            if getattr(message, "tool_calls", None):
+                yield ToolCalls(tuple(_call(c) for c in message.tool_calls))
             return
         response = self._client.chat.completions.create(stream=True, stream_options={"include_usage": True}, **request)
+        calls: dict[int, dict] = {}  # the tool calls, put together from their deltas
         try:
             for chunk in response:
                 if getattr(chunk, "error", None):  # some servers report failures inside the stream
@@ -166,8 +192,18 @@ class OpenAIChat:
                 for choice in chunk.choices or ():
                     if choice.delta is not None and choice.delta.content:
                         yield choice.delta.content
+                    for delta in (choice.delta.tool_calls if choice.delta is not None else None) or ():
+                        call = calls.setdefault(
+                            delta.index, {"id": "", "type": "function", "function": {"name": "", "arguments": ""}}
+                        )
+                        call["id"] = delta.id or call["id"]
+                        if delta.function is not None:
+                            call["function"]["name"] += delta.function.name or ""
+                            call["function"]["arguments"] += delta.function.arguments or ""
         finally:
             response.close()
+        if calls:
+            yield ToolCalls(tuple(calls[i] for i in sorted(calls)))
 
     def _usage(self, usage: Any) -> None:
         prompt = getattr(usage, "prompt_tokens", None) if usage is not None else None
@@ -180,6 +216,13 @@ class OpenAIChat:
         log.info("prompt of %d tokens, %d of them cached by %s", prompt, cached, self.base_url)
 
     # ------------------------------------------------------------------ failures
+    def _refused_tools(self, exc: Exception) -> bool:
+        """Whether the server refused the request for its tools (a 400 / 422 that names them)."""
+        o = self._openai
+        if not isinstance(exc, o.APIStatusError) or exc.status_code not in (400, 422, 500, 501):
+            return False
+        return "tool" in _server_message(exc).lower()
+
     def _retryable(self, exc: Exception) -> bool:
         o = self._openai
         if isinstance(exc, o.APITimeoutError):
@@ -240,6 +283,15 @@ class OpenAIChat:
         if status in (400, 413, 422) and "context" in detail.lower():
             return BackendError(f"the prompt is too long for {self.model!r} ({detail}); lower context_tokens")
         return BackendError(f"{where} rejected the request (HTTP {status}: {detail})")
+
+
+def _call(call: Any) -> dict:
+    """One tool call of a completion, as OpenAI's JSON."""
+    return {
+        "id": call.id,
+        "type": "function",
+        "function": {"name": call.function.name, "arguments": call.function.arguments},
+    }
 
 
 def _describe(exc: Exception) -> str:

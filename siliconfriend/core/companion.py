@@ -15,14 +15,14 @@ import threading
 from collections import defaultdict
 from dataclasses import dataclass, field
 from datetime import date, datetime
-from typing import Callable, Iterator, Sequence
+from typing import Any, Callable, Iterator, Sequence
 
 from memory.bank import TODAY, USED, MemoryBank, UnknownMemory, user_key
 from memory.records import Kind, MemoryRecord
 from memory.retrieval import Hit, TalkLine
 from memory.stores.base import StoreUnavailable
 
-from ..backends.base import BackendError, ChatBackend, Message, Sampling, takes_sampling
+from ..backends.base import BackendError, ChatBackend, Message, Sampling, ToolCalls, takes_sampling, takes_tools
 from ..config import Settings
 from .consolidate import SUMMARY_TOKENS, ConsolidationReport, Consolidator
 from .grounding import GroundingChecker
@@ -149,6 +149,9 @@ class TurnResult:
     today: list[MemoryRecord] = field(default_factory=list)  # today's turns that were in the prompt
     # names (people, pets, places) and numbers of the reply found nowhere in its prompt
     not_from_memory: list[str] = field(default_factory=list)
+    # the model's calls of the client's tools: the turn is not over (nothing is stored); the
+    # client runs them and sends their results, and the final reply is the turn
+    tool_calls: list[dict] = field(default_factory=list)
 
 
 class ReplyStream:
@@ -163,6 +166,7 @@ class ReplyStream:
         self.today: list[MemoryRecord] = []  # today's turns in the prompt
         self.consolidation: ConsolidationReport | None = None
         self.parts: list[str] = []  # the reply so far, as it streams
+        self.tool_calls: list[dict] = []  # the model's calls of the client's tools, once it made them
         self._stop = threading.Event()
         self._chunks = run(self)
 
@@ -195,6 +199,9 @@ class Limits:
     max_tokens: int | None = None
     stop: tuple[str, ...] = ()
     sampling: Sampling | None = None
+    # the client's tools, for a backend that calls them (``takes_tools``); others answer in text
+    tools: tuple[dict, ...] = ()
+    tool_choice: Any = None
 
 
 def until_stop(chunks: Iterator[str], stop: Sequence[str]) -> Iterator[str]:
@@ -206,6 +213,9 @@ def until_stop(chunks: Iterator[str], stop: Sequence[str]) -> Iterator[str]:
     pending = ""
     try:
         for chunk in chunks:
+            if not isinstance(chunk, str):  # the model's tool calls: not text to cut
+                yield chunk
+                continue
             pending += chunk
             found = [i for i in (pending.find(s) for s in stop) if i >= 0]
             if found:
@@ -240,6 +250,8 @@ class _Turn:
     extra: dict = field(default_factory=dict)  # kept with the stored turn
     supersedes: MemoryRecord | None = None  # an edit: this turn leaves active memory once the new one is stored
     limits: "Limits | None" = None  # the client's generation settings for this reply
+    # after the message: the model's calls of the client's tools and their results, this turn's
+    tail: list[Message] = field(default_factory=list)
 
 
 ROLLOVER_MARK = "rollover_mark"  # changed whenever a summarised day becomes pending again
@@ -297,6 +309,7 @@ class Companion:
         replaces: MemoryRecord | None = None,
         supersedes: MemoryRecord | None = None,
         limits: Limits | None = None,
+        tail: Sequence[Message] = (),
     ) -> ReplyStream:
         """Answer ``text``. Nothing happens until the stream is iterated. ``store=False`` answers
         without writing the turn or reinforcing (probing questions). ``history``: the earlier
@@ -308,7 +321,9 @@ class Companion:
         ``replaces``: a regenerate of that stored turn (its reply is replaced, as ``regenerate``
         does); ``supersedes``: an edit of that turn's message (it leaves active memory, with the
         reason "edited", once this turn is stored). ``limits``: the client's settings for this
-        reply (``Limits``)."""
+        reply (``Limits``); ``tail``: this turn's tool round trips so far (the model's calls of the
+        client's tools and their results, after the message), for a backend that takes tools.
+        A reply that calls tools stores nothing: the turn is the message and its final reply."""
         user_key(user)  # a bad user name is a ValueError now, not halfway through
         if not isinstance(text, str) or not text.strip():
             raise ValueError("the message is empty: type something to say")
@@ -326,6 +341,7 @@ class Companion:
             extra=dict(extra or {}),
             supersedes=supersedes,
             limits=limits,
+            tail=list(tail),
         )
         return ReplyStream(lambda stream: self._run(stream, turn))
 
@@ -357,6 +373,9 @@ class Companion:
                     for chunk in chunks:
                         if stream.stopped:
                             break
+                        if isinstance(chunk, ToolCalls):
+                            stream.tool_calls = list(chunk.calls)
+                            continue
                         parts.append(chunk)
                         yield chunk
                 finally:
@@ -367,9 +386,11 @@ class Companion:
                 log.warning("a front end's task failed: %s", exc)
                 error = f"No reply: {exc}."
             reply = "".join(parts).strip()
-            if error is None and not reply and not stream.stopped:
+            if error is None and not reply and not stream.stopped and not stream.tool_calls:
                 error = "No reply: the model returned nothing."
-            stream.result = TurnResult(reply, [], None, sent, error, stopped=stream.stopped)
+            stream.result = TurnResult(
+                reply, [], None, sent, error, stopped=stream.stopped, tool_calls=list(stream.tool_calls)
+            )
 
         return ReplyStream(run)
 
@@ -410,6 +431,9 @@ class Companion:
                 for chunk in chunks:
                     if stream.stopped:
                         break
+                    if isinstance(chunk, ToolCalls):
+                        stream.tool_calls = list(chunk.calls)
+                        continue
                     parts.append(chunk)
                     yield chunk
                     if stream.stopped:
@@ -444,6 +468,8 @@ class Companion:
         cap = self.max_new_tokens if limits.max_tokens is None else max(1, min(limits.max_tokens, self.max_new_tokens))
         if limits.sampling is not None and takes_sampling(backend):
             options["sampling"] = limits.sampling
+        if limits.tools and takes_tools(backend):
+            options["tools"], options["tool_choice"] = limits.tools, limits.tool_choice
         chunks = backend.stream(messages, max_tokens=cap, **options)
         return until_stop(chunks, limits.stop) if any(limits.stop) else chunks
 
@@ -459,12 +485,13 @@ class Companion:
             stream.stopped,
             today=list(stream.today),
         )
-        if error is None and not reply and not stream.stopped:
+        result.tool_calls = list(stream.tool_calls)
+        if error is None and not reply and not stream.stopped and not result.tool_calls:
             result.error = "No reply: the model returned nothing. Your message was not lost; send it again to retry."
         if reply and result.error is None:
             result.not_from_memory = self._not_from_memory(turn, reply, stream.messages)
-        if result.error or not turn.store:
-            return result
+        if result.error or not turn.store or result.tool_calls:
+            return result  # (tool calls: the final reply, in the client's next request, is the turn)
         try:
             return self._store(turn, result, reply)
         except StoreUnavailable as exc:  # the database went away mid-turn
@@ -585,6 +612,8 @@ class Companion:
         )
         if fitted.shortened:
             log.info("prompt for %s shortened to fit: %s", turn.user, ", ".join(fitted.shortened))
+        if turn.tail and takes_tools(turn.backend):  # this turn's tool round trips, after the message
+            fitted.messages.extend(turn.tail)
         kept = pairs[len(pairs) - fitted.kept_history :] if fitted.kept_history else []
         if turn.given_history is not None:
             said = {" ".join(q.split()) for q, _ in kept}

@@ -88,7 +88,11 @@ def limits_of(fields: dict[str, Any]) -> Limits:
         if any(v is not None for v in given) or stops
         else None
     )
-    return Limits(max_tokens=max_tokens, stop=stops, sampling=sampling)
+    tools = fields.get("tools")
+    tools = tuple(t for t in tools if isinstance(t, dict)) if isinstance(tools, list) else ()
+    return Limits(
+        max_tokens=max_tokens, stop=stops, sampling=sampling, tools=tools, tool_choice=fields.get("tool_choice")
+    )
 
 
 @router.get("/models", summary="The models: one, the companion")
@@ -116,7 +120,8 @@ def chat_completions(
     messages = footnote.strip_footnotes([m.model_dump() for m in body.messages])
     headers = {k.lower(): v for k, v in request.headers.items()}
     fields = body.model_extra or {}
-    check_tool_choice(fields, headers)  # a forced call: a 400 that names the app's setting to change
+    if not api.passes_tools:  # a forced call the model cannot make: a 400 naming the app's setting
+        check_tool_choice(fields, headers)
     show = footnote.wanted(headers, body.siliconfriend)
     switches = Switches.of(headers, body.siliconfriend, fields)
     completion = api.start_chat(who.user, messages, model=body.model, switches=switches, limits=limits_of(fields))
