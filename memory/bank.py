@@ -44,7 +44,7 @@ from .embedders import (
     embed_turns,
     embed_with_sentences,
 )
-from .forgetting import EbbinghausPolicy, ForgettingPolicy
+from .forgetting import EbbinghausPolicy, ForgettingPolicy, category_of
 from .importance import rate_importance
 from .lexical import Tokenizer
 from .records import GLOBAL_DAY, Kind, MemoryRecord, State, turn_text
@@ -53,6 +53,8 @@ from .sentences import sentence_spans
 from .stores.base import MAX_USERNAME, Stores, UserStore, user_key
 
 log = logging.getLogger(__name__)
+
+PACES_META = "forgetting_paces"  # a user's learned pace per sort of memory (JSON)
 
 __all__ = ["MAX_USERNAME", "REFERENCES", "TODAY", "USED", "ForgetDecision", "MemoryBank", "UnknownMemory", "user_key"]
 
@@ -169,6 +171,7 @@ class MemoryBank:
         self.vectors_id = f"{embedder.id}; {TURN_VECTORS}"
         self._embed = QueryHandover(embedder)  # a message's query vector also makes its turn's
         self.policy = policy or EbbinghausPolicy()
+        self._policies: dict[str, ForgettingPolicy] = {}  # each user's, with the paces learned
         self.retrieval_config = retrieval or RetrievalConfig()
         self.max_open_users = max_open_users
         self.progress = progress  # e.g. tqdm, for re-embedding
@@ -245,6 +248,7 @@ class MemoryBank:
         """Every memory of ``user``, gone for good."""
         with self._lock:
             opened = self._open.pop(user, None)
+            self._policies.pop(user, None)
             if opened:
                 opened.close(save=False)
             self.stores.delete_user(user)
@@ -572,6 +576,10 @@ class MemoryBank:
             raise UnknownMemory(f"no memory {memory_id} for this user")
         return rec
 
+    def get_many(self, user: str, memory_ids: Sequence[int]) -> dict[int, MemoryRecord]:
+        """The memories of these ids that exist, by id."""
+        return self.user_store(user).get_many([int(i) for i in memory_ids])
+
     def records(self, user: str, **filters) -> list[MemoryRecord]:
         return self.user_store(user).records(**filters)
 
@@ -607,7 +615,7 @@ class MemoryBank:
         return retrieve(
             u,
             self._embed,
-            self.policy,
+            self.policy_for(user),
             query,
             now,
             config or self.retrieval_config,
@@ -647,21 +655,45 @@ class MemoryBank:
         return embed_query(self._embed, text)
 
     # -- forgetting ---------------------------------------------------------------------------
+    def policy_for(self, user: str) -> ForgettingPolicy:
+        """The forgetting policy for ``user``: the bank's, with the paces its sorts of memory
+        learned (``EbbinghausPolicy.adapted``; kept in the user's meta, shared by every process)."""
+        found = self._policies.get(user)
+        if found is None:
+            raw = self.user_store(user).get_meta(PACES_META)
+            found = self._policies[user] = self.policy.adapted(json.loads(raw) if raw else {})
+        return found
+
     def retention(self, rec: MemoryRecord, now: datetime) -> float:
-        return self.policy.retention(rec, now)
+        return self.policy_for(rec.user).retention(rec, now)
 
     def reinforce(
-        self, user: str, memory_ids: Sequence[int], now: datetime, *, read: Mapping[int, MemoryRecord] | None = None
+        self,
+        user: str,
+        memory_ids: Sequence[int],
+        now: datetime,
+        *,
+        read: Mapping[int, MemoryRecord] | None = None,
+        gains: Mapping[int, float] | None = None,
     ) -> list[MemoryRecord]:
-        """A recall: S grows and t resets for each memory (those that exist); an archived memory
-        that was recalled (a strong cue brought it back) is active again. ``read``: the memories
-        as the caller read them, by id (a turn's retrieval): they are not read again, and one
-        recalled again since then is (``UserStore.update_forgetting``), so no recall is lost."""
+        """A recall: S grows (by ``gains[id]``, relevance x confidence, else a full step) and t
+        resets for each memory (those that exist); an archived memory that was recalled (a strong
+        cue brought it back) is active again once its retention passes the policy's higher
+        threshold. ``read``: the memories as the caller read them, by id (a turn's retrieval):
+        they are not read again, and one recalled again since then is
+        (``UserStore.update_forgetting``), so no recall is lost. A recall of a memory that was
+        archived or about to be slows its sort's fading for this user (``_learn_paces``)."""
         u = self.user_store(user)
+        policy = self.policy_for(user)
         ids = list(dict.fromkeys(int(i) for i in memory_ids))
+        gains = gains or {}
+
+        def recall(r: MemoryRecord) -> MemoryRecord:
+            return policy.reinforce(r, now, gains.get(r.stored_id, 1.0))
+
         known = {} if read is None else {i: read[i] for i in ids if i in read}
         recs = {**known, **u.get_many([i for i in ids if i not in known])} if len(known) < len(ids) else known
-        updated = {i: self.policy.reinforce(r, now) for i, r in recs.items()}
+        updated = {i: recall(r) for i, r in recs.items()}
         left = u.update_forgetting(updated.values(), read=recs if known else None)
         if left:  # recalled again since it was read (or deleted): read now and recalled once more
             again = u.get_many(left)
@@ -669,14 +701,49 @@ class MemoryBank:
                 recs.pop(i, None)
                 updated.pop(i, None)
             recs.update(again)
-            updated.update({i: self.policy.reinforce(r, now) for i, r in again.items()})
+            updated.update({i: recall(r) for i, r in again.items()})
             u.update_forgetting([updated[i] for i in again])
+        back = [i for i, r in recs.items() if r.state == State.ARCHIVED and updated[i].state == State.ACTIVE]
+        if back:
+            u.set_state(back, State.ACTIVE)
+            u.sync()
+            updated.update({i: updated[i].with_(archived_at=None) for i in back})
+        self._learn_paces(user, [r for r in recs.values() if r.kind == Kind.TURN and policy.at_the_edge(r, now)])
+        return [updated[i] for i in ids if i in updated]
+
+    def _learn_paces(self, user: str, recalled: Sequence[MemoryRecord]) -> None:
+        """Memories recalled after archiving or just before it: their sorts fade more slowly for
+        this user from now on (once per sort and recall, bounded by the policy), logged."""
+        if not recalled:
+            return
+        policy = self.policy_for(user)
+        paces = policy.paces()
+        for sort in sorted({category_of(r) for r in recalled}):
+            paces[sort] = policy.slowed(sort)
+        learned = self.policy.adapted(paces)
+        if learned.paces() == policy.paces():
+            return  # at the bound already
+        log.info("forgetting paces of %s: %s -> %s", user, policy.paces(), learned.paces())
+        self.user_store(user).set_meta(PACES_META, json.dumps(learned.paces()))
+        self._policies[user] = learned
+
+    def paces(self, user: str) -> dict[str, float]:
+        """How fast each sort of ``user``'s memories fades now (1: the clock's pace), as learned."""
+        return self.policy_for(user).paces()
+
+    def validate(self, user: str, memory_ids: Sequence[int], now: datetime) -> list[MemoryRecord]:
+        """The person confirmed these memories: a big gain, and a slower fading from then on
+        (``EbbinghausPolicy.validate``); an archived one is active again."""
+        u = self.user_store(user)
+        policy = self.policy_for(user)
+        recs = u.get_many([int(i) for i in dict.fromkeys(memory_ids)])
+        updated = [policy.validate(r, now) for r in recs.values()]
+        u.update_forgetting(updated)
         back = [r.stored_id for r in recs.values() if r.state == State.ARCHIVED]
         if back:
             u.set_state(back, State.ACTIVE)
             u.sync()
-            updated.update({i: updated[i].with_(state=State.ACTIVE, archived_at=None) for i in back})
-        return [updated[i] for i in ids if i in updated]
+        return [r.with_(archived_at=None) if r.stored_id in back else r for r in updated]
 
     def rehearse(self, user: str, day: date, now: datetime) -> list[MemoryRecord]:
         """Consolidation as rehearsal: the day's event summary reinforces the turns it draws on.
@@ -699,11 +766,12 @@ class MemoryBank:
         """Archive the active memories that the policy lets go. Global summaries never fade."""
         rng = rng or random.Random(0)
         u = self.user_store(user)
+        policy = self.policy_for(user)
         decisions = []
         for rec in u.records(state=State.ACTIVE):
             if rec.kind.is_global:
                 continue
-            decisions.append(ForgetDecision(rec, self.policy.retention(rec, now), self.policy.forget(rec, now, rng)))
+            decisions.append(ForgetDecision(rec, policy.retention(rec, now), policy.forget(rec, now, rng)))
         if not dry_run:
             u.set_state([d.record.stored_id for d in decisions if d.archived], State.ARCHIVED, now)
             u.sync()
@@ -734,7 +802,8 @@ class MemoryBank:
         u = self.user_store(user)
         rec = self.get(user, memory_id)
         u.set_state([rec.stored_id], State.ACTIVE)
-        u.update_forgetting([self.policy.reinforce(rec, now)])
+        # the person's restore: active at once, whatever the higher threshold says
+        u.update_forgetting([self.policy_for(user).reinforce(rec.with_(state=State.ACTIVE), now)])
         u.sync()
         return self.get(user, memory_id)
 

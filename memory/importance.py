@@ -16,6 +16,7 @@ Cues (each adds to the score, capped at 1):
 
 from __future__ import annotations
 
+import functools
 import re
 
 _EN_SELF = re.compile(r"\b(i|i'm|i've|i'd|i'll|my|me|mine|myself|we|our|us)\b", re.I)
@@ -83,3 +84,57 @@ def rate_importance(message: str) -> float:
     if not self_:
         score *= 0.6  # about the world or the companion, not about the person
     return round(min(1.0, score), 3)
+
+
+# -- what a memory is about: each sort fades at its own pace (``EbbinghausPolicy.decay``) --------
+# people and pets, life events and plans: what a companion is expected to remember for years;
+# preferences change more often; small talk is forgotten fastest; the rest ("other") between.
+CATEGORIES = ("people", "events", "preferences", "other", "small_talk")
+
+_EN_EVENTS = re.compile(
+    r"\b(wedding|married|marry|engaged|divorced?|birthday|anniversary|graduat\w*|exams?|tests?|interview\w*|"
+    r"new job|hired|fired|quit|promot\w*|retir\w*|moved|moving|move to|trip|travel\w*|vacation|holiday|"
+    r"concert|party|funeral|died|passed away|born|pregnan\w*|surgery|hospital|accident|competition|"
+    r"tournament|contest|won|award|festival|christmas|new year|thanksgiving|plan|planning|going to|"
+    r"tomorrow|tonight|next (week|month|year|monday|tuesday|wednesday|thursday|friday|saturday|sunday)|"
+    r"appointment|deadline|first day|last day|monday|tuesday|wednesday|thursday|friday|saturday|sunday|"
+    r"january|february|march|april|june|july|august|september|october|november|december)\b",
+    re.I,
+)
+_EN_PREFER = re.compile(
+    r"\b(love|loves|loved|hate|hates|like|likes|liked|enjoy|enjoys|favou?rite|prefer\w*|fan of|into|"
+    r"can't stand|allergic|vegetarian|vegan|hobby|hobbies)\b",
+    re.I,
+)
+_ZH_EVENTS = re.compile(
+    r"婚礼|结婚|订婚|离婚|生日|纪念日|毕业|考试|面试|入职|辞职|升职|退休|搬家|旅行|旅游|度假|演唱会|聚会|"
+    r"派对|葬礼|去世|出生|怀孕|手术|住院|事故|比赛|获奖|得奖|春节|圣诞|新年|中秋|计划|打算|准备|明天|"
+    r"下周|下个月|明年|今晚|预约|截止|第一天|周[一二三四五六日天]|星期|\d+月"
+)
+_ZH_PREFER = re.compile(r"喜欢|爱吃|爱看|爱好|讨厌|最爱|偏爱|不爱|兴趣|过敏|素食")
+
+
+@functools.lru_cache(maxsize=65536)
+def categorize(text: str) -> str:
+    """The sort of memory ``text`` (the person's words) is: one of ``CATEGORIES``. A memory that
+    names people (or pets) and an event counts as about people: both fade slowly."""
+    text = text.strip()
+    if not text:
+        return "small_talk"
+    if _CJK.search(text):
+        if _ZH_SMALL_TALK.match(text) or len(_CJK.findall(text)) < 4:
+            return "small_talk"
+        people, events, prefer = (bool(p.search(text)) for p in (_ZH_PEOPLE, _ZH_EVENTS, _ZH_PREFER))
+    else:
+        if _EN_SMALL_TALK.match(text) or len(text.split()) < 4:
+            return "small_talk"
+        names = (m for m in _EN_NAME.findall(text) if not _EN_EVENTS.fullmatch(m))  # not "Friday", "June"
+        people = bool(_EN_PEOPLE.search(text) or next(names, None))
+        events, prefer = bool(_EN_EVENTS.search(text)), bool(_EN_PREFER.search(text))
+    if people:
+        return "people"
+    if events:
+        return "events"
+    if prefer:
+        return "preferences"
+    return "small_talk" if rate_importance(text) < 0.1 else "other"

@@ -86,6 +86,11 @@ class RetrievalConfig:
     sentence_weight: float = 0.0
     sentence_candidates: int = 40
     archive_penalty: float | None = 0.3  # taken off an archived memory's score; None: never retrieved
+    # the archive answers a strong cue: an archived memory pays the penalty in proportion to how
+    # far its base score lies below the pool's best (none for the best match itself, all of it
+    # ``archive_margin`` below); False: a flat penalty
+    graded_archive: bool = True
+    archive_margin: float = 0.2
     kinds: tuple[Kind, ...] = (Kind.TURN, Kind.DAILY_EVENTS)
     # the conversation so far as a second cue (see _talk_vector): its share of the dense query,
     # how fast an earlier line's weight falls (per line back), and the companion's lines' weight
@@ -844,6 +849,7 @@ def _rank(
     along one the most activation (said among its reasons)."""
     at = p.members.at
     scored: list[tuple[float, int, float, bool, float, bool]] = []
+    best = max(base.values(), default=0.0)
     for rid, rec in p.records.items():
         score = base[rid]
         context = False
@@ -860,7 +866,8 @@ def _rank(
         on_day = rec.day in p.named_days
         score += (config.date_bonus if on_day else 0.0) + config.retention_weight * retention
         if rec.state == State.ARCHIVED:
-            score -= config.archive_penalty or 0.0
+            weak = min(1.0, (best - base[rid]) / config.archive_margin) if config.graded_archive else 1.0
+            score -= (config.archive_penalty or 0.0) * weak
         scored.append((score, rid, retention, on_day, shared, context))
     # the hits (their cues and reasons) of the best k only: a pool has a hundred candidates or more
     scored.sort(key=lambda s: (-s[0], -s[1]))

@@ -42,6 +42,11 @@ class Settings:
     importance_weight: float = 4.0  # initial S = 1 + importance_weight x importance (0..1)
     strength_step: float = 1.0
     strength_growth: Literal["linear", "sublinear"] = "linear"
+    # an archived memory is active again only when a recall lifts its retention above this
+    forgetting_reactivate: float = 0.3
+    validation_factor: float = 2.0  # a memory the person confirmed: S = S x this + strength_step
+    # how fast t runs for each sort of memory ("sort=pace", 1: the clock's; see memory/forgetting.py)
+    forgetting_paces: tuple[str, ...] = ("people=0.04", "events=0.04", "preferences=0.25", "other=1", "small_talk=1")
     retrieval_k: int = 5  # memories put into the prompt
     # store: "" keeps everything in files under the home (SQLite + FAISS); postgresql://... puts
     # accounts, sessions, rate limits and every memory in that database (several workers at once)

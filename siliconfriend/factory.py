@@ -35,7 +35,22 @@ def build_policy(settings: Settings) -> EbbinghausPolicy:
         step=settings.strength_step,
         growth=settings.strength_growth,
         importance_weight=settings.importance_weight,
+        reactivate=settings.forgetting_reactivate,
+        validation_factor=settings.validation_factor,
+        decay=parse_paces(settings.forgetting_paces),
     )
+
+
+def parse_paces(items: tuple[str, ...]) -> tuple[tuple[str, float], ...]:
+    """``forgetting_paces`` ("people=0.25", ...) as the policy's ``decay``."""
+    paces = []
+    for item in items:
+        name, _, value = item.partition("=")
+        try:
+            paces.append((name.strip(), float(value)))
+        except ValueError:
+            raise ValueError(f"setting forgetting_paces: {item!r} is not sort=pace (e.g. people=0.25)") from None
+    return tuple(paces)
 
 
 _lexical_workers: ThreadPoolExecutor | None = None

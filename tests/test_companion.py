@@ -106,7 +106,8 @@ def test_the_global_summaries_reach_the_prompt_and_used_memories_are_reinforced(
     assert line in result.messages[-1].content and line not in system  # the memories come with the message
     assert [u["id"] for u in result.turn.extra["used"]] == [h.record.id for h in result.used]
     after = bank.get("Maya", pixel[0].record.id)
-    assert after.strength == pixel[0].record.strength + 1 and after.recall_count == 1
+    # a recall gains relevance x confidence of a step (tests/test_activation_turns.py)
+    assert pixel[0].record.strength < after.strength <= pixel[0].record.strength + 1 and after.recall_count == 1
     assert after.last_recall == DAY2
     # today's conversation is history (chat messages), not a memory
     result2 = companion.respond("Maya", "And what class did I book?").collect()

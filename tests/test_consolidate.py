@@ -171,7 +171,8 @@ def test_the_forgetting_pass_archives_what_faded_but_never_the_global_summaries(
         bank.set_summary("Maya", kind, "Maya has a kitten.", at(D2, 8))
     c = Consolidator(bank, Down())
     assert not c.run("Maya", at(D3, 9)).forgot  # nothing new: no pass
-    report = c.run("Maya", at(D1 + timedelta(days=120), 9), forget=True)  # past a personal fact's weeks
+    # past a personal fact's years (a pet: people and pets fade at a twenty-fifth of the clock)
+    report = c.run("Maya", at(D1 + timedelta(days=2500), 9), forget=True)
     assert report.ok and report.forgot and report.archived == 3
     assert {r.kind for r in bank.records("Maya", state=State.ARCHIVED)} == {
         Kind.TURN,

@@ -40,7 +40,7 @@ from memory.bank import MemoryBank
 from memory.embedders import Embedder
 from memory.forgetting import ForgettingPolicy
 from memory.memorybank_format import BankFormatError, ParsedUser, import_bank, parse_bank
-from memory.records import Kind
+from memory.records import Kind, State
 from memory.retrieval import Hit, RetrievalConfig, TalkLine, link_reason
 
 KS = (1, 2, 3, 5, 10)
@@ -138,9 +138,14 @@ def evaluate_label_sets(
         else:
             bank = MemoryBank(where, embedder, policy=policy, retrieval=config)
         written: Counter = Counter()
+        kept: dict[tuple[int, int], float] = {}
+        archive: dict[str, float] = {}
         try:
             if as_used:
-                rankings = _live_and_ask(bank, parsed, label_sets, default_now, depth, backend, lang, progress, written)
+                rankings = _live_and_ask(
+                    bank, parsed, label_sets, default_now, depth, backend, lang, progress, written, kept=kept
+                )
+                archive = _archived(bank, parsed, label_sets, default_now)
             else:
                 import_bank(bank, bank_file, progress=progress)
                 bank.settle()
@@ -151,6 +156,11 @@ def evaluate_label_sets(
         finally:
             bank.close()
     results = [_score(labels, ranked, ks, depth, details) for labels, ranked in zip(label_sets, rankings)]
+    if as_used:
+        for s, r in enumerate(results):
+            shares = [kept[(s, i)] for i in range(len(label_sets[s])) if (s, i) in kept]
+            r["evidence_kept"] = round(sum(shares) / len(shares), 4) if shares else None
+            r.update(archive)
     if backend is not None and as_used:
         for r in results:
             r["summaries"] = {f"{kind} {path}": n for (kind, path), n in sorted(written.items())}
@@ -227,8 +237,12 @@ def _live_and_ask(
     progress: Callable | None,
     written: Counter,
     summary_tokens: int | None = None,
+    *,
+    kept: dict[tuple[int, int], float] | None = None,
 ) -> list[list]:
-    """Each user's days lived in order with the day rollover, each question asked at its time."""
+    """Each user's days lived in order with the day rollover, each question asked at its time.
+    ``kept``: for each question (label set, index), the share of its evidence still active when
+    it is asked."""
     rankings: list[list] = [[None] * len(labels) for labels in label_sets]
     asked: dict[str, list[tuple[datetime, int, int]]] = defaultdict(list)
     for s, labels in enumerate(label_sets):
@@ -247,6 +261,8 @@ def _live_and_ask(
             while queue and queue[0][0] <= moment:
                 when, s, i = queue.pop(0)
                 rankings[s][i] = _ask(bank, label_sets[s][i], when, depth)
+                if kept is not None:
+                    kept[(s, i)] = _evidence_active(bank, label_sets[s][i])
 
         by_day: dict[date, list] = defaultdict(list)
         for turn in p.turns:
@@ -282,6 +298,46 @@ def _live_and_ask(
     if bar:
         bar.close()
     return rankings
+
+
+def _evidence_active(bank: MemoryBank, label: dict) -> float:
+    """The share of a label's evidence turns that are active (not archived) now."""
+    user = label["bank_user"].strip()
+    active = 0
+    for e in label["evidence"]:
+        day = date.fromisoformat(e["date"])
+        active += any(t.position == int(e["turn"]) and t.state == State.ACTIVE for t in bank.turns_on(user, day))
+    return active / len(label["evidence"])
+
+
+def _archived(bank: MemoryBank, parsed: list[ParsedUser], label_sets: list[list[dict]], default_now: datetime) -> dict:
+    """What forgetting let go once every question was asked: the share of the turns archived,
+    the share of their words (what a prompt that carried all active memory would not carry),
+    and the share of the turns that a forgetting pass a year after each user's last question (or
+    last day) would leave archived, no recall in between."""
+    last: dict[str, datetime] = {}
+    for labels in label_sets:
+        for label in labels:
+            user, when = label["bank_user"].strip(), label.get("asked_at") or default_now
+            last[user] = max(last.get(user, when), when)
+    turns = archived = words = archived_words = year_on = 0
+    for p in parsed:
+        records = bank.records(p.name, kind=Kind.TURN)
+        n_words = [len(bank.tokenizer.tokenize(r.text)) for r in records]
+        turns += len(records)
+        archived += sum(r.state == State.ARCHIVED for r in records)
+        words += sum(n_words)
+        archived_words += sum(n for r, n in zip(records, n_words) if r.state == State.ARCHIVED)
+        end = max([last.get(p.name, default_now), *(t[2] for t in p.turns)])
+        decisions = bank.forget_pass(p.name, end + timedelta(days=365), dry_run=True)
+        year_on += sum(r.state == State.ARCHIVED for r in records) + sum(
+            d.archived for d in decisions if d.record.kind == Kind.TURN
+        )
+    return {
+        "turns_archived": round(archived / turns, 4) if turns else 0.0,
+        "turn_words_archived": round(archived_words / words, 4) if words else 0.0,
+        "turns_archived_a_year_on": round(year_on / turns, 4) if turns else 0.0,
+    }
 
 
 def _rollover(

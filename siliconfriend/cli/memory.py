@@ -130,6 +130,14 @@ def cmd_forget(args) -> int:
         n = sum(d.archived for d in decisions)
         verb = "would be archived" if args.dry_run else "archived"
         print(f"{n} of {len(decisions)} memories {verb} (threshold {bank.policy.threshold}, mode {bank.policy.mode})")
+        configured = bank.policy.paces()
+        print(
+            "paces (t runs at this share of the clock; learned where it differs from the setting): "
+            + ", ".join(
+                f"{sort} {pace:g}" + (f" (set {configured[sort]:g})" if pace != configured[sort] else "")
+                for sort, pace in bank.paces(args.user).items()
+            )
+        )
         if args.purge and not args.dry_run:
             print(f"{bank.purge_archived(args.user)} archived memories deleted for good")
     finally:
@@ -148,6 +156,7 @@ def _ablations():
         "no-neighbours": lambda c: replace(c, previous_weight=0, next_weight=0),
         "no-replies": lambda c: replace(c, use_replies=False),
         "no-archive": lambda c: replace(c, archive_penalty=None),
+        "flat-archive": lambda c: replace(c, graded_archive=False),  # every archived memory pays the penalty
         # the other way: the sentence vectors of long turns (off by default) as candidates, and
         # also scoring a candidate turn by its best sentence
         "sentences": lambda c: replace(c, use_sentences=True),
@@ -219,6 +228,12 @@ def cmd_eval(args) -> int:
         for category, c in result.get("by_category", {}).items():
             print(
                 f"category {category}: {c['n']} questions, recall@5 {c['recall@5']:.3f}, recall@10 {c['recall@10']:.3f}"
+            )
+        if result.get("evidence_kept") is not None:
+            print(
+                f"evidence kept (active when asked) {result['evidence_kept']:.3f}; turns archived"
+                f" {result['turns_archived']:.3f} (their words {result['turn_words_archived']:.3f}),"
+                f" a year on {result['turns_archived_a_year_on']:.3f}"
             )
         if "summaries" in result:
             print("summaries written: " + ", ".join(f"{k} {n}" for k, n in result["summaries"].items()))

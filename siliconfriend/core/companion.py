@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from datetime import date, datetime
 from typing import Any, Callable, Iterator, Sequence
 
+from memory.activation import confirms, recall_gains, reply_uses, restated, words
 from memory.bank import TODAY, USED, MemoryBank, UnknownMemory, user_key
 from memory.records import Kind, MemoryRecord
 from memory.retrieval import Hit, TalkLine
@@ -531,10 +532,34 @@ class Companion:
         return result
 
     def _reinforce(self, turn: _Turn, result: TurnResult) -> None:
+        """The memories in the prompt gain by how well they matched and whether the reply used
+        them (``activation.recall_gains``); those the person confirmed gain more (``_confirmed``)."""
+        tokenizer = self.bank.tokenizer
+        confirmed = self._confirmed(turn, result)
         # the memories as the retrieval read them: not read again (one recalled since is)
-        if result.used:
-            read = {h.record.stored_id: h.record for h in result.used}
-            self.bank.reinforce(turn.user, list(read), turn.now, read=read)
+        read = {h.record.stored_id: h.record for h in result.used if h.record.stored_id not in confirmed}
+        if read:
+            gains = recall_gains(tokenizer, [(h.record, h.score) for h in result.used], result.reply)
+            self.bank.reinforce(turn.user, list(read), turn.now, read=read, gains=gains)
+        if confirmed:
+            self.bank.validate(turn.user, sorted(confirmed), turn.now)
+
+    def _confirmed(self, turn: _Turn, result: TurnResult) -> set[int]:
+        """The memories this message confirms: those it says again in the person's words, and,
+        when it begins by agreeing ("yes, still Pixel"), those the previous reply used."""
+        tokenizer = self.bank.tokenizer
+        found = {r.stored_id for r in restated(tokenizer, [h.record for h in result.used], turn.text)}
+        previous = turn.history[-1] if turn.history and turn.replace is None else None
+        if previous is None or previous.id is None or not confirms(turn.text):
+            return found
+        try:  # the memories the previous reply had in its prompt (read only when confirming)
+            used = self.bank.get(turn.user, previous.stored_id).extra.get(USED) or []
+            ids = [int(e["id"]) for e in used if e.get("id") is not None]
+        except (UnknownMemory, ValueError, TypeError, KeyError, AttributeError):
+            return found  # deleted meanwhile, or entries in another shape: nothing to confirm
+        reply_words = words(tokenizer, previous.response)
+        recalled = self.bank.get_many(turn.user, ids).values() if ids else []
+        return found | {r.stored_id for r in recalled if reply_uses(tokenizer, r, reply_words)}
 
     def _not_from_memory(self, turn: _Turn, reply: str, messages: Sequence[Message]) -> list[str]:
         """The names of ``reply`` that its prompt (memories, summaries, persona, today's talk and

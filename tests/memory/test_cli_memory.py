@@ -61,9 +61,11 @@ def test_import_list_search_forget_export(tmp_path, bank_file):
         home, "memories", "search", "what is my cat called", "--user", "Amy", "-k", "1", "--now", "2023-04-29T09:00"
     ).stdout
     assert "Miso" in found and "why:" in found
-    # small talk lasts 16 days by default, a personal fact weeks longer: by mid-June all have faded
+    # small talk lasts 16 days by default, a personal fact weeks longer (a pet years): by mid-July
+    # the rest has faded
     dry = run(home, "forget", "--user", "Amy", "--dry-run", "--now", "2023-07-15T09:00").stdout
     assert "ARCHIVE" in dry and "would be archived" in dry
+    assert "paces (t runs at this share of the clock" in dry and "people 0.04," in dry and "small_talk 1" in dry
     assert "archived" not in run(home, "memories", "list", "--user", "Amy", "--all").stdout.split("R=")[1][:20]
     run(home, "forget", "--user", "Amy", "--now", "2023-07-15T09:00")
     assert "archived" in run(home, "memories", "list", "--user", "Amy", "--all", "--now", "2023-07-15T09:00").stdout
@@ -229,7 +231,14 @@ def test_as_used_lives_the_days_and_asks_each_question_at_its_time(tmp_path, ban
         home, "eval", "retrieval", "--bank", str(bank_file), "--labels", str(labels), "--as-used", "--json", "--details"
     )
     result = json.loads(out.stdout)
-    assert set(result) == {"n", "by_cue"} | {f"{m}@{k}" for m in ("recall", "hit") for k in (1, 2, 3, 5, 10)}
+    forgetting = {"evidence_kept", "turns_archived", "turn_words_archived", "turns_archived_a_year_on"}
+    assert (
+        set(result) == {"n", "by_cue"} | {f"{m}@{k}" for m in ("recall", "hit") for k in (1, 2, 3, 5, 10)} | forgetting
+    )
+    # evidence kept: active when asked (the second question's evidence was not said yet)
+    assert result["evidence_kept"] == pytest.approx(2 / 3, abs=1e-3)
+    # a year on, unrecalled: the small talk is archived, the cat (a pet) is kept
+    assert 0 < result["turns_archived"] < result["turns_archived_a_year_on"] < 1.0
     details = [json.loads(line) for line in out.stderr.splitlines() if line.startswith("{")]
     # each retrieved turn is [day, turn, the cue that found it]
     assert details[0]["retrieved"][0][:2] == ["2023-04-27", 0]

@@ -3,6 +3,8 @@
 import threading
 from datetime import datetime, timedelta
 
+import pytest
+
 from memory.records import Kind, State
 from memory.retrieval import RetrievalConfig, TalkLine, _talk_terms
 
@@ -125,13 +127,25 @@ def test_archived_memories_are_a_second_tier_a_strong_cue_brings_back(paper_bank
     # a strong cue (the very thing named) brings it back, saying so
     hits = paper_bank.retrieve("amy", "karaoke", now, k=3)
     assert hits[0].record.id == t[0].id and any("strong cue" in r for r in hits[0].reasons)
-    assert hits[0].score < max(
-        h.score for h in paper_bank.retrieve("amy", "karaoke", now, config=RetrievalConfig(archive_penalty=0.0))
-    )
-    # the turn that uses it reinforces it: active again, with the reinforcement's strength
-    back = paper_bank.reinforce("amy", [t[0].id], now)[0]
+    # the best match of a strong cue pays no penalty; a flat penalty would take it off
+    free = max(h.score for h in paper_bank.retrieve("amy", "karaoke", now, config=RetrievalConfig(archive_penalty=0.0)))
+    assert hits[0].score == pytest.approx(free)
+    flat = paper_bank.retrieve("amy", "karaoke", now, k=1, config=RetrievalConfig(graded_archive=False))[0]
+    assert flat.record.id == t[0].id and flat.score == pytest.approx(free - 0.3)
+
+    # a weak match from the archive (far below the best) pays the whole penalty
+    def karaoke(**kw) -> float:
+        hits = paper_bank.retrieve("amy", "where did I go for a walk", now, k=3, config=RetrievalConfig(**kw))
+        return next(h.score for h in hits if h.record.id == t[0].id)
+
+    assert karaoke() == pytest.approx(karaoke(graded_archive=False)) == karaoke(archive_penalty=0.0) - 0.3
+    # the turn that uses it reinforces it; it is active again once it is strong enough to have
+    # stayed above the higher threshold since its last recall (two thresholds: memory/forgetting.py)
+    once = paper_bank.reinforce("amy", [t[0].id], now)[0]
+    assert once.state == State.ARCHIVED and once.strength == 2  # e^(-4/2) = 0.14 < 0.3
+    back = paper_bank.reinforce("amy", [t[0].id], now + timedelta(days=1))[0]  # e^(-1/3) = 0.72
     assert back.state == State.ACTIVE and paper_bank.get("amy", t[0].id).state == State.ACTIVE
-    assert paper_bank.get("amy", t[0].id).archived_at is None and back.strength == 2
+    assert paper_bank.get("amy", t[0].id).archived_at is None and back.strength == 3
     assert paper_bank.retrieve("amy", "   ", D) == []
 
 
@@ -294,8 +308,9 @@ def test_a_turns_best_sentence_can_take_a_share_of_its_dense_score(bank):
     as a whole."""
     now = _sentence_bank(bank)
 
-    def first(**kw):  # the dense side alone: the words would find the turn anyway
-        config = RetrievalConfig(dense_weight=1.0, use_sentences=True, **kw)
+    def first(**kw):  # the dense side alone (the words would find the turn anyway), without
+        # the retention term (the turns' sorts of memory fade at their own paces)
+        config = RetrievalConfig(dense_weight=1.0, use_sentences=True, retention_weight=0.0, **kw)
         return bank.retrieve("amy", "Has her family gone camping at the beach?", now, k=1, config=config)[
             0
         ].record.query

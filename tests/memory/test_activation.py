@@ -1,0 +1,145 @@
+"""Activation on top of R = exp(-t/S): gain by use, validation, a pace per sort of memory that
+adapts, and two thresholds."""
+
+import json
+from dataclasses import replace
+from datetime import datetime, timedelta
+
+import pytest
+
+from memory.activation import confirms, recall_gains, restated
+from memory.bank import PACES_META
+from memory.forgetting import PAPER, EbbinghausPolicy, category_of
+from memory.importance import categorize
+from memory.lexical import Tokenizer
+from memory.records import Kind, MemoryRecord, State
+
+T0 = datetime(2024, 1, 1, 9, 0)
+
+
+def rec(**kw) -> MemoryRecord:
+    base = dict(user="u", kind=Kind.TURN, text="x", created_at=T0, day=T0.date())
+    base.update(kw)
+    return MemoryRecord(**base)
+
+
+def test_gain_in_proportion_to_use():
+    p = PAPER
+    assert p.reinforce(rec(), T0, 1.0).strength == 2.0
+    assert p.reinforce(rec(), T0, 0.25).strength == 1.25
+    assert p.reinforce(rec(), T0, 7.0).strength == 2.0  # a gain is at most a full step
+    tok = Tokenizer()
+    cat = rec(id=1, query="My cat Pixel is scared of thunderstorms", text="My cat Pixel is scared of thunderstorms")
+    tea = rec(id=2, query="I drink green tea in the morning", text="I drink green tea in the morning")
+    reply = "Is Pixel hiding again? Thunderstorms must be hard on him."
+    gains = recall_gains(tok, [(cat, 0.9), (tea, 0.3)], reply)
+    assert gains[1] == 1.0  # the best match, and the reply used it
+    assert gains[2] == pytest.approx(0.3 / 0.9 * 0.4, abs=1e-3)  # marginal, only in the prompt
+    # the same strong match that the reply did not use gains less than when it was used
+    assert recall_gains(tok, [(cat, 0.9)], "Tell me about your day.")[1] == pytest.approx(0.4)
+    zh = rec(id=3, query="我的猫叫皮克斯，它怕打雷", text="我的猫叫皮克斯，它怕打雷")
+    assert recall_gains(tok, [(zh, 0.8)], "皮克斯今天还怕打雷吗？")[3] == 1.0
+
+
+def test_validation_gains_a_lot_and_fades_more_slowly():
+    p = EbbinghausPolicy(decay=())
+    plain, confirmed = p.reinforce(rec(strength=3.0), T0), p.validate(rec(strength=3.0), T0)
+    assert plain.strength == 4.0 and confirmed.strength == 7.0
+    later = T0 + timedelta(days=60)
+    assert p.retention(confirmed, later) > p.retention(plain, later)
+    assert p.validate(rec(state=State.ARCHIVED), T0).state == State.ACTIVE
+    for yes in ("Yes, still Pixel!", "yeah he is", "Right, that's him", "对，还是它", "没错", "是的，我妹妹在台北"):
+        assert confirms(yes), yes
+    for no in ("Right now I'm tired", "True crime podcasts are my thing", "No, she moved", "对面的邻居很吵"):
+        assert not confirms(no), no
+    tok = Tokenizer()
+    sister = rec(id=5, query="My sister Lin lives in Taipei and works as a nurse")
+    assert restated(tok, [sister], "My sister Lin still lives in Taipei, still a nurse") == [sister]
+    assert restated(tok, [sister], "My brother lives in Tokyo") == []
+
+
+def test_sorts_of_memory_and_their_paces():
+    assert categorize("My sister Lin is visiting next week") == "people"
+    assert categorize("Our dog Biscuit learned a new trick") == "people"
+    assert categorize("I have my driving exam on Friday") == "events"
+    assert categorize("I really love spicy noodles") == "preferences"
+    assert categorize("hi, how are you?") == "small_talk"
+    assert categorize("I fixed the printer at the office again today") == "other"
+    assert categorize("我妹妹在台北当护士") == "people"
+    assert categorize("我下周五有驾照考试") == "events"
+    assert categorize("我特别喜欢吃辣的面条") == "preferences"
+    assert categorize("你好") == "small_talk"
+    p = EbbinghausPolicy()  # the companion's defaults
+    exam = rec(query="I have my driving exam on Friday", strength=3.0)
+    printer = rec(query="I fixed the printer at the office again today", strength=3.0)
+    assert category_of(exam) == "events" and p.pace(exam) == 0.04 and p.pace(printer) == 1.0
+    days = {r.query: (p.fades_at(r) - T0).total_seconds() / 86400 for r in (exam, printer)}
+    assert days[exam.query] == pytest.approx(25 * days[printer.query])
+    assert p.retention(exam, T0 + timedelta(days=175)) == pytest.approx(p.retention(printer, T0 + timedelta(days=7)))
+    with pytest.raises(ValueError, match="sort of memory"):
+        EbbinghausPolicy(decay=(("gossip", 0.5),))
+    with pytest.raises(ValueError, match="reactivation"):
+        EbbinghausPolicy(threshold=0.2, reactivate=0.1)
+
+
+def _flips(policy: EbbinghausPolicy, every: int, gain: float, days: int = 120) -> tuple[int, State]:
+    """A memory recalled every ``every`` days with a marginal ``gain`` and a forgetting pass each
+    morning: how many times it changes state, and its state at the end."""
+    r, flips = rec(), 0
+    for day in range(1, days + 1):
+        now = T0 + timedelta(days=day)
+        if r.state == State.ACTIVE and policy.forget(r, now, None):  # type: ignore[arg-type]
+            r, flips = r.with_(state=State.ARCHIVED), flips + 1
+        if day % every == 0:
+            before = r.state
+            r = policy.reinforce(r, now, gain)
+            flips += r.state != before
+    return flips, r.state
+
+
+@pytest.mark.parametrize("every,gain", [(3, 0.05), (3, 0.2), (4, 0.2), (5, 0.3)])
+def test_two_thresholds_a_memory_recalled_every_few_days_does_not_flip(every, gain):
+    flips, state = _flips(PAPER, every, gain)
+    assert flips <= 2 and state == State.ACTIVE  # archived once at most, back once, then kept
+    single, _ = _flips(replace(PAPER, reactivate=0.0), every, gain)  # one threshold: any recall brings it back
+    assert single >= 4
+
+
+def test_a_weak_recall_of_an_archived_memory_leaves_it_archived_a_restore_does_not(paper_bank):
+    r = paper_bank.add_turn("ann", "We talked about the weather", "ok", T0)
+    paper_bank.forget_pass("ann", T0 + timedelta(days=10))
+    assert paper_bank.get("ann", r.id).state == State.ARCHIVED
+    later = T0 + timedelta(days=10)
+    (weak,) = paper_bank.reinforce("ann", [r.id], later, gains={r.id: 0.1})
+    assert weak.state == State.ARCHIVED and paper_bank.get("ann", r.id).state == State.ARCHIVED
+    assert weak.strength == pytest.approx(1.1) and weak.last_recall == later
+    assert paper_bank.restore("ann", r.id, later).state == State.ACTIVE
+
+
+def test_paces_adapt_when_a_sort_is_recalled_at_the_edge_bounded_and_kept(open_bank):
+    bank = open_bank(policy=EbbinghausPolicy())
+    exam = bank.add_turn("bo", "I have my driving exam on Friday", "Good luck!", T0)
+    chat = bank.add_turn("bo", "I fixed the printer at the office again today", "Annoying!", T0)
+    bank.reinforce("bo", [exam.id, chat.id], T0 + timedelta(days=1))  # fresh: nothing learned
+    assert bank.paces("bo")["events"] == 0.04 and bank.user_meta("bo", PACES_META) is None
+    late = T0 + timedelta(days=3000)
+    bank.forget_pass("bo", late)
+    assert bank.get("bo", exam.id).state == State.ARCHIVED
+    bank.reinforce("bo", [exam.id], late)  # recalled after archiving: events fade more slowly
+    assert bank.paces("bo")["events"] == pytest.approx(0.032)
+    assert bank.paces("bo")["other"] == 1.0
+    for n in range(20):  # bounded: a quarter of the configured pace at most
+        bank.forget_pass("bo", late + timedelta(days=20000 * (n + 1)))
+        bank.reinforce("bo", [exam.id], late + timedelta(days=20000 * (n + 1), hours=1))
+    assert bank.paces("bo")["events"] == pytest.approx(0.01)
+    assert json.loads(bank.user_meta("bo", PACES_META))["events"] == pytest.approx(0.01)
+    again = open_bank(policy=EbbinghausPolicy())  # another process, or a restart: the paces are kept
+    assert again.paces("bo")["events"] == pytest.approx(0.01)
+
+
+def test_validate_in_the_bank_brings_an_archived_memory_back(paper_bank):
+    r = paper_bank.add_turn("cy", "My cat is called Pixel", "Cute!", T0)
+    paper_bank.forget_pass("cy", T0 + timedelta(days=10))
+    (v,) = paper_bank.validate("cy", [r.id], T0 + timedelta(days=10))
+    assert v.state == State.ACTIVE and v.strength == 3.0
+    assert paper_bank.get("cy", r.id).state == State.ACTIVE and paper_bank.get("cy", r.id).strength == 3.0
