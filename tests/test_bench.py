@@ -132,6 +132,11 @@ def test_the_numbers_make_sense(tiny_result):
     run = r["process"]["runs"][0]
     assert run["hits"] > 0 and not run["index_rebuilt"] and run["indexed"] > 0
     assert 0 < r["restart_s"] < r["cold_start_s"]
+    # the restart beside its parts, which make it up
+    parts = r["restart_parts_s"]
+    assert set(parts) == {"open_store", "attach_index", "first_retrieval"}
+    assert abs(sum(parts.values()) - r["restart_s"]) < 0.01
+    assert "attach_index" in format_table(r)
     assert r["restart_reembed_s"] > 0 and r["restart_speedup"] >= 1
     assert 50 < r["rss_mb_100k"] < 4096
     assert r["recall_at_5"] == {"en": 1.0, "cn": 1.0}

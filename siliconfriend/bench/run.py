@@ -247,6 +247,7 @@ def run_bench(
         ]
         mid = sorted(runs, key=lambda r: r["restart_s"])[len(runs) // 2]
         result["restart_s"] = round(mid["restart_s"], 4)
+        result["restart_parts_s"] = mid["restart_parts_s"]
         result["restart_reembed_s"] = round(runs[0]["restart_reembed_s"], 1)
         result["restart_speedup"] = round(result["restart_reembed_s"] / max(result["restart_s"], 1e-9))
         result["cold_start_s"] = round(sorted(r["cold_start_s"] for r in runs)[len(runs) // 2], 3)
@@ -385,6 +386,7 @@ def format_table(r: dict) -> str:
         f"   the replies' vectors complete at {ing.get('replies_done_s')} s "
         f"({ing.get('replies_embedded')} replies, {ing.get('replies_embed_s')} s on the reply worker)",
         f"{'restart_s':<22}{r.get('restart_s')!s:>10}{_ok(r.get('restart_s'), 0.5)}   {r['sizes'].get('restart', '')}",
+        f"{'  parts':<22}{'':>10}      " + ", ".join(f"{k} {v} s" for k, v in (r.get("restart_parts_s") or {}).items()),
         f"{'restart_reembed_s':<22}{r.get('restart_reembed_s')!s:>10}   x{r.get('restart_speedup')}"
         f"{_ok(r.get('restart_speedup'), 100, low=False)}   {r['sizes'].get('restart_reembed', '')}",
         f"{'cold_start_s':<22}{r.get('cold_start_s')!s:>10}{_ok(r.get('cold_start_s'), 3.0)}",
