@@ -761,12 +761,21 @@ class MemoryBank:
         return self.reinforce(user, drawn, now) if drawn else []
 
     def forget_pass(
-        self, user: str, now: datetime, *, rng: random.Random | None = None, dry_run: bool = False
+        self,
+        user: str,
+        now: datetime,
+        *,
+        rng: random.Random | None = None,
+        dry_run: bool = False,
+        policy: ForgettingPolicy | None = None,
     ) -> list[ForgetDecision]:
-        """Archive the active memories that the policy lets go. Global summaries never fade."""
+        """Archive the active memories that the policy lets go. Global summaries never fade.
+        ``policy``: another policy than the user's, in a dry run only (a shadow pass)."""
+        if policy is not None and not dry_run:
+            raise ValueError("a policy other than the user's only runs beside it: dry_run=True")
         rng = rng or random.Random(0)
         u = self.user_store(user)
-        policy = self.policy_for(user)
+        policy = policy or self.policy_for(user)
         decisions = []
         for rec in u.records(state=State.ACTIVE):
             if rec.kind.is_global:

@@ -186,6 +186,45 @@ class EbbinghausPolicy:
         return rec.anchor + timedelta(days=self.time_to_forget(rec.strength) / self.pace(rec))
 
 
+SHADOWS = {
+    "one-pace": "every sort at the clock's pace",
+    "one-threshold": "any recall brings an archived memory back",
+    "paper": "the paper's law: t in days, S = 1, one pace",
+}
+_VARIED = ("threshold", "unit_days", "step", "importance_weight", "reactivate", "validation_factor")
+
+
+def varied(policy: EbbinghausPolicy, spec: str) -> EbbinghausPolicy:
+    """Another policy beside ``policy``, for a shadow pass: a name of ``SHADOWS``, or settings
+    over it, comma-separated: ``threshold=0.2,pace.people=0.25,unit_days=1``."""
+    spec = spec.strip()
+    if spec == "one-pace":
+        return replace(policy, decay=())
+    if spec == "one-threshold":
+        return replace(policy, reactivate=0.0)
+    if spec == "paper":
+        return PAPER
+    changes: dict = {}
+    paces = policy.paces()
+    for item in filter(None, (x.strip() for x in spec.split(","))):
+        name, _, value = item.partition("=")
+        name = name.strip()
+        try:
+            number = float(value)
+        except ValueError:
+            number = None
+        if number is None or not (name in _VARIED or name.removeprefix("pace.") in paces):
+            raise ValueError(
+                f"shadow policy {item!r}: give one of {', '.join(SHADOWS)}, or name=number with a name among "
+                f"{', '.join(_VARIED)}, pace.<sort> ({', '.join(CATEGORIES)})"
+            )
+        if name in _VARIED:
+            changes[name] = number
+        else:
+            paces[name.removeprefix("pace.")] = number
+    return replace(policy, decay=tuple(paces.items()), **changes)
+
+
 def category_of(rec: MemoryRecord) -> str:
     """The sort of memory ``rec`` is (``importance.categorize``): a turn by the person's words."""
     if rec.kind == Kind.TURN and rec.query.strip():

@@ -123,6 +123,8 @@ def cmd_forget(args) -> int:
     try:
         if not _known_user(bank, args.user):
             return 1
+        if args.shadow:
+            return _shadow(bank, args.user, now, args)
         decisions = bank.forget_pass(args.user, now, rng=random.Random(args.seed), dry_run=args.dry_run)
         for d in decisions:
             mark = "ARCHIVE" if d.archived else "keep   "
@@ -142,6 +144,41 @@ def cmd_forget(args) -> int:
             print(f"{bank.purge_archived(args.user)} archived memories deleted for good")
     finally:
         bank.close()
+    return 0
+
+
+def _shadow(bank, user: str, now, args) -> int:
+    """``forget --shadow SPEC``: the pass of the policy in use and of another beside it, both dry:
+    what each would archive, and where they differ."""
+    from memory.forgetting import EbbinghausPolicy, varied
+
+    from ..core.memory_view import shown
+
+    in_use = bank.policy_for(user)
+    try:
+        if not isinstance(in_use, EbbinghausPolicy):
+            raise ValueError("the policy in use is not the forgetting curve's: no shadow of it")
+        other = varied(in_use, args.shadow)
+    except ValueError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    mine = bank.forget_pass(user, now, rng=random.Random(args.seed), dry_run=True)
+    theirs = {
+        d.record.stored_id: d
+        for d in bank.forget_pass(user, now, rng=random.Random(args.seed), dry_run=True, policy=other)
+    }
+    both = sum(d.archived and theirs[d.record.stored_id].archived for d in mine)
+    for d in mine:
+        shadow = theirs[d.record.stored_id]
+        if d.archived != shadow.archived:
+            who = "only in use" if d.archived else "only shadow"
+            print(f"{who:11} {_fmt(shown(d.record, bank.policy, now))} R={d.retention:.3f} / {shadow.retention:.3f}")
+    n_mine, n_theirs = sum(d.archived for d in mine), sum(d.archived for d in theirs.values())
+    print(f"in use: {n_mine} of {len(mine)} active memories would be archived")
+    print(
+        f"shadow ({args.shadow}): {n_theirs} would be archived; both {both}, only in use {n_mine - both}, only shadow {n_theirs - both}"
+    )
+    print("nothing was archived (a shadow pass is always dry)")
     return 0
 
 
@@ -308,6 +345,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--dry-run", action="store_true", help="show S, R and what would be archived")
     p.add_argument("--purge", action="store_true", help="then delete archived memories for good")
     p.add_argument("--seed", type=int, default=0, help="seed for the probabilistic mode")
+    p.add_argument(
+        "--shadow",
+        metavar="POLICY",
+        help="run another policy beside the one in use and report what each would archive (nothing is archived): "
+        "one-pace, one-threshold, paper, or settings such as threshold=0.2,pace.people=0.25",
+    )
     p.add_argument("--now")
     p.set_defaults(func=cmd_forget)
 

@@ -66,6 +66,18 @@ def test_import_list_search_forget_export(tmp_path, bank_file):
     dry = run(home, "forget", "--user", "Amy", "--dry-run", "--now", "2023-07-15T09:00").stdout
     assert "ARCHIVE" in dry and "would be archived" in dry
     assert "paces (t runs at this share of the clock" in dry and "people 0.04," in dry and "small_talk 1" in dry
+    # a shadow policy beside the one in use: the cat (a pet), the hike on Mount Tai (a name) and the
+    # day's summary fade only where every sort runs at the clock's pace
+    shadow = run(home, "forget", "--user", "Amy", "--shadow", "one-pace", "--now", "2023-07-15T09:00").stdout
+    only = [line for line in shadow.splitlines() if line.startswith("only")]
+    assert all(line.startswith("only shadow") for line in only) and any("Miso" in line for line in only), shadow
+    assert not any("I work as a nurse" in line for line in only)  # archived by both
+    assert "in use: 1 of 4 active memories would be archived" in shadow
+    assert "shadow (one-pace): 4 would be archived; both 1, only in use 0, only shadow 3" in shadow
+    same = run(home, "forget", "--user", "Amy", "--shadow", "pace.people=0.04", "--now", "2023-07-15T09:00").stdout
+    assert "only in use 0, only shadow 0" in same
+    bad = run(home, "forget", "--user", "Amy", "--shadow", "pace.gossip=2", check=False)
+    assert bad.returncode == 2 and "pace.<sort>" in bad.stderr
     assert "archived" not in run(home, "memories", "list", "--user", "Amy", "--all").stdout.split("R=")[1][:20]
     run(home, "forget", "--user", "Amy", "--now", "2023-07-15T09:00")
     assert "archived" in run(home, "memories", "list", "--user", "Amy", "--all", "--now", "2023-07-15T09:00").stdout
