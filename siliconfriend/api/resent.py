@@ -52,6 +52,7 @@ RECENT_DAYS = 7  # how far back a chat's stored turns are followed (an edit of a
 # a sentence of a reply at least this long where it is quoted in a message without history
 ECHO_CHARS = 30
 QUOTE_CHARS = 30
+WINDOWS = 400  # a message's word starts searched in the replies (a huge message: its first ones)
 
 
 def _norm(text: str) -> str:
@@ -111,17 +112,27 @@ def echoes(text: str, replies: Iterable[str], *, history: bool, own: Iterable[st
     (a chat app's own prompt over a copy of the chat). Words the person said before (``own``:
     their earlier messages) are theirs to say again, even where a reply repeated them."""
     said = _plain(text)
-    mine = [p for p in (_plain(q) for q in own) if p]
-    if len(said) < ECHO_CHARS or any(said in p for p in mine):
+    if len(said) < ECHO_CHARS:
         return False
-    replies = [r for r in replies if r.strip()]
-    if any(said in _plain(r) for r in replies):
+    # what the message shares with the replies at all, found by searching its words' starts
+    # (a dozen characters each) in all the replies at once, made plain in one pass; most
+    # messages share nothing, and the sentence by sentence reading below is for the few that do
+    every = _plain("\0".join(r.replace("\0", " ") for r in replies))
+    starts = [0, *(i + 1 for i, c in enumerate(said) if c == " ")][:WINDOWS]
+    if not any(said[i : i + 12] in every for i in starts if i + 12 <= len(said)):
+        return False
+    mine = [p for p in (_plain(q) for q in own) if p]
+    if any(said in p for p in mine):
+        return False
+    if said in every:
         return True
+    plain = [p.strip() for p in every.split("\0") if p.strip()]
     quoted = {
         s
-        for r in replies
-        for s in _SENTENCE.split(_plain(r))
-        if len(s) >= 12 and s in said and not any(s in p for p in mine)
+        for p in plain
+        if any(said[i : i + 12] in p for i in starts if i + 12 <= len(said))
+        for s in _SENTENCE.split(p)
+        if len(s) >= 12 and s in said and not any(s in m for m in mine)
     }
     if not history and any(len(s) >= QUOTE_CHARS for s in quoted):
         return True
@@ -232,13 +243,14 @@ def place(
         placed.echo = echoes(text, streaming, history=bool(history))
         return new_chat()
     # the turns without their extra fields, then only the chat's id and place in them (the rest
-    # is what each turn's prompt held: kilobytes a turn, read at every request otherwise)
-    days = [today - timedelta(days=d) for d in range(RECENT_DAYS)]
-    recent = [
-        t
-        for t in bank.records(user, kind=Kind.TURN, days=days, newest_first=True, extra=False)
-        if t.state != State.SUPERSEDED
-    ]
+    # is what each turn's prompt held: kilobytes a turn, read at every request otherwise); those
+    # of today and yesterday, and of the whole week where the chat goes back further
+    recent = _recent(bank, user, today, 2)
+    if history and RECENT_DAYS > 2:
+        # a chat that began before yesterday (an evening's chat, continued): its older turns too
+        said = set(_keys(t.response for t in recent))
+        if any(_norm(a) not in said for _, a in history if a.strip()):
+            recent = _recent(bank, user, today, RECENT_DAYS)
     if echoes(text, [*streaming, *(t.response for t in recent)], history=bool(history), own=(t.query for t in recent)):
         placed.echo = True
         return placed
@@ -298,6 +310,13 @@ def place(
         placed.extra[CHAT][SEQ] = _seq(seqs, head)
         placed.changes += [Change("deleted", t) for t in gone]
     return placed
+
+
+def _recent(bank: MemoryBank, user: str, today: date, days: int) -> list[MemoryRecord]:
+    """The user's turns of the last ``days`` days that are not superseded, newest first."""
+    when = [today - timedelta(days=d) for d in range(days)]
+    turns = bank.records(user, kind=Kind.TURN, days=when, newest_first=True, extra=False)
+    return [t for t in turns if t.state != State.SUPERSEDED]
 
 
 def _seq(seqs: dict[int, int], turn: MemoryRecord) -> str:

@@ -9,7 +9,7 @@ import httpx
 import openai
 import pytest
 from api_helpers import client
-from app_sessions import GREETING, SillyTavernChat, active, open_webui_session, sillytavern_session, why
+from app_sessions import GREETING, SillyTavernChat, active, open_webui_session, sillytavern_session, turns, why
 from frontend_requests import ST_HEADERS, sillytavern, st_body
 
 
@@ -197,3 +197,28 @@ def test_a_sillytavern_chat_starts_with_its_greeting_never_stored(served):
     st.send("Hello Sol!")
     assert active(served, "gia") == [("Hello Sol!", st.chat[-1]["content"])]
     assert all(GREETING not in q + r for q, r in active(served, "gia"))
+
+
+def test_a_chat_continued_days_later_is_followed(served):
+    """A SillyTavern chat of Monday evening, continued on Thursday: an edit of Monday's first
+    message and the deletion of another are followed (the chat's week is read)."""
+    from datetime import timedelta
+
+    key = served.signup("wyn")
+    served.backend.variant = " How lovely."
+    st = SillyTavernChat([served], key)
+    start = served.clock.now
+    try:
+        for text in ("I have a cat, Tom.", "He is ginger.", "He sleeps all day."):
+            st.send(text)
+        served.clock.now = start + timedelta(days=3)
+        st.chat[1]["content"] = "I have a cat, Tommy."
+        del st.chat[3:5]  # "He is ginger."
+        st.send("Good evening again!")
+        assert active(served, "wyn") == st.exchanges()
+        assert why(served, "wyn") == {"I have a cat, Tom.": "edited", "He is ginger.": "deleted"}
+        # the edited exchange stays on its day
+        [tommy] = [t for t in turns(served, "wyn") if t.query == "I have a cat, Tommy."]
+        assert tommy.day == start.date()
+    finally:
+        served.clock.now = start
