@@ -63,6 +63,14 @@ _ZH_SMALL_TALK = re.compile(r"^\s*(你好|嗨|哈喽|早上好|晚上好|晚安|
 _CJK = re.compile(r"[\u3400-\u9fff]")
 
 
+def about_self(message: str) -> bool:
+    """Whether ``message`` tells something of the speaker (I / my / 我) beyond small talk."""
+    text = message.strip()
+    if not text or _EN_SMALL_TALK.match(text) or _ZH_SMALL_TALK.match(text):
+        return False
+    return bool((_ZH_SELF if _CJK.search(text) else _EN_SELF).search(text))
+
+
 def rate_importance(message: str) -> float:
     """0 .. 1: how much ``message`` (the user's words) is worth keeping; see the module's text."""
     text = message.strip()

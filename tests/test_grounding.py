@@ -190,14 +190,17 @@ def test_the_failure_is_named_then_grounded_sentences_kept_then_the_users_own_wo
     assert "TV, Christmas, Paris" in model.prompts[1]  # the retry names what was not said
     assert [(w.kind, w.path) for w in report.written] == [
         (Kind.DAILY_EVENTS, "kept"),
-        (Kind.DAILY_PERSONALITY, "none"),
+        (Kind.DAILY_PERSONALITY, "extractive"),
         (Kind.GLOBAL_EVENTS, "daily"),
-    ]  # no profile: no global one either
+        (Kind.GLOBAL_PERSONALITY, "daily"),
+    ]  # no grounded profile: Amy's own words about herself instead, and so a global one
     events = bank.get_summary("Amy", Kind.DAILY_EVENTS, D1)
     assert events.text == f"{TRUE_EN[0]} {TRUE_EN[2]} {TRUE_EN[4]}" and dropped_of(events) == 1
     profile = bank.get_summary("Amy", Kind.DAILY_PERSONALITY, D1)
-    assert profile.text.startswith("Too little was said") and path_of(profile) == "none"
-    assert bank.get_summary("Amy", Kind.GLOBAL_PERSONALITY) is None
+    assert profile.text.startswith("What Amy said about themselves: “I adopted a grey cat called Pixel")
+    assert "night shifts as a nurse" in profile.text and path_of(profile) == "extractive"
+    assert "Narnia" not in profile.text and "dragons" not in profile.text
+    assert "night shifts as a nurse" in bank.get_summary("Amy", Kind.GLOBAL_PERSONALITY).text
     assert grounding_note({"path": "kept", "dropped": 1}, "en") == "1 unsupported sentence left out"
     assert grounding_note({"path": "kept", "dropped": 2}, "zh") == "略去了 2 句没有依据的话"
     assert "own words" in grounding_note({"path": "extractive", "dropped": 3}, "en")
@@ -396,9 +399,10 @@ def test_a_profile_rests_on_the_users_words_not_on_the_companions_reply(bank):
     report = Consolidator(bank, model).run("Amy", datetime(2023, 5, 3, 9))
     assert [(w.kind, w.path) for w in report.written][:2] == [
         (Kind.DAILY_EVENTS, "model"),
-        (Kind.DAILY_PERSONALITY, "none"),
+        (Kind.DAILY_PERSONALITY, "extractive"),  # her own words instead
     ]
     assert set(report.written[1].attempts[0].invented) >= {"Law", "Fourth", "Technique", "Vane"}
+    assert "Vane" not in report.written[1].text and "night shifts as a nurse" in report.written[1].text
     for i, query in enumerate(TURNS_EN[::2]):
         bank.add_turn("Bo", query, TURNS_EN[2 * i + 1], datetime(2023, 5, 2, 19, i))
     strategy = (

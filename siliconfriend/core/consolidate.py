@@ -30,7 +30,7 @@ from datetime import date, datetime, timedelta
 from typing import Callable, Sequence
 
 from memory.bank import MemoryBank
-from memory.importance import rate_importance
+from memory.importance import about_self, rate_importance
 from memory.lexical import Tokenizer
 from memory.records import Kind, MemoryRecord
 
@@ -287,7 +287,14 @@ class Consolidator:
 
             def fallback(kind: Kind = kind) -> tuple[str, str]:
                 if kind == Kind.DAILY_PERSONALITY:
-                    return "none", prompts.fragment("no_profile", user_name=user, date=values["date"])
+                    # who they are in their own words, when the model's profile was not grounded:
+                    # what they said of themselves (their people, pets, places, work, plans)
+                    own_words = [t.query for t in turns if about_self(_statements(t.query))]
+                    if not own_words:
+                        return "none", prompts.fragment("no_profile", user_name=user, date=values["date"])
+                    return "extractive", extractive_summary(
+                        own_words, prompts, self.bank.tokenizer, intro="in_their_words", user_name=user
+                    )
                 return "extractive", extractive_summary([t.query for t in turns], prompts, self.bank.tokenizer)
 
             w = self._grounded(
@@ -471,8 +478,16 @@ def dropped_of(rec: MemoryRecord | None) -> int:
 _QUESTION = re.compile(r"[?？]\s*$")
 
 
-def extractive_summary(messages: Sequence[str], prompts: PromptSet, tokenizer: Tokenizer | None = None) -> str:
-    """The day's own statements by the user, said as such: "You told me: “…” “…”". Questions and
+def extractive_summary(
+    messages: Sequence[str],
+    prompts: PromptSet,
+    tokenizer: Tokenizer | None = None,
+    *,
+    intro: str = "you_told_me",
+    **values: str,
+) -> str:
+    """The day's own statements by the user, said as such: "You told me: “…” “…”" (``intro``: the
+    fragment that introduces them, with ``values``). Questions and
     small talk are left out, each statement is cut to its first sentences (about
     EXTRACTIVE_CHARS), near repeats are dropped (by their words: ``tokenizer``, the bank's), and
     the most telling ones are kept, in order."""
@@ -501,7 +516,12 @@ def extractive_summary(messages: Sequence[str], prompts: PromptSet, tokenizer: T
         candidates = [(0.0, 0, first[:EXTRACTIVE_CHARS])]
     kept = sorted(sorted(candidates, reverse=True)[:EXTRACTIVE_STATEMENTS], key=lambda c: c[1])
     quoted = " ".join(prompts.fragment("quote", text=t) for _, _, t in kept)
-    return prompts.fragment("you_told_me", statements=quoted)
+    return prompts.fragment(intro, statements=quoted, **values)
+
+
+def _statements(message: str) -> str:
+    """``message`` without its questions."""
+    return join_sentences([p for p in split_sentences(message) if not _QUESTION.search(p)])
 
 
 _DAY_LINE_DATE = re.compile(r"^([^:：]{4,40})[:：]")
