@@ -41,6 +41,7 @@ CSS = """
 .sf-remembered blockquote { margin: 0.2em 0 0.6em 0; opacity: 0.85; }
 .sf-note { font-size: 0.85em; opacity: 0.75; }
 #sf-header { align-items: center; }
+#mem_table th, #mem_table th * { word-break: keep-all !important; overflow-wrap: normal !important; hyphens: manual; }
 """
 
 
@@ -259,8 +260,10 @@ def build_app(service: WebService) -> gr.Blocks:
 
         def chain(event):
             return (
-                event.then(h.enter, [token, lang, draft_owner], enter_outputs, **quiet)
-                .then(relabel, [token, lang], relabel_outputs, **quiet)
+                # the labels in the page's language first, then the person's page: what enter
+                # shows (the last reply's "what I remembered") is not reset to the empty text
+                event.then(relabel, [token, lang], relabel_outputs, **quiet)
+                .then(h.enter, [token, lang, draft_owner], enter_outputs, **quiet)
                 .then(chat.handlers.count, [token, chat.message, lang], chat.counter, **quiet)
                 .then(chat.handlers.intro, [token, lang], chat.chatbot, **quiet)
             )

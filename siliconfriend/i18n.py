@@ -118,10 +118,13 @@ TEXT: dict[str, dict[str, str]] = {
     "yes": {"en": "yes", "zh": "是"},
     # memory page
     "mem_intro": {
-        "en": "Every memory with its strength **S** and retention **R = e^(−t/S)**. Faded "
+        "en": "Every memory with its strength **S** and retention **R = e^(−t/S)**, where **t** is the "
+        "time since it was last recalled (or made), in {unit}: t = 1 after {days:g} days (some kinds of "
+        "memory fade at a pace of their own). Faded "
         "memories are archived, not erased: restore them, pin what must never fade, "
         "delete what you want gone.",
-        "zh": "每条记忆都显示强度 **S** 与保持率 **R = e^(−t/S)**。淡忘的记忆只是归档、不会抹去："
+        "zh": "每条记忆都显示强度 **S** 与保持率 **R = e^(−t/S)**，其中 **t** 是自上次想起（或记下）以来的"
+        "时间，以{unit}为单位：{days:g} 天后 t = 1（有些种类的记忆按各自的速度淡忘）。淡忘的记忆只是归档、不会抹去："
         "可以恢复，可以钉住让它永不淡忘，也可以彻底删除。",
     },
     "mem_day": {"en": "Day", "zh": "日期"},
@@ -244,10 +247,22 @@ TEXT: dict[str, dict[str, str]] = {
 }
 
 
+def time_unit(days: float, lang: str) -> str:
+    """The unit of the forgetting curve's t, ``days`` days, in words."""
+    if days == 7:
+        return "周" if lang == "zh" else "weeks"
+    if days == 1:
+        return "天" if lang == "zh" else "days"
+    return f"{days:g} 天" if lang == "zh" else f"units of {days:g} days"
+
+
 def wait_words(seconds: float, lang: str) -> str:
-    """How long a refused login must wait, in minutes (a back-off of seconds is "under a minute")."""
-    if seconds <= 60:
-        return "一分钟" if lang == "zh" else "a minute"
+    """How long a refused login must wait: seconds under a minute, else minutes (rounded up)."""
+    if seconds < 60:
+        n = max(1, math.ceil(seconds))
+        if lang == "zh":
+            return f"{n} 秒"
+        return f"{n} second" if n == 1 else f"{n} seconds"
     minutes = math.ceil(seconds / 60)
     if lang == "zh":
         return f"{minutes} 分钟"

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import html
 import logging
+import re
 from collections.abc import Generator
 from dataclasses import dataclass
 from typing import Any, Callable, Iterator
@@ -47,6 +48,28 @@ def shown(text: str) -> str:
     return html.escape(text or "", quote=False)
 
 
+# what a reply's markdown would make a link or an image of: markdown images and links, and bare
+# addresses (the chat's markdown turns "https://..." and "www...." into links of their own)
+_MD_IMAGE = re.compile(r"!\[([^\]\n]*)\]\(\s*<?([^)\s>]*)>?[^)\n]*\)")
+_MD_LINK = re.compile(r"\[([^\]\n]*)\]\(\s*<?([^)\s>]*)>?[^)\n]*\)")
+_ADDRESS = re.compile(
+    r"(?:(?<![a-z0-9+.-])[a-z][a-z0-9+.-]*://|(?<![a-z0-9.-])www\.|(?<![a-z0-9])mailto:)[^\s<>`()\"']*[^\s<>`()\"'.,;:!?。，；：！？）]",
+    re.I,
+)
+
+
+def reply_shown(text: str) -> str:
+    """A model's reply as the chat shows it: its markdown kept (lists, bold, code), but no link
+    to click and nothing loaded from elsewhere. A small model invents addresses; a link or an
+    image in a reply would send a person, or their browser, to one. So HTML is text, a markdown
+    image or link becomes its words and its address, and every address is shown in a code
+    span: visible, copyable, never a link, never fetched."""
+    text = (text or "").replace("&", "&amp;").replace("<", "&lt;")
+    text = _MD_IMAGE.sub(lambda m: f"{m[1]} ({m[2]})" if m[1].strip() else f"({m[2]})", text)
+    text = _MD_LINK.sub(lambda m: f"{m[1]} ({m[2]})" if m[2] else m[1], text)
+    return _ADDRESS.sub(lambda m: f"`{m[0]}`", text)
+
+
 def remembered_markdown(items: list[dict], lang: str) -> str:
     """The "what I remembered" text for one reply: the memories retrieved, then the lines of
     today's conversation that were in the prompt."""
@@ -60,13 +83,13 @@ def remembered_markdown(items: list[dict], lang: str) -> str:
         lines.append(
             f"- **{day}** · {t('kind_' + it['kind'], lang)} · S {it['strength']:g} · "
             f"R {it['retention']:.2f} · #{it['id']}  \n  _{html.escape(why)}_  \n"
-            f"  > {html.escape(_clip(it['text']))}"
+            f"  > {reply_shown(_clip(it['text']))}"
         )
     if not memories:
         lines.append(t("remembered_none_today" if today else "remembered_none", lang))
     if today:
         lines.append(f"\n**{t('today_lines_1' if len(today) == 1 else 'today_lines', lang, n=len(today))}**")
-        lines += [f"- #{it['id']} {html.escape(_clip(it['text'], 160))}" for it in today]
+        lines += [f"- #{it['id']} {reply_shown(_clip(it['text'], 160))}" for it in today]
     for it in made_up:  # names the reply used as if remembered, found in none of the above
         lines.append(f"\n⚠️ {t('not_from_memory', lang, names=html.escape(_clip(it['text'], 160)))}")
     return "\n".join(lines)
@@ -89,7 +112,7 @@ def turn_messages(query: str, reply: str, remembered: list[dict] | None, lang: s
                 "metadata": {"title": remembered_title(remembered, lang), "status": "done"},
             }
         )
-    out.append({"role": "assistant", "content": reply})
+    out.append({"role": "assistant", "content": reply_shown(reply)})
     return out
 
 
@@ -142,7 +165,7 @@ class ChatHandlers:
             shown_panel = False
             for chunk in stream:
                 reply += chunk
-                msgs[-1] = {"role": "assistant", "content": reply + " ▌"}
+                msgs[-1] = {"role": "assistant", "content": reply_shown(reply) + " ▌"}
                 panel = gr.skip()
                 if not shown_panel and stream.messages:  # the prompt is built
                     panel = remembered_markdown(self._entries(stream), lang)
@@ -277,7 +300,10 @@ class ChatHandlers:
             if (turn.extra or {}).get("stopped"):
                 reply = f"{reply} {t('stopped', lang)}".strip()
             msgs += turn_messages(turn.query, reply, stored_remembered(turn), lang)
-        return [msgs, gr.skip(), t("remembered_empty", lang), {}, {"user": user, "messages": msgs}]
+        # the panel shows what the last reply remembered, as it did before the reload
+        last = stored_remembered(turns[-1]) if turns else None
+        panel = remembered_markdown(last, lang) if last is not None else t("remembered_empty", lang)
+        return [msgs, gr.skip(), panel, {}, {"user": user, "messages": msgs}]
 
     @staticmethod
     def blank(lang: str) -> list:
@@ -352,12 +378,11 @@ def build_chat(
 
     outputs = [chatbot, message, remembered, failed, view]
     send_fn, regen_fn = guarded(handlers.send), guarded(handlers.regenerate)
-    gate(send.click)(
-        send_fn, [token, message, view], outputs, api_name="chat", concurrency_limit=4, concurrency_id="chat"
-    )
-    gate(message.submit)(
-        send_fn, [token, message, view], outputs, api_visibility="private", concurrency_limit=4, concurrency_id="chat"
-    )
+    # a message sent while a reply streams is sent once it ends ("always_last": Gradio's default
+    # ignored it without a word); it waits in the box meanwhile
+    sending = {"concurrency_limit": 4, "concurrency_id": "chat", "trigger_mode": "always_last"}
+    gate(send.click)(send_fn, [token, message, view], outputs, api_name="chat", **sending)
+    gate(message.submit)(send_fn, [token, message, view], outputs, api_visibility="private", **sending)
     gate(regen.click)(
         regen_fn, [token, view, failed], outputs, api_name="regenerate", concurrency_limit=4, concurrency_id="chat"
     )

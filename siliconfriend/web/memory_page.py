@@ -22,7 +22,7 @@ from memory.records import Kind, State
 
 from ..accounts.users import AccountError
 from ..core.memory_view import ShownMemory
-from ..i18n import Translator, say, t, why_words
+from ..i18n import Translator, say, t, time_unit, why_words
 from .common import guard, lang_of, notify
 from .plot import retention_figure
 from .service import WebService
@@ -325,7 +325,13 @@ def build_memory(
     """``gate``: as for ``build_chat``."""
     guarded = guard(service)
     h = MemoryHandlers(service)
-    tr(gr.Markdown(tr.text("mem_intro")), value="mem_intro")
+    # t's unit is the forgetting policy's (weeks by default): "S = 4.16, fades in 67 days" follows
+    days = float(getattr(service.bank.policy, "unit_days", 1.0))
+
+    def intro(lang: str) -> str:
+        return t("mem_intro", lang, unit=time_unit(days, lang), days=days)
+
+    tr(gr.Markdown(intro(tr.lang), elem_id="mem_intro"), value=intro)
     with gr.Row():
         day = tr(
             gr.Dropdown([(tr.text("all"), ALL)], value=ALL, label=tr.text("mem_day"), elem_id="mem_day", scale=1),
@@ -357,8 +363,9 @@ def build_memory(
         wrap=True,
         elem_id="mem_table",
         max_height=420,
-        # one width per column (12), S and R wide enough for "4.84" on one line
-        column_widths=["4%", "8%", "8%", "6%", "5%", "5%", "5%", "5%", "24%", "12%", "6%", "12%"],
+        # one width per column (12), S and R wide enough for "4.84" on one line, "pinned",
+        # "recalls" and "importance" for their headers (which never break inside a word: app.CSS)
+        column_widths=["4%", "8%", "8%", "6%", "6%", "5%", "5%", "6%", "21%", "11%", "8%", "12%"],
     )
     tr(gr.Markdown(tr.text("mem_table"), elem_classes=["sf-note"]), value="mem_table")
     with gr.Row():

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import sqlite3
 
 import pytest
@@ -130,8 +131,9 @@ def test_the_owner_who_mistypes_waits_seconds_that_grow_never_long(accounts, clo
     with pytest.raises(TooManyAttempts) as exc:
         accounts.login("hana", "long enough pw", client="1.2.3.4")
     assert 0 < exc.value.retry_after <= lim.max_backoff_s  # it was 869 s with a 15-minute wall
-    assert say(str(exc.value), "zh") == "尝试失败次数过多：请一分钟后再试。"  # in minutes, in the page's language
-    assert say(str(exc.value), "en").endswith("try again in a minute")
+    # a wait of seconds in seconds, in the page's language
+    assert re.fullmatch(r"尝试失败次数过多：请(\d+ 秒|1 分钟)后再试。", say(str(exc.value), "zh"))
+    assert re.search(r"try again in (\d+ seconds?|1 minute)$", say(str(exc.value), "en"))
     clock.now += exc.value.retry_after + 0.01
     assert accounts.login("hana", "long enough pw", client="1.2.3.4").user == "hana"
 
@@ -328,3 +330,18 @@ def test_the_browser_key_is_kept_beside_the_database(tmp_path, accounts):
     finally:
         again.close()
     assert (tmp_path / ".web_secret").stat().st_mode & 0o777 == 0o600
+
+
+def test_a_wait_of_seconds_is_said_in_seconds():
+    from siliconfriend.i18n import wait_words
+
+    assert [wait_words(s, "en") for s in (0.2, 1, 5, 59.5, 60, 61, 600)] == [
+        "1 second",
+        "1 second",
+        "5 seconds",
+        "60 seconds",
+        "1 minute",
+        "2 minutes",
+        "10 minutes",
+    ]
+    assert [wait_words(s, "zh") for s in (5, 90)] == ["5 秒", "2 分钟"]

@@ -40,11 +40,10 @@ def browser():
         b.close()
 
 
-@pytest.fixture(scope="module")
-def live_app(tmp_path_factory, e5_embedder, smollm2_backend):
-    """The app on a free port with the real SmolLM2 (short replies and summaries), shared by the
-    tests of this module (one server, one browser); its clock is the module's own."""
-    from conftest import FAST_HASHER, Clock, free_port
+def serve_app(home: Path, embedder, backend, clock, **options):
+    """app.py's app over ``home`` with ``backend``, on a free port, as app.py serves it (the API
+    too, and the keys section): (url, service, stop)."""
+    from conftest import FAST_HASHER, free_port
 
     import app as web_app
     from memory.bank import MemoryBank
@@ -52,11 +51,9 @@ def live_app(tmp_path_factory, e5_embedder, smollm2_backend):
     from siliconfriend.config import Settings
     from siliconfriend.factory import build_companion, build_web_service
 
-    tmp_path = tmp_path_factory.mktemp("browser")
-    clock = Clock(datetime(2024, 5, 4, 10, 0))
-    settings = Settings(home=tmp_path / "home", backend="hf", model="smollm2", max_new_tokens=20)
-    bank = MemoryBank(settings.home, e5_embedder)
-    companion = build_companion(settings, clock=clock, backend=smollm2_backend, bank=bank, summary_tokens=16)
+    settings = Settings(home=home, max_new_tokens=20, **options)
+    bank = MemoryBank(settings.home, embedder)
+    companion = build_companion(settings, clock=clock, backend=backend, bank=bank, summary_tokens=16)
     service = build_web_service(
         settings,
         accounts=Accounts.at(settings.home / "accounts.db", hasher=FAST_HASHER),
@@ -65,11 +62,27 @@ def live_app(tmp_path_factory, e5_embedder, smollm2_backend):
     )
     demo = web_app.build_app(service)
     port = free_port()
-    routes = web_app.api_routes(service)  # as app.py serves it: the API too, and the keys section
+    routes = web_app.api_routes(service)
     web_app.launch(demo, host="127.0.0.1", port=port, prevent_thread_lock=True, quiet=True, routes=routes)
-    yield f"http://127.0.0.1:{port}/", service, clock
-    demo.close()
-    bank.close()
+
+    def stop():
+        demo.close()
+        bank.close()
+
+    return f"http://127.0.0.1:{port}/", service, stop
+
+
+@pytest.fixture(scope="module")
+def live_app(tmp_path_factory, e5_embedder, smollm2_backend):
+    """The app on a free port with the real SmolLM2 (short replies and summaries), shared by the
+    tests of this module (one server, one browser); its clock is the module's own."""
+    from conftest import Clock
+
+    clock = Clock(datetime(2024, 5, 4, 10, 0))
+    home = tmp_path_factory.mktemp("browser") / "home"
+    url, service, stop = serve_app(home, e5_embedder, smollm2_backend, clock, backend="hf", model="smollm2")
+    yield url, service, clock
+    stop()
 
 
 def shots_dir(name: str) -> Path:
