@@ -169,6 +169,13 @@ class LazyBackend:
             raise AttributeError(name)
         return getattr(self._get(), name)
 
+    def drop_prefix(self, cache_key: str) -> None:
+        """A backend never built keeps no prompt to drop (and is not built for this)."""
+        if self._backend is not None:
+            drop = getattr(self._backend, "drop_prefix", None)
+            if drop is not None:
+                drop(cache_key)
+
     def stream(self, messages, *, max_tokens=None, **options):
         # options: what the built backend's stream takes besides (cache_key where it keeps_prefix)
         return self._get().stream(messages, max_tokens=max_tokens, **options)

@@ -83,6 +83,29 @@ def _fmt(m: ShownMemory, extra: str = "") -> str:
     return f"#{m.id:<5} {m.day or '':<10}  {m.kind:<18} S={m.strength:<4g} R={m.retention:.3f} {flag:<8} {extra}{text}"
 
 
+def _delete(bank, args) -> int:
+    """Delete memories for good, as the memory page and the API do (``Companion.forget``: with
+    what was written from them and every copy of their words)."""
+    from memory.bank import UnknownMemory
+
+    from ..config import Settings
+    from ..core.memory_view import memory_id
+    from ..factory import build_backend, build_companion
+
+    if not args.query:
+        print("siliconfriend: memories delete needs the ids of the memories", file=sys.stderr)
+        return 2
+    settings = Settings.load(home=args.home)
+    companion = build_companion(settings, bank=bank, backend=build_backend(settings, lazy=True))
+    try:
+        n = companion.forget(args.user, [memory_id(i) for i in args.query])
+    except UnknownMemory as exc:
+        print(f"siliconfriend: {exc.args[0] if exc.args else exc}: nothing was deleted", file=sys.stderr)
+        return 1
+    print(f"{n} memories deleted for good, with every copy of their words")
+    return 0
+
+
 def cmd_memories(args) -> int:
     from memory.records import Kind, State
 
@@ -93,6 +116,8 @@ def cmd_memories(args) -> int:
     try:
         if not _known_user(bank, args.user):
             return 1
+        if args.action == "delete":
+            return _delete(bank, args)
         if args.action == "search":
             if not args.query:
                 print("siliconfriend: memories search needs a query", file=sys.stderr)
@@ -327,9 +352,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--out", help="file to write (default: standard output)")
     p.set_defaults(func=cmd_export)
 
-    p = sub.add_parser("memories", help="list or search a user's memories, with S and R")
-    p.add_argument("action", choices=["list", "search"])
-    p.add_argument("query", nargs="*")
+    p = sub.add_parser("memories", help="list, search or delete a user's memories, with S and R")
+    p.add_argument("action", choices=["list", "search", "delete"])
+    p.add_argument("query", nargs="*", help="search: the words; delete: the memory ids")
     p.add_argument("--user", required=True)
     p.add_argument("--day", help="only this day (YYYY-MM-DD)")
     p.add_argument(

@@ -289,3 +289,19 @@ def test_the_eval_switches_the_sentence_vectors_on():
     on, scored = ABLATIONS["sentences"](RetrievalConfig(k=7)), ABLATIONS["sentences-scored"](RetrievalConfig(k=7))
     assert on.use_sentences and on.sentence_weight == 0 and on.k == 7
     assert scored.use_sentences and scored.sentence_weight > 0
+
+
+def test_memories_delete_removes_the_words_everywhere(tmp_path, bank_file):
+    """``memories delete`` goes the way the page and the API go (``Companion.forget``): the turn,
+    the day's summary written from it, and every byte of its words in the home."""
+    home = tmp_path / "home"
+    run(home, "import-memorybank", str(bank_file), "--user", "Amy")
+    listing = run(home, "memories", "list", "--user", "Amy", "--all").stdout
+    miso = next(line for line in listing.splitlines() if "Miso" in line)
+    mid = miso.split("#", 1)[1].split()[0].strip(":")
+    out = run(home, "memories", "delete", mid, "--user", "Amy").stdout
+    assert "1 memories deleted for good" in out
+    assert "Miso" not in run(home, "memories", "list", "--user", "Amy", "--all").stdout
+    assert not [p for p in home.rglob("*") if p.is_file() and b"miso" in p.read_bytes().lower()]
+    bad = run(home, "memories", "delete", "999", "--user", "Amy", check=False)
+    assert bad.returncode == 1 and "nothing was deleted" in bad.stderr

@@ -167,6 +167,21 @@ def test_retention_curves(two, web_clock):
     assert service.memory_page.retention_curves(bob)["curves"] == []
 
 
+def test_an_export_made_before_a_deletion_is_not_handed_out(two):
+    """A pending export holds the words of a memory deleted after it was written: the deletion
+    drops it (the link says it expired; export again)."""
+    service, alice, bob = two
+    say(service, alice, "My locker word is quasarplum.")
+    ticket = service.exports.export_file(alice, "alice-browser")
+    stored = service.exports.export_dir / f"{ticket}.json"
+    assert b"quasarplum" in stored.read_bytes()
+    bobs = service.exports.export_file(bob, "bob-browser")
+    turn = next(r for r in service.memory_page.memories(alice, kind="turn") if "quasarplum" in r.text)
+    assert service.memory_page.delete_memories(alice, [turn.id]) == 1
+    assert not stored.exists() and service.exports.take_export(ticket, "alice-browser") is None
+    assert service.exports.take_export(bobs, "bob-browser") is not None  # another user's is kept
+
+
 def test_export_is_memorybank_json_plus_our_fields(two, tmp_path):
     service, alice, bob = two
     service.account.save_prefs(alice, persona="gentle")
