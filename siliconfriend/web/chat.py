@@ -50,6 +50,7 @@ def shown(text: str) -> str:
 
 # what a reply's markdown would make a link or an image of: markdown images and links, and bare
 # addresses (the chat's markdown turns "https://..." and "www...." into links of their own)
+BREAK = re.compile(r"<br\s*/?>", re.I)
 _MD_IMAGE = re.compile(r"!\[([^\]\n]*)\]\(\s*<?([^)\s>]*)>?[^)\n]*\)")
 _MD_LINK = re.compile(r"\[([^\]\n]*)\]\(\s*<?([^)\s>]*)>?[^)\n]*\)")
 _ADDRESS = re.compile(
@@ -64,7 +65,8 @@ def reply_shown(text: str) -> str:
     image in a reply would send a person, or their browser, to one. So HTML is text, a markdown
     image or link becomes its words and its address, and every address is shown in a code
     span: visible, copyable, never a link, never fetched."""
-    text = (text or "").replace("&", "&amp;").replace("<", "&lt;")
+    text = BREAK.sub("\n", text or "")  # a model's line break in HTML (in its tables) is a line break
+    text = text.replace("&", "&amp;").replace("<", "&lt;")
     text = _MD_IMAGE.sub(lambda m: f"{m[1]} ({m[2]})" if m[1].strip() else f"({m[2]})", text)
     text = _MD_LINK.sub(lambda m: f"{m[1]} ({m[2]})" if m[2] else m[1], text)
     return _ADDRESS.sub(lambda m: f"`{m[0]}`", text)

@@ -23,6 +23,7 @@ from memory.records import Kind, State
 from ..accounts.users import AccountError
 from ..core.memory_view import ShownMemory
 from ..i18n import Translator, say, t, time_unit, why_words
+from .chat import BREAK
 from .common import guard, lang_of, notify
 from .plot import retention_figure
 from .service import WebService
@@ -43,6 +44,10 @@ def state_choices(lang: str) -> list[tuple[str, str]]:
     return [(t("all", lang), ALL)] + [(t(f"state_{s.value}", lang), s.value) for s in State]
 
 
+def _cut(text: str, n: int) -> str:
+    return text if len(text) <= n else text[: n - 1] + "…"
+
+
 def table_value(rows: list[ShownMemory], lang: str) -> dict:
     """The table's value: translated headers, kinds and states; long texts cut."""
     data = [
@@ -55,7 +60,7 @@ def table_value(rows: list[ShownMemory], lang: str) -> dict:
             round(r.strength, 2),
             round(r.retention, 3),
             r.recall_count,
-            r.text if len(r.text) <= 400 else r.text[:399] + "…",
+            _cut(BREAK.sub("\n", r.text), 400),  # a model's <br> is a line break, not text
             why_words(r.why, lang),
             r.importance,
             say(r.status, lang),

@@ -77,7 +77,7 @@ def test_links_in_replies_are_text_and_images_never_load(browser, edge_app):  # 
         backend.reply = (
             "Read [the guide](https://evil.example/guide) or https://evil.example/raw now. "
             "![a cat](https://evil.example/cat.png) <img src='https://evil.example/tag.png'> "
-            "<a href='https://evil.example/a'>here</a> **done**"
+            "<a href='https://evil.example/a'>here</a> **done**<br>next line"
         )
         ui.say("Where can I read more?", 0)
         chat = page.locator("#chatbot")
@@ -87,6 +87,7 @@ def test_links_in_replies_are_text_and_images_never_load(browser, edge_app):  # 
         assert "https://evil.example/guide" in text and "https://evil.example/raw" in text  # visible
         assert "https://evil.example/cat.png" in text
         assert chat.locator("strong", has_text="done").count() >= 1  # markdown still works
+        assert "<br>" not in text and "next line" in text  # a model's HTML line break is a line break
         page.reload()
         ui.logged_in("lina")
         ui.wait_text("#chatbot", "https://evil.example/raw")
@@ -133,7 +134,7 @@ def test_the_memory_page_search_finds_a_single_chinese_character(browser, edge_a
         dog = "我的狗叫旺财，我每周都和同事一起加班到很晚，周末还要去上英语课。"
         others = ["我的猫叫小白，它喜欢吃鱼。", "我养了一只仓鼠。", "我家的鹦鹉会说话。", "我的兔子喜欢吃胡萝卜。"]
         for i, said in enumerate([*others, dog]):
-            service.bank.add_turn("bobo", said, "好的。\n下次再聊。", clock.now - timedelta(days=1, minutes=-i))
+            service.bank.add_turn("bobo", said, "好的。<br>下次再聊。", clock.now - timedelta(days=1, minutes=-i))
         service.bank.settle()
         ui.tab("Memory")
         page.locator("#mem_query textarea, #mem_query input").first.fill("狗")
