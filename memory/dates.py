@@ -164,3 +164,46 @@ def conversation_days(text: str, talked_on: Callable[[], Sequence[date]], today:
     if last and before and before[-1] not in out:
         out.append(before[-1])
     return out
+
+
+_EN_AHEAD = re.compile(
+    rf"\b(?P<rel>tomorrow|day after tomorrow)\b|\b(?:next|this|on|coming)\s+(?P<w>{'|'.join(sorted(_WEEKDAYS, key=len, reverse=True))})\b",
+    re.I,
+)
+_ZH_AHEAD = re.compile(r"(?P<rel>明天|后天)|(?P<next>下个?|这个?|本)?(?:周|星期|礼拜)(?P<w>[一二三四五六日天])")
+
+
+def days_ahead(text: str, said: date) -> list[date]:
+    """The days a plan names ("tomorrow", "next Tuesday", "on June 14th", "下周五", "6月14日"),
+    resolved forward from the day it was ``said``: a month-day without a year is the next such
+    day, a weekday the next one (a week further with "next" / 下). A plan's counterpart of
+    ``days_in_query``, which looks back."""
+    found: list[date] = []
+    for m in _EN_AHEAD.finditer(text):
+        if m.group("rel"):
+            found.append(said + timedelta(days=2 if m.group("rel").lower().startswith("day after") else 1))
+        else:
+            weekday = _WEEKDAYS[m.group("w").lower()]
+            ahead = (weekday - said.weekday()) % 7 or 7
+            found.append(said + timedelta(days=ahead))
+    for m in _ZH_AHEAD.finditer(text):
+        if m.group("rel"):
+            found.append(said + timedelta(days=1 if m.group("rel") == "明天" else 2))
+        else:
+            weekday = _ZH_WEEKDAYS[m.group("w")]
+            start = said - timedelta(days=said.weekday())  # this week's Monday
+            week = 7 if (m.group("next") or "").startswith("下") else 0
+            day = start + timedelta(days=week + weekday)
+            found.append(day if day > said else day + timedelta(days=7))
+    for pattern in (_EN_MONTH_DAY, _EN_DAY_MONTH, _ZH_DATE):
+        for m in pattern.finditer(text):
+            month = _MONTHS[m.group("m").lower()] if pattern is not _ZH_DATE else int(m.group("m"))
+            try:
+                year = int(m.group("y")) if m.group("y") else said.year
+                day = date(year, month, int(m.group("d")))
+                if not m.group("y") and day < said:
+                    day = date(year + 1, month, int(m.group("d")))
+            except ValueError:
+                continue
+            found.append(day)
+    return sorted(set(found))

@@ -123,9 +123,10 @@ _ZH_PREFER = re.compile(r"喜欢|爱吃|爱看|爱好|讨厌|最爱|偏爱|不�
 
 
 @functools.lru_cache(maxsize=65536)
-def categorize(text: str) -> str:
+def categorize(text: str, names: bool = True) -> str:
     """The sort of memory ``text`` (the person's words) is: one of ``CATEGORIES``. A memory that
-    names people (or pets) and an event counts as about people: both fade slowly."""
+    names people (or pets) and an event counts as about people: both fade slowly. ``names``
+    False: a capitalised name is not taken for a person (the caller knows who it names)."""
     text = text.strip()
     if not text:
         return "small_talk"
@@ -136,8 +137,8 @@ def categorize(text: str) -> str:
     else:
         if _EN_SMALL_TALK.match(text) or len(text.split()) < 4:
             return "small_talk"
-        names = (m for m in _EN_NAME.findall(text) if not _EN_EVENTS.fullmatch(m))  # not "Friday", "June"
-        people = bool(_EN_PEOPLE.search(text) or next(names, None))
+        found = (m for m in _EN_NAME.findall(text) if not _EN_EVENTS.fullmatch(m))  # not "Friday", "June"
+        people = bool(_EN_PEOPLE.search(text) or (names and next(found, None)))
         events, prefer = bool(_EN_EVENTS.search(text)), bool(_EN_PREFER.search(text))
     if people:
         return "people"

@@ -25,6 +25,7 @@ from ..accounts.users import Accounts
 from ..backends.base import Message, Role, takes_tools
 from ..config import Settings
 from ..core.companion import MAX_MESSAGE_CHARS, TODAY, Companion, Limits, ReplyStream, used_entry
+from ..core.known import known
 from ..core.memory_view import memory_id as parse_memory_id
 from ..core.memory_view import search as search_memories
 from ..core.memory_view import shown
@@ -589,6 +590,12 @@ class ApiService:
             "has_more": more,
             "next_offset": offset + limit if more else None,
         }
+
+    def known(self, user: str, *, lang: str = "en") -> dict:
+        """What I know about you: the profile and the facts the user stated, each with its turn."""
+        if lang not in ("en", "zh"):
+            raise bad_request("lang is en or zh", "lang")
+        return known(self.bank, user).as_json(lang)
 
     def search(self, user: str, query: str, *, limit: int = 10, include_archived: bool = False) -> dict:
         query = (query or "").strip()

@@ -289,7 +289,7 @@ class Consolidator:
                 if kind == Kind.DAILY_PERSONALITY:
                     # who they are in their own words, when the model's profile was not grounded:
                     # what they said of themselves (their people, pets, places, work, plans)
-                    own_words = [t.query for t in turns if about_self(_statements(t.query))]
+                    own_words = [t.query for t in turns if about_self(statements(t.query))]
                     if not own_words:
                         return "none", prompts.fragment("no_profile", user_name=user, date=values["date"])
                     return "extractive", extractive_summary(
@@ -519,7 +519,7 @@ def extractive_summary(
     return prompts.fragment(intro, statements=quoted, **values)
 
 
-def _statements(message: str) -> str:
+def statements(message: str) -> str:
     """``message`` without its questions."""
     return join_sentences([p for p in split_sentences(message) if not _QUESTION.search(p)])
 

@@ -104,6 +104,7 @@ class MemoryHandlers:
         "daily_personality",
         "global_events",
         "global_personality",
+        "known",
     )
     REFUSALS = (UnknownMemory, AccountError, ValueError)
 
@@ -144,6 +145,7 @@ class MemoryHandlers:
             table,
             retention_figure(service.memory_page.retention_curves(token_v), lang),
             *self.summary_values(token_v),
+            service.memory_page.known(token_v, lang),
         ]
 
     def search(self, token_v, day_v, kind_v, state_v, query_v, archived_v) -> list:
@@ -306,6 +308,7 @@ class MemoryHandlers:
             "",
             "",
             "",
+            "",
         ]
 
 
@@ -337,6 +340,8 @@ def build_memory(
         return t("mem_intro", lang, unit=time_unit(days, lang), days=days)
 
     tr(gr.Markdown(intro(tr.lang), elem_id="mem_intro"), value=intro)
+    # what I know about you: the profile and the facts stated, at the top (each names its memory's id)
+    known_md = gr.Markdown(elem_id="mem_known")
     with gr.Row():
         day = tr(
             gr.Dropdown([(tr.text("all"), ALL)], value=ALL, label=tr.text("mem_day"), elem_id="mem_day", scale=1),
@@ -418,7 +423,7 @@ def build_memory(
         sum_status = gr.Markdown(elem_id="sum_status")
 
     filters = [day, kind, state, query, archived]
-    page = [day, table, plot, sum_day, daily_events, daily_pers, global_events, global_pers]
+    page = [day, table, plot, sum_day, daily_events, daily_pers, global_events, global_pers, known_md]
     for trigger, api in (
         (search.click, "memories"),
         (query.submit, None),

@@ -11,6 +11,7 @@ from memory.records import Kind, MemoryRecord, State
 
 from ..config import Settings
 from ..core import memory_view
+from ..core.known import known
 from ..core.memory_view import ShownMemory, memory_id
 from .account_service import AccountService
 from .chat_sessions import ChatSessions
@@ -39,6 +40,10 @@ class MemoryPageService:
 
     def _shown(self, rec: MemoryRecord, now: datetime, why: str = "") -> ShownMemory:
         return memory_view.shown(rec, self.bank.policy, now, why=why)
+
+    def known(self, token: str, lang: str = "en") -> str:
+        """What I know about you, as the page shows it (``core/known.py``)."""
+        return known(self.bank, self.user(token)).markdown(lang)
 
     def memories(
         self,

@@ -166,3 +166,19 @@ def test_openapi_description(served):
     } <= paths
     assert "HTTPBearer" in spec["components"]["securitySchemes"]
     assert httpx.get(f"{served.url}/nowhere").status_code == 404
+
+
+def test_what_i_know_about_you(served, two_users):
+    ivy, jon = two_users
+    mine = httpx.get(f"{served.url}/memories/known", headers=_auth(jon))
+    assert mine.status_code == 200, mine.text
+    body = mine.json()
+    assert body["profile"] is None and body["sorts"]["people"] == "People and pets"
+    (bike,) = body["facts"]
+    assert bike["text"] == "My bike is a red Peugeot from 1978." and "Peugeot" in bike["names"]
+    assert served.api.bank.get("jon", bike["memory_id"]).query == bike["text"]  # linked to its turn
+    theirs = httpx.get(f"{served.url}/memories/known", params={"lang": "zh"}, headers=_auth(ivy)).json()
+    assert theirs["sorts"]["people"] == "人和宠物" and theirs["facts"]
+    assert all("Peugeot" not in f["text"] for f in theirs["facts"])  # only ever the key's user
+    bad = httpx.get(f"{served.url}/memories/known", params={"lang": "fr"}, headers=_auth(ivy))
+    assert bad.status_code == 400 and "en or zh" in bad.json()["error"]["message"]

@@ -160,7 +160,7 @@ def test_memory_actions_via_api(client, web_clock):
     status = c.predict(alice, memory_id, api_name="/memory_delete")  # the status line (the rest is layout)
     assert "for good?" in status and len(service.memory_page.memories(alice)) == 1
     out = c.predict(alice, *FILTERS, "", True, api_name="/memory_delete_confirm")
-    assert out[1]["data"] == [] and "deleted" in out[8]
+    assert out[1]["data"] == [] and "deleted" in out[9]
 
 
 def test_llm_failure_keeps_the_message_for_retry(client):

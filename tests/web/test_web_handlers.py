@@ -120,6 +120,10 @@ def test_search_shows_only_real_matches_and_refusals_leave_the_page(amy, web_clo
         assert out[1]["data"] == [] and out[-1] == "No memories match."
     out = page.search(token, "all", "all", "all", "Pixel", True)
     assert len(out[1]["data"]) == 1 and "Pixel" in out[1]["data"][0][8] and out[-1] == ""
+    # what I know about you, at the top: the facts stated, each with its memory's id
+    known = out[8]
+    assert known.startswith("### What I know about you") and "My cat is called Pixel and she loves tuna." in known
+    assert "Hello there" not in known and "memory #" in known
     out = page.search(token, "all", "all", "all", "kitten", True)  # by meaning
     assert [r[8] for r in out[1]["data"]] == ["My cat is called Pixel and she loves tuna."] or all(
         "Pixel" in r[8] for r in out[1]["data"]
@@ -127,17 +131,17 @@ def test_search_shows_only_real_matches_and_refusals_leave_the_page(amy, web_clo
     # a failed action: the page is left as it was, the status line says why
     for bad in ("999", "99999999999999999999999999", "-1", "abc"):
         out = page.pin(token, bad, *FILTERS)
-        assert skipped(out[:8]) and out[8].startswith("⚠️ no memory") and skipped(out[9:])
+        assert skipped(out[:9]) and out[9].startswith("⚠️ no memory") and skipped(out[10:])
     # restore is for archived memories only
     rid = service.memory_page.memories(token)[0].id
     out = page.restore(token, str(rid), *FILTERS)
-    assert "not archived" in out[8]
+    assert "not archived" in out[9]
     # delete asks, then deletes what it asked about
     status, row, pending = page.ask_delete(token, str(rid))
     assert "for good?" in status and row["visible"] is True and len(service.memory_page.memories(token)) == 3
     assert "Nothing was deleted" in page.cancel_delete(token)[0] and len(service.memory_page.memories(token)) == 3
     out = page.confirm_delete(token, pending, *FILTERS)
-    assert "deleted" in out[8] and len(service.memory_page.memories(token)) == 2
+    assert "deleted" in out[9] and len(service.memory_page.memories(token)) == 2
 
 
 def test_chinese_mode_translates_the_page_and_plots_with_a_cjk_font(amy):

@@ -37,6 +37,17 @@ def search(
     return api.search(who.user, q, limit=limit, include_archived=include_archived)
 
 
+@router.get(
+    "/memories/known", summary="What I know about you: the profile and the facts you stated, each with its turn"
+)
+def known(
+    lang: str = Query("en", description="en or zh: the sorts' titles"),
+    who: KeyOwner = Depends(owner),
+    api: ApiService = Depends(service),
+):
+    return api.known(who.user, lang=lang)
+
+
 @router.get("/memories/export", summary="Everything of the user: MemoryBank JSON plus SiliconFriend's fields")
 def export(who: KeyOwner = Depends(owner), api: ApiService = Depends(service)):
     return api.export(who.user)
