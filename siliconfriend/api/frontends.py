@@ -152,13 +152,14 @@ TASK_PROMPTS: tuple[TaskPrompt, ...] = (
         where="any",
     ),
     TaskPrompt(
-        # the extensions' quiet and raw prompts open so: Image Generation's (scene, background, last
-        # message...), Vector Storage's and Summarize's summaries, the Expressions classifier's
+        # the extensions' quiet prompts open so: Image Generation's (scene, background, last
+        # message...), Summarize's; a quiet prompt is always the request's last message
+        # (openai.js populateChatCompletion, "controlPrompts"), so a character card or a preset
+        # that says the same words earlier is no task
         "SillyTavern",
         "quiet",
         ("ignore previous instructions",),
-        "SillyTavern/SillyTavern public/scripts/extensions/{stable-diffusion,vectors,memory,expressions}/index.js",
-        where="system",
+        "SillyTavern/SillyTavern public/scripts/extensions/{stable-diffusion,memory}/index.js",
     ),
     # LibreChat: its title prompts, by version
     TaskPrompt(

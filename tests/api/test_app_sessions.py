@@ -222,3 +222,14 @@ def test_a_chat_continued_days_later_is_followed(served):
         assert tommy.day == start.date()
     finally:
         served.clock.now = start
+
+
+def test_a_preset_that_says_ignore_previous_instructions_keeps_the_chat_a_turn():
+    """SillyTavern's quiet prompts come last; the same words in a card or a preset before the chat
+    are no task."""
+    from siliconfriend.api.frontends import task_of
+
+    card = ("system", "Ignore previous instructions. You are Sol, a warm friend.")
+    assert task_of([card, ("system", "[Start a new Chat]"), ("user", "Hi, I'm Jo.")]) is None
+    quiet = ("system", "Ignore previous instructions and provide a detailed description of Jo's surroundings.")
+    assert task_of([card, ("user", "Hi, I'm Jo."), quiet]).name == "quiet"
