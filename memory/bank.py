@@ -8,10 +8,8 @@ many users does not hold every index.
 
 A turn is stored with the vector its message's retrieval made; the reply's vector is made after
 the reply, by a worker thread of the bank (``settle`` waits for it), so that it costs the turn
-nothing, and with it, where retrieval uses them, the vectors of the sentences of a long message
-or reply (``sentences.py``: the reply's from the pass that embeds it, ``embed_with_sentences``).
-A turn that has no reply or sentence vectors yet (a crash, a migrated home) gets them when its
-user is next opened.
+nothing. A turn that has no reply vector yet (a crash, a migrated home) gets it when its user is
+next opened.
 """
 
 from __future__ import annotations
@@ -34,7 +32,6 @@ import numpy as np
 
 from . import links
 from .embedders import (
-    SENTENCE_MODES,
     TURN_VECTORS,
     Embedder,
     QueryHandover,
@@ -42,14 +39,12 @@ from .embedders import (
     embed_query,
     embed_replies,
     embed_turns,
-    embed_with_sentences,
 )
 from .forgetting import EbbinghausPolicy, ForgettingPolicy, category_of
 from .importance import rate_importance
 from .lexical import Tokenizer
 from .records import GLOBAL_DAY, Kind, MemoryRecord, State, turn_text
 from .retrieval import Hit, RetrievalConfig, TalkLine, retrieve
-from .sentences import sentence_spans
 from .stores.base import MAX_USERNAME, Stores, UserStore, user_key
 
 log = logging.getLogger(__name__)
@@ -151,12 +146,7 @@ class MemoryBank:
         progress: Callable | None = None,
         workers: Executor | None = None,
         tokenizer: Tokenizer | None = None,
-        sentences: str = "late",
     ):
-        if sentences not in SENTENCE_MODES:
-            raise ValueError(f"sentences must be one of {SENTENCE_MODES}, not {sentences!r}")
-        # how the sentence vectors of long turns are made (``embed_with_sentences``)
-        self.sentence_mode = sentences
         if isinstance(stores, (Path, str)):
             from .stores.sqlite import SqliteStores
 
@@ -207,7 +197,7 @@ class MemoryBank:
                 _, old = self._open.popitem(last=False)
                 old.close(save=False)
         # left over from a crash or a migration
-        if store.replies_pending(1) or (self.writes_sentences and store.sentences_pending(1)):
+        if store.replies_pending(1):
             self._replies.submit(user)
         return store
 
@@ -226,10 +216,8 @@ class MemoryBank:
                 others = [(rid, text) for rid, kind, text, _ in batch if kind != Kind.TURN]
                 if turns:
                     store.set_vectors([t[0] for t in turns], embed_turns(self.embedder, [t[1] for t in turns]))
-                    # the reply and sentence vectors are redone by the reply worker, once the user
-                    # is open
+                    # the reply vectors are redone by the reply worker, once the user is open
                     store.clear_reply_vectors([t[0] for t in turns])
-                    store.clear_sentences([t[0] for t in turns])
                 if others:
                     store.set_vectors([o[0] for o in others], embed_documents(self.embedder, [o[1] for o in others]))
                 if bar:
@@ -275,62 +263,15 @@ class MemoryBank:
         for store in opened:
             store.settle()
 
-    @property
-    def writes_sentences(self) -> bool:
-        """Whether turns get sentence vectors: when retrieval uses them (they cost an import and
-        the index their size otherwise)."""
-        return self.retrieval_config.use_sentences
-
     def queue_replies(self, user: str) -> None:
         """Have the reply worker embed every reply of ``user`` that has no vector yet."""
         self._replies.submit(user)
-
-    def _sentences_of(self, turns: Sequence[tuple[int, str, str]]) -> tuple[np.ndarray, list[tuple[int, np.ndarray]]]:
-        """For turns (id, message, reply): the vectors of their replies (of those that have one,
-        in order) and each turn's sentence vectors (its message's, then its reply's; none for
-        short texts). A reply's sentences come from the pass that embeds the reply; a message of
-        several sentences gets a pass of its own, on the passage side (what a later question is
-        matched against)."""
-        replies = [r for _, _, r in turns if r.strip()]
-        reply_vectors, reply_sentences = embed_with_sentences(
-            self.embedder, replies, "document", mode=self.sentence_mode
-        )
-        long = [n for n, (_, message, _) in enumerate(turns) if sentence_spans(message)]
-        _, message_sentences = embed_with_sentences(
-            self.embedder, [turns[n][1] for n in long], "document", mode=self.sentence_mode
-        )
-        of_message = dict(zip(long, message_sentences))
-        empty: np.ndarray = np.zeros((0, self.embedder.dim), dtype=np.float32)
-        said: list[tuple[int, np.ndarray]] = []
-        r = 0
-        for n, (rid, _, reply) in enumerate(turns):
-            theirs = empty
-            if reply.strip():
-                theirs, r = reply_sentences[r], r + 1
-            said.append((rid, np.concatenate([of_message.get(n, empty), theirs])))
-        return reply_vectors, said
-
-    def _embed_pending_sentences(self, u: UserStore, batch: int) -> None:
-        """The sentence vectors of the turns that have none yet, with their replies' vectors (the
-        same pass: a new turn's reply vector costs nothing more)."""
-        while pending := u.sentences_pending(batch):
-            reply_vectors, said = self._sentences_of(pending)
-            answered = [rid for rid, _, reply in pending if reply.strip()]
-            if answered:
-                u.set_vectors(answered, reply_vectors, column="reply_vector")
-            u.set_sentences(said)
-            u.sync()
-            self.replies_embedded += len(answered)
-            if len(pending) < batch or self._replies.stopping.is_set():
-                break
 
     def _embed_pending_replies(self, user: str, batch: int = 256) -> None:
         with self._lock:
             if user not in self._open and not self.has_user(user):
                 return  # deleted meanwhile
             u = self.user_store(user)
-        if self.writes_sentences:
-            self._embed_pending_sentences(u, batch)
         while not self._replies.stopping.is_set() and (pending := u.replies_pending(batch)):
             ids = [rid for rid, _ in pending]
             u.set_vectors(ids, embed_replies(self.embedder, [text for _, text in pending]), column="reply_vector")
@@ -436,12 +377,7 @@ class MemoryBank:
         stored = u.insert(records, vectors)
         links.write_turns(u, stored, self.tokenizer)
         answered = [rec for rec in stored if rec.response.strip()]
-        if replies == "now" and self.writes_sentences:
-            reply_vectors, said = self._sentences_of([(rec.stored_id, rec.query, rec.response) for rec in stored])
-            if answered:
-                u.set_vectors([rec.stored_id for rec in answered], reply_vectors, column="reply_vector")
-            u.set_sentences(said)
-        elif replies == "now" and answered:
+        if replies == "now" and answered:
             u.set_vectors(
                 [rec.stored_id for rec in answered],
                 embed_replies(self.embedder, [rec.response for rec in answered]),
@@ -538,12 +474,10 @@ class MemoryBank:
             fields["response"] = text
             fields["reply_vector"] = None  # the new reply's vector: made by the reply worker
             text = turn_text(rec.query, text)
-            vector = u.vectors([memory_id])[0]
+            vector = u.vectors([memory_id])[0][0]
         else:
             vector = embed_documents(self._embed, [text])[0]
         u.replace_text(memory_id, text, vector, **fields)
-        if rec.kind == Kind.TURN:
-            u.clear_sentences([memory_id])  # the new reply's: made by the reply worker too
         u.sync()
         edited = self.get(user, memory_id)
         if rec.kind == Kind.TURN:
@@ -564,7 +498,7 @@ class MemoryBank:
         rec = self.get(user, memory_id)
         note = {"reason": reason, "by": by, "at": when.isoformat() if when else None}
         extra = json.dumps({**rec.extra, "superseded": note}, ensure_ascii=False)
-        u.replace_text(rec.stored_id, rec.text, u.vectors([rec.stored_id])[0], extra=extra)
+        u.replace_text(rec.stored_id, rec.text, u.vectors([rec.stored_id])[0][0], extra=extra)
         u.set_state([rec.stored_id], State.SUPERSEDED, when)
         u.sync()
         return self.get(user, memory_id)
@@ -634,7 +568,7 @@ class MemoryBank:
         if not ids:
             return []
         u = self.user_store(user)
-        messages, replies = u.vectors_and_replies(ids)
+        messages, replies = u.vectors(ids)
         lines: list[TalkLine] = []
         for t, m, r in zip(turns, messages, replies):
             if t.query.strip():

@@ -330,72 +330,11 @@ class E5Model:
         rows = dequantize(self._word.reshape(self.vocab_size, -1)[unique], len(unique), self.dim)
         return self.torch.from_numpy(rows[inverse.reshape(ids.shape)])
 
-    def embed_spans(
-        self, texts: Sequence[str], spans: Sequence[Sequence[tuple[int, int]]], is_query: bool, *, workers: int = 0
-    ) -> tuple[np.ndarray, list[np.ndarray]]:
-        """``embed(texts)`` and, from the same forward pass, a vector per span of each text (late
-        chunking): the mean of the span's token states, L2-normalised. ``spans[i]``: (start, end)
-        character spans of ``texts[i]`` in order, with only blanks between them and around them
-        (``sentences.sentence_spans``); a text without spans gets none. The tokens are those of
-        each span in turn (a span after a blank starts a word), which are the whole text's own
-        wherever spans meet at a blank: the text's vector is then ``embed``'s (but for a blank
-        at either end of the text, which gives ``embed`` a token more)."""
-        prefix = "query: " if is_query else "passage: "
-        size = self.max_positions - 2
-        windows: list[tuple[int, list[int], list[int]]] = []  # (text, tokens, each token's span)
-        for i, (text, cuts) in enumerate(zip(texts, spans)):
-            if not cuts:
-                windows += [(i, w[1:-1], [-1] * (len(w) - 2)) for w in self.windows(text, is_query)]
-                continue
-            ids = self.vocab.content_ids(prefix.rstrip())
-            owner = [0] * len(ids)
-            for n, (start, end) in enumerate(cuts):
-                lead = start == 0 or text[start - 1].isspace()
-                part = self.vocab.content_ids(text[start:end], lead=lead)
-                ids += part
-                owner += [n] * len(part)
-            windows += [(i, ids[a : a + size], owner[a : a + size]) for a in range(0, len(ids), size)]
-        order = sorted(range(len(windows)), key=lambda j: len(windows[j][1]))
-        groups: list[list[int]] = []
-        for j in order:
-            if groups and (len(groups[-1]) + 1) * (len(windows[j][1]) + 2) <= 1024:
-                groups[-1].append(j)
-            else:
-                groups.append([j])
-        batches = [[[self.vocab.bos, *windows[g][1], self.vocab.eos] for g in group] for group in groups]
-        if workers:
-            encoded = list(self._pool(workers).map(self._states, batches))
-        else:
-            encoded = [self._states(batch) for batch in batches]
-        whole = np.zeros((len(texts), self.dim), dtype=np.float64)
-        sums: list[np.ndarray] = [np.zeros((len(cuts), self.dim), dtype=np.float64) for cuts in spans]
-        counts: list[np.ndarray] = [np.zeros(len(cuts), dtype=np.float64) for cuts in spans]
-        for group, states in zip(groups, encoded):
-            for b, g in enumerate(group):
-                owner_text, ids, owner = windows[g]
-                tokens = states[b, : len(ids) + 2]
-                whole[owner_text] += (len(ids) or 1) * tokens.mean(0)
-                span_of = np.asarray(owner, dtype=np.int64)
-                inside = span_of >= 0
-                if inside.any():
-                    np.add.at(sums[owner_text], span_of[inside], tokens[1:-1][inside])
-                    np.add.at(counts[owner_text], span_of[inside], 1.0)
-        norms = np.linalg.norm(whole, axis=1, keepdims=True)
-        parts = []
-        for s, c in zip(sums, counts):
-            mean = s / np.maximum(c, 1.0)[:, None]
-            parts.append((mean / np.maximum(np.linalg.norm(mean, axis=1, keepdims=True), 1e-12)).astype(np.float32))
-        return (whole / np.maximum(norms, 1e-12)).astype(np.float32), parts
-
     def _forward(self, sequences: list[list[int]]) -> np.ndarray:
         """The mean-pooled vector of each sequence (not normalised)."""
         states, keep = self._encode(sequences)
         with self.torch.inference_mode():
             return self._network.mean_pooled(states, keep).numpy()
-
-    def _states(self, sequences: list[list[int]]) -> np.ndarray:
-        """The last layer's token states [batch, length, dim] (padding positions are garbage)."""
-        return self._encode(sequences)[0].double().numpy()
 
     def _inputs(self, ids: np.ndarray, mask: np.ndarray) -> tuple:
         """The scripted network's arguments (``e5_network.encode``) for padded ``ids``."""

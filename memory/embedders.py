@@ -17,7 +17,6 @@ from typing import Literal, Protocol, Sequence, runtime_checkable
 import numpy as np
 
 from .cjk import has_ideographs
-from .sentences import MAX_SENTENCES, sentence_spans
 
 EmbedKind = Literal["query", "document"]
 
@@ -119,102 +118,6 @@ def embed_replies(embedder: Embedder, replies: Sequence[str], batch: int = 64) -
     the second speaker's in a conversation between two people). Made after the reply has
     streamed, off the turn's clock (``MemoryBank``'s reply worker)."""
     return _embed_chunked(embedder, replies, "document", batch)
-
-
-def _sentence_cuts(text: str) -> list[tuple[str, list[tuple[int, int]]]]:
-    """The chunks ``text`` is embedded in (``_embed_chunked``'s) and each chunk's sentence spans:
-    where ``embed_with_sentences`` cuts it (a longer text's chunks share ``MAX_SENTENCES``)."""
-    chunks = spread(chunk_text(text), MAX_CHUNKS_PER_TEXT)
-    most = max(1, MAX_SENTENCES // len(chunks)) if len(chunks) > 1 else MAX_SENTENCES
-    return [(chunk, sentence_spans(chunk, most)) for chunk in chunks]
-
-
-def sentence_texts(text: str) -> list[str]:
-    """The texts of ``text``'s sentence vectors (``embed_with_sentences``), in their order: its
-    sentences, and in a text of several chunks a chunk without any for itself; none for a text of
-    one sentence."""
-    cut = _sentence_cuts(text)
-    out: list[str] = []
-    for chunk, spans in cut:
-        if spans:
-            out += [chunk[a:b] for a, b in spans]
-        elif len(cut) > 1:
-            out.append(chunk)
-    return out
-
-
-def turn_sentences(message: str, reply: str) -> tuple[list[str], list[str]]:
-    """The texts of a turn's sentence vectors, as the bank stores them (``MemoryBank``'s
-    ``_sentences_of``): its message's (a message of several sentences), then its reply's."""
-    return (sentence_texts(message) if sentence_spans(message) else []), (
-        sentence_texts(reply) if reply.strip() else []
-    )
-
-
-# how a long text's sentence vectors are made: "late" pools each sentence's token states out of
-# the forward pass that embeds the whole text (no second pass: where the embedder can, else as
-# "separate"), "separate" embeds each sentence as a text of its own
-SENTENCE_MODES = ("late", "separate")
-
-
-def embed_with_sentences(
-    embedder: Embedder, texts: Sequence[str], kind: EmbedKind, *, mode: str = "late"
-) -> tuple[np.ndarray, list[np.ndarray]]:
-    """Each text's vector (as ``_embed_chunked`` makes it: ``embed_replies`` for "document") and
-    the vectors of its sentences (``sentences.sentence_spans``; none for a one-sentence text), on
-    the same side. A text longer than one chunk: the sentences of each of its chunks (at most
-    ``MAX_SENTENCES`` in all), a chunk without any standing for itself."""
-    if mode not in SENTENCE_MODES:
-        raise ValueError(f"sentence vectors are made {' or '.join(SENTENCE_MODES)}, not {mode!r}")
-    pieces: list[str] = []
-    owners: list[int] = []
-    spans: list[list[tuple[int, int]]] = []
-    for i, text in enumerate(texts):
-        for chunk, cuts in _sentence_cuts(text):
-            pieces.append(chunk)
-            owners.append(i)
-            spans.append(cuts)
-    several = {i for i in owners if owners.count(i) > 1} if len(pieces) > len(texts) else set()
-    engine = span_engine(embedder) if mode == "late" else None
-    if engine is not None:
-        vecs, parts = engine.embed_spans(pieces, spans, kind=kind)
-    else:
-        vecs = normalise(embedder.embed(pieces, kind=kind)) if pieces else np.zeros((0, embedder.dim), np.float32)
-        flat = [piece[a:b] for piece, cuts in zip(pieces, spans) for a, b in cuts]
-        flat_vecs = normalise(embedder.embed(flat, kind=kind)) if flat else np.zeros((0, embedder.dim), np.float32)
-        parts, at = [], 0
-        for cuts in spans:
-            parts.append(flat_vecs[at : at + len(cuts)])
-            at += len(cuts)
-    whole: np.ndarray = np.zeros((len(texts), embedder.dim), dtype=np.float32)
-    np.add.at(whole, owners, normalise(vecs) if len(vecs) else vecs)
-    sentences: list[list[np.ndarray]] = [[] for _ in texts]
-    for n, (owner, part) in enumerate(zip(owners, parts)):
-        if len(part):
-            sentences[owner].append(np.asarray(part, dtype=np.float32))
-        elif owner in several:
-            sentences[owner].append(normalise(vecs[n]))
-    empty: np.ndarray = np.zeros((0, embedder.dim), dtype=np.float32)
-    return (normalise(whole) if len(texts) else whole), [np.concatenate(s) if s else empty for s in sentences]
-
-
-def span_engine(embedder: Embedder):
-    """The embedder under the bank's own wrappers (a lazy load, the query handover) that embeds
-    spans of a text in one pass (an ``embed_spans`` method that is not None), or None. Another
-    wrapper (one that counts or times the calls) is used as it is: its texts go through its
-    ``embed``."""
-    for _ in range(4):
-        if getattr(embedder, "embed_spans", None) is not None:
-            return embedder
-        if isinstance(embedder, LazyEmbedder):
-            embedder = embedder.load()
-        elif isinstance(embedder, QueryHandover):
-            embedder = embedder.inner
-        elif isinstance(embedder, _TakeKept):
-            embedder = embedder._handover.inner
-        else:
-            return None
-    return None
 
 
 def embed_query(embedder: Embedder, text: str) -> np.ndarray:
@@ -402,16 +305,6 @@ class TorchE5Embedder:
         finally:
             if wanted != before:
                 torch.set_num_threads(before)
-
-    def embed_spans(
-        self, texts: Sequence[str], spans: Sequence[Sequence[tuple[int, int]]], *, kind: EmbedKind
-    ) -> tuple[np.ndarray, list[np.ndarray]]:
-        """``embed(texts)`` and a vector per span of each text, from one forward pass
-        (``E5Model.embed_spans``); run as ``embed`` runs a batch."""
-        texts = list(texts)
-        if not texts:
-            return np.zeros((0, self.dim), dtype=np.float32), []
-        return self._model.embed_spans(texts, spans, kind == "query", workers=self.batch_workers)
 
 
 class SentenceTransformerEmbedder:

@@ -22,22 +22,18 @@ import os
 import threading
 from concurrent.futures import Executor
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import faiss
 import numpy as np
-
-if TYPE_CHECKING:  # the store that owns this index (which imports this module)
-    from .stores.sqlite import SqliteUserStore
 
 log = logging.getLogger(__name__)
 
 SAVE_EVERY_CHANGES = 500  # saved after this many changes, or a twentieth of the index if more
 MAGIC = b"SFINDEX1"
 IVF_MIN = 50_000  # from this many vectors on, an inverted file instead of exact search
-# lists searched per query: at 100k memories (190k vectors, 436 lists) 64 lists find the same 99.3%
-# of the exact top-5 (99.7% of the top-40) as a third of them did, in 6.4 ms instead of 14
-# (docs/benchmarks.md, "The 100k turn profiled and fixed")
+# lists searched per query: a seventh, at least 64, find nearly all of what a third of them find
+# (measured in docs/benchmarks.md, "The 100k turn profiled and fixed"), at under half the cost
 IVF_PROBE_SHARE = 1 / 7
 IVF_PROBE_MIN = 64
 IVF_TRAIN_PER_LIST = 40  # training sample size per list
@@ -59,19 +55,27 @@ def _nlist(n: int) -> int:
     return max(64, int(math.sqrt(n)))
 
 
-def _nprobe(nlist: int, share: float = 1.0) -> int:
-    """Lists searched per query; ``share``: the memories' share of the index's vectors (the rest
-    are sentence vectors, ids from ``sentence_base``). The probes scan about as many vectors as
-    an index of the memories alone would: the sentences are more candidates for the same
-    memories, and would otherwise make every search scan their index's size (three times the
-    memories' where a turn has a few; docs/benchmarks.md, issue 20)."""
-    return min(nlist, max(1, int(max(IVF_PROBE_MIN, nlist * IVF_PROBE_SHARE) * share)))
+def _nprobe(nlist: int) -> int:
+    """Lists searched per query."""
+    return min(nlist, max(1, int(max(IVF_PROBE_MIN, nlist * IVF_PROBE_SHARE))))
+
+
+class VectorSource(Protocol):
+    """Where an index's vectors are stored (the SQLite store of the same user)."""
+
+    def vseq(self) -> int:
+        """The number of the latest change to what the index holds."""
+        ...
+
+    def index_vectors_since(
+        self, seq: int, top: int | None = None
+    ) -> tuple[list[int], list[int], list[bytes], int, int | None]:
+        """(index ids to drop, index ids to (re)add, their vectors, now, the new ``top``)."""
+        ...
 
 
 class UserIndex:
-    def __init__(
-        self, store: SqliteUserStore, path: Path, dim: int, embedder_id: str, *, sentence_base: int | None = None
-    ):
+    def __init__(self, store: VectorSource, path: Path, dim: int, embedder_id: str):
         self.store, self.path, self.dim, self.embedder_id = store, Path(path), dim, embedder_id
         self._lock = threading.RLock()
         self.seq = -1
@@ -79,9 +83,6 @@ class UserIndex:
         # saved without it): a memory above it has nothing here to remove (``index_vectors_since``)
         self.top: int | None = None
         self._unsaved = 0
-        # ids from ``sentence_base`` on are sentence vectors: how many the index holds (``_nprobe``)
-        self.sentence_base = sentence_base
-        self.sentences = 0
         loaded = self._load()
         self.rebuilt = loaded is None  # whether the last open had to rebuild (for tests / stats)
         if loaded is not None:
@@ -112,13 +113,9 @@ class UserIndex:
         return index
 
     def _probe(self) -> None:
-        """The IVF's probes for its current count of memories' vectors and sentences'."""
+        """The IVF's probes for its current count of vectors."""
         if isinstance(self.index, faiss.IndexIVF):
-            n = int(self.index.ntotal)
-            self.index.nprobe = _nprobe(self.index.nlist, 1.0 - self.sentences / n if n else 1.0)
-
-    def _sentences_of(self, ids: np.ndarray) -> int:
-        return int(np.count_nonzero(ids >= self.sentence_base)) if self.sentence_base is not None else 0
+            self.index.nprobe = _nprobe(self.index.nlist)
 
     def _shape_fits(self) -> bool:
         """Whether the index is of the kind (and size of inverted file) its count calls for."""
@@ -147,12 +144,8 @@ class UserIndex:
                 index = faiss.read_index(faiss.PyCallbackIOReader(fh.read))  # type: ignore[attr-defined]  # not in faiss's stubs
             if not isinstance(index, (faiss.IndexIDMap2, faiss.IndexIVF)) or index.d != self.dim:
                 return None
-            if "sentences" in meta:
-                self.sentences = int(meta["sentences"])
-            elif isinstance(index, faiss.IndexIVF):  # a file from before the count: rebuilt once
+            if meta.get("sentences"):  # it holds sentence vectors, which the store no longer has
                 return None
-            else:
-                self.sentences = self._sentences_of(faiss.vector_to_array(index.id_map))
             self.seq = int(meta["seq"])
             self.top = meta.get("top")
             return index
@@ -171,7 +164,6 @@ class UserIndex:
         if len(ids) and vecs.shape[1] != self.dim:
             raise ValueError("stored vectors have another dimension; re-embed the memories")
         ids_arr = np.asarray(ids, dtype=np.int64)
-        self.sentences = self._sentences_of(ids_arr)
         if len(ids) >= IVF_MIN:
             self.index = self._ivf(vecs, ids_arr)
         else:
@@ -191,20 +183,12 @@ class UserIndex:
                 drop, add_ids, blobs, now, self.top = self.store.index_vectors_since(self.seq, self.top)
                 removed = 0
                 if drop:
-                    gone = np.asarray(drop, dtype=np.int64)
-                    said = gone >= self.sentence_base if self.sentence_base is not None else np.zeros(len(gone), bool)
-                    removed = int(self.index.remove_ids(gone[~said]))
-                    if said.any():
-                        dropped = int(self.index.remove_ids(gone[said]))
-                        self.sentences -= dropped
-                        removed += dropped
+                    removed = int(self.index.remove_ids(np.asarray(drop, dtype=np.int64)))
                 if add_ids:
                     vecs = np.frombuffer(b"".join(blobs), dtype=np.float32).reshape(len(add_ids), -1)
                     if vecs.shape[1] != self.dim:
                         raise ValueError("stored vectors have another dimension; re-embed the memories")
-                    added = np.asarray(add_ids, dtype=np.int64)
-                    self.index.add_with_ids(vecs, added)
-                    self.sentences += self._sentences_of(added)
+                    self.index.add_with_ids(vecs, np.asarray(add_ids, dtype=np.int64))
                 # what the index holds that its file does not: the slots dropped that held nothing
                 # (most of a changed memory's) are no change
                 self._unsaved += removed + len(add_ids)
@@ -234,7 +218,6 @@ class UserIndex:
                     "embedder": self.embedder_id,
                     "count": int(self.index.ntotal),
                     "top": self.top,
-                    "sentences": self.sentences,
                 }
             ).encode()
             tmp = self.path.with_name(f"{self.path.name}.{os.getpid()}.{threading.get_ident()}.tmp")

@@ -16,13 +16,8 @@ A turn's dense similarity is a weighted mean of its two vectors' cosines: the us
 neither a long, generic reply ("here are some tips...") nor a short message decides alone; the
 message weighs more because it is the person's own words, what a companion is later asked about
 (in a conversation between two people, the reply is the second speaker's). A turn whose reply has
-no vector yet counts its message only. A long turn is also searched by its sentences (each a
-vector, ``memory/sentences.py``): a sentence that matches brings its turn among the candidates,
-so that one clause of a long exchange, which the turn's vectors average away with the rest, can
-still find it; a candidate turn can also be scored by its best unit, a sentence taken as a
-memory of its own (its cosine and BM25 over its words, ``_units``). Both are off
-(``RetrievalConfig.use_sentences``, ``sentence_weight``): on the measured sets they did not earn
-their cost. The two sides weigh the same in the base score: a
+no vector yet counts its message only.
+The two sides weigh the same in the base score: a
 question's words are a sharper cue than its meaning on conversations between two people
 (third-person questions, names, rare nouns), and the dense side carries paraphrase (the
 weights' measurements are in docs/benchmarks.md, under "Retrieval quality").
@@ -32,16 +27,12 @@ makes it active again. A turn that refers to another day ("yesterday", "last Fri
 that day in the lexical table, so a question naming the day finds it too.
 
 The conversation before the message (today's talk) is a second cue, dense and lexical
-(``_talk_vector``, ``_talk_terms``), weaker than the message. Two second hops seeded by the first
-hits can be switched on, their stored vectors' mean (``_second_hop``) and their words
-(``_hop_words``); both are off: on the measured sets they did not help chains (multi-hop
-questions) and the word hop costs a second search (docs/benchmarks.md, issue 20).
+(``_talk_vector``, ``_talk_terms``), weaker than the message.
 """
 
 from __future__ import annotations
 
 import math
-from collections import Counter
 from concurrent.futures import Executor, Future
 from dataclasses import dataclass, field, replace
 from datetime import date, datetime
@@ -50,10 +41,9 @@ from typing import Callable, Sequence
 import numpy as np
 
 from .dates import conversation_days, days_in_query
-from .embedders import Embedder, embed_query, embed_replies, embed_turns, normalise, turn_sentences
+from .embedders import Embedder, embed_query, embed_replies, embed_turns, normalise
 from .forgetting import ForgettingPolicy
 from .lexical import Tokenizer
-from .lexical_index import K1, B
 from .links import CONVERSATION, ENTITY, SUMMARY, Spread, SpreadConfig, spread
 from .records import Kind, MemoryRecord, State
 from .stores.base import Edge, PoolRows, SearchHit, Side, UserStore
@@ -72,19 +62,6 @@ class RetrievalConfig:
     use_dates: bool = True
     use_replies: bool = True  # a turn's dense similarity also looks at its reply's vector
     reply_share: float = 1 / 3  # the reply's share of a turn's mean; the message has the rest
-    # the sentences of long turns (``memory/sentences.py``) as dense candidates: the bank then
-    # writes their vectors, and the dense search may add ``sentence_candidates`` turns that a
-    # sentence of theirs found beyond the ``candidates``; a candidate turn's best unit (one of
-    # its sentences, or a message or reply of one sentence), scored as a memory of its own by its
-    # cosine and its words (``_units``), may take ``sentence_weight`` of its base score.
-    # Off (whole turns only): on the measured sets they found more of the evidence but moved
-    # recall within a few questions, while every stored turn would need its sentences embedded;
-    # the scoring by units lifts the first five and lowers the first ten, and loses MemoryBank
-    # questions to short sentences rich in a question's common words (docs/benchmarks.md,
-    # issue 20, fourth and fifth passes)
-    use_sentences: bool = False
-    sentence_weight: float = 0.0
-    sentence_candidates: int = 40
     archive_penalty: float | None = 0.3  # taken off an archived memory's score; None: never retrieved
     # the archive answers a strong cue: an archived memory pays the penalty in proportion to how
     # far its base score lies below the pool's best (none for the best match itself, all of it
@@ -103,16 +80,6 @@ class RetrievalConfig:
     talk_lexical_weight: float = 0.5
     talk_lexical_turns: int = 3
     talk_lexical_terms: int = 24
-    # memories that chain (see _second_hop): the first hits whose vectors seed a second cue, and
-    # that cue's weight in a memory's base score
-    hop_seeds: int = 3
-    hop_weight: float = 0.0
-    # memories that chain by their words (see _hop_words): the first hits whose words (names,
-    # places, things) are a second lexical search, at most this many of those words, and the
-    # weight of what it finds (off: it did not help on the measured sets, docs/benchmarks.md)
-    hop_word_seeds: int = 2
-    hop_word_terms: int = 24
-    hop_word_weight: float = 0.0
     # how the dense and lexical sides are weighed: "fixed" (``dense_weight`` each query), or the
     # lexical side's weight scaled by how much its evidence says for this query, the dense side
     # taking the rest (``_lexical_evidence``): "evidence" (its best match against a full match),
@@ -153,7 +120,7 @@ class Hit:
     on_named_day: bool = False
     reasons: list[str] = field(default_factory=list)
     # the cue that found it: "message", "conversation" (the talk so far), "neighbour" (the turn
-    # next to it), "named day", "second hop" (a first hit's names), "link" (a first hit's links)
+    # next to it), "named day", "link" (a first hit's links)
     cue: str = "message"
     # the link that passed it the most activation, when it was reached along one
     link: Edge | None = None
@@ -192,15 +159,12 @@ def _scale(values: dict[int, float]) -> dict[int, float]:
     return {k: (v - low) / span for k, v in values.items()}
 
 
-def _lexical_side(
-    store: UserStore, tokenizer: Tokenizer, query: str, config: RetrievalConfig, named_days: Sequence[date] = ()
-) -> list[tuple[int, float]]:
-    """The lexical side's ranked matches (id, BM25). One search gives both the candidates (its
+def _lexical_side(store: UserStore, terms: Sequence[str], config: RetrievalConfig) -> list[tuple[int, float]]:
+    """A lexical side's ranked matches (id, BM25). One search gives both the candidates (its
     best ``candidates``) and the lexical scores of the neighbours that join the pool (its best
     ``lexical_depth``): asking for given rows' scores costs a full pass over each query word's
     matches per row. Exact while fewer than ``lexical_depth`` memories match; past that, a
     neighbour beyond them scores 0."""
-    terms = tokenizer.query_terms(query, named_days)
     hits: list[SearchHit] = store.lexical(terms, max(config.candidates, config.lexical_depth)) if terms else []
     return [(h.id, h.score) for h in hits]
 
@@ -209,7 +173,6 @@ def _lexical_side(
 class _Pool:
     """What one retrieval works on: the candidates, their neighbours, and the raw scores."""
 
-    qvec: np.ndarray
     named_days: list[date]
     records: dict[int, MemoryRecord]  # the candidates that may become hits
     members: _Members  # the candidates and their neighbours
@@ -217,23 +180,23 @@ class _Pool:
     lexical: dict[int, float]  # BM25 (0 when not among the lexical side's matches)
 
 
+# a lexical side's ranked matches, its candidates (with every memory of the days the query names,
+# for the message's side) and the pool's rows of them
+_Part = tuple[list[tuple[int, float]], set[int], PoolRows]
+
+
 @dataclass
 class _Sides:
-    """What the search sides found: the cues' vectors, the dense candidates, the lexical matches
-    of the message and of the conversation's words."""
+    """What the search sides found: the cues (the message's vector, then the conversation's if
+    any), the dense candidates, the lexical matches of the message and of the conversation's
+    words, and the pool's rows of every candidate but the dense side's."""
 
-    qvec: np.ndarray
-    tvec: np.ndarray | None  # the conversation's vector (None without a conversation)
+    cues: np.ndarray
     dense: list[int]
     ranked: list[tuple[int, float]]
     talk_ranked: list[tuple[int, float]]
-    # the pool's rows that need no query vector, read beside the dense search (``_first_rows``)
-    first: Future[tuple[set[int], PoolRows]]
-    # the words searched for: the message's and the conversation's (for a turn's sentences)
-    terms: list[str] = field(default_factory=list)
-    talk_terms: list[str] = field(default_factory=list)
-    # the cues the pool's rows are read with (``_pool_cues``; None: the vectors are read)
-    pool_cues: np.ndarray | None = None
+    first: set[int]
+    rows: PoolRows
     # how much the lexical side's evidence says (``_lexical_evidence``): its share of the base score
     lexical_evidence: float = 1.0
 
@@ -250,48 +213,40 @@ def _talk_terms(tokenizer: Tokenizer, talk: Sequence[TalkLine], query: str, conf
     if config.talk_lexical_turns <= 0:
         return []
     lines = [line.text for line in talk if line.role == "user"][-config.talk_lexical_turns :]
-    return _words_beside(tokenizer, lines[::-1], query, tokenizer.situation_terms)[: config.talk_lexical_terms]
-
-
-def _words_beside(
-    tokenizer: Tokenizer, texts: Sequence[str], query: str, terms_of: Callable[[str], list[str]] | None = None
-) -> list[str]:
-    """The distinct terms of ``texts`` (``terms_of`` each: by default its query terms), in their
-    order, that ``query`` does not have."""
     own = set(tokenizer.query_terms(query))
     terms: list[str] = []
-    for text in texts:
-        terms += [t for t in (terms_of or tokenizer.query_terms)(text) if t not in own and t not in terms]
-    return terms
+    for text in lines[::-1]:
+        terms += [t for t in tokenizer.situation_terms(text) if t not in own and t not in terms]
+    return terms[: config.talk_lexical_terms]
 
 
-def _talk_lexical_side(store: UserStore, terms: list[str], config: RetrievalConfig) -> list[tuple[int, float]]:
-    """The lexical side's ranked matches of the conversation's words (as ``_lexical_side``)."""
-    hits: list[SearchHit] = store.lexical(terms, max(config.candidates, config.lexical_depth))
-    return [(h.id, h.score) for h in hits]
+def _side_rows(
+    store: UserStore,
+    terms: Sequence[str],
+    named_days: Sequence[date],
+    config: RetrievalConfig,
+    cues: Callable[[], np.ndarray],
+) -> _Part:
+    """Phase 2a, for one lexical side: its ranked matches, then the pool's rows of its
+    candidates and of every memory of ``named_days``, which need no query vector (``cues`` may
+    still be in the making: the store waits for them where it needs them)."""
+    ranked = _lexical_side(store, terms, config)
+    ids = {i for i, _ in ranked[: config.candidates]}
+    if named_days:
+        ids |= {r.stored_id for r in store.records(days=named_days)}
+    return ranked, ids, store.pool(ids, cues)
 
 
-def _talk_side(
-    store: UserStore, tokenizer: Tokenizer, talk: Sequence[TalkLine], query: str, config: RetrievalConfig
-) -> tuple[list[str], list[tuple[int, float]]]:
-    """The conversation's words (``_talk_terms``) and their ranked matches."""
-    words = _talk_terms(tokenizer, talk, query, config)
-    return words, (_talk_lexical_side(store, words, config) if words else [])
-
-
-# a side's candidates and the pool's rows of them, read on its worker (``_first_rows`` of that
-# side alone, without cues: read while the query is embedded)
-_Part = tuple[set[int], PoolRows]
-
-
-def _lexical_read(
-    store: UserStore, tokenizer: Tokenizer, query: str, config: RetrievalConfig, named_days: Sequence[date], read: bool
-) -> tuple[list[tuple[int, float]], _Part | None, float]:
-    """``_lexical_side``, then, if ``read``, its rows (``_first_rows``), and what its evidence
-    says (``_lexical_evidence``), on one worker."""
-    ranked = _lexical_side(store, tokenizer, query, config, named_days)
-    part = _first_rows(store, ranked, (), named_days, config) if read else None
-    return ranked, part, _lexical_evidence(store, tokenizer, query, config, named_days, ranked)
+def _message_rows(
+    store: UserStore,
+    tokenizer: Tokenizer,
+    query: str,
+    named_days: Sequence[date],
+    config: RetrievalConfig,
+    cues: Callable[[], np.ndarray],
+) -> _Part:
+    """``_side_rows`` of the message's words and the days it names."""
+    return _side_rows(store, tokenizer.query_terms(query, named_days), named_days, config, cues)
 
 
 def _lexical_evidence(
@@ -320,28 +275,16 @@ def _lexical_evidence(
     return min(1.0, ranked[0][1] / ceiling) if ceiling > 0 else 0.0
 
 
-def _talk_read(
-    store: UserStore, tokenizer: Tokenizer, talk: Sequence[TalkLine], query: str, config: RetrievalConfig, read: bool
-) -> tuple[list[str], list[tuple[int, float]], _Part | None]:
-    """``_talk_side``, then, if ``read``, its rows (``_first_rows``), on one worker."""
-    words, ranked = _talk_side(store, tokenizer, talk, query, config)
-    return words, ranked, (_first_rows(store, ranked, (), (), config) if read else None)
-
-
-def _first_of(parts: Sequence[_Part], cues: np.ndarray | None) -> Future[tuple[set[int], PoolRows]]:
-    """The pool's rows that need no query vector, from the sides' rows read beside the
-    embedding, with their cosines to ``cues`` worked out now that the query's vector is here."""
-    ids: set[int] = set()
-    rows: PoolRows | None = None
-    for part_ids, part_rows in parts:
-        ids |= part_ids
-        rows = part_rows if rows is None else rows.joined(part_rows)
-    assert rows is not None
-    if cues is not None:
-        rows = replace(rows, cosines=PoolRows.cosines_of(rows.own, rows.reply, cues))
-    first: Future[tuple[set[int], PoolRows]] = Future()
-    first.set_result((ids, rows))
-    return first
+def _talk_rows(
+    store: UserStore,
+    tokenizer: Tokenizer,
+    talk: Sequence[TalkLine],
+    query: str,
+    config: RetrievalConfig,
+    cues: Callable[[], np.ndarray],
+) -> _Part:
+    """``_side_rows`` of the conversation's words (``_talk_terms``: a tagger's work for Chinese)."""
+    return _side_rows(store, _talk_terms(tokenizer, talk, query, config), (), config, cues)
 
 
 def _search_sides(
@@ -358,108 +301,60 @@ def _search_sides(
     """Phase 1: the query vector, the conversation's vector (phase 1b), the dense side's
     candidates (memory ids whose message or reply vector is among the nearest to the two cues'
     mix, ``_cue_mix``) and the lexical side's ranked matches, of the message and of the
-    conversation's latest words.
+    conversation's latest words, each with its pool's rows (``_side_rows``).
 
-    The lexical side does not need the query vector: it runs on another thread while the query is
-    embedded (both leave Python's lock: SQLite while it searches, the embedder in one scripted
-    PyTorch call, ``e5_network``), so that on two cores a turn waits for the slower of the two,
-    not for both. Where the store works out the pool's cosines from the vectors it reads
-    (``UserStore.cosines_where_read`` false: SQLite), each lexical side's candidates' rows are read
-    on its worker too, right after its search; a database that sends the cosines instead reads
-    them once the query's vector is there, while the dense side searches."""
-    beside = query_vector is None and workers is not None
-    early = beside and not store.cosines_where_read  # the sides' rows read on their workers
-    pending = (
-        workers.submit(_lexical_read, store, tokenizer, query, config, named_days, early)
-        if beside and workers is not None
-        else None
-    )
-    # the conversation's words are picked on that other thread too (a tagger's work for Chinese)
+    The lexical sides do not need the query vector: with ``workers``, they run on other threads
+    while the query is embedded (both leave Python's lock: the database while it searches, the
+    embedder in one scripted PyTorch call, ``e5_network``), so that on two cores a turn waits
+    for the slower of the two, not for both; their rows' cosines are worked out once the cues
+    are there."""
+    ready: Future[np.ndarray] = Future()
     talks = bool(talk) and config.talk_lexical_weight > 0
-    talk_pending = (
-        workers.submit(_talk_read, store, tokenizer, talk, query, config, early) if talks and workers else None
-    )
-    qvec = embed_query(embedder, query) if query_vector is None else query_vector
-    tvec = _talk_vector(embedder, talk, config)
-    part: _Part | None = None
-    if pending is not None:
-        ranked, part, evidence = pending.result()
-    else:
-        ranked = _lexical_side(store, tokenizer, query, config, named_days)
-        evidence = _lexical_evidence(store, tokenizer, query, config, named_days, ranked)
-    words: list[str] = []
-    talk_ranked: list[tuple[int, float]] = []
-    talk_part: _Part | None = None
-    if talk_pending is not None:
-        words, talk_ranked, talk_part = talk_pending.result()
-    elif talks:
-        words, talk_ranked = _talk_side(store, tokenizer, talk, query, config)
-    # otherwise the lexical candidates' rows are read on the other core while FAISS searches (it
-    # leaves Python's lock)
-    first: Future[tuple[set[int], PoolRows]]
-    cues = _pool_cues(qvec, tvec, config)
-    if early:
-        first = _first_of([p for p in (part, talk_part) if p is not None], cues)
-    elif workers is not None:
-        first = workers.submit(_first_rows, store, ranked, talk_ranked, named_days, config, cues)
-    else:
-        first = Future()
-        first.set_result(_first_rows(store, ranked, talk_ranked, named_days, config, cues))
+    pending: list[Future[_Part]] = []
+    if workers is not None:
+        pending.append(workers.submit(_message_rows, store, tokenizer, query, named_days, config, ready.result))
+        if talks:
+            pending.append(workers.submit(_talk_rows, store, tokenizer, talk, query, config, ready.result))
+    try:
+        qvec = embed_query(embedder, query) if query_vector is None else query_vector
+        tvec = _talk_vector(embedder, talk, config)
+    except BaseException as e:
+        ready.set_exception(e)  # the workers waiting for the cues stop too
+        raise
+    cues = _cues(qvec, tvec)
+    ready.set_result(cues)
+    if workers is None:
+        pending.append(_done(_message_rows(store, tokenizer, query, named_days, config, ready.result)))
+        if talks:
+            pending.append(_done(_talk_rows(store, tokenizer, talk, query, config, ready.result)))
     found: list[int] = []
-    # a turn can be found several times (its message, its reply, its sentences): ask for more
-    # hits than the candidates wanted. The first ``candidates`` turns are the best by any of
-    # their vectors; then up to ``sentence_candidates`` more that one of their sentences brought
-    # (a memory without sentence vectors is searched as before)
-    extra = 0
-    more = config.sentence_candidates if config.use_sentences else 0
-    asked = (config.candidates + more) * (2 if config.use_replies else 1) * (2 if config.use_sentences else 1)
-    # without sentences, the hits are read only until ``candidates`` turns are found
-    distinct = None if config.use_sentences else config.candidates
-    # the workers are idle by now (SQLite's lexical rows are read; a database reads them in
-    # ``first``, on its own connections): one may share the search
-    for hit in store.dense(_cue_mix(qvec, tvec, config), asked, distinct=distinct, helpers=workers):
+    # a turn can be found twice (its message, its reply): ask for more hits than the candidates
+    # wanted; the hits are read only until ``candidates`` turns are found
+    asked = config.candidates * (2 if config.use_replies else 1)
+    for hit in store.dense(_cue_mix(qvec, tvec, config), asked, distinct=config.candidates, helpers=workers):
         if hit.side == Side.REPLY and not config.use_replies or hit.id in found:
-            continue
-        if hit.side == Side.SENTENCE and not config.use_sentences:
             continue
         if len(found) < config.candidates:
             found.append(hit.id)
-        elif hit.side == Side.SENTENCE and extra < more:
-            found.append(hit.id)
-            extra += 1
-    terms = tokenizer.query_terms(query, named_days) if _scores_sentences(config) else []
-    return _Sides(qvec, tvec, found, ranked, talk_ranked, first, terms, words, cues, evidence)
+    parts = [p.result() for p in pending]
+    ranked = parts[0][0]
+    talk_ranked = parts[1][0] if talks else []
+    rows = parts[0][2]
+    for part in parts[1:]:
+        rows = rows.joined(part[2])
+    evidence = _lexical_evidence(store, tokenizer, query, config, named_days, ranked)
+    return _Sides(cues, found, ranked, talk_ranked, set().union(*(p[1] for p in parts)), rows, evidence)
 
 
-def _first_rows(
-    store: UserStore,
-    ranked: Sequence[tuple[int, float]],
-    talk_ranked: Sequence[tuple[int, float]],
-    named_days: Sequence[date],
-    config: RetrievalConfig,
-    cues: np.ndarray | None = None,
-) -> tuple[set[int], PoolRows]:
-    """Phase 2a: the candidates that need no query vector (the lexical sides' and every memory
-    of the days the query names) and the pool's rows of them (``_gather`` reads the rest), with
-    their cosines to ``cues`` where given (``_pool_cues``)."""
-    ids = {i for i, _ in ranked[: config.candidates]} | {i for i, _ in talk_ranked[: config.candidates]}
-    if named_days:
-        ids |= {r.stored_id for r in store.records(days=named_days)}
-    return ids, store.pool(ids, cues)
+def _done(part: _Part) -> Future[_Part]:
+    done: Future[_Part] = Future()
+    done.set_result(part)
+    return done
 
 
 def _cues(qvec: np.ndarray, tvec: np.ndarray | None) -> np.ndarray:
     """The cues a pool is scored by: the message's vector, then the conversation's if any."""
     return np.stack([qvec, tvec]) if tvec is not None else qvec[None, :]
-
-
-def _pool_cues(qvec: np.ndarray, tvec: np.ndarray | None, config: RetrievalConfig) -> np.ndarray | None:
-    """The cues the pool's rows are read with (the store sends their cosines, not the vectors),
-    or None where scoring needs the vectors themselves: the second hop's cue is made from the
-    first hits' vectors, and a turn's sentences are scored beside its message and reply."""
-    if config.hop_weight > 0 and config.hop_seeds > 0 or _scores_sentences(config):
-        return None
-    return _cues(qvec, tvec)
 
 
 def _cue_mix(qvec: np.ndarray, tvec: np.ndarray | None, config: RetrievalConfig) -> np.ndarray:
@@ -520,23 +415,19 @@ class _Members:
 
 
 def _gather(
-    store: UserStore,
-    sides: _Sides,
-    config: RetrievalConfig,
-    hop_ranked: Sequence[tuple[int, float]] = (),
-    linked: Sequence[int] = (),
-    read: PoolRows | None = None,
+    store: UserStore, sides: _Sides, config: RetrievalConfig, linked: Sequence[int] = (), read: PoolRows | None = None
 ) -> tuple[dict[int, MemoryRecord], _Members]:
-    """Phase 2: the candidates' records (dense, lexical, the days the query names, the word
-    hop's and those reached along links) and the pool: the candidates plus the neighbouring turns
-    of candidate turns, whose scores they share. ``read``: the rows a first gathering read (only
-    what it lacks is read)."""
-    first, rows = sides.first.result()
-    more = (set(sides.dense) | {i for i, _ in hop_ranked[: config.candidates]} | set(linked)) - first
+    """Phase 2: the candidates' records (dense, lexical, the days the query names and those
+    reached along links) and the pool: the candidates plus the neighbouring turns of candidate
+    turns, whose scores they share. ``read``: the rows a first gathering read (only what it lacks
+    is read)."""
+    rows = sides.rows
+    more = (set(sides.dense) | set(linked)) - sides.first
     if read is not None:
-        rows, more = read, set(more) - set(read.found)
+        rows, more = read, more - set(read.found)
     if more:
-        rows = rows.joined(store.pool(more, sides.pool_cues))
+        cues = sides.cues
+        rows = rows.joined(store.pool(more, lambda: cues))
     records = {i: r for i, r in rows.found.items() if _allowed(r, config)}
     places = {(r.day, r.position + d) for r in records.values() if r.kind == Kind.TURN for d in (-1, 1)}
     members = list(records)
@@ -553,66 +444,24 @@ def _gather(
     return records, _Members(members, at, replied, rows)
 
 
-@dataclass
-class _Vectors:
-    """The stored vectors of a pool's members: each member's message (or text) vector, and the
-    reply vector of each turn that has one."""
-
-    ids: list[int]
-    own: np.ndarray
-    turns: list[int]  # the members whose reply vector is in ``replies``
-    replies: np.ndarray
-    # the cues' cosines where the store sent them (``_pool_cues``), as ``_dense_sides`` makes
-    # them: (own, replies), each (members, cues)
-    cosines: tuple[np.ndarray, np.ndarray] | None = None
-
-
-def _pool_vectors(store: UserStore, dim: int, members: _Members, config: RetrievalConfig) -> _Vectors:
-    """Phase 3a: the exact stored vectors of the pool (the index may be approximate; a turn
-    without a reply vector yet has no reply side), or their cosines with the pool's cues where
-    the store sent those instead (``_pool_cues``)."""
-    ids = members.ids
-    empty: np.ndarray = np.zeros((0, dim), dtype=np.float32)
-    if not ids:
-        return _Vectors(ids, empty, [], empty)
-    rows = [members.rows.row[i] for i in ids]
-    stored = members.rows.cosines
-    if stored is None:
-        own, reply = members.rows.own[rows], members.rows.reply[rows]
-        present = np.any(reply != 0, axis=1)
-    else:
-        own_cos, reply_cos = stored[0][rows], stored[1][rows]
-        present = ~np.isnan(reply_cos[:, 0])
-    keep = [n for n, i in enumerate(ids) if present[n] and i in members.replied] if config.use_replies else []
-    if stored is None:
-        return _Vectors(ids, own, [ids[n] for n in keep], reply[keep])
-    return _Vectors(ids, empty, [ids[n] for n in keep], empty, (own_cos, reply_cos[keep]))
-
-
 # a cue's cosines with the pool: each member's own vector, and turns' replies
 _Side = tuple[dict[int, float], dict[int, float]]
 
 
-def _dense_sides(vectors: _Vectors, cues: np.ndarray) -> list[_Side]:
-    """Phase 3b: for each cue (the rows of ``cues``: the message, then the conversation if any),
-    the cosine of every pool member's message (or text), and for turns of its reply."""
-    return _sides(vectors, vectors.own @ cues.T, vectors.replies @ cues.T)
-
-
-def _cue_sides(vectors: _Vectors, cues: np.ndarray) -> list[_Side]:
-    """``_dense_sides`` of the pool's cues (``_cues``), as the store sent them where it did
-    (``_pool_cues``)."""
-    if vectors.cosines is None:
-        return _dense_sides(vectors, cues)
-    return _sides(vectors, *vectors.cosines)
-
-
-def _sides(vectors: _Vectors, own_sims: np.ndarray, reply_sims: np.ndarray) -> list[_Side]:
-    """Each cue's ``_Side`` from the cosines of the members (rows) with the cues (columns)."""
-    return [
-        (dict(zip(vectors.ids, own_sims[:, c].tolist())), dict(zip(vectors.turns, reply_sims[:, c].tolist())))
-        for c in range(own_sims.shape[1])
-    ]
+def _pool_sides(members: _Members, cues: int, config: RetrievalConfig) -> list[_Side]:
+    """Phase 3: for each of the ``cues`` (the message, then the conversation if any), the cosine
+    of every pool member's message (or text), and for turns with a reply vector, of its reply
+    (the stored vectors: the index may be approximate)."""
+    ids = members.ids
+    if not ids:
+        return [({}, {}) for _ in range(cues)]
+    rows = [members.rows.row[i] for i in ids]
+    own, reply = (c[rows] for c in members.rows.cosines)
+    present = ~np.isnan(reply[:, 0])
+    keep = [n for n, i in enumerate(ids) if present[n] and i in members.replied] if config.use_replies else []
+    turns = [ids[n] for n in keep]
+    reply = reply[keep]
+    return [(dict(zip(ids, own[:, c].tolist())), dict(zip(turns, reply[:, c].tolist()))) for c in range(own.shape[1])]
 
 
 def _combine_dense(side: _Side, config: RetrievalConfig) -> tuple[dict[int, float], dict[int, float]]:
@@ -645,100 +494,6 @@ def _cue_dense(
     return raw, _scale({i: (1 - w) * message[i] + w * talk[i] for i in message}), _scale(talk)
 
 
-def _scores_sentences(config: RetrievalConfig) -> bool:
-    return config.use_sentences and config.sentence_weight > 0
-
-
-def _units(
-    store: UserStore,
-    tokenizer: Tokenizer,
-    records: dict[int, MemoryRecord],
-    vectors: _Vectors,
-    cues: np.ndarray,
-    sides: _Sides,
-    config: RetrievalConfig,
-) -> dict[int, float]:
-    """Phase 4a: each candidate turn's best unit, scored as a memory of its own. A turn's units
-    are its sentences (``embedders.turn_sentences``, with their stored vectors) and, where its
-    message or reply is one sentence, that text whole. A unit's dense similarity is its cosine
-    to the cues (mixed as the turn's, ``_cue_mix``), its lexical score BM25 over its own words
-    with the store's document frequencies (the message's words, and the conversation's at
-    ``talk_lexical_weight``), each scaled over the units of the pool and mixed at
-    ``dense_weight``: a question about one clause of a long exchange meets that clause alone,
-    on both sides, not the exchange it is diluted in. In [0, 1]."""
-    turns = [i for i, r in records.items() if r.kind == Kind.TURN]
-    if not turns:
-        return {}
-    owners, said = store.sentence_vectors(turns)
-    mine: dict[int, list[int]] = {}
-    for n, owner in enumerate(owners.tolist()):
-        mine.setdefault(owner, []).append(n)
-    weights = np.asarray([1 - config.talk_weight, config.talk_weight] if len(cues) > 1 else [1.0], dtype=np.float32)
-    own = (vectors.own @ cues.T) @ weights
-    reply = (vectors.replies @ cues.T) @ weights
-    sentence = (said @ cues.T) @ weights if len(said) else np.zeros(0, dtype=np.float32)
-    at = {rid: n for n, rid in enumerate(vectors.ids)}
-    replied = {rid: n for n, rid in enumerate(vectors.turns)}
-    of: list[int] = []  # each unit's turn
-    texts: list[str] = []
-    cosines: list[float] = []
-    for rid in turns:
-        rec = records[rid]
-        message, answer = turn_sentences(rec.query, rec.response)
-        rows = mine.get(rid, [])
-        if len(rows) != len(message) + len(answer):  # none made yet: the turn's two texts whole
-            message, answer, rows = [], [], []
-        units = list(zip(message, (float(sentence[n]) for n in rows[: len(message)])))
-        if not message:
-            units.append((rec.query, float(own[at[rid]])))
-        units += zip(answer, (float(sentence[n]) for n in rows[len(message) :]))
-        if not answer and rid in replied:
-            units.append((rec.response, float(reply[replied[rid]])))
-        for text, cosine in units:
-            of.append(rid)
-            texts.append(text)
-            cosines.append(cosine)
-    words = [tokenizer.tokenize(t) for t in texts]
-    lexical = _bm25(store, words, sides.terms)
-    if sides.talk_terms and config.talk_lexical_weight > 0:
-        w = config.talk_lexical_weight
-        lexical = (1 - w) * _scaled(lexical) + w * _scaled(_bm25(store, words, sides.talk_terms))
-    score = config.dense_weight * _scaled(np.asarray(cosines)) + config.lexical_weight * _scaled(lexical)
-    best: dict[int, float] = {}
-    for rid, value in zip(of, score.tolist()):
-        if value > best.get(rid, -1.0):
-            best[rid] = value
-    return best
-
-
-def _scaled(values: np.ndarray) -> np.ndarray:
-    """``_scale`` over an array."""
-    if not len(values):
-        return values
-    low, top = float(values.min()), float(values.max())
-    if top == low:
-        return (values > 0).astype(np.float64)
-    return (values - low) / (top - low)
-
-
-def _bm25(store: UserStore, units: Sequence[list[str]], terms: Sequence[str]) -> np.ndarray:
-    """BM25 (k1 1.2, b 0.75, as the lexical side's) of ``terms`` over each unit's words: the
-    terms weighed as the store weighs them over its memories, the units' lengths against their
-    own mean."""
-    scores: np.ndarray = np.zeros(len(units), dtype=np.float64)
-    terms = list(dict.fromkeys(terms))
-    if not terms or not units:
-        return scores
-    docs, holding = store.documents_with(terms)
-    idf = {t: max(math.log((docs - n + 0.5) / (n + 0.5)), 1e-6) for t, n in zip(terms, holding) if n}
-    mean = max(sum(len(u) for u in units) / len(units), 1.0)
-    for n, unit in enumerate(units):
-        counts = Counter(unit)
-        norm = K1 * (1 - B + B * len(unit) / mean)
-        scores[n] = sum(w * counts[t] * (K1 + 1) / (counts[t] + norm) for t, w in idf.items() if counts[t])
-    return scores
-
-
 def _base_scores(
     pool: Sequence[int],
     dense_s: dict[int, float],
@@ -759,33 +514,6 @@ def _base_scores(
         lex_s = {i: (1 - w) * lex_s[i] + w * talk_s[i] for i in pool}
     base = {i: config.dense_weight * dense_s.get(i, 0.0) + config.lexical_weight * lex_s[i] for i in pool}
     return base, from_words
-
-
-def _second_hop(
-    vectors: _Vectors, records: dict[int, MemoryRecord], base: dict[int, float], config: RetrievalConfig
-) -> tuple[list[int], dict[int, float]]:
-    """Phase 4b: memories that chain. The best ``hop_seeds`` candidates of the first hop seed a
-    second cue: the mean of their stored vectors (their people, places, things, as they were
-    said), whose cosine to each pool member, scaled to [0, 1], is added at ``hop_weight``. A
-    memory that speaks of what a first hit names without naming what the question names (the
-    second turn of a multi-hop question) is lifted; the seeds, close to their own mean, keep
-    their place. Costs no embedding: the vectors are the pool's, read already."""
-    if config.hop_weight <= 0 or config.hop_seeds <= 0 or not vectors.ids:
-        return [], {}
-    seeds = sorted(records, key=lambda i: (-base[i], -i))[: config.hop_seeds]
-    at = {rid: n for n, rid in enumerate(vectors.ids)}
-    replies = {rid: n for n, rid in enumerate(vectors.turns)}
-    w = config.reply_share if config.use_replies else 0.0
-    total = np.zeros(vectors.own.shape[1], dtype=np.float32)
-    for rid in seeds:
-        total += vectors.own[at[rid]] * ((1 - w) if rid in replies else 1.0)
-        if rid in replies:
-            total += w * vectors.replies[replies[rid]]
-    if not total.any():
-        return seeds, {}
-    (side,) = _dense_sides(vectors, normalise(total[None, :]))
-    _, mixed = _dense_mixed(side, config)
-    return seeds, _scale(mixed)
 
 
 def link_reason(edge: Edge) -> str:
@@ -815,8 +543,6 @@ def _reasons(
         reasons.append(link_reason(link))
     if cue == "conversation":
         reasons.append("fits the conversation so far")
-    elif cue == "second hop":
-        reasons.append("linked to another memory found (what it names)")
     elif dense_s >= 0.5:
         reasons.append(f"similar in meaning ({dense:.2f})")
     if lexical:
@@ -912,27 +638,17 @@ def retrieve(
         named_days = days_in_query(query, now.date())
         named_days += [d for d in conversation_days(query, store.days, now.date()) if d not in named_days]
     sides = _search_sides(store, tokenizer, embedder, query, config, query_vector, named_days, talk, workers)
-    scored = _score_pool(store, sides, named_days, config, tokenizer=tokenizer)
-    hop_terms = _hop_words(tokenizer, scored, query, config)
-    if hop_terms:
-        # the first hits' words found memories of their own: they join the pool, scored anew
-        hop_ranked = _talk_lexical_side(store, hop_terms, config)
-        scored = _score_pool(store, sides, named_days, config, hop_ranked, scored.seeds, tokenizer)
+    scored = _score_pool(store, sides, named_days, config)
     via: dict[int, Edge] = {}
     if config.link_weight > 0:
-        scored, via = _spread_links(store, sides, named_days, config, scored, tokenizer)
+        scored, via = _spread_links(store, sides, named_days, config, scored)
     return _rank(scored.pool, scored.base, scored.dense_s, scored.parts, policy, now, config, k, via, scored.side)
 
 
 def _spread_links(
-    store: UserStore,
-    sides: _Sides,
-    named_days: list[date],
-    config: RetrievalConfig,
-    scored: _Scored,
-    tokenizer: Tokenizer,
+    store: UserStore, sides: _Sides, named_days: list[date], config: RetrievalConfig, scored: _Scored
 ) -> tuple[_Scored, dict[int, Edge]]:
-    """Phase 4d: spreading activation (``memory/links.py``). The pool's best by their base scores
+    """Phase 4b: spreading activation (``memory/links.py``). The pool's best by their base scores
     pass activation along their links; what it reaches outside the pool joins it (read and scored
     by every cue as the rest: a linked memory is found by what it says too), and each memory's
     activation is added to its score at ``link_weight`` (its part credited to the cue "link"). A
@@ -944,7 +660,7 @@ def _spread_links(
         return scored, {}
     new = [i for i in reached.activation if i not in scored.pool.records]
     if new:
-        scored = _score_pool(store, sides, named_days, config, tokenizer=tokenizer, linked=new, read=scored)
+        scored = _score_pool(store, sides, named_days, config, linked=new, read=scored.pool.members.rows)
     records = scored.pool.records
     lift = {i: config.link_weight * a for i, a in reached.activation.items() if i in records}
     base = {i: b * reached.damped.get(i, 1.0) + lift.get(i, 0.0) for i, b in scored.base.items()}
@@ -955,16 +671,14 @@ def _spread_links(
 
 @dataclass
 class _Scored:
-    """A pool scored: its base scores (each cue's part of them) and the first hits that seed the
-    second hops."""
+    """A pool scored: its base scores, each cue's part of them, and the side of the search that
+    gave each the most ("dense", meaning, or "lexical", words)."""
 
     pool: _Pool
     base: dict[int, float]
     dense_s: dict[int, float]
     parts: dict[str, dict[int, float]]
-    seeds: list[int]
-    # the side of the search that gave each base score the most: "dense" (meaning) or "lexical" (words)
-    side: dict[int, str] = field(default_factory=dict)
+    side: dict[int, str]
 
 
 def _score_pool(
@@ -972,71 +686,31 @@ def _score_pool(
     sides: _Sides,
     named_days: list[date],
     config: RetrievalConfig,
-    hop_ranked: Sequence[tuple[int, float]] = (),
-    word_seeds: Sequence[int] = (),
-    tokenizer: Tokenizer | None = None,
     linked: Sequence[int] = (),
-    read: _Scored | None = None,
+    read: PoolRows | None = None,
 ) -> _Scored:
-    """Phases 2-4: the pool gathered and read, its base scores by every cue. ``hop_ranked``: the
-    word hop's matches (``_hop_words``), found from the first hits ``word_seeds``; they join the
-    pool and add ``hop_word_weight`` of their lexical score (scaled over the pool)."""
+    """Phases 2-4: the pool gathered and read (with the memories reached along ``linked``;
+    ``read``: the rows read before), its base scores by every cue."""
     if sides.lexical_evidence < 1.0:
         # the lexical side weighs what its evidence says for this query, the dense side the rest
         config = replace(config, dense_weight=1.0 - config.lexical_weight * sides.lexical_evidence)
-    records, members = _gather(store, sides, config, hop_ranked, linked, read.pool.members.rows if read else None)
-    deeper = dict(sides.ranked)
-    ids = members.ids
-    lexical = {i: deeper[i] for i in ids if i in deeper}
-    talk_deeper = dict(sides.talk_ranked)
-    talk_lexical = {i: talk_deeper[i] for i in ids if i in talk_deeper}
-    cues = _cues(sides.qvec, sides.tvec)
-    vectors = _pool_vectors(store, len(sides.qvec), members, config)
-    raw, dense_s, talk_dense = _cue_dense(_cue_sides(vectors, cues), config)
-    p = _Pool(sides.qvec, named_days, records, members, raw, lexical)
-    base, from_words = _base_scores(ids, dense_s, lexical, config, talk_lexical)
+    records, members = _gather(store, sides, config, linked, read)
+    lexical = _scores_of(sides.ranked, members.ids)
+    talk_lexical = _scores_of(sides.talk_ranked, members.ids)
+    raw, dense_s, talk_dense = _cue_dense(_pool_sides(members, len(sides.cues), config), config)
+    base, from_words = _base_scores(members.ids, dense_s, lexical, config, talk_lexical)
     side = {i: "dense" if config.dense_weight * dense_s.get(i, 0.0) >= b / 2 else "lexical" for i, b in base.items()}
-    if _scores_sentences(config) and tokenizer is not None:
-        sw = config.sentence_weight
-        best = _units(store, tokenizer, records, vectors, cues, sides, config)
-        base = {i: (1 - sw) * b + sw * best[i] if i in best else b for i, b in base.items()}
     # the conversation's part of a base score: its two sides at their weights, each scaled on its
     # own, so that a hit is credited to the cue that gave it the most
     talk_part = {
-        i: config.dense_weight * config.talk_weight * talk_dense.get(i, 0.0) + from_words.get(i, 0.0) for i in ids
+        i: config.dense_weight * config.talk_weight * talk_dense.get(i, 0.0) + from_words.get(i, 0.0)
+        for i in members.ids
     }
-    seeds, hop = _second_hop(vectors, records, base, config)
-    hop_deeper = dict(hop_ranked)
-    # scaled over the memories the hop is for: the seeds match all their own words and would
-    # take the top of the scale, so they get no share of it (they were found already)
-    word_hop = _scale({i: hop_deeper.get(i, 0.0) for i in ids if i not in word_seeds}) if hop_ranked else {}
-    # the message's part: what is left of the first hop's score (the seeds' own lift by the
-    # second hops counts for no cue: they were found already)
-    parts = {
-        "message": {i: b - talk_part[i] for i, b in base.items()},
-        "conversation": talk_part,
-        "second hop": {
-            i: config.hop_weight * hop.get(i, 0.0) + config.hop_word_weight * word_hop.get(i, 0.0)
-            for i in {*hop, *word_hop}
-            if i not in seeds and i not in word_seeds
-        },
-    }
-    first = base
-    base = {
-        i: b + config.hop_weight * hop.get(i, 0.0) + config.hop_word_weight * word_hop.get(i, 0.0)
-        for i, b in base.items()
-    }
-    # the word hop's seeds, only when it is on (the best first hits by the first scores)
-    top = sorted(records, key=lambda i: (-first[i], -i))[: config.hop_word_seeds] if config.hop_word_weight > 0 else []
-    return _Scored(p, base, dense_s, parts, top, side)
+    parts = {"message": {i: b - talk_part[i] for i, b in base.items()}, "conversation": talk_part}
+    return _Scored(_Pool(named_days, records, members, raw, lexical), base, dense_s, parts, side)
 
 
-def _hop_words(tokenizer: Tokenizer, scored: _Scored, query: str, config: RetrievalConfig) -> list[str]:
-    """Phase 4c: the words of the first hits (``hop_word_seeds`` of them, best first) that the
-    message does not have, at most ``hop_word_terms``: what they name (people, places, things)
-    as a second search, so that a memory that says something about what a first hit named,
-    without the question's words, is found too. BM25 weighs the rare among them most."""
-    if config.hop_word_weight <= 0 or config.hop_word_seeds <= 0:
-        return []
-    texts = [scored.pool.records[rid].text for rid in scored.seeds]
-    return _words_beside(tokenizer, texts, query)[: config.hop_word_terms]
+def _scores_of(ranked: Sequence[tuple[int, float]], ids: Sequence[int]) -> dict[int, float]:
+    """The scores of ``ranked`` (a lexical side's matches) of the pool members ``ids``."""
+    deeper = dict(ranked)
+    return {i: deeper[i] for i in ids if i in deeper}

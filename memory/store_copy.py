@@ -1,6 +1,6 @@
 """Copying one user's memories from one bank to another (a home folder and a PostgreSQL store,
 either way): every row with its id, place, forgetting state and stored vectors (its own, its
-reply's, its sentences'; nothing is embedded again), and the user's meta values (which embedder
+reply's; nothing is embedded again), and the user's meta values (which embedder
 made the vectors). Safe to run again: a user whose copy already matches is left alone; a partial
 copy is replaced."""
 
@@ -11,7 +11,6 @@ from collections import Counter
 import numpy as np
 
 from .bank import MemoryBank
-from .records import Kind
 
 
 def census(bank: MemoryBank, user: str) -> dict[str, int]:
@@ -40,15 +39,6 @@ def copy_user(source: MemoryBank, target: MemoryBank, user: str) -> str:
         replies = [(rec.stored_id, r) for rec, _, r in batch if r is not None]
         if replies:
             dst.set_vectors([i for i, _ in replies], np.stack([r for _, r in replies]), column="reply_vector")
-        # the turns' sentence vectors where they are made (a turn of short texts has none, and
-        # is made too): else the target's reply worker would embed those turns again
-        made = src.sentences_made([rec.stored_id for rec in records if rec.kind == Kind.TURN])
-        if made:
-            owners, said = src.sentence_vectors(list(made))
-            rows: dict[int, list[int]] = {}
-            for n, owner in enumerate(owners.tolist()):
-                rows.setdefault(owner, []).append(n)
-            dst.set_sentences([(rid, said[rows.get(rid, [])]) for rid in made])
     dst.sync()
     got = census(target, user)
     if got != want:

@@ -89,7 +89,7 @@ def test_the_replys_vector_is_made_once_the_used_memories_are_reinforced(bank, c
     assert "".join(stream) and stream.result.used and stream.result.turn is not None
     bank.settle()
     assert events == ["reinforced", "reply vector"]
-    assert bank.user_store("Maya").vectors([stream.result.turn.stored_id], column="reply_vector").any()
+    assert bank.user_store("Maya").vectors([stream.result.turn.stored_id])[1].any()
 
 
 def test_the_global_summaries_reach_the_prompt_and_used_memories_are_reinforced(companion, bank, clock):

@@ -20,7 +20,7 @@ from collections import Counter
 from concurrent.futures import Executor
 from dataclasses import dataclass
 from datetime import date, datetime
-from typing import Any, ContextManager, Iterable, Iterator, Mapping, Protocol, Sequence
+from typing import Any, Callable, ContextManager, Iterable, Iterator, Mapping, Protocol, Sequence
 
 import numpy as np
 
@@ -75,7 +75,6 @@ class Side(str, enum.Enum):
 
     OWN = "own"  # its own vector: a turn's message, a summary's text
     REPLY = "reply"  # a turn's reply vector
-    SENTENCE = "sentence"  # one sentence of a long turn's message or reply (``memory/sentences.py``)
     WORDS = "words"  # the lexical side (BM25 over its words)
 
 
@@ -104,19 +103,14 @@ class Neighbour:
 @dataclass(frozen=True)
 class PoolRows:
     """What a retrieval reads of its candidates (``UserStore.pool``): their records, the turns
-    next to each candidate turn, and the stored vectors of both (row ``row[id]`` of ``own`` and
-    ``reply``; zeros where a memory has none).
-
-    Where the pool was read with cues, ``cosines`` holds each row's inner product with each cue
-    (``own``: 0 where a memory has no vector; ``reply``: NaN where it has no reply vector), and
-    the vectors may be left out (``own`` and ``reply`` then have no columns)."""
+    next to each candidate turn, and each one's cosines with the retrieval's cues, at row
+    ``row[id]`` of ``cosines``: (own, reply), each (rows, cues); own is 0 where a memory has no
+    vector, reply NaN where it has no reply vector."""
 
     found: dict[int, MemoryRecord]  # the memories of the ids asked for that exist
-    beside: list[Neighbour]  # (day, position, id) order, either tier, as ``UserStore.around``
+    beside: list[Neighbour]  # (day, position, id) order, either tier
     row: dict[int, int]
-    own: np.ndarray
-    reply: np.ndarray
-    cosines: tuple[np.ndarray, np.ndarray] | None = None  # (own, reply): (rows, cues) each
+    cosines: tuple[np.ndarray, np.ndarray]
 
     def joined(self, other: "PoolRows") -> "PoolRows":
         """What one ``pool`` call over both calls' ids gives: the records and neighbours of both,
@@ -125,39 +119,13 @@ class PoolRows:
         found = {**self.found, **other.found}
         order = sorted(found.values(), key=lambda r: (r.day, r.kind.value, r.position, r.stored_id))
         beside = {n.id: n for n in [*self.beside, *other.beside]}
-        n = len(self.own)  # rows, not ids: parts that share memories hold some rows twice
-        cosines = None
-        if self.cosines is not None and other.cosines is not None:
-            (own, reply), (more_own, more_reply) = self.cosines, other.cosines
-            cosines = (np.concatenate([own, more_own]), np.concatenate([reply, more_reply]))
+        n = len(self.cosines[0])  # rows, not ids: parts that share memories hold some rows twice
+        (own, reply), (more_own, more_reply) = self.cosines, other.cosines
         return PoolRows(
             {r.stored_id: r for r in order},
             sorted(beside.values(), key=lambda b: (b.day, b.position, b.id)),
             {**{rid: n + i for rid, i in other.row.items()}, **self.row},
-            np.concatenate([self.own, other.own]),
-            np.concatenate([self.reply, other.reply]),
-            cosines,
-        )
-
-    @staticmethod
-    def cosines_of(own: np.ndarray, reply: np.ndarray, cues: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """``cosines`` from the vectors: each row's inner product with each cue (NaN for a
-        reply vector that is not there: a row of zeros)."""
-        replies = reply @ cues.T
-        replies[~np.any(reply != 0, axis=1)] = np.nan
-        return own @ cues.T, replies
-
-    @classmethod
-    def of(cls, found: dict[int, MemoryRecord], beside: Sequence[MemoryRecord], vectors: Any) -> "PoolRows":
-        """From ``around``'s records and ``vectors``: a store's ``vectors_and_replies``."""
-        every = list(dict.fromkeys([*found, *(r.stored_id for r in beside)]))
-        own, reply = vectors(every)
-        return cls(
-            found,
-            [Neighbour(r.stored_id, r.day, r.position, bool(r.response.strip())) for r in beside],
-            {rid: n for n, rid in enumerate(every)},
-            own,
-            reply,
+            (np.concatenate([own, more_own]), np.concatenate([reply, more_reply])),
         )
 
 
@@ -321,21 +289,16 @@ def term_counts(tokenizer: Tokenizer, kind: Kind, text: str, day: date) -> tuple
 
 
 class UserStore(Protocol):
-    """All memories of one user: records, their vectors, and the searches over them."""
+    """All memories of one user: records in and out, forgetting's state, the two searches and
+    the pool a retrieval reads. How fast each is, is the engine's business: nothing here
+    depends on how it stores or searches."""
 
     @property
     def user(self) -> str: ...
     @property
     def dim(self) -> int: ...
 
-    def close(self, *, save: bool = True) -> None: ...
-
-    # -- meta
-    def get_meta(self, key: str) -> str | None: ...
-    def set_meta(self, key: str, value: str) -> None: ...
-    def all_meta(self) -> dict[str, str]: ...
-
-    # -- writes
+    # -- records in
     def insert(
         self, records: Sequence[MemoryRecord], vectors: np.ndarray | None, *, keep_ids: bool = False
     ) -> list[MemoryRecord]:
@@ -345,20 +308,10 @@ class UserStore(Protocol):
         ...
 
     def replace_text(self, rid: int, text: str, vector: np.ndarray | None, **fields: Any) -> None: ...
-    def update_forgetting(
-        self, records: Iterable[MemoryRecord], *, read: Mapping[int, MemoryRecord] | None = None
-    ) -> list[int]:
-        """Strength / recall fields after reinforcement. ``read``: the records they were worked
-        out from, as read before (by id); a memory recalled again since (its recall count is no
-        longer ``read``'s) or gone is left as it is, and the ids left are returned, for the
-        caller to read again: no recall is lost to another one at the same moment."""
-        ...
-
-    def set_state(self, ids: Sequence[int], state: State, when: datetime | None = None) -> int: ...
     def set_pinned(self, rid: int, pinned: bool) -> bool: ...
     def delete(self, ids: Sequence[int]) -> int:
-        """The memories gone: their rows, lexical entries, vectors and sentence vectors (the
-        bank's ``delete`` also drops what other records copied of them and calls ``erase``)."""
+        """The memories gone: their rows, lexical entries and vectors (the bank's ``delete`` also
+        drops what other records copied of them and calls ``erase``)."""
         ...
 
     def drop_references(self, ids: Sequence[int], keys: Sequence[str]) -> int:
@@ -373,42 +326,17 @@ class UserStore(Protocol):
         write-ahead log); nothing where the database server keeps them out of reach of the app."""
         ...
 
-    def set_vectors(self, ids: Sequence[int], vectors: np.ndarray, *, column: str = "vector") -> None: ...
-    def clear_reply_vectors(self, ids: Sequence[int]) -> None: ...
-    def set_sentences(self, items: Sequence[tuple[int, np.ndarray]]) -> None:
-        """Each turn's sentence vectors ([k, dim], k may be 0: a turn of short texts), replacing
-        those it had; the turn's sentences are then made (not ``sentences_pending``)."""
+    def set_vectors(self, ids: Sequence[int], vectors: np.ndarray, *, column: str = "vector") -> None:
+        """Stored vectors for memories: ``column`` one of ``VECTOR_COLUMNS``."""
         ...
 
-    def clear_sentences(self, ids: Sequence[int]) -> None:
-        """Sentence vectors to be made again (a new reply, another embedder)."""
+    def clear_reply_vectors(self, ids: Sequence[int]) -> None:
+        """Reply vectors to be made again (by another embedder)."""
         ...
 
-    # -- reads
-    def replies_pending(self, limit: int = 10_000) -> list[tuple[int, str]]: ...
-    def sentences_pending(self, limit: int = 10_000) -> list[tuple[int, str, str]]:
-        """(id, message, reply) of turns whose sentence vectors are not made yet (written before
-        there were any, or cleared), oldest first."""
-        ...
-
-    def sentence_vectors(self, ids: Sequence[int]) -> tuple[np.ndarray, np.ndarray]:
-        """The sentence vectors of the memories ``ids``: (each vector's memory id, the vectors
-        [m, dim]), a memory's in their order."""
-        ...
-
-    def sentences_made(self, ids: Sequence[int]) -> dict[int, int]:
-        """Of the memories ``ids``, the turns whose sentence vectors are made (not
-        ``sentences_pending``), and how many each has (0: texts of one sentence each)."""
-        ...
-
+    # -- records out
     def get(self, rid: int) -> MemoryRecord | None: ...
     def get_many(self, ids: Iterable[int]) -> dict[int, MemoryRecord]: ...
-    def extra_at(self, ids: Sequence[int], path: Sequence[str]) -> dict[int, str]:
-        """The text that each of ``ids``' extra fields holds at ``path`` (a key, then a key
-        within it...), for the memories that hold a text there: one field of many rows, without
-        reading their fields whole (a turn's hold what its prompt held, kilobytes)."""
-        ...
-
     def records(
         self,
         *,
@@ -422,41 +350,41 @@ class UserStore(Protocol):
         extra: bool = True,
     ) -> list[MemoryRecord]:
         """Memories by kind, state and days, in order (``newest_first``: the other way). ``extra``
-        False: their extra fields are not read, and each record's ``extra`` is empty: for a read
-        that never uses them (a chat turn's read of today's turns). A turn's fields hold what its
-        prompt held, most of its row."""
+        False: each record's ``extra`` is left empty (a read that never uses it: a turn's fields
+        hold what its prompt held, most of its row)."""
+        ...
+
+    def extra_at(self, ids: Sequence[int], path: Sequence[str]) -> dict[int, str]:
+        """The text that each of ``ids``' extra fields holds at ``path`` (a key, then a key
+        within it...), for the memories that hold a text there."""
         ...
 
     def count(self, *, kind: Kind | None = None, state: State | None = None) -> int: ...
     def days(self) -> list[date]: ...
-    def next_position(self, day: date) -> int: ...
-    def vectors(self, ids: Sequence[int], *, column: str = "vector") -> np.ndarray: ...
+    def vectors(self, ids: Sequence[int]) -> tuple[np.ndarray, np.ndarray]:
+        """The stored vectors of ``ids``, in their order: (own, reply), zeros where one is none."""
+        ...
+
+    def replies_pending(self, limit: int = 10_000) -> list[tuple[int, str]]:
+        """(id, reply) of turns whose reply has no vector yet, oldest first."""
+        ...
+
     def iter_rows(
         self, batch: int = 1000
     ) -> Iterator[list[tuple[MemoryRecord, np.ndarray | None, np.ndarray | None]]]: ...
     def iter_texts(self, batch: int = 256) -> Iterator[list[tuple[int, Kind, str, str | None]]]: ...
-    def around(self, ids: Iterable[int]) -> tuple[dict[int, MemoryRecord], list[MemoryRecord]]:
-        """The memories of ``ids`` (those that exist), and the turns of either tier next to each
-        turn among them (same day, position - 1 and + 1) in (day, position, id) order: a
-        retrieval's candidates and their neighbours, read together."""
+
+    # -- forgetting's state
+    def update_forgetting(
+        self, records: Iterable[MemoryRecord], *, read: Mapping[int, MemoryRecord] | None = None
+    ) -> list[int]:
+        """Strength / recall fields after reinforcement. ``read``: the records they were worked
+        out from, as read before (by id); a memory recalled again since (its recall count is no
+        longer ``read``'s) or gone is left as it is, and the ids left are returned, for the
+        caller to read again: no recall is lost to another one at the same moment."""
         ...
 
-    def vectors_and_replies(self, ids: Sequence[int]) -> tuple[np.ndarray, np.ndarray]:
-        """``vectors(ids)`` and ``vectors(ids, column="reply_vector")``, read together."""
-        ...
-
-    # whether ``pool`` works out the cues' cosines where it reads the rows (a database server);
-    # a store that computes them from the vectors it read (``PoolRows.cosines_of``) can read a
-    # pool's rows before its cues exist, while the query is embedded
-    cosines_where_read: bool
-
-    def pool(self, ids: Iterable[int], cues: np.ndarray | None = None) -> PoolRows:
-        """What ``around(ids)`` finds, with both vectors of every memory in it, the neighbours as
-        places only (``Neighbour``): a retrieval's candidates and their neighbours, read
-        together. ``cues`` (unit vectors, one per row): the ``cosines`` of every memory in it
-        with each cue, instead of its vectors where the store can compute them where it reads
-        them (``PoolRows``)."""
-        ...
+    def set_state(self, ids: Sequence[int], state: State, when: datetime | None = None) -> int: ...
 
     # -- links between memories (``memory/links.py``)
     def write_links(
@@ -490,31 +418,32 @@ class UserStore(Protocol):
     ) -> list[SearchHit]:
         """The ``k`` vectors closest to ``query`` (a memory's own and turns' replies), best first.
         ``distinct``: the caller reads the hits only until it has found that many distinct
-        memories among its own and reply hits (it skips sentence hits), so a store may leave out
-        an own or reply hit past that side's ``distinct``-th: one side finds a memory at most
-        once, so such a hit comes after ``distinct`` memories were found. What the caller
-        reads is then the same. ``helpers``: threads with nothing else to do meanwhile, which the
-        store may use to share the search (the SQLite store's inverted file, ``UserIndex.search``);
-        the hits are the same with or without them."""
+        memories, so a store may leave out a hit of a side past that side's ``distinct``-th.
+        ``helpers``: idle threads the store may share the search with; the hits are the same."""
         ...
 
     def lexical(self, terms: Sequence[str], limit: int) -> list[SearchHit]:
-        """The best ``limit`` memories sharing a term with ``terms`` by BM25 (k1 1.2, b 0.75)."""
+        """The best ``limit`` memories sharing a term with ``terms`` by BM25 (``memory/bm25.py``)."""
         ...
 
     def documents_with(self, terms: Sequence[str]) -> tuple[int, list[int]]:
         """How many memories the lexical side holds, and how many of them hold each of ``terms``
-        (the document frequencies behind ``lexical``'s BM25, for scoring a finer unit than a
-        memory with the same weights of its words)."""
+        (the document frequencies behind ``lexical``'s BM25)."""
         ...
 
-    def vector_count(self) -> int:
-        """How many vectors the dense search holds."""
+    def pool(self, ids: Iterable[int], cues: Callable[[], np.ndarray]) -> PoolRows:
+        """The memories of ``ids`` that exist, the turns of either tier next to each turn among
+        them (same day, position - 1 and + 1) as places only, and the cosines of all of them with
+        ``cues()`` (unit vectors, one a row): a retrieval's candidates and their neighbours.
+        ``cues`` may wait until the query is embedded: a store reads what needs no cue first."""
         ...
 
+    # -- meta and upkeep
+    def get_meta(self, key: str) -> str | None: ...
+    def set_meta(self, key: str, value: str) -> None: ...
+    def all_meta(self) -> dict[str, str]: ...
     def sync(self) -> None:
-        """After writes: the dense index catches up (SQLite's FAISS file) or grows (a
-        PostgreSQL user's HNSW index)."""
+        """After writes: the dense index catches up with them."""
         ...
 
     def flush(self) -> None:
@@ -526,10 +455,10 @@ class UserStore(Protocol):
         ...
 
     def tidy(self) -> None:
-        """Upkeep of the database off a turn's clock: the bank's reply worker calls it after it
-        stored a user's reply vectors (SQLite: its write-ahead log moved into the database;
-        nothing where the database server does its own)."""
+        """Upkeep off a turn's clock, after the reply worker stored a user's reply vectors."""
         ...
+
+    def close(self, *, save: bool = True) -> None: ...
 
 
 class Stores(Protocol):

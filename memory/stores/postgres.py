@@ -15,8 +15,7 @@ the bank's retrieval, forgetting, imports and exports run unchanged over it.
   reinforcement rewrites a few dozen bytes in place instead of the memory's row with both vectors
   and their index entries.
 * Dense search: ``embedding <#> q`` (inner product on normalised vectors, like FAISS) over the
-  user's memories of both tiers, over turns' reply vectors (``reply_embedding``) and over the
-  sentence vectors of long turns (``mem_sentences``). A user with fewer than ``HNSW_MIN`` memories is
+  user's memories of both tiers and over turns' reply vectors (``reply_embedding``). A user with fewer than ``HNSW_MIN`` memories is
   searched exactly through the btree on owner; from ``HNSW_MIN`` on, that user gets partial HNSW
   indexes of their own (``WHERE owner = '...'``), built concurrently in the background, so that
   one user's search never walks another user's graph and never loses hits to a filter. A chat
@@ -55,6 +54,7 @@ from ..records import Kind, MemoryRecord, State
 from . import postgres_links
 from .base import (
     MEMORY_COLUMNS,
+    VECTOR_COLUMNS,
     Edge,
     Link,
     Mention,
@@ -71,7 +71,7 @@ log = logging.getLogger(__name__)
 
 HNSW_MIN = 20_000  # active vectors from which a user gets a partial HNSW index
 HNSW_EF_SEARCH = 100  # candidates the graph search keeps (>= the 40 retrieval asks for)
-_SPLIT_AT = 32  # candidates from which ``around`` and ``pool`` read two halves at once
+_SPLIT_AT = 32  # candidates from which ``pool`` reads two halves at once
 _READ_AHEAD_S = 2.0  # how long vectors read with a pool's rows stand for a fresh read of them
 # the latest turns of a day whose vectors come with a read of that day's turns: the chat turn's
 # conversation cue takes the latest six (``core.companion.TALK_TURNS``)
@@ -79,25 +79,22 @@ _READ_AHEAD_TURNS = 8
 BM25_K1, BM25_B = 1.2, 0.75
 WARM_POSTINGS_FROM = 10_000  # memories from which a worker reads a user's postings whole at open
 
-_RECALL_COLUMNS = ("strength", "last_recall", "recall_count")  # in ``mem_recall`` (migration 6)
 
-
-def _read_as(column: str, table: str = "", *, extra: bool = True) -> str:
+def _read_as(column: str, *, extra: bool = True) -> str:
     """A memory column as a read selects it: ``extra`` as its JSON text, which the record parses
     when its extra fields are first used (``records.ExtraFields``), not the driver at every read;
     or nothing, where the read leaves them out (``records(extra=False)``)."""
     if column != "extra":
-        return f"{table}{column}"
-    return f"{table}{column}::text AS {column}" if extra else f"NULL AS {column}"
+        return column
+    return f"{column}::text AS {column}" if extra else f"NULL AS {column}"
 
 
 _COLUMNS = ", ".join(_read_as(c) for c in MEMORY_COLUMNS)
 _COLUMNS_BUT_EXTRA = ", ".join(_read_as(c, extra=False) for c in MEMORY_COLUMNS)
 # a memory's row: its own fields and its recall fields (unqualified names resolve through USING)
 _MEMORY_ROWS = "memories JOIN mem_recall USING (owner, id)"
-# the same columns of ``memories m`` joined with ``mem_recall r``
-_PLACE_COLUMNS = ", ".join(_read_as(c, "r." if c in _RECALL_COLUMNS else "m.") for c in MEMORY_COLUMNS)
-VECTOR_COLUMNS = {"vector": "embedding", "reply_vector": "reply_embedding"}
+# where each of ``VECTOR_COLUMNS`` is kept
+_STORED = dict(zip(VECTOR_COLUMNS, ("embedding", "reply_embedding")))
 # a memory's own vector as a read sees it: in the graph's column, or still waiting to join it
 _OWN = "COALESCE(embedding, pending_embedding)"
 _READ_VECTOR = {"embedding": _OWN, "reply_embedding": "reply_embedding"}
@@ -268,9 +265,7 @@ def _m7(cur: psycopg.Cursor) -> None:
 
 
 def _m8(cur: psycopg.Cursor) -> None:
-    # the sentence vectors of long turns (``memory/sentences.py``), a row each, kept in the row as
-    # the memories' vectors are (STORAGE MAIN); a turn's count of them, NULL until they are made
-    # (the turns written before are made by the bank's reply worker, as missing reply vectors are)
+    # the sentence vectors of long turns, a row each (dropped by _m11)
     run_statements(
         cur,
         """
@@ -304,7 +299,19 @@ def _m10(cur: psycopg.Cursor) -> None:
     postgres_links.create(cur)
 
 
-MIGRATIONS = [_m1, _m2, _m3, _m4, _m5, _m6, _m7, _m8, _m9, _m10]
+def _m11(cur: psycopg.Cursor) -> None:
+    # sentence vectors are no longer made or searched (whole turns found as much, for less)
+    run_statements(
+        cur,
+        """
+    DROP TABLE mem_sentences;
+    DROP INDEX memories_sentences_pending;
+    ALTER TABLE memories DROP COLUMN sentences
+    """,
+    )
+
+
+MIGRATIONS = [_m1, _m2, _m3, _m4, _m5, _m6, _m7, _m8, _m9, _m10, _m11]
 
 
 def as_array(value) -> np.ndarray | None:
@@ -514,15 +521,14 @@ def bm25_top(
 class PgUserStore:
     """All memories of one user in the shared database (the ``base.UserStore`` interface)."""
 
-    cosines_where_read = True  # ``pool`` sends the cues' inner products, not the vectors
-
     def __init__(self, stores: "PostgresStores", user: str, dim: int):
         self.stores = stores
         self.db = stores.db
         self.user = user
         self.dim = dim
-        # the pool's vectors read with its rows (``around``), kept for the ``vectors_and_replies``
-        # that follows on the same thread: (when, this store's write count then, id: vectors)
+        # the vectors of a day's latest turns read with its rows (``records``), kept for the
+        # ``vectors`` that follows on the same thread: (when, this store's write count then, id:
+        # vectors)
         self._read_ahead = threading.local()
         self._writes = 0
         self._joining: set[Future] = set()  # own vectors being moved into the graph
@@ -837,9 +843,9 @@ class PgUserStore:
 
     def replace_text(self, rid: int, text: str, vector: np.ndarray | None, **fields) -> None:
         """New text (and vector) for a memory: an edited summary, a regenerated reply."""
-        sets = sql.SQL("").join(sql.SQL(", {} = %s").format(sql.Identifier(VECTOR_COLUMNS.get(k, k))) for k in fields)
+        sets = sql.SQL("").join(sql.SQL(", {} = %s").format(sql.Identifier(_STORED.get(k, k))) for k in fields)
         # extra comes as JSON text, which a jsonb column takes; a vector field as bytes or an array
-        values = [as_vector_value(v) if k in VECTOR_COLUMNS else v for k, v in fields.items()]
+        values = [as_vector_value(v) if k in _STORED else v for k, v in fields.items()]
         with self._writing() as cur:
             self._lock_user(cur)
             row = cur.execute(
@@ -990,7 +996,7 @@ class PgUserStore:
             )
             cur.executemany(
                 sql.SQL("UPDATE memories SET {} = %s, {} WHERE owner = %s AND id = %s").format(
-                    sql.Identifier(VECTOR_COLUMNS[column]), sql.SQL(also)
+                    sql.Identifier(_STORED[column]), sql.SQL(also)
                 ),
                 [(np.asarray(v, dtype=np.float32), self.user, int(rid)) for rid, v in zip(ids, vectors)],
             )
@@ -1003,70 +1009,6 @@ class PgUserStore:
                 "UPDATE memories SET reply_embedding = NULL WHERE owner = %s AND id = ANY(%s)",
                 (self.user, [int(i) for i in ids]),
             )
-
-    def set_sentences(self, items: Sequence[tuple[int, np.ndarray]]) -> None:
-        if not items:
-            return
-        with self.db.transaction() as cur:
-            self._lock_user(cur)
-            ids = [int(rid) for rid, _ in items]
-            cur.execute("DELETE FROM mem_sentences WHERE owner = %s AND memory_id = ANY(%s)", (self.user, ids))
-            rows = [
-                (self.user, int(rid), n, v)
-                for rid, vectors in items
-                for n, v in enumerate(np.asarray(vectors, dtype=np.float32).reshape(-1, self.dim))
-            ]
-            if rows:
-                cur.executemany(
-                    "INSERT INTO mem_sentences (owner, memory_id, n, embedding) VALUES (%s, %s, %s, %b)", rows
-                )
-            cur.executemany(
-                "UPDATE memories SET sentences = %s WHERE owner = %s AND id = %s",
-                [(len(np.asarray(vectors).reshape(-1, self.dim)), self.user, int(rid)) for rid, vectors in items],
-            )
-
-    def clear_sentences(self, ids: Sequence[int]) -> None:
-        ids = [int(i) for i in ids]
-        if not ids:
-            return
-        with self.db.transaction() as cur:
-            self._lock_user(cur)
-            cur.execute("DELETE FROM mem_sentences WHERE owner = %s AND memory_id = ANY(%s)", (self.user, ids))
-            cur.execute("UPDATE memories SET sentences = NULL WHERE owner = %s AND id = ANY(%s)", (self.user, ids))
-
-    def sentences_pending(self, limit: int = 10_000) -> list[tuple[int, str, str]]:
-        return [
-            (r[0], r[1], r[2])
-            for r in self.db.fetchall(
-                "SELECT id, query, response FROM memories WHERE owner = %s AND kind = 'turn'"
-                " AND sentences IS NULL ORDER BY id LIMIT %s",
-                (self.user, int(limit)),
-            )
-        ]
-
-    def sentence_vectors(self, ids: Sequence[int]) -> tuple[np.ndarray, np.ndarray]:
-        ids = list(dict.fromkeys(int(i) for i in ids))
-        rows = (
-            self.db.fetchall(
-                "SELECT memory_id, vector_send(embedding) FROM mem_sentences WHERE owner = %s"
-                " AND memory_id = ANY(%s) ORDER BY memory_id, n",
-                (self.user, ids),
-                binary=True,
-            )
-            if ids
-            else []
-        )
-        return np.asarray([int(r[0]) for r in rows], dtype=np.int64), self._from_sent([r[1] for r in rows])
-
-    def sentences_made(self, ids: Sequence[int]) -> dict[int, int]:
-        ids = list(dict.fromkeys(int(i) for i in ids))
-        if not ids:
-            return {}
-        rows = self.db.fetchall(
-            "SELECT id, sentences FROM memories WHERE owner = %s AND id = ANY(%s) AND sentences IS NOT NULL",
-            (self.user, ids),
-        )
-        return {int(r[0]): int(r[1]) for r in rows}
 
     def replies_pending(self, limit: int = 10_000) -> list[tuple[int, str]]:
         """(id, reply) of turns whose reply has no vector yet, oldest first."""
@@ -1149,7 +1091,7 @@ class PgUserStore:
         if kind == Kind.TURN and days is not None and len(days) == 1 and limit is None:
             # one day's turns (a chat turn reads today's): the vectors of the latest come with the
             # rows read anyway, for the conversation's cue, which asks for them next on this thread
-            # (``vectors_and_replies``: a round trip fewer before the reply). Only the latest: the
+            # (``vectors``: a round trip fewer before the reply). Only the latest: the
             # whole day's made a long day's turns slower and slower (docs/benchmarks.md)
             latest = "row_number() OVER (ORDER BY position DESC, id DESC) <= %s"
             rows = self.db.fetchall(
@@ -1184,20 +1126,6 @@ class PgUserStore:
             )
         ]
 
-    def next_position(self, day: date) -> int:
-        return int(
-            one(
-                self.db.fetchone(
-                    "SELECT COALESCE(MAX(position) + 1, 0) FROM memories WHERE owner = %s AND kind = 'turn' AND day = %s",
-                    (self.user, day),
-                )
-            )[0]
-        )
-
-    def vectors(self, ids: Sequence[int], *, column: str = "vector") -> np.ndarray:
-        """Stored vectors in the order of ``ids`` (zeros where a row has none)."""
-        return self._vectors(ids, (VECTOR_COLUMNS[column],))[0]
-
     def iter_texts(self, batch: int = 256) -> Iterator[list[tuple[int, Kind, str, str | None]]]:
         """Every memory's (id, kind, text, the user's message of a turn), in batches."""
         last = 0
@@ -1225,78 +1153,45 @@ class PgUserStore:
             last = rows[-1][0]
             yield [(record_from_row(self.user, r[:-2]), as_array(r[-2]), as_array(r[-1])) for r in rows]
 
-    def around(self, ids: Iterable[int]) -> tuple[dict[int, MemoryRecord], list[MemoryRecord]]:
-        """The candidates' rows, then the turns at the places beside each turn among them (a
-        join on the places: one index look-up each), and the vectors of all of them, which a
-        retrieval asks for next (``vectors_and_replies``): read from the rows read here anyway,
-        they cost no second look-up of each row. A retrieval's hundred-odd candidates are read
-        in two halves at once, each on a connection of its own (each row is a look-up in the
-        heap: one backend reads them one after the other)."""
-        ids = list(dict.fromkeys(int(i) for i in ids))
-        self._read_ahead.kept = None
-        if not ids:
-            return {}, []
-        rows = self._halves(self._around_rows, ids)
-        self._read_ahead.kept = (time.monotonic(), self._writes, {int(r[1]): (r[-2], r[-1]) for r in rows})
-        found = [record_from_row(self.user, r[1:-2]) for r in rows if r[0] == 0]
-        beside = {
-            r[1]: record_from_row(self.user, r[1:-2]) for r in rows if r[0] == 1
-        }  # a place may be beside both halves
-        found.sort(key=lambda r: (r.day, r.kind.value, r.position, r.stored_id))
-        return {r.stored_id: r for r in found}, sorted(beside.values(), key=lambda r: (r.day, r.position, r.stored_id))
-
     def _halves(self, read: Callable[[list[int]], list[tuple]], ids: list[int]) -> list[tuple]:
         """``read`` of ``ids``, in two halves at once from ``_SPLIT_AT`` ids on, each on a
-        connection of its own."""
+        connection of its own (each row is a look-up in the heap: one backend reads them one
+        after the other)."""
         if len(ids) < _SPLIT_AT:
             return read(ids)
         other = self.stores.searches.submit(read, ids[len(ids) // 2 :])
         return read(ids[: len(ids) // 2]) + other.result()
 
-    def _rows_beside(
-        self, ids: list[int], neighbour_columns: str, recall: str = "", cues: np.ndarray | None = None
-    ) -> list[tuple]:
-        """The rows of ``ids`` (side 0: every column, both vectors sent) and of the turns at the
-        places beside each turn among them (side 1: ``neighbour_columns`` of ``m``, joined with
-        ``recall``, and both vectors sent). With ``cues``, each row ends with its own vector's
-        inner product with each cue, then its reply vector's, instead of the vectors (the
-        vectors are most of what a pool read sends)."""
+    def _pool_rows(self, ids: list[int], cues: np.ndarray) -> list[tuple]:
+        """The rows of ``ids`` (side 0: every column) and of the turns at the places beside each
+        turn among them (side 1: their places and reply, NULL for the rest: no record is made
+        of them, and a NULL costs nothing to send), one statement, each row ending with its own
+        vector's inner product with each cue, then its reply vector's (not the vectors: they are
+        most of what a pool read would send)."""
+        place = ", ".join(f"m.{c}" if c in _NEIGHBOUR_COLUMNS else "NULL" for c in MEMORY_COLUMNS)
+        names = [f"c{k}" for k in range(len(cues))]
         params: dict[str, Any] = {"u": self.user, "ids": ids}
-        if cues is None:
-            kept = f"vector_send({_OWN}) AS v, vector_send(reply_embedding) AS rv"
-            sent = "v, rv"
-            beside = "vector_send(COALESCE(m.embedding, m.pending_embedding)), vector_send(m.reply_embedding)"
-        else:
-            names = [f"c{k}" for k in range(len(cues))]
-            params |= {name: np.asarray(cue, dtype=np.float32) for name, cue in zip(names, cues)}
+        params |= {name: np.asarray(cue, dtype=np.float32) for name, cue in zip(names, cues)}
 
-            def products(own: str, reply: str) -> str:
-                return ", ".join(
-                    [*(f"-({own} <#> %({c})s)" for c in names), *(f"-({reply} <#> %({c})s)" for c in names)]
-                )
+        def products(own: str, reply: str) -> str:
+            return ", ".join([*(f"-({own} <#> %({c})s)" for c in names), *(f"-({reply} <#> %({c})s)" for c in names)])
 
-            kept = f"{_OWN} AS v, reply_embedding AS rv"
-            sent = products("v", "rv")
-            beside = products("COALESCE(m.embedding, m.pending_embedding)", "m.reply_embedding")
         return self.db.fetchall(
-            f"WITH c AS (SELECT {_COLUMNS}, {kept}"
+            f"WITH c AS (SELECT {_COLUMNS}, {_OWN} AS v, reply_embedding AS rv"
             f" FROM {_MEMORY_ROWS} WHERE owner = %(u)s AND id = ANY(%(ids)s)),"
             " p AS (SELECT DISTINCT day, position + d AS position FROM c, (VALUES (-1), (1)) AS v(d) WHERE kind = 'turn')"
-            f" SELECT 0 AS side, {_COLUMNS}, {sent} FROM c UNION ALL"
-            f" SELECT 1, {neighbour_columns}, {beside}"
+            f" SELECT 0 AS side, {_COLUMNS}, {products('v', 'rv')} FROM c UNION ALL"
+            f" SELECT 1, {place}, {products('COALESCE(m.embedding, m.pending_embedding)', 'm.reply_embedding')}"
             " FROM p JOIN memories m ON m.owner = %(u)s AND m.day = p.day"
-            f" AND m.position = p.position AND m.kind = 'turn'{recall}",
+            " AND m.position = p.position AND m.kind = 'turn'",
             params,
             binary=True,
         )
 
-    def _around_rows(self, ids: list[int]) -> list[tuple]:
-        return self._rows_beside(ids, _PLACE_COLUMNS, " JOIN mem_recall r ON r.owner = m.owner AND r.id = m.id")
-
-    def vectors_and_replies(self, ids: Sequence[int]) -> tuple[np.ndarray, np.ndarray]:
-        """From what ``around`` or ``records`` of one day's turns read just before on this
-        thread when it holds every one of ``ids`` (the same moment's rows and vectors, and no
-        write through this store since), else read."""
+    def vectors(self, ids: Sequence[int]) -> tuple[np.ndarray, np.ndarray]:
+        """From what ``records`` of one day's turns read just before on this thread when it holds
+        every one of ``ids`` (the same moment's rows and vectors, and no write through this store
+        since), else read."""
         kept, self._read_ahead.kept = getattr(self._read_ahead, "kept", None), None
         if kept is not None and kept[1] == self._writes and time.monotonic() - kept[0] < _READ_AHEAD_S:
             sent = kept[2]
@@ -1306,22 +1201,18 @@ class PgUserStore:
         own, reply = self._vectors(ids, ("embedding", "reply_embedding"))
         return own, reply
 
-    def pool(self, ids: Iterable[int], cues: np.ndarray | None = None) -> PoolRows:
-        """As ``around`` and ``vectors_and_replies`` over what it finds, in the same one
-        statement (or two halves at once) as ``around``, but with the neighbours read as places
-        only (id, day, position, reply) with their vectors: no record is made of them, and
-        their recall state is not joined in. With ``cues``, the server sends each row's
-        ``cosines`` with them (pgvector's inner product) instead of its vectors."""
+    def pool(self, ids: Iterable[int], cues: Callable[[], np.ndarray]) -> PoolRows:
+        """In one statement (or two halves at once), the server sending each row's cosines
+        (pgvector's inner product) instead of its vectors; the neighbours' recall state is not
+        joined in."""
         ids = list(dict.fromkeys(int(i) for i in ids))
         self._read_ahead.kept = None
-        c = 0 if cues is None else len(cues)
+        cue = cues()
+        c = len(cue)
         if not ids:
-            if cues is None:
-                return PoolRows({}, [], {}, self._from_sent([]), self._from_sent([]))
-            none: np.ndarray = np.zeros((0, 0), dtype=np.float32)
             empty: np.ndarray = np.zeros((0, c), dtype=np.float32)
-            return PoolRows({}, [], {}, none, none, (empty, empty))
-        rows = self._halves(lambda part: self._pool_rows(part, cues), ids)
+            return PoolRows({}, [], {}, (empty, empty))
+        rows = self._halves(lambda part: self._pool_rows(part, cue), ids)
         n = len(MEMORY_COLUMNS)
         found = sorted(
             (record_from_row(self.user, r[1 : n + 1]) for r in rows if r[0] == 0),
@@ -1335,24 +1226,16 @@ class PgUserStore:
             for r in sorted(places.values(), key=lambda r: (r[day], r[position], r[rid]))
         ]
         every = list(dict.fromkeys([*(r.stored_id for r in found), *(b.id for b in beside)]))
-        row = {rid: i for i, rid in enumerate(every)}
-        found_by_id = {r.stored_id: r for r in found}
-        if cues is None:
-            sent = {r[1]: (r[-2], r[-1]) for r in rows}  # a candidate's own row read twice is the same
-            own, reply = (self._from_sent([sent[rid][k] for rid in every]) for k in (0, 1))
-            return PoolRows(found_by_id, beside, row, own, reply)
         sims = {r[1]: r[n + 1 :] for r in rows}
         both = np.asarray([sims[rid] for rid in every], dtype=np.float64).reshape(len(every), 2 * c)
-        none = np.zeros((len(every), 0), dtype=np.float32)
         # a memory without its own vector is as far from every cue as a zero vector
         own_cos = np.nan_to_num(both[:, :c].astype(np.float32), nan=0.0)
-        return PoolRows(found_by_id, beside, row, none, none, (own_cos, both[:, c:].astype(np.float32)))
-
-    def _pool_rows(self, ids: list[int], cues: np.ndarray | None = None) -> list[tuple]:
-        # the neighbours' rows have the candidates' columns, NULL but for their places and reply
-        # (one statement, one round trip; a NULL costs nothing to send or to read)
-        place = ", ".join(f"m.{c}" if c in _NEIGHBOUR_COLUMNS else "NULL" for c in MEMORY_COLUMNS)
-        return self._rows_beside(ids, place, cues=cues)
+        return PoolRows(
+            {r.stored_id: r for r in found},
+            beside,
+            {rid: i for i, rid in enumerate(every)},
+            (own_cos, both[:, c:].astype(np.float32)),
+        )
 
     def _from_sent(self, sent: Sequence[bytes | None]) -> np.ndarray:
         """Vectors sent as pgvector's binary form (``vector_send``) into the rows of one array,
@@ -1467,7 +1350,7 @@ class PgUserStore:
         self, query: np.ndarray, k: int, *, distinct: int | None = None, helpers: Executor | None = None
     ) -> list[SearchHit]:
         """The ``k`` vectors closest to ``query`` over every memory of the user (both tiers):
-        their own vectors, turns' reply vectors and long turns' sentence vectors. Exact, or through the user's partial HNSW
+        their own vectors and turns' reply vectors. Exact, or through the user's partial HNSW
         indexes once they have them (the user's name is a literal in the SQL so that the indexes'
         predicate matches, and sorting is ruled out so that the planner takes them).
 
@@ -1481,17 +1364,11 @@ class PgUserStore:
         graphs = self.stores.uses_hnsw(self.user)
         params = {"q": q, "k": int(k), "deep": int(min(k, distinct)) if distinct is not None and graphs else int(k)}
         # own vectors in the graph's column and those still waiting to join it (exact, through
-        # the partial index that holds only them); the reply vectors and the sentence vectors,
-        # each branch through its own index
+        # the partial index that holds only them); the reply vectors through their own index
         own = sql.SQL(" UNION ALL ").join(
             [self._dense_part("embedding", Side.OWN, limit="deep"), self._dense_part("pending_embedding", Side.OWN)]
         )
-        reply = sql.SQL(" UNION ALL ").join(
-            [
-                self._dense_part("reply_embedding", Side.REPLY, limit="deep"),
-                self._dense_part("embedding", Side.SENTENCE, "mem_sentences", "memory_id"),
-            ]
-        )
+        reply = self._dense_part("reply_embedding", Side.REPLY, limit="deep")
         if graphs:
             # the two graphs searched at once, each on a connection of its own (one backend
             # walks one graph: one after the other, a search costs the sum of the two walks);
@@ -1506,15 +1383,11 @@ class PgUserStore:
         out.sort(key=lambda h: -h.score)
         return out[:k]
 
-    def _dense_part(
-        self, column: str, side: Side, table: str = "memories", rid: str = "id", limit: str = "k"
-    ) -> sql.Composed:
-        part = "(SELECT {id}, {side}, -({col}::vector({dim}) <#> %(q)s) AS s FROM {table} WHERE owner = {owner}"
+    def _dense_part(self, column: str, side: Side, limit: str = "k") -> sql.Composed:
+        part = "(SELECT id, {side}, -({col}::vector({dim}) <#> %(q)s) AS s FROM memories WHERE owner = {owner}"
         part += " AND {col} IS NOT NULL ORDER BY {col}::vector({dim}) <#> %(q)s LIMIT %({limit})s)"
         return sql.SQL(part).format(
             limit=sql.SQL(limit),
-            id=sql.Identifier(rid),
-            table=sql.Identifier(table),
             side=sql.Literal(side.value),
             col=sql.Identifier(column),
             dim=sql.Literal(int(self.dim)),
@@ -1530,17 +1403,6 @@ class PgUserStore:
             with con.pipeline(), con.transaction():
                 con.execute(f"SET LOCAL hnsw.ef_search = {int(params['k'])}")
                 return con.execute(statement, params).fetchall()
-
-    def vector_count(self) -> int:
-        return int(
-            one(
-                self.db.fetchone(
-                    f"SELECT count({_OWN}) + count(reply_embedding)"
-                    " + (SELECT count(*) FROM mem_sentences WHERE owner = %(u)s) FROM memories WHERE owner = %(u)s",
-                    {"u": self.user},
-                )
-            )[0]
-        )
 
 
 class PostgresStores:
@@ -1631,9 +1493,7 @@ class PostgresStores:
     # -- the dense index of big users ---------------------------------------------------------
     def has_hnsw(self, user: str) -> bool:
         """Whether ``user`` has a valid (completely built) partial HNSW index."""
-        # the memories' and the sentences' (a user indexed before there were sentences gets
-        # theirs built: until then both are searched exactly)
-        names = [hnsw_index_name(user), hnsw_index_name(user) + "_s"]
+        names = [hnsw_index_name(user), hnsw_index_name(user) + "_r"]
         row = self.db.fetchone(
             "SELECT count(*) FROM pg_class c JOIN pg_index i ON i.indexrelid = c.oid"
             " WHERE c.relname = ANY(%s) AND i.indisvalid",
@@ -1683,7 +1543,6 @@ class PostgresStores:
                 with self.db.connection() as con:
                     con.execute("SET maintenance_work_mem = '256MB'")
                     for index_name, table, column in (
-                        (name + "_s", "mem_sentences", "embedding"),
                         (name + "_r", "memories", "reply_embedding"),
                         (name, "memories", "embedding"),
                     ):
@@ -1701,7 +1560,6 @@ class PostgresStores:
                         )
                     con.execute("RESET maintenance_work_mem")
                     con.execute("ANALYZE memories")
-                    con.execute("ANALYZE mem_sentences")
                 self.has_hnsw(user)
         except Exception as exc:  # searches stay exact; tried again at a later check
             log.warning("HNSW index of %s not built: %s", user, exc)

@@ -9,11 +9,8 @@ re-embedding, delete) so that an index can catch up with changes made by another
 
 A dialogue turn has two vectors: its user's message (``vector``, made before the reply, by the
 retrieval of that very message) and the companion's reply (``reply_vector``, made after the reply
-has streamed, off the turn's clock; NULL until then). A long turn also has the vectors of its
-sentences (table ``sentences``; ``memories.sentences`` counts them, NULL until they are made). The
-FAISS index holds them all, the reply's under ``id + REPLY_ID_OFFSET``, sentence n's under
-``SENTENCE_ID_BASE + id * SENTENCE_SLOTS + n`` (which never leave this module: searches return
-typed hits). Archived memories are a second tier: they stay in the lexical table and
+has streamed, off the turn's clock; NULL until then). The FAISS index holds both, the reply's
+under ``id + REPLY_ID_OFFSET`` (which never leaves this module: searches return typed hits). Archived memories are a second tier: they stay in the lexical table and
 the index, and retrieval lets them back only on a strong cue (see ``memory/retrieval.py``).
 """
 
@@ -28,7 +25,7 @@ from concurrent.futures import Executor
 from contextlib import contextmanager
 from datetime import date, datetime
 from pathlib import Path
-from typing import ContextManager, Iterable, Iterator, Mapping, Sequence
+from typing import Callable, ContextManager, Iterable, Iterator, Mapping, Sequence
 
 import numpy as np
 
@@ -60,9 +57,6 @@ _COLUMNS_BUT_EXTRA = ", ".join("NULL AS extra" if c == "extra" else c for c in M
 
 # the index id of a turn's reply vector: its memory id plus this (memory ids stay far below it)
 REPLY_ID_OFFSET = 1 << 40
-# the index id of sentence n of a turn: this + memory id * SENTENCE_SLOTS + n
-SENTENCE_ID_BASE = 2 << 40
-SENTENCE_SLOTS = 64  # more than a turn's two texts' sentences (``memory.sentences.MAX_SENTENCES`` each)
 # from this many memories on, lexical searches are answered from posting lists in memory
 # (``memory/lexical_index.py``, the same scores as FTS5's), where FTS5's per-row scoring grows slow
 LEXICAL_INDEX_MIN = 10_000
@@ -150,9 +144,8 @@ def _m3(db: sqlite3.Connection, tokenizer: Tokenizer) -> None:
 
 
 def _m4(db: sqlite3.Connection, tokenizer: Tokenizer) -> None:
-    # the sentence vectors of long turns (``memory/sentences.py``): a row per sentence, and the
-    # turn's count of them (NULL until they are made: the turns of a store written before are
-    # made by the bank's reply worker, as missing reply vectors are)
+    # the sentence vectors of long turns: a row per sentence, and the turn's count of them
+    # (dropped by _m6)
     run_script(
         db,
         """
@@ -174,8 +167,20 @@ def _m5(db: sqlite3.Connection, tokenizer: Tokenizer) -> None:
     sqlite_links.create(db)
 
 
+def _m6(db: sqlite3.Connection, tokenizer: Tokenizer) -> None:
+    # sentence vectors are no longer made or searched (whole turns found as much, for less)
+    run_script(
+        db,
+        """
+    DROP INDEX memories_sentences_pending;
+    ALTER TABLE memories DROP COLUMN sentences;
+    DROP TABLE sentences
+    """,
+    )
+
+
 # each step gets the store's tokenizer: a step that indexes memories anew makes their tokens with it
-MIGRATIONS = [_m1, _m2, _m3, _m4, _m5]
+MIGRATIONS = [_m1, _m2, _m3, _m4, _m5, _m6]
 
 
 def stored_user(db_path: Path) -> str | None:
@@ -189,6 +194,14 @@ def stored_user(db_path: Path) -> str | None:
     return row[0] if row else None
 
 
+def _cosines(own: np.ndarray, reply: np.ndarray, cues: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``PoolRows.cosines`` from the vectors: each row's inner product with each cue (NaN for a
+    reply vector that is not there: a row of zeros)."""
+    replies = reply @ cues.T
+    replies[~np.any(reply != 0, axis=1)] = np.nan
+    return own @ cues.T, replies
+
+
 def _match(terms: Sequence[str]) -> str:
     """An FTS5 MATCH expression that ORs ``terms`` (each quoted)."""
     return " OR ".join('"' + t.replace('"', '""') + '"' for t in terms)
@@ -197,8 +210,6 @@ def _match(terms: Sequence[str]) -> str:
 class SqliteUserStore:
     """All memories of one user, in one SQLite file, and the FAISS index beside it (opened at
     its first use, once the vectors are known to be the embedder's)."""
-
-    cosines_where_read = False  # ``pool`` reads the vectors; the cosines are numpy's
 
     def __init__(self, path: Path, user: str, *, dim: int, vectors_id: str, tokenizer: Tokenizer):
         self.path = Path(path)
@@ -277,9 +288,7 @@ class SqliteUserStore:
         corrupt or made for another embedder)."""
         with self._lock:
             if self._index is None:
-                self._index = UserIndex(
-                    self, self.path.with_name("index.faiss"), self.dim, self.vectors_id, sentence_base=SENTENCE_ID_BASE
-                )
+                self._index = UserIndex(self, self.path.with_name("index.faiss"), self.dim, self.vectors_id)
             return self._index
 
     def dense(
@@ -287,16 +296,11 @@ class SqliteUserStore:
     ) -> list[SearchHit]:
         # one index holds every side: its k best are read whatever ``distinct`` allows
         return [
-            SearchHit((vid - SENTENCE_ID_BASE) // SENTENCE_SLOTS, Side.SENTENCE, score)
-            if vid >= SENTENCE_ID_BASE
-            else SearchHit(vid - REPLY_ID_OFFSET, Side.REPLY, score)
+            SearchHit(vid - REPLY_ID_OFFSET, Side.REPLY, score)
             if vid >= REPLY_ID_OFFSET
             else SearchHit(vid, Side.OWN, score)
             for vid, score in self.index.search(query, k, helpers=helpers)
         ]
-
-    def vector_count(self) -> int:
-        return len(self.index)
 
     def sync(self) -> None:
         self.index.sync()
@@ -446,7 +450,6 @@ class SqliteUserStore:
             for rid in ids:
                 n += db.execute("DELETE FROM memories WHERE id = ?", (rid,)).rowcount
                 db.execute("DELETE FROM memories_fts WHERE rowid = ?", (rid,))
-                db.execute("DELETE FROM sentences WHERE memory_id = ?", (rid,))
                 db.execute("INSERT OR REPLACE INTO tombstones VALUES (?, ?)", (rid, seq))
             sqlite_links.forget(db, ids)
             return n
@@ -524,56 +527,6 @@ class SqliteUserStore:
         with self.transaction() as db:
             seq = self._bump(db)
             db.executemany("UPDATE memories SET reply_vector = NULL, vseq = ? WHERE id = ?", [(seq, i) for i in ids])
-
-    def set_sentences(self, items: Sequence[tuple[int, np.ndarray]]) -> None:
-        if not items:
-            return
-        with self.transaction() as db:
-            seq = self._bump(db)
-            for rid, vectors in items:
-                vectors = np.asarray(vectors, dtype=np.float32).reshape(-1, self.dim)
-                if len(vectors) > SENTENCE_SLOTS:
-                    raise ValueError(f"at most {SENTENCE_SLOTS} sentence vectors a memory, not {len(vectors)}")
-                db.execute("DELETE FROM sentences WHERE memory_id = ?", (rid,))
-                db.executemany(
-                    "INSERT INTO sentences (memory_id, n, vector) VALUES (?, ?, ?)",
-                    [(rid, n, v.tobytes()) for n, v in enumerate(vectors)],
-                )
-                db.execute("UPDATE memories SET sentences = ?, vseq = ? WHERE id = ?", (len(vectors), seq, rid))
-
-    def clear_sentences(self, ids: Sequence[int]) -> None:
-        if not ids:
-            return
-        with self.transaction() as db:
-            seq = self._bump(db)
-            for rid in ids:
-                db.execute("DELETE FROM sentences WHERE memory_id = ?", (rid,))
-                db.execute("UPDATE memories SET sentences = NULL, vseq = ? WHERE id = ?", (seq, rid))
-
-    def sentences_pending(self, limit: int = 10_000) -> list[tuple[int, str, str]]:
-        with self._lock:
-            rows = self._db.execute(
-                "SELECT id, query, response FROM memories INDEXED BY memories_sentences_pending"
-                " WHERE kind = 'turn' AND sentences IS NULL ORDER BY id LIMIT ?",
-                (limit,),
-            ).fetchall()
-        return [(r[0], r[1], r[2]) for r in rows]
-
-    def sentence_vectors(self, ids: Sequence[int]) -> tuple[np.ndarray, np.ndarray]:
-        ids = list(dict.fromkeys(int(i) for i in ids))
-        rows = self._rows_in(
-            "SELECT memory_id, vector FROM sentences WHERE memory_id IN ({ids}) ORDER BY memory_id, n", ids
-        )
-        owners = [r[0] for r in rows]
-        blobs = [r[1] for r in rows]
-        vectors = np.frombuffer(b"".join(blobs), dtype=np.float32).reshape(len(owners), self.dim)
-        return np.asarray(owners, dtype=np.int64), vectors
-
-    def sentences_made(self, ids: Sequence[int]) -> dict[int, int]:
-        ids = list(dict.fromkeys(int(i) for i in ids))
-        return dict(
-            self._rows_in("SELECT id, sentences FROM memories WHERE id IN ({ids}) AND sentences IS NOT NULL", ids)
-        )
 
     def replies_pending(self, limit: int = 10_000) -> list[tuple[int, str]]:
         """(id, reply) of turns whose reply has no vector yet, oldest first."""
@@ -672,32 +625,16 @@ class SqliteUserStore:
             rows = self._db.execute("SELECT DISTINCT day FROM memories WHERE kind = 'turn' ORDER BY day").fetchall()
         return [date.fromisoformat(r[0]) for r in rows]
 
-    def next_position(self, day: date) -> int:
-        with self._lock:
-            row = self._db.execute(
-                "SELECT COALESCE(MAX(position) + 1, 0) FROM memories WHERE kind = 'turn' AND day = ?",
-                (day.isoformat(),),
-            ).fetchone()
-        return int(row[0])
-
-    def vectors(self, ids: Sequence[int], *, column: str = "vector") -> np.ndarray:
-        """Stored vectors in the order of ``ids`` (zeros where a row has none); ``column`` as in
-        ``set_vectors``."""
-        if column not in VECTOR_COLUMNS:
-            raise ValueError(f"no vector column {column!r}")
-        return self._vectors(ids, (column,))[0]
-
-    def _vectors(self, ids: Sequence[int], columns: Sequence[str]) -> list[np.ndarray]:
-        """``vectors`` of several columns, read in one statement (a turn's retrieval reads both
-        vectors of a few hundred rows)."""
+    def vectors(self, ids: Sequence[int]) -> tuple[np.ndarray, np.ndarray]:
         dim = self.dim
-        outs: list[np.ndarray] = [np.zeros((len(ids), dim), dtype=np.float32) for _ in columns]
+        own: np.ndarray = np.zeros((len(ids), dim), dtype=np.float32)
+        reply: np.ndarray = np.zeros((len(ids), dim), dtype=np.float32)
         pos = {rid: i for i, rid in enumerate(ids)}
-        for rid, *blobs in self._rows_in(f"SELECT id, {', '.join(columns)} FROM memories WHERE id IN ({{ids}})", ids):
-            for out, blob in zip(outs, blobs):
+        for rid, *blobs in self._rows_in("SELECT id, vector, reply_vector FROM memories WHERE id IN ({ids})", ids):
+            for out, blob in zip((own, reply), blobs):
                 if blob is not None and len(blob) == dim * 4:
                     out[pos[rid]] = np.frombuffer(blob, dtype=np.float32)
-        return outs
+        return own, reply
 
     def index_vectors_since(
         self, seq: int, top: int | None = None
@@ -705,7 +642,7 @@ class SqliteUserStore:
         """Changes to the index since ``seq`` (-1: everything): (index ids to drop, index ids to
         (re)add, their vectors, now, the new ``top``). Every memory that is not deleted is in the
         index, archived ones too (the second tier); a turn's reply vector under
-        ``id + REPLY_ID_OFFSET``, its sentences' under ``SENTENCE_ID_BASE + id * SENTENCE_SLOTS + n``.
+        ``id + REPLY_ID_OFFSET``.
 
         ``top``: the highest memory id whose vectors the index has held (None: not known). A memory
         above it, such as the turn just stored, has nothing in the index to drop: an inverted
@@ -719,18 +656,12 @@ class SqliteUserStore:
                 "SELECT id, vector, reply_vector FROM memories WHERE vseq > ?", (seq,)
             ).fetchall()
             gone = [r[0] for r in self._db.execute("SELECT id FROM tombstones WHERE vseq > ?", (seq,))]
-            said = self._db.execute(
-                "SELECT memory_id, n, vector FROM sentences WHERE memory_id IN"
-                " (SELECT id FROM memories WHERE vseq > ?) ORDER BY memory_id, n",
-                (seq,),
-            ).fetchall()
         drop: list[int] = []
         if seq >= 0:  # a rebuild starts from nothing
             for rid in gone + [r[0] for r in changed]:
                 if top is not None and rid > top:
                     continue  # never in the index
-                first = SENTENCE_ID_BASE + rid * SENTENCE_SLOTS
-                drop += [rid, rid + REPLY_ID_OFFSET, *range(first, first + SENTENCE_SLOTS)]
+                drop += [rid, rid + REPLY_ID_OFFSET]
         ids: list[int] = []
         blobs: list[bytes] = []
         for rid, vector, reply in changed:
@@ -738,9 +669,6 @@ class SqliteUserStore:
                 if blob is not None:
                     ids.append(i)
                     blobs.append(blob)
-        for rid, n, blob in said:
-            ids.append(SENTENCE_ID_BASE + rid * SENTENCE_SLOTS + n)
-            blobs.append(blob)
         if seq < 0:
             top = max((r[0] for r in changed), default=0)
         elif top is not None:
@@ -785,22 +713,6 @@ class SqliteUserStore:
             last = rows[-1][0]
             yield [(r[0], Kind(r[1]), r[2], r[3]) for r in rows]
 
-    def around(self, ids: Iterable[int]) -> tuple[dict[int, MemoryRecord], list[MemoryRecord]]:
-        found = self.get_many(ids)
-        places = {(r.day, r.position + d) for r in found.values() if r.kind == Kind.TURN for d in (-1, 1)}
-        return found, self._turns_at(sorted(places))
-
-    def vectors_and_replies(self, ids: Sequence[int]) -> tuple[np.ndarray, np.ndarray]:
-        own, reply = self._vectors(ids, ("vector", "reply_vector"))
-        return own, reply
-
-    def _turns_at(self, places: Sequence[tuple[date, int]]) -> list[MemoryRecord]:
-        """Turns (of either tier) at the given (day, position) places."""
-        out: list[MemoryRecord] = []
-        for where, params in self._places(places):
-            out += self._select(f"+kind = 'turn' AND ({where})", params)
-        return out
-
     @staticmethod
     def _places(places: Iterable[tuple[date, int]]) -> Iterator[tuple[str, list]]:
         """(condition, parameters) of look-ups of turns by their (day, position) places, 300 a
@@ -832,11 +744,10 @@ class SqliteUserStore:
             rows += self._rows(sql.format(ids=",".join("?" * len(part))), [*first, *part])
         return rows
 
-    def pool(self, ids: Iterable[int], cues: np.ndarray | None = None) -> PoolRows:
-        """As ``around`` and ``vectors_and_replies`` over what it finds, with the vectors read in
-        the same statements as the rows, and the neighbours' rows read without their texts but
-        the reply's (they are never shown: no record is made of them). With ``cues``, their
-        cosines too, from the vectors read."""
+    def pool(self, ids: Iterable[int], cues: Callable[[], np.ndarray]) -> PoolRows:
+        """The vectors are read in the same statements as the rows, the neighbours' rows without
+        their texts but the reply's (they are never shown: no record is made of them); the
+        cosines are numpy's, worked out once the rows are read."""
         wanted = list(dict.fromkeys(int(i) for i in ids))
         found: dict[int, MemoryRecord] = {}
         blobs: dict[int, tuple[bytes | None, bytes | None]] = {}
@@ -868,8 +779,7 @@ class SqliteUserStore:
                 own[i] = np.frombuffer(vector, dtype=np.float32)
             if reply is not None and len(reply) == dim * 4:
                 replies[i] = np.frombuffer(reply, dtype=np.float32)
-        cosines = None if cues is None else PoolRows.cosines_of(own, replies, cues)
-        return PoolRows(found, beside, row, own, replies, cosines)
+        return PoolRows(found, beside, row, _cosines(own, replies, cues()))
 
     def lexical(self, terms: Sequence[str], limit: int) -> list[SearchHit]:
         if not terms:

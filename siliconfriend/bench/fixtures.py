@@ -23,7 +23,6 @@ from memory import links
 from memory.bank import MemoryBank
 from memory.embedders import embed_replies, embed_turns
 from memory.records import Kind, MemoryRecord, State, turn_text
-from memory.sentences import sentence_spans
 from memory.stores.sqlite import SqliteStores
 
 from .data import DialogueGenerator, turn_times
@@ -84,12 +83,6 @@ def fill_user(
                 synthetic_vectors(pool if reply_pool is None else reply_pool, len(answered), nrng),
                 column="reply_vector",
             )
-            # the sentences of long turns, as the reply worker would have made them
-            turns = [r for r in stored if r.kind == Kind.TURN] if bank.writes_sentences else []
-            counts_said = [len(sentence_spans(r.query)) + len(sentence_spans(r.response)) for r in turns]
-            said = synthetic_vectors(pool, sum(counts_said), nrng)
-            at = np.cumsum([0, *counts_said])
-            store.set_sentences([(r.stored_id, said[at[n] : at[n + 1]]) for n, r in enumerate(turns)])
             records.clear()
 
     for day, _lang, turns, events, persona in days:

@@ -24,7 +24,6 @@ from typing import Callable, Sequence
 import numpy as np
 
 from memory.bank import MemoryBank
-from memory.embedders import span_engine
 
 from ..backends.openai_chat import estimate_tokens
 from ..core.consolidate import ConsolidationReport, Consolidator
@@ -44,9 +43,6 @@ class TimedEmbedder:
         self._owner = threading.get_ident()
         self.seconds = {k: 0.0 for k in _TIMED_KINDS}
         self.texts = {k: 0 for k in _TIMED_KINDS}
-        # sentences pooled out of the pass that embeds their text, where the inner embedder can
-        engine = span_engine(inner)
-        self.embed_spans = self._timed(engine.embed_spans) if engine is not None else None
 
     def embed(self, texts, *, kind):
         return self._timed(self.inner.embed)(texts, kind=kind)

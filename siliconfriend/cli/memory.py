@@ -219,10 +219,6 @@ def _ablations():
         "no-replies": lambda c: replace(c, use_replies=False),
         "no-archive": lambda c: replace(c, archive_penalty=None),
         "flat-archive": lambda c: replace(c, graded_archive=False),  # every archived memory pays the penalty
-        # the other way: the sentence vectors of long turns (off by default) as candidates, and
-        # also scoring a candidate turn by its best sentence
-        "sentences": lambda c: replace(c, use_sentences=True),
-        "sentences-scored": lambda c: replace(c, use_sentences=True, sentence_weight=0.3),
         # memory as a network (memory/links.py): no spreading at all, or along one kind of link
         "no-links": lambda c: replace(c, link_weight=0.0),
         "links-entities-only": lambda c: replace(
@@ -397,7 +393,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         "--ablation",
         choices=sorted(ABLATIONS),
         default="hybrid",
-        help="switch parts of retrieval off (or the sentence vectors on), to see what each one brings",
+        help="switch parts of retrieval off, to see what each one brings",
     )
     e.add_argument(
         "--database-url",

@@ -280,17 +280,6 @@ def test_as_used_can_live_only_the_first_users_and_days(tmp_path, bank_file):
     assert result["n"] == 1 and result["recall@1"] == 1.0 and "summaries" not in result
 
 
-def test_the_eval_switches_the_sentence_vectors_on():
-    """``eval retrieval --ablation sentences`` / ``sentences-scored``: the bank writes sentence
-    vectors and retrieval uses them (as candidates; and scoring a turn by its best sentence)."""
-    from memory.retrieval import RetrievalConfig
-    from siliconfriend.cli.memory import ABLATIONS
-
-    on, scored = ABLATIONS["sentences"](RetrievalConfig(k=7)), ABLATIONS["sentences-scored"](RetrievalConfig(k=7))
-    assert on.use_sentences and on.sentence_weight == 0 and on.k == 7
-    assert scored.use_sentences and scored.sentence_weight > 0
-
-
 def test_memories_delete_removes_the_words_everywhere(tmp_path, bank_file):
     """``memories delete`` goes the way the page and the API go (``Companion.forget``): the turn,
     the day's summary written from it, and every byte of its words in the home."""

@@ -127,30 +127,6 @@ def test_the_default_embedder_is_this_engine():
     assert isinstance(emb, TorchE5Embedder) and emb.id == "e5-small:original"
 
 
-def test_sentences_are_pooled_out_of_the_pass_that_embeds_their_text(engines):
-    """``embed_spans``: the text's vector is ``embed``'s (the tokens of its sentences in turn
-    are the text's own, in English and in Chinese, over two windows too), and each sentence's
-    vector is nearest the sentence embedded alone among the text's sentences."""
-    from memory.sentences import sentence_spans
-
-    float32, _, _ = engines
-    texts = [
-        "It was a busy week, honestly. I finished the quarterly report and cleaned out the garage. "
-        "My sister called about her wedding plans again. Here is a picture of us camping at the beach.",
-        "我昨天去了公园散步。天气非常好，阳光明媚！然后我们一起吃了晚饭，聊了很久。",
-        ("The river and the boats are calm tonight. " * 60).strip(),  # two 512-token windows
-        "One sentence only.",
-    ]
-    spans = [sentence_spans(t) for t in texts]
-    assert [len(s) for s in spans] == [4, 3, 32, 0]
-    whole, parts = float32._model.embed_spans(texts, spans, False)
-    assert ((whole * float32.embed(texts, kind="document")).sum(axis=1) > 0.9999).all()
-    assert [len(p) for p in parts] == [4, 3, 32, 0]
-    for text, cuts, part in zip(texts[:2], spans[:2], parts[:2]):
-        alone = float32.embed([text[a:b] for a, b in cuts], kind="document")
-        assert ((alone @ part.T).argmax(axis=1) == np.arange(len(cuts))).all()
-
-
 def _pytorch_calls(run) -> int:
     """How many calls into PyTorch's C functions Python makes while ``run()`` runs: each one
     gives Python's lock back and must take it again."""
@@ -185,9 +161,9 @@ def test_a_pass_runs_in_one_call_that_leaves_pythons_lock(engines, monkeypatch):
     monkeypatch.setattr(e5_network, "mean_pooled", e5_network._mean_pooled)
     assert _pytorch_calls(lambda: model._forward(sequences)) >= 100  # the count tells the two apart
     assert np.array_equal(model._forward(sequences), scripted)
-    states = model._states(sequences)
+    states = model._encode(sequences)[0].numpy()
     monkeypatch.undo()
-    assert np.array_equal(model._states(sequences), states)
+    assert np.array_equal(model._encode(sequences)[0].numpy(), states)
 
 
 def test_a_pytorch_that_cannot_script_the_network_runs_it_op_by_op(monkeypatch, caplog):

@@ -6,7 +6,7 @@ from datetime import datetime, timedelta
 import pytest
 
 from memory.records import Kind, State
-from memory.retrieval import RetrievalConfig, TalkLine, _talk_terms
+from memory.retrieval import RetrievalConfig, TalkLine, _talk_terms, retrieve
 
 D = datetime(2023, 4, 27, 12)
 
@@ -230,112 +230,6 @@ def test_the_conversations_words_are_the_users_situation(paper_bank):
     assert hit.record.id == t[1].id and hit.cue == "conversation"
 
 
-def test_a_second_hop_follows_the_first_hits_words(paper_bank):
-    """Issue 20, memories that chain: "Where did I move from?" finds the turn that says "since I
-    moved from my home country"; the turn that names the country ("my home country, Sweden")
-    shares no word with the question and is found through the first hit's words when the word
-    hop is on, credited to the second hop."""
-    t = _fill(
-        paper_bank,
-        "amy",
-        [
-            (0, "I've known these friends since I moved from my home country four years ago.", "Good friends."),
-            (1, "My grandma gave me this necklace in my home country, Sweden, when I was little.", "Beautiful."),
-            (2, "We moved the piano into the living room last weekend.", "That sounds heavy!"),
-            (3, "My neighbour moved to a new flat across town.", "Will you visit them?"),
-            (4, "I went hiking in the hills with my dog.", "Lovely."),
-            (5, "I started playing the guitar.", "Nice, do you still play?"),
-        ],
-    )
-    paper_bank.settle()
-    now = D + timedelta(days=30)
-    question = "Where did I move from four years ago?"
-    off = paper_bank.retrieve("amy", question, now, k=2)
-    assert off[0].record.id == t[0].id and t[1].id not in {h.record.id for h in off}
-    on = paper_bank.retrieve("amy", question, now, k=2, config=RetrievalConfig(hop_word_weight=0.3))
-    assert [h.record.id for h in on] == [t[0].id, t[1].id]
-    assert on[0].cue == "message" and on[1].cue == "second hop"
-    assert "linked to another memory found (what it names)" in on[1].reasons
-
-
-SENTENCE_TARGET = (
-    "How was your week?",
-    "It was a busy week, honestly. I finished the quarterly report for work and cleaned out the garage. "
-    "My sister called about her wedding plans again. "
-    "Oh, and here is a picture of my family camping at the beach last summer.",
-)
-SENTENCE_OTHERS = [
-    ("We went to the seaside for the weekend.", "Sounds relaxing, did you swim?"),
-    ("My kids love building sandcastles.", "That is such a sweet thing to do together."),
-    ("We rented a cabin near the lake.", "A cabin by the lake sounds peaceful."),
-    ("I bought a new sleeping bag for the trip.", "Good gear makes a trip so much better."),
-    ("The family went on a road trip along the coast.", "The coast must have been beautiful."),
-    ("My brother took his children fishing.", "Did they catch anything?"),
-    ("We had a barbecue on the shore with my cousins.", "That sounds like a great evening."),
-    ("I love sleeping under the stars.", "There is nothing like a clear night sky."),
-]
-
-
-def _sentence_bank(bank):
-    bank.retrieval_config = RetrievalConfig(use_sentences=True)  # the turns get sentence vectors
-    t0 = datetime(2024, 5, 1, 9, 0)
-    for i, (q, a) in enumerate([SENTENCE_TARGET, *SENTENCE_OTHERS]):
-        bank.add_turn("amy", q, a, t0 + timedelta(days=i))
-    bank.settle()
-    return t0 + timedelta(days=30)
-
-
-def test_a_turn_is_a_candidate_by_the_sentence_that_answers_the_question(bank):
-    """One clause of a long reply answers the question; the turn's two vectors dilute it with
-    the rest, so that shorter turns nearer the question in their whole meaning take the dense
-    side's candidates. The reply's sentence vectors (made by the reply worker) bring the turn in."""
-    now = _sentence_bank(bank)
-
-    def found(**kw):  # two candidates a side: the question shares no word with the turn
-        config = RetrievalConfig(candidates=2, sentence_candidates=1, **{"use_sentences": True, **kw})
-        return [
-            h.record.query
-            for h in bank.retrieve("amy", "Did her relatives pitch a tent on the sand?", now, k=5, config=config)
-        ]
-
-    assert SENTENCE_TARGET[0] not in found(use_sentences=False)
-    assert SENTENCE_TARGET[0] in found()
-
-
-def test_a_turns_best_sentence_can_take_a_share_of_its_dense_score(bank):
-    """``sentence_weight``: the best of a turn's units (message, reply, sentences) in its dense
-    score puts the turn whose sentence says what is asked before shorter turns that come near it
-    as a whole."""
-    now = _sentence_bank(bank)
-
-    def first(**kw):  # the dense side alone (the words would find the turn anyway), without
-        # the retention term (the turns' sorts of memory fade at their own paces)
-        config = RetrievalConfig(dense_weight=1.0, use_sentences=True, retention_weight=0.0, **kw)
-        return bank.retrieve("amy", "Has her family gone camping at the beach?", now, k=1, config=config)[
-            0
-        ].record.query
-
-    assert first(sentence_weight=0.0) != SENTENCE_TARGET[0]
-    assert first(sentence_weight=0.5) == SENTENCE_TARGET[0]
-
-
-def test_a_turn_is_scored_by_its_sentence_on_the_lexical_side_too(bank):
-    """``sentence_weight`` on the words alone: the long turn holds every word of the question in
-    one sentence of its reply, a short turn two of them; BM25 over whole turns puts the short one
-    first (the long turn's words are diluted by its length), BM25 over each turn's units (its
-    sentences, or a message or reply of one sentence) puts the sentence that says it first."""
-    now = _sentence_bank(bank)
-    bank.add_turn("amy", "Our family went camping last weekend.", "Camping is such fun!", now - timedelta(days=2))
-    bank.settle()
-
-    def first(**kw):
-        config = RetrievalConfig(dense_weight=0.0, use_sentences=True, **kw)
-        return bank.retrieve("amy", "Was her family camping at the beach?", now, k=1, config=config)[0].record.query
-
-    assert first(sentence_weight=0.0) == "Our family went camping last weekend."
-    assert first(sentence_weight=0.5) == SENTENCE_TARGET[0]
-
-
 class _EmbedsAfterARead:
     """The bank's embedder, whose query embedding waits (at most 10 s) until a pool read has begun:
     a read made while the query is embedded lets it go on at once."""
@@ -355,7 +249,7 @@ class _EmbedsAfterARead:
 def test_the_lexical_candidates_rows_are_read_while_the_query_is_embedded(paper_bank, monkeypatch):
     """On SQLite (the pool's cosines worked out from the vectors it reads) each lexical side's
     candidates' rows are read on its worker right after its search, while the query is still
-    being embedded; the hits are those of reading them afterwards with the cues."""
+    being embedded; the hits are those of a retrieval without workers (each step in turn)."""
     t = _fill(
         paper_bank,
         "ivy",
@@ -369,11 +263,10 @@ def test_the_lexical_candidates_rows_are_read_while_the_query_is_embedded(paper_
     now = D + timedelta(days=5)
     talk = [TalkLine("user", "I spent the morning in my garden"), TalkLine("assistant", "How are the plants?")]
     store = paper_bank.user_store("ivy")
-    assert not store.cosines_where_read
     read = threading.Event()
     real_pool = type(store).pool
 
-    def pool(self, ids, cues=None):
+    def pool(self, ids, cues):
         read.set()
         return real_pool(self, ids, cues)
 
@@ -383,8 +276,10 @@ def test_the_lexical_candidates_rows_are_read_while_the_query_is_embedded(paper_
     hits = paper_bank.retrieve("ivy", "What did I cook with the basil?", now, k=3, talk=talk)
     assert waits.waited[0] is True  # a read had begun before the query's vector was made
     read.set()
-    monkeypatch.setattr(type(store), "cosines_where_read", True)  # read after the embedding, with cues
-    after = paper_bank.retrieve("ivy", "What did I cook with the basil?", now, k=3, talk=talk)
+    bank = paper_bank
+    question = "What did I cook with the basil?"
+    config = bank.retrieval_config
+    after = retrieve(store, bank._embed, bank.policy, question, now, config, k=3, talk=talk, tokenizer=bank.tokenizer)
     assert [(h.record.id, h.score, h.dense, h.lexical) for h in hits] == [
         (h.record.id, h.score, h.dense, h.lexical) for h in after
     ]

@@ -50,7 +50,7 @@ def test_import_then_export_keeps_everything(paper_bank, tmp_path):
         store = paper_bank.user_store(user)
         assert store.replies_pending() == []
         turns = [r.id for r in paper_bank.records(user, kind=Kind.TURN)]
-        assert store.vectors(turns, column="reply_vector").any(axis=1).all()
+        assert store.vectors(turns)[1].any(axis=1).all()
     out = export_bank(paper_bank)
     j = out["Jason"]
     assert [t["query"] for t in j["history"]["2023-04-27"]] == ["Hi, I'm Jason.", "I love hiking."]

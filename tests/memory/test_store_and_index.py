@@ -11,7 +11,6 @@ import pytest
 from memory.bank import MemoryBank, user_key
 from memory.embedders import create_embedder
 from memory.records import Kind
-from memory.retrieval import RetrievalConfig
 
 
 def test_user_keys_are_safe_folder_names():
@@ -30,7 +29,7 @@ def test_index_persists_and_is_not_rebuilt_on_open(tmp_path, e5_embedder, day1):
     bank.close()
     again = MemoryBank(tmp_path, e5_embedder)
     # each turn is in the index twice: its message and its reply
-    assert again.user_store("amy").vector_count() == 10 and not again.user_store("amy").index.rebuilt
+    assert len(again.user_store("amy").index) == 10 and not again.user_store("amy").index.rebuilt
     again.close()
 
 
@@ -85,9 +84,8 @@ def test_two_processes_writing_one_home(tmp_path, day1):
     db = sqlite3.connect(bank.stores.user_dir("shared") / "memory.db")
     assert db.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
     bank.settle()
-    assert (
-        bank.user_store("shared").vector_count() == 100
-    )  # the index caught up with both writers (message + reply each)
+    # the index caught up with both writers (message + reply each)
+    assert len(bank.user_store("shared").index) == 100
     bank.close()
 
 
@@ -99,31 +97,30 @@ def test_delete_user_removes_every_file(paper_bank, day1):
     assert not folder.exists() and "amy" not in paper_bank.users()
 
 
-def test_a_home_written_before_sentence_vectors_gets_them_when_opened(tmp_path, e5_embedder, day1):
-    """A store of schema 3 (no sentence vectors) is migrated; its turns are searched as before
-    until the reply worker has made their sentences, then by them too."""
-    long_reply = "I worked late every day this week. On Sunday we finally took the kids to the zoo to see the lions."
-    sentences = RetrievalConfig(use_sentences=True)
-    bank = MemoryBank(tmp_path, e5_embedder, retrieval=sentences)
-    turn = bank.add_turn("amy", "How was your week?", long_reply, day1)
+def test_a_home_written_with_sentence_vectors_is_migrated_without_them(tmp_path, e5_embedder, day1):
+    """A store of schema 4 (a table of sentence vectors) loses the table when opened and gains
+    the links; its turns are searched as before."""
+    bank = MemoryBank(tmp_path, e5_embedder)
+    turn = bank.add_turn("amy", "How was your week?", "We took the kids to the zoo to see the lions.", day1)
     bank.add_turn("amy", "I adopted a cat named Miso", "Lovely!", day1)
     bank.close()
     path = next((tmp_path / "users").glob("*/memory.db"))
     con = sqlite3.connect(path)
     con.executescript(
         "DROP TABLE links; DROP TABLE mentions;"
-        " DROP INDEX memories_sentences_pending; DROP TABLE sentences;"
-        " ALTER TABLE memories DROP COLUMN sentences; PRAGMA user_version = 3;"
+        " ALTER TABLE memories ADD COLUMN sentences INTEGER;"
+        " CREATE TABLE sentences (memory_id INTEGER NOT NULL, n INTEGER NOT NULL, vector BLOB NOT NULL,"
+        " PRIMARY KEY (memory_id, n)) WITHOUT ROWID;"
+        " CREATE INDEX memories_sentences_pending ON memories(id) WHERE kind = 'turn' AND sentences IS NULL;"
+        " PRAGMA user_version = 4;"
     )
     con.close()
-    (path.parent / "index.faiss").unlink()
-    again = MemoryBank(tmp_path, e5_embedder, retrieval=sentences)
+    again = MemoryBank(tmp_path, e5_embedder)
     try:
-        store = again.user_store("amy")  # migrated; its turns queued for the reply worker
-        again.settle()
-        assert store.sentences_pending() == []
-        assert store.sentence_vectors([turn.id])[0].tolist() == [turn.id, turn.id]
-        assert store.vector_count() == 2 + 2 + 2  # two turns' messages and replies, two sentences
+        store = again.user_store("amy")
+        tables = {r[0] for r in store._db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+        assert "sentences" not in tables and {"links", "mentions"} <= tables
+        assert store._db.execute("PRAGMA user_version").fetchone()[0] == 6
         hits = again.retrieve("amy", "Did they see lions at the zoo?", day1 + timedelta(days=3), k=1)
         assert hits[0].record.id == turn.id
     finally:
@@ -173,7 +170,7 @@ def test_inverted_file_follows_new_turns_edits_and_deletions(tmp_path, monkeypat
     assert isinstance(store.index.index, faiss.IndexIVF) and store.index.top == max(ids)
 
     def check(s, live_ids):
-        own, reply = s.vectors_and_replies(live_ids)
+        own, reply = s.vectors(live_ids)
         exact = {i: own[n] for n, i in enumerate(live_ids)}
         exact |= {i + REPLY_ID_OFFSET: reply[n] for n, i in enumerate(live_ids) if reply[n].any()}
         for q in unit(20):
@@ -230,48 +227,6 @@ def test_inverted_file_follows_new_turns_edits_and_deletions(tmp_path, monkeypat
     old.sync()
     check(old, ids[40:] + later + newest)
     old.close()
-
-
-def test_an_inverted_files_probes_scan_the_memories_not_their_sentences(tmp_path, monkeypatch):
-    """Past ``IVF_MIN`` vectors the index is an inverted file; where sentence vectors take most of
-    it, a search probes the share of lists the memories' vectors would fill (``_nprobe``), not a
-    share of every vector: the sentences are counted through additions, deletions, a clear and a
-    reopening."""
-    from datetime import date, datetime
-
-    import faiss
-    import numpy as np
-
-    from memory import index as index_module
-    from memory.records import MemoryRecord
-    from memory.stores.sqlite import SqliteStores
-
-    monkeypatch.setattr(index_module, "IVF_MIN", 300)
-    monkeypatch.setattr(index_module, "IVF_PROBE_MIN", 14)  # of the 64 lists: 14 probes alone
-    rng = np.random.default_rng(3)
-    vecs = rng.standard_normal((100 + 200, 384)).astype(np.float32)
-    vecs /= np.linalg.norm(vecs, axis=1, keepdims=True)
-    stores = SqliteStores(tmp_path / "home")
-    store = stores.open("amy", dim=384, vectors_id="test")
-    recs = [
-        MemoryRecord(user="amy", kind=Kind.TURN, text=f"t{i}", created_at=datetime(2024, 1, 1), day=date(2024, 1, 1))
-        for i in range(100)
-    ]
-    ids = [r.stored_id for r in store.insert(recs, vecs[:100])]
-    store.set_sentences([(rid, vecs[100 + 4 * n : 104 + 4 * n]) for n, rid in enumerate(ids[:50])])
-    store.sync()
-    index = store.index
-    assert isinstance(index.index, faiss.IndexIVF) and index.index.ntotal == 300 and index.sentences == 200
-    assert index.index.nprobe == int(14 * 100 / 300)  # a third of the vectors are the memories'
-    store.delete(ids[:5])
-    store.clear_sentences(ids[5:10])
-    store.sync()
-    assert index.sentences == 200 - 40 and index.index.nprobe == int(14 * 95 / 255)
-    store.close()
-    again = SqliteStores(tmp_path / "home").open("amy", dim=384, vectors_id="test")
-    assert not again.index.rebuilt and again.index.sentences == 160 and again.index.index.nprobe == 5
-    assert again.dense(vecs[150], 1)[0].id == ids[12]  # sentence 2 of the 13th turn
-    again.close()
 
 
 def test_the_reply_worker_moves_the_log_into_the_database_off_the_turns(tmp_path, e5_embedder, day1, monkeypatch):

@@ -15,7 +15,6 @@ import pytest
 from memory.bank import MemoryBank
 from memory.pg_db import SchemaTooNew, StoreUnavailable
 from memory.records import Kind, MemoryRecord
-from memory.retrieval import RetrievalConfig
 from memory.stores.base import Side
 from memory.stores.postgres import PostgresStores
 
@@ -56,7 +55,7 @@ def test_two_banks_share_one_database_without_stale_caches(pg_url, e5_embedder):
 
 def test_a_days_turns_come_with_their_vectors_for_the_conversations_cue(pg_url, e5_embedder, monkeypatch):
     """A day's turns (read as a chat turn reads today's) bring their vectors along: the talk's
-    ``vectors_and_replies`` that follows on the same thread takes them without a read, the same
+    ``vectors`` that follows on the same thread takes them without a read, the same
     records and vectors as read apart; after a write it reads them again."""
     bank = MemoryBank(PostgresStores(pg_url), e5_embedder)
     try:
@@ -68,15 +67,15 @@ def test_a_days_turns_come_with_their_vectors_for_the_conversations_cue(pg_url, 
         today = store.records(kind=Kind.TURN, day=day)
         assert today == both and len(today) == 2
         ids = [t.stored_id for t in today]
-        own, reply = store.vectors(ids), store.vectors(ids, column="reply_vector")
+        own, reply = store.vectors(ids)
         store.records(kind=Kind.TURN, day=day)
         with monkeypatch.context() as m:
             m.setattr(store.db, "fetchall", None)  # nothing read: what came with the turns
-            kept = store.vectors_and_replies(ids)
+            kept = store.vectors(ids)
         assert np.array_equal(kept[0], own) and np.array_equal(kept[1], reply) and reply.any()
         store.records(kind=Kind.TURN, day=day)
         bank.add_turn("amy", "one more", "yes", T0 + timedelta(hours=1))
-        again = store.vectors_and_replies(ids)  # a write since: read again
+        again = store.vectors(ids)  # a write since: read again
         assert np.array_equal(again[0], own) and np.array_equal(again[1], reply)
     finally:
         bank.close()
@@ -133,7 +132,7 @@ def test_vectors_are_kept_in_their_rows_and_migration_3_moves_older_ones_in(pg_u
     bank = MemoryBank(PostgresStores(pg_url), e5_embedder)  # migrates to the newest
     try:
         ids = [r[0] for r in rows]
-        after = bank.user_store("amy").vectors(ids, column="reply_vector")
+        after = bank.user_store("amy").vectors(ids)[1]
         assert np.allclose(after, np.array([r[-1] for r in rows], dtype=np.float32))
         bank.add_turn("amy", "One more thing about Miso", "Tell me!", T0 + timedelta(days=1))
         bank.settle()
@@ -167,22 +166,6 @@ def test_migration_6_moves_the_recall_fields_out_and_keeps_them(pg_url, e5_embed
         columns = {r[0] for r in con.execute("SELECT attname FROM pg_attribute WHERE attrelid = 'memories'::regclass")}
         assert not columns & {"strength", "last_recall", "recall_count"}
         assert con.execute("SELECT count(*) FROM mem_recall").fetchone()[0] == len(TURNS) - 1  # the deleted one's went
-
-
-def test_migration_8_gives_the_turns_written_before_their_sentence_vectors(pg_url, e5_embedder):
-    """A database of schema 5 (no sentence vectors): its turns are made pending, and the reply
-    worker makes the sentences of the long ones (the Chinese reply has two)."""
-    older_database(pg_url, 5, old_turns(e5_embedder))
-    bank = MemoryBank(PostgresStores(pg_url), e5_embedder, retrieval=RetrievalConfig(use_sentences=True))
-    try:
-        store = bank.user_store("amy")
-        bank.settle()
-        assert store.sentences_pending() == []
-        owners, said = store.sentence_vectors([1, 2, 3])
-        assert owners.tolist() == [2, 2] and np.allclose(np.linalg.norm(said, axis=1), 1, atol=1e-5)
-        assert {h.side for h in store.dense(said[1], 3)} >= {Side.SENTENCE}
-    finally:
-        bank.close()
 
 
 def test_a_recall_leaves_the_memorys_row_and_its_vectors_alone(pg_url, e5_embedder):
@@ -255,11 +238,22 @@ def test_big_user_gets_a_partial_hnsw_index_with_the_same_top_hits(pg_url, e5_em
         bank.close()
 
 
+def _vectors_held(pg_url: str, owner: str) -> int:
+    """The vectors a user's rows hold (own, waiting for the graph, and replies)."""
+    with psycopg.connect(pg_url, autocommit=True) as con:
+        row = con.execute(
+            "SELECT count(COALESCE(embedding, pending_embedding)) + count(reply_embedding) FROM memories"
+            " WHERE owner = %s",
+            (owner,),
+        ).fetchone()
+    return int(row[0])
+
+
 def _first_memories(hits, n: int) -> list[tuple[int, str, float]]:
     """The first ``n`` distinct memories of own and reply hits, as retrieval reads them."""
     found: list[tuple[int, str, float]] = []
     for h in hits:
-        if h.side != Side.SENTENCE and h.id not in {f[0] for f in found} and len(found) < n:
+        if h.id not in {f[0] for f in found} and len(found) < n:
             found.append((h.id, h.side.value, h.score))
     return found
 
@@ -307,13 +301,13 @@ def test_a_big_users_new_turn_is_found_while_its_vector_waits_for_the_graph(pg_u
         assert turn is not None
         with psycopg.connect(pg_url, autocommit=True) as con:
             assert con.execute(where, (turn.id,)).fetchone() == (True, False)  # waiting
-        own = store.vectors([turn.id])[0]
+        own = store.vectors([turn.id])[0][0]
         assert np.linalg.norm(own) == pytest.approx(1.0, abs=1e-4)
-        found, _ = store.around([turn.id, 1])
-        assert np.allclose(store.vectors_and_replies([turn.id, 1])[0], [own, vecs[0]], atol=1e-5)
+        assert turn.id in store.pool([turn.id, 1], lambda: own[None, :]).found
+        assert np.allclose(store.vectors([turn.id, 1])[0], [own, vecs[0]], atol=1e-5)
         hit = store.dense(own, 5)[0]
         assert (hit.id, hit.side) == (turn.id, Side.OWN) and hit.score == pytest.approx(1.0, abs=1e-4)
-        assert store.vector_count() == 401
+        assert _vectors_held(pg_url, "big") == 401
         assert [h.record.id for h in bank.retrieve("big", "what is my cat called?", T0 + timedelta(days=2), k=1)] == [
             turn.id
         ]
@@ -329,7 +323,7 @@ def test_a_big_users_new_turn_is_found_while_its_vector_waits_for_the_graph(pg_u
         bank.settle()
         with psycopg.connect(pg_url, autocommit=True) as con:
             assert con.execute(where, (turn.id,)).fetchone() == (False, True)  # in the graph's column
-        assert np.allclose(store.vectors([turn.id])[0], own, atol=1e-6)
+        assert np.allclose(store.vectors([turn.id])[0][0], own, atol=1e-6)
         with psycopg.connect(pg_url, autocommit=True) as con:
             # as a worker stopped before the move would leave it
             con.execute(
@@ -346,7 +340,7 @@ def test_a_big_users_new_turn_is_found_while_its_vector_waits_for_the_graph(pg_u
         again.settle()
         with psycopg.connect(pg_url, autocommit=True) as con:
             assert con.execute(where, (turn.id,)).fetchone() == (False, True)
-        assert np.allclose(again.user_store("big").vectors([turn.id])[0], own, atol=1e-5)
+        assert np.allclose(again.user_store("big").vectors([turn.id])[0][0], own, atol=1e-5)
     finally:
         again.close()
 
@@ -382,7 +376,7 @@ def test_migration_7_upgrades_a_database_of_schema_6(pg_url, e5_embedder):
         assert [h.record.id for h in bank.retrieve("amy", "what is my cat called?", T0, k=1)] == [1]
         assert bank.add_turn("amy", "My sister Lily visits next week", "nice", T0).id == 2
         bank.settle()
-        assert bank.user_store("amy").vector_count() == 4  # both turns' messages and replies
+        assert _vectors_held(pg_url, "amy") == 4  # both turns' messages and replies
     finally:
         bank.close()
     with psycopg.connect(pg_url, autocommit=True) as con:
