@@ -6,9 +6,8 @@ such row's size and instances one by one: a conversation's two dozen words match
 Here the same table is held as posting lists (term -> ids and term counts, from the table's own
 token strings) and a search is a few array operations.
 
-The scores are FTS5's own, to the last bit: the same formula (k1 1.2, b 0.75, IDF
-``log((N - n + 0.5) / (n + 0.5))`` floored at 1e-6, N and the average length over every row of the
-table), computed in the same order (a row's score is the sum of its terms' parts in the query's
+The scores are FTS5's own, to the last bit: the same formula (``memory/bm25.py``, N and the
+average length over every row of the table), computed in the same order (a row's score is the sum of its terms' parts in the query's
 order), and ties broken as SQLite breaks them (the lower id first). That holds while FTS5 cuts the
 token strings where this module does, at spaces: the stored strings are made of ASCII words, Han
 words and day tokens; a string with anything else (which FTS5's unicode61 tokenizer might cut
@@ -22,7 +21,6 @@ the lists are rebuilt when the changes have piled up.
 from __future__ import annotations
 
 import logging
-import math
 import re
 import threading
 from array import array
@@ -30,9 +28,10 @@ from typing import Callable, Iterable, Sequence
 
 import numpy as np
 
+from . import bm25
+
 log = logging.getLogger(__name__)
 
-K1, B = 1.2, 0.75  # FTS5's bm25() constants
 
 # what FTS5's unicode61 tokenizer keeps whole, as this module does: ASCII letters and digits, and
 # Han characters assigned in Unicode 6.1 (the tokenizer's tables); anything else may be a separator
@@ -174,12 +173,8 @@ class LexicalIndex:
                 hits = len(ids)
                 if hits == 0:
                     continue
-                idf = math.log((n_rows - hits + 0.5) / (hits + 0.5))  # C's log, as SQLite's
-                if idf <= 0.0:
-                    idf = 1e-6
-                d = self.length[ids]
                 all_ids.append(ids)
-                parts.append(idf * ((tf * (K1 + 1.0)) / (tf + K1 * (1 - B + B * d / avgdl))))
+                parts.append(bm25.parts(bm25.idf(n_rows, hits), tf, self.length[ids], avgdl))
             if not all_ids:
                 return []
             ids = np.concatenate(all_ids)
@@ -189,13 +184,8 @@ class LexicalIndex:
             hit: np.ndarray = np.zeros(len(score), dtype=bool)
             hit[ids] = True
         found = np.flatnonzero(hit)
-        score = score[found]
-        if len(found) > limit:
-            cut = -np.partition(-score, limit - 1)[limit - 1]
-            keep = score >= cut
-            found, score = found[keep], score[keep]
-        order = np.lexsort((found, -score))[:limit]
-        return [(int(found[i]), float(score[i])) for i in order]
+        found, score = bm25.best(found, score[found], limit)
+        return list(zip(found.tolist(), score.tolist()))
 
 
 class LexicalCache:

@@ -32,7 +32,6 @@ The conversation before the message (today's talk) is a second cue, dense and le
 
 from __future__ import annotations
 
-import math
 from concurrent.futures import Executor, Future
 from dataclasses import dataclass, field, replace
 from datetime import date, datetime
@@ -40,6 +39,7 @@ from typing import Callable, Sequence
 
 import numpy as np
 
+from . import bm25
 from .dates import conversation_days, days_in_query
 from .embedders import Embedder, embed_query, embed_replies, embed_turns, normalise
 from .forgetting import ForgettingPolicy
@@ -271,7 +271,7 @@ def _lexical_evidence(
     docs, holding = store.documents_with(terms)
     if config.fusion == "vocabulary":
         return sum(1 for n in holding if n) / len(terms)
-    ceiling = sum(max(math.log((docs - n + 0.5) / (n + 0.5)), 1e-6) for n in holding)
+    ceiling = sum(bm25.idf(docs, n) for n in holding)
     return min(1.0, ranked[0][1] / ceiling) if ceiling > 0 else 0.0
 
 

@@ -27,18 +27,19 @@ the bank's retrieval, forgetting, imports and exports run unchanged over it.
   per-user document count and token total kept on the user's row, scored with numpy from the
   postings the worker keeps. Terms are the tokens of the stores' ``memory.lexical.Tokenizer`` (jieba words for
   Chinese, stemmed English words, the days a turn refers to: ``base.lexical_document``), so the scores equal SQLite FTS5's
-  ``bm25()`` (k1 = 1.2, b = 0.75) on the same text: the two stores rank alike.
+  ``bm25()`` (``memory/bm25.py``) on the same text: the two stores rank alike.
+
+Its parts: the schema's steps (``pg_migrations.py``), the postings a worker keeps and BM25 over
+them (``pg_postings.py``), the big users' HNSW graphs (``pg_hnsw.py``), the links
+(``postgres_links.py``); this module is the store itself.
 """
 
 from __future__ import annotations
 
-import functools
-import hashlib
 import json
 import logging
 import threading
 import time
-from collections import OrderedDict
 from concurrent.futures import Executor, Future, ThreadPoolExecutor
 from contextlib import contextmanager
 from datetime import date, datetime
@@ -49,9 +50,9 @@ import psycopg
 from psycopg import sql
 
 from ..lexical import Tokenizer
-from ..pg_db import Database, one, run_statements
+from ..pg_db import Database, one
 from ..records import Kind, MemoryRecord, State
-from . import postgres_links
+from . import pg_migrations, postgres_links
 from .base import (
     MEMORY_COLUMNS,
     VECTOR_COLUMNS,
@@ -66,17 +67,16 @@ from .base import (
     term_counts,
     without_references,
 )
+from .pg_hnsw import HNSW_EF_SEARCH, HNSW_MIN, HnswIndexes
+from .pg_postings import NO_POSTINGS, PostingsCache, bm25_top, unpack
 
 log = logging.getLogger(__name__)
 
-HNSW_MIN = 20_000  # active vectors from which a user gets a partial HNSW index
-HNSW_EF_SEARCH = 100  # candidates the graph search keeps (>= the 40 retrieval asks for)
 _SPLIT_AT = 32  # candidates from which ``pool`` reads two halves at once
 _READ_AHEAD_S = 2.0  # how long vectors read with a pool's rows stand for a fresh read of them
 # the latest turns of a day whose vectors come with a read of that day's turns: the chat turn's
 # conversation cue takes the latest six (``core.companion.TALK_TURNS``)
 _READ_AHEAD_TURNS = 8
-BM25_K1, BM25_B = 1.2, 0.75
 WARM_POSTINGS_FROM = 10_000  # memories from which a worker reads a user's postings whole at open
 
 
@@ -102,218 +102,6 @@ _READ_VECTOR = {"embedding": _OWN, "reply_embedding": "reply_embedding"}
 _NEIGHBOUR_COLUMNS = ("id", "response", "day", "position")
 
 
-def _m1(cur: psycopg.Cursor) -> None:
-    run_statements(
-        cur,
-        """
-    CREATE TABLE mem_users (
-        name TEXT PRIMARY KEY,
-        last_id BIGINT NOT NULL DEFAULT 0,
-        lex_docs BIGINT NOT NULL DEFAULT 0,
-        lex_tokens BIGINT NOT NULL DEFAULT 0,
-        created_at TIMESTAMPTZ NOT NULL DEFAULT now()
-    );
-    CREATE TABLE mem_meta (
-        owner TEXT NOT NULL REFERENCES mem_users(name) ON DELETE CASCADE,
-        key TEXT NOT NULL,
-        value TEXT NOT NULL,
-        PRIMARY KEY (owner, key)
-    );
-    CREATE TABLE memories (
-        owner TEXT NOT NULL REFERENCES mem_users(name) ON DELETE CASCADE,
-        id BIGINT NOT NULL,
-        kind TEXT NOT NULL,
-        text TEXT NOT NULL,
-        query TEXT NOT NULL DEFAULT '',
-        response TEXT NOT NULL DEFAULT '',
-        day DATE NOT NULL,
-        position INTEGER NOT NULL DEFAULT 0,
-        created_at TEXT NOT NULL,
-        strength DOUBLE PRECISION NOT NULL DEFAULT 1.0,
-        last_recall TEXT,
-        recall_count INTEGER NOT NULL DEFAULT 0,
-        importance DOUBLE PRECISION NOT NULL DEFAULT 0,
-        pinned BOOLEAN NOT NULL DEFAULT false,
-        state TEXT NOT NULL DEFAULT 'active',
-        embedding vector,
-        lex_len INTEGER NOT NULL DEFAULT 0,
-        extra JSONB NOT NULL DEFAULT '{}',
-        PRIMARY KEY (owner, id)
-    );
-    CREATE INDEX memories_owner_day ON memories (owner, day, kind);
-    CREATE INDEX memories_owner_place ON memories (owner, day, position);
-    CREATE INDEX memories_owner_state ON memories (owner, state, kind);
-    CREATE TABLE lex_postings (
-        owner TEXT NOT NULL,
-        term TEXT NOT NULL,
-        memory_id BIGINT NOT NULL,
-        tf INTEGER NOT NULL,
-        dl INTEGER NOT NULL,
-        PRIMARY KEY (owner, term, memory_id),
-        FOREIGN KEY (owner, memory_id) REFERENCES memories (owner, id) ON DELETE CASCADE
-    );
-    CREATE INDEX lex_postings_memory ON lex_postings (owner, memory_id)
-    """,
-    )
-
-
-def _m2(cur: psycopg.Cursor, tokenizer: Tokenizer | None = None) -> None:
-    tokenizer = tokenizer or Tokenizer()  # the stores' (a default one where a step runs on its own)
-    # a turn's second vector (its reply, written after the reply has
-    # streamed), when a memory was archived, and the archive as a second tier that stays in the
-    # lexical postings (so archived memories get postings and count in the BM25 statistics)
-    run_statements(
-        cur,
-        """
-    ALTER TABLE memories ADD COLUMN reply_embedding vector;
-    ALTER TABLE memories ADD COLUMN archived_at TEXT;
-    CREATE INDEX memories_reply_pending ON memories (owner, id)
-        WHERE kind = 'turn' AND response != '' AND reply_embedding IS NULL
-    """,
-    )
-    rows = cur.execute("SELECT owner, id, kind, text, day FROM memories WHERE state != 'active'").fetchall()
-    for owner, rid, kind, text, day in rows:
-        tf, dl = term_counts(tokenizer, Kind(kind), text, day)
-        cur.executemany(
-            "INSERT INTO lex_postings (owner, term, memory_id, tf, dl) VALUES (%s, %s, %s, %s, %s)",
-            [(owner, term, rid, n, dl) for term, n in tf.items()],
-        )
-        cur.execute("UPDATE memories SET lex_len = %s WHERE owner = %s AND id = %s", (dl, owner, rid))
-        cur.execute(
-            "UPDATE mem_users SET lex_docs = lex_docs + 1, lex_tokens = lex_tokens + %s WHERE name = %s", (dl, owner)
-        )
-
-
-def _m3(cur: psycopg.Cursor) -> None:
-    # vectors kept in the row instead of out of line in the TOAST table, where PostgreSQL puts
-    # pgvector's values (STORAGE EXTERNAL) once a row passes ~2 kB, which a turn with two 1.5 kB
-    # vectors always does: an exact search or a pool's vectors then read one heap page per row
-    # instead of a TOAST look-up per vector (docs/benchmarks.md, "PostgreSQL").
-    # STORAGE MAIN keeps them in the row, and a toast_tuple_target of a whole page (8160, the most
-    # allowed) lets a row grow to that before anything is moved out (MAIN values last, and only
-    # for rows that would not fit otherwise). Vectors stored before are rewritten into their rows.
-    run_statements(
-        cur,
-        """
-    ALTER TABLE memories SET (toast_tuple_target = 8160);
-    ALTER TABLE memories ALTER COLUMN embedding SET STORAGE MAIN, ALTER COLUMN reply_embedding SET STORAGE MAIN;
-    UPDATE memories SET embedding = embedding::real[]::vector, reply_embedding = reply_embedding::real[]::vector
-        WHERE embedding IS NOT NULL OR reply_embedding IS NOT NULL
-    """,
-    )
-
-
-def _m4(cur: psycopg.Cursor) -> None:
-    # a term's postings read from the primary key alone (an index-only scan): with tf and dl in the
-    # index, a common word's thousands of postings no longer cost a heap page each
-    run_statements(
-        cur,
-        """
-    ALTER TABLE lex_postings DROP CONSTRAINT IF EXISTS lex_postings_pkey;
-    ALTER TABLE lex_postings ADD PRIMARY KEY (owner, term, memory_id) INCLUDE (tf, dl)
-    """,
-    )
-
-
-def _m5(cur: psycopg.Cursor) -> None:
-    # the version of a user's postings that a worker's cache of them checks (see PostingsCache):
-    # bumped whenever postings go (a deletion, a replaced text) or come in below the newest id
-    cur.execute("ALTER TABLE mem_users ADD COLUMN IF NOT EXISTS lex_epoch BIGINT NOT NULL DEFAULT 0")
-
-
-def _m6(cur: psycopg.Cursor) -> None:
-    # the fields a recall rewrites (strength, last recall, recall count) in a narrow table of their
-    # own: a reinforcement then rewrites a row of a few dozen bytes, which stays on its page (a HOT
-    # update, fillfactor 80 leaves the room) and touches no index, instead of a memory's row, which
-    # holds both vectors (~3 kB), moves to another page and adds entries to both HNSW graphs and
-    # every btree of ``memories``. The values of existing memories move over.
-    run_statements(
-        cur,
-        """
-    CREATE TABLE mem_recall (
-        owner TEXT NOT NULL,
-        id BIGINT NOT NULL,
-        strength DOUBLE PRECISION NOT NULL DEFAULT 1.0,
-        last_recall TEXT,
-        recall_count INTEGER NOT NULL DEFAULT 0,
-        PRIMARY KEY (owner, id),
-        FOREIGN KEY (owner, id) REFERENCES memories (owner, id) ON DELETE CASCADE
-    ) WITH (fillfactor = 80);
-    INSERT INTO mem_recall (owner, id, strength, last_recall, recall_count)
-        SELECT owner, id, strength, last_recall, recall_count FROM memories;
-    ALTER TABLE memories DROP COLUMN strength, DROP COLUMN last_recall, DROP COLUMN recall_count;
-    ANALYZE mem_recall
-    """,
-    )
-
-
-def _m7(cur: psycopg.Cursor) -> None:
-    # a chat turn's own vector as it waits to join the user's HNSW graph (see
-    # ``PgUserStore._insert_one``): kept in the row like the others, searched exactly through a
-    # partial index that holds only the waiting ones (a few at most). The statistics are made
-    # again so that the planner knows the new column is nearly always empty (without them it
-    # guesses the opposite, and scans every row of the table for the waiting ones).
-    run_statements(
-        cur,
-        """
-    ALTER TABLE memories ADD COLUMN pending_embedding vector;
-    ALTER TABLE memories ALTER COLUMN pending_embedding SET STORAGE MAIN;
-    CREATE INDEX memories_pending ON memories (owner, id) WHERE pending_embedding IS NOT NULL;
-    ANALYZE memories
-    """,
-    )
-
-
-def _m8(cur: psycopg.Cursor) -> None:
-    # the sentence vectors of long turns, a row each (dropped by _m11)
-    run_statements(
-        cur,
-        """
-    ALTER TABLE memories ADD COLUMN sentences INTEGER;
-    CREATE TABLE mem_sentences (
-        owner TEXT NOT NULL,
-        memory_id BIGINT NOT NULL,
-        n INTEGER NOT NULL,
-        embedding vector NOT NULL,
-        PRIMARY KEY (owner, memory_id, n),
-        FOREIGN KEY (owner, memory_id) REFERENCES memories (owner, id) ON DELETE CASCADE
-    );
-    ALTER TABLE mem_sentences ALTER COLUMN embedding SET STORAGE MAIN;
-    CREATE INDEX memories_sentences_pending ON memories (owner, id) WHERE kind = 'turn' AND sentences IS NULL
-    """,
-    )
-
-
-def _m9(cur: psycopg.Cursor) -> None:
-    # a user's summaries by kind (the global ones have no day): a chat turn reads the two global
-    # summaries for its prompt, each a walk of the user's whole (owner, state, kind) index before
-    # (a user's turns are most of their rows); a turn's row is not in it
-    cur.execute(
-        "CREATE INDEX IF NOT EXISTS memories_owner_summaries ON memories (owner, kind, day) WHERE kind <> 'turn'"
-    )
-
-
-def _m10(cur: psycopg.Cursor) -> None:
-    # the links between memories and the entities they name (``postgres_links.py``); those of the
-    # memories stored before are written by the bank when it opens the user (``memory/links.py``)
-    postgres_links.create(cur)
-
-
-def _m11(cur: psycopg.Cursor) -> None:
-    # sentence vectors are no longer made or searched (whole turns found as much, for less)
-    run_statements(
-        cur,
-        """
-    DROP TABLE mem_sentences;
-    DROP INDEX memories_sentences_pending;
-    ALTER TABLE memories DROP COLUMN sentences
-    """,
-    )
-
-
-MIGRATIONS = [_m1, _m2, _m3, _m4, _m5, _m6, _m7, _m8, _m9, _m10, _m11]
-
-
 def as_array(value) -> np.ndarray | None:
     """A fetched pgvector value as float32 (the adapters give arrays or ``Vector`` objects)."""
     if value is None:
@@ -330,192 +118,6 @@ def as_vector_value(value) -> np.ndarray | None:
     if isinstance(value, (bytes, bytearray, memoryview)):
         return np.frombuffer(bytes(value), dtype=np.float32)
     return np.asarray(value, dtype=np.float32)
-
-
-def hnsw_index_name(user: str) -> str:
-    return "mem_hnsw_" + hashlib.sha256(user.encode("utf-8")).hexdigest()[:24]
-
-
-# a posting as the lexical search packs it: memory id, term frequency, document length
-_POSTING = np.dtype([("id", ">i8"), ("tf", ">i4"), ("dl", ">i4")])
-# and as it is kept and scored: native numbers, converted once
-_KEPT = np.dtype([("id", np.int64), ("tf", np.float64), ("dl", np.float64)])
-_NO_POSTINGS: np.ndarray = np.zeros(0, _KEPT)
-
-
-class _UserPostings:
-    def __init__(self, version: tuple):
-        self.version = version
-        self.terms: dict[str, tuple[int, np.ndarray]] = {}  # term: (ids it holds up to, postings)
-        self.size = 0
-        self.lock = threading.Lock()
-
-
-class PostingsCache:
-    """The lexical postings a worker has read, per user and term, with the id up to which each
-    term's are complete. Exact, whatever other workers do: a user's row says up to which id
-    postings exist (``last_id``: ids only grow, and a memory's postings commit with its id), and
-    its ``lex_epoch`` and ``created_at`` change whenever postings go away or a user is made again;
-    a term is then read whole again, else only its postings above the id it holds. Bounded: the
-    users read longest ago are dropped past ``most`` postings in all."""
-
-    def __init__(self, most: int = 4_000_000):
-        self.most = most
-        self._users: OrderedDict[str, _UserPostings] = OrderedDict()
-        self._lock = threading.Lock()
-        self._first: dict[str, threading.Lock] = {}  # a user's first search, under way
-
-    def read(
-        self,
-        user: str,
-        terms: Sequence[str],
-        fetch: Callable[[Sequence[tuple[str, int]]], tuple[tuple, int, tuple, list[np.ndarray]] | None],
-    ) -> tuple[tuple, list[np.ndarray]] | None:
-        """The postings of ``terms`` and the user's lexical counts, all of one moment of the user:
-        ``fetch([(term, above id), ...])`` reads, in one statement, the user's row (its version,
-        ``last_id`` and counts) and each term's postings above the id given, up to that
-        ``last_id``; it returns (version, last id, counts, postings) or None without a row. The
-        ids given are those up to which the postings kept are complete, so that a term is read
-        whole only once; a version other than the one kept (postings went away, or the user was
-        made again) has every term read whole again. Returns (counts, postings), None without a
-        row."""
-        with self._lock:
-            entry = self._users.get(user)
-            if entry is not None:
-                self._users.move_to_end(user)
-                first = None
-            else:  # the first search of this user: others wait for it, then read what it lacks
-                first = self._first.setdefault(user, threading.Lock())
-        if first is not None:
-            with first:
-                with self._lock:
-                    entry = self._users.get(user)
-                if entry is None:
-                    try:
-                        return self._read_whole(user, terms, fetch)
-                    finally:
-                        with self._lock:
-                            self._first.pop(user, None)
-        assert entry is not None
-        with entry.lock:
-            lows = [entry.terms[t][0] if t in entry.terms else 0 for t in terms]
-            got = fetch(list(zip(terms, lows)))
-            if got is None:
-                return None
-            version, last, counts, new = got
-            kept = version == entry.version and all(low <= last for low in lows)
-            if kept:
-                for t, low, fresh in zip(terms, lows, new):
-                    old = entry.terms[t][1] if t in entry.terms else _NO_POSTINGS
-                    # most terms have none new since the last search: a common word's
-                    # postings (hundreds of thousands) are then not copied again
-                    entry.terms[t] = (
-                        max(low, last),
-                        np.concatenate([old, fresh]) if len(old) and len(fresh) else fresh if len(fresh) else old,
-                    )
-                    entry.size += len(fresh)
-                arrays = [entry.terms[t][1] for t in terms]
-        if kept:
-            self._bound()
-            return counts, arrays
-        if not any(lows):  # read whole already, at the version that replaces the kept one
-            self._take(user, version, last, dict(zip(terms, new)))
-            return counts, new
-        with self._lock:  # kept at another version, or ahead of the database: read again
-            if self._users.get(user) is entry:
-                del self._users[user]
-        return self._read_whole(user, terms, fetch)
-
-    def _read_whole(
-        self,
-        user: str,
-        terms: Sequence[str],
-        fetch: Callable[[Sequence[tuple[str, int]]], tuple[tuple, int, tuple, list[np.ndarray]] | None],
-    ) -> tuple[tuple, list[np.ndarray]] | None:
-        got = fetch([(t, 0) for t in terms])
-        if got is None:
-            return None
-        version, last, counts, new = got
-        self._take(user, version, last, dict(zip(terms, new)))
-        return counts, new
-
-    def _take(self, user: str, version: tuple, last: int, terms: dict[str, np.ndarray]) -> None:
-        """Whole postings of ``terms`` (ids up to ``last``) read at ``version``, which replaces
-        the version kept."""
-        with self._lock:
-            entry = self._users.get(user)
-            if entry is None or entry.version != version:
-                entry = self._users[user] = _UserPostings(version)
-            self._users.move_to_end(user)
-        with entry.lock:
-            self._keep(entry, last, terms)
-        self._bound()
-
-    def _bound(self) -> None:
-        with self._lock:
-            total = sum(u.size for u in self._users.values())
-            while total > self.most and len(self._users) > 1:
-                _, gone = self._users.popitem(last=False)
-                total -= gone.size
-
-    @staticmethod
-    def _keep(entry: _UserPostings, last: int, terms: dict[str, np.ndarray]) -> None:
-        """Each term not held, or held up to a lower id, takes its postings up to ``last``."""
-        for t, postings in terms.items():
-            held = entry.terms.get(t)
-            if held is None or held[0] < last:
-                entry.size += len(postings) - (len(held[1]) if held is not None else 0)
-                entry.terms[t] = (last, postings)
-
-    def fill(self, user: str, version: tuple, last: int, terms: dict[str, np.ndarray]) -> None:
-        """Every posting of ``user`` with an id up to ``last``, read in one snapshot of the user
-        at ``version``: each term not held, or held up to a lower id, takes them. Nothing is
-        taken when the user's postings are held at another version (which is newer is unknown:
-        searches go on reading as they do)."""
-        with self._lock:
-            entry = self._users.get(user)
-            if entry is None:
-                entry = self._users[user] = _UserPostings(version)
-            elif entry.version != version:
-                return
-            self._users.move_to_end(user)
-        with entry.lock:
-            self._keep(entry, last, terms)
-
-    def forget(self, user: str) -> None:
-        with self._lock:
-            self._users.pop(user, None)
-
-
-def bm25_top(
-    term: np.ndarray, postings: np.ndarray, n_terms: int, docs: float, tokens: float, limit: int
-) -> list[SearchHit]:
-    """The best ``limit`` memories by BM25 (k1 1.2, b 0.75, SQLite FTS5's ``bm25()``) from their
-    postings (memory id, tf, dl) and each posting's term (its position in the query), best first,
-    ties by id."""
-    if not len(postings):
-        return []
-    ids: np.ndarray = postings["id"]
-    tf: np.ndarray = postings["tf"]
-    dl: np.ndarray = postings["dl"]
-    hits = np.bincount(term, minlength=n_terms).astype(np.float64)
-    idf = np.maximum(np.log((docs - hits + 0.5) / (hits + 0.5)), 1e-6)
-    avgdl = max(tokens / max(docs, 1.0), 1e-9)
-    weight = idf[term] * tf * (BM25_K1 + 1) / (tf + BM25_K1 * (1 - BM25_B + BM25_B * dl / avgdl))
-    if int(ids.max()) <= 8 * len(ids) + 1_000_000:  # a user's ids are dense: sum over the id range
-        by_id = np.bincount(ids, weights=weight)
-        found = np.flatnonzero(by_id)
-        scores = by_id[found]
-    else:
-        found, where = np.unique(ids, return_inverse=True)
-        scores = np.bincount(where, weights=weight)
-    if len(found) > limit:  # the best ``limit``, ties at the edge broken by the smaller id
-        edge = np.partition(scores, len(scores) - limit)[len(scores) - limit]
-        keep = scores >= edge
-        found, scores = found[keep], scores[keep]
-    order = np.lexsort((found, -scores))[:limit]
-    # as Python numbers at once (indexing numpy scalar by scalar costs more than the hits)
-    return [SearchHit(i, Side.WORDS, x) for i, x in zip(found[order].tolist(), scores[order].tolist())]
 
 
 class PgUserStore:
@@ -1313,7 +915,7 @@ class PgUserStore:
         head = next((r for r in rows if r[0] is None), None)
         if head is None:
             return
-        terms = {r[0]: np.frombuffer(r[4], _POSTING).astype(_KEPT) for r in rows if r[0] is not None}
+        terms = {r[0]: unpack(r[4]) for r in rows if r[0] is not None}
         self.stores.postings.fill(self.user, (head[3], int(head[2])), int(head[1]), terms)
 
     def _fetch_postings(
@@ -1339,10 +941,7 @@ class PgUserStore:
         if head is None:
             return None
         packed = {int(r[0]): r[6] for r in rows if r[0] != 0}
-        arrays = [
-            np.frombuffer(packed[i], _POSTING).astype(_KEPT) if i in packed else _NO_POSTINGS
-            for i in range(1, len(wanted) + 1)
-        ]
+        arrays = [unpack(packed[i]) if i in packed else NO_POSTINGS for i in range(1, len(wanted) + 1)]
         return (head[5], int(head[4])), int(head[1]), (float(head[2]), float(head[3])), arrays
 
     # -- dense --------------------------------------------------------------------------------
@@ -1405,7 +1004,7 @@ class PgUserStore:
                 return con.execute(statement, params).fetchall()
 
 
-class PostgresStores:
+class PostgresStores(HnswIndexes):
     """Every user's memories in one PostgreSQL database (``url``): the ``base.Stores`` interface,
     and the partial HNSW indexes of its big users."""
 
@@ -1435,19 +1034,12 @@ class PostgresStores:
             settings={"hnsw.ef_search": str(HNSW_EF_SEARCH), "enable_sort": "off"},
         )
         try:
-            # the step that writes postings makes their terms with this database's tokenizer
-            steps = [functools.partial(_m2, tokenizer=self.tokenizer) if s is _m2 else s for s in MIGRATIONS]
-            self.db.migrate("memory", steps)
+            self.db.migrate("memory", pg_migrations.steps(self.tokenizer))
         except BaseException:
             self.db.close()
             self.graphs.close()
             raise
-        self.hnsw_min = hnsw_min
-        self.build_hnsw_in_background = build_hnsw_in_background
-        self._lock = threading.Lock()
-        self._hnsw_checked: dict[str, float] = {}
-        self._hnsw_users: set[str] = set()
-        self._hnsw_building: set[str] = set()
+        HnswIndexes.__init__(self, self.db, hnsw_min, build_hnsw_in_background)
         self.postings = PostingsCache()
         # the second HNSW graph's search, beside the first (``PgUserStore.dense``)
         self.searches = ThreadPoolExecutor(max_workers=4, thread_name_prefix="sf-pg-dense")
@@ -1471,12 +1063,8 @@ class PostgresStores:
 
     def delete_user(self, user: str) -> None:
         """Every memory of ``user`` (rows, postings, meta, their HNSW index), gone for good."""
-        with self._lock:
-            self._hnsw_checked.pop(user, None)
-            self._hnsw_users.discard(user)
         self.postings.forget(user)
-        for name in (hnsw_index_name(user), hnsw_index_name(user) + "_r", hnsw_index_name(user) + "_s"):
-            self.db.execute(sql.SQL("DROP INDEX IF EXISTS {}").format(sql.Identifier(name)))
+        self.forget_hnsw(user)
         with self.db.transaction() as cur:
             cur.execute("DELETE FROM mem_users WHERE name = %s", (user,))
 
@@ -1489,82 +1077,3 @@ class PostgresStores:
         self.searches.shutdown(wait=True)
         self.db.close()
         self.graphs.close()
-
-    # -- the dense index of big users ---------------------------------------------------------
-    def has_hnsw(self, user: str) -> bool:
-        """Whether ``user`` has a valid (completely built) partial HNSW index."""
-        names = [hnsw_index_name(user), hnsw_index_name(user) + "_r"]
-        row = self.db.fetchone(
-            "SELECT count(*) FROM pg_class c JOIN pg_index i ON i.indexrelid = c.oid"
-            " WHERE c.relname = ANY(%s) AND i.indisvalid",
-            (names,),
-        )
-        found = row is not None and int(row[0]) == len(names)
-        with self._lock:
-            (self._hnsw_users.add if found else self._hnsw_users.discard)(user)
-        return found
-
-    def uses_hnsw(self, user: str) -> bool:
-        """Whether searches of ``user`` go through their HNSW index (as last checked; see
-        ``maybe_build_hnsw``, which every write calls)."""
-        return user in self._hnsw_users
-
-    def maybe_build_hnsw(self, user: str, dim: int, *, wait: bool = False) -> bool:
-        """Give ``user`` a partial HNSW index once they have ``hnsw_min`` active vectors (checked
-        at most once a minute per user). Built concurrently: writes go on meanwhile, and searches
-        are exact until it is ready. Returns whether a build was started."""
-        now = time.monotonic()
-        with self._lock:
-            if user in self._hnsw_building or now - self._hnsw_checked.get(user, -1e9) < 60:
-                return False
-            self._hnsw_checked[user] = now
-        if self.has_hnsw(user) or self._count(user) < self.hnsw_min:
-            return False
-        with self._lock:
-            if user in self._hnsw_building:
-                return False
-            self._hnsw_building.add(user)
-        if wait or not self.build_hnsw_in_background:
-            self._build_hnsw(user, dim)
-        else:
-            threading.Thread(target=self._build_hnsw, args=(user, dim), daemon=True, name="sf-hnsw").start()
-        return True
-
-    def _count(self, user: str) -> int:
-        return int(one(self.db.fetchone("SELECT count(*) FROM memories WHERE owner = %s", (user,)))[0])
-
-    def _build_hnsw(self, user: str, dim: int) -> None:
-        name = hnsw_index_name(user)
-        try:
-            with self.db.advisory_lock(f"siliconfriend:hnsw:{user}"):  # one worker builds it
-                if self.has_hnsw(user):
-                    return
-                log.info("building the HNSW indexes of %s", user)
-                with self.db.connection() as con:
-                    con.execute("SET maintenance_work_mem = '256MB'")
-                    for index_name, table, column in (
-                        (name + "_r", "memories", "reply_embedding"),
-                        (name, "memories", "embedding"),
-                    ):
-                        con.execute(
-                            sql.SQL(
-                                "CREATE INDEX CONCURRENTLY IF NOT EXISTS {name} ON {table} USING hnsw"
-                                " (({col}::vector({dim})) vector_ip_ops) WHERE owner = {owner}"
-                            ).format(
-                                name=sql.Identifier(index_name),
-                                table=sql.Identifier(table),
-                                col=sql.Identifier(column),
-                                dim=sql.Literal(int(dim)),
-                                owner=sql.Literal(user),
-                            )
-                        )
-                    con.execute("RESET maintenance_work_mem")
-                    con.execute("ANALYZE memories")
-                self.has_hnsw(user)
-        except Exception as exc:  # searches stay exact; tried again at a later check
-            log.warning("HNSW index of %s not built: %s", user, exc)
-            with self._lock:
-                self._hnsw_checked.pop(user, None)
-        finally:
-            with self._lock:
-                self._hnsw_building.discard(user)

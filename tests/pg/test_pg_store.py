@@ -94,7 +94,7 @@ def older_database(url: str, version: int, rows: list[tuple]) -> None:
     """A database as the SiliconFriend of memory schema ``version`` (2 to 5) left it, holding
     ``rows`` of user "amy" (``_OLD_ROW``'s parameters after the owner)."""
     from memory.pg_db import Database
-    from memory.stores.postgres import MIGRATIONS
+    from memory.stores.pg_migrations import MIGRATIONS
 
     db = Database(url)
     try:
@@ -349,7 +349,7 @@ def test_migration_7_upgrades_a_database_of_schema_6(pg_url, e5_embedder):
     """A database the SiliconFriend of memory schema 6 left gets the column where a turn's own
     vector waits for the graph; what it held is found and kept."""
     from memory.pg_db import Database
-    from memory.stores.postgres import MIGRATIONS
+    from memory.stores.pg_migrations import MIGRATIONS
 
     vector = e5_embedder.embed(["I adopted a cat named Miso"], kind="document")[0]
     db = Database(pg_url)
