@@ -85,14 +85,17 @@ def read(db: sqlite3.Connection, ids: Sequence[int], max_share: float, limit: in
         [*ids, *ids],
     ).fetchall()
     edges = [Edge(int(s), int(d), kind, float(w), _STATES[state]) for s, d, kind, w, state in written]
-    total = db.execute("SELECT count(*) FROM memories WHERE state = 'active'").fetchone()[0]
+    # how many memories the user has stored (ids are theirs, in order: one look-up, where a count
+    # of a large memory's rows takes milliseconds); a rarity needs no more
+    total = int(db.execute("SELECT coalesce(max(id), 0) FROM memories").fetchone()[0])
     cap = int(max(2.0, max_share * total))
     # each entity of the memories asked about, with how many memories name it; those named by
     # more than ``cap`` are left out before their memories are read (a common one has thousands)
     named = db.execute(
-        f"SELECT mine.memory_id, mine.entity, mine.text, (SELECT count(*) FROM mentions o WHERE o.entity = mine.entity)"
+        f"SELECT mine.memory_id, mine.entity, mine.text,"
+        f" (SELECT count(*) FROM (SELECT 1 FROM mentions o WHERE o.entity = mine.entity LIMIT ?))"
         f" FROM mentions mine WHERE mine.memory_id IN ({marks})",
-        ids,
+        [cap + 1, *ids],
     ).fetchall()
     kept = [(int(rid), entity, text, n) for rid, entity, text, n in named if 2 <= n <= cap]
     if kept:
