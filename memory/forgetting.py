@@ -51,6 +51,7 @@ class ForgettingPolicy(Protocol):
     def paces(self) -> dict[str, float]: ...
     def adapted(self, learned: Mapping[str, float]) -> "ForgettingPolicy": ...
     def slowed(self, sort: str) -> float: ...
+    def tier(self, rec: MemoryRecord, retention: float) -> str: ...
 
 
 @dataclass(frozen=True)
@@ -149,6 +150,16 @@ class EbbinghausPolicy:
         retention was already between the two thresholds (about to be archived)."""
         return not rec.pinned and (rec.state == State.ARCHIVED or self.retention(rec, now) < self.reactivate)
 
+    def tier(self, rec: MemoryRecord, retention: float) -> str:
+        """Where ``rec`` stands (``TIERS``): core (pinned, or a global summary: the profile),
+        active (above the higher threshold), long-term (active, between the two thresholds:
+        fading), archive."""
+        if rec.pinned or rec.kind.is_global:
+            return "core"
+        if rec.state == State.ARCHIVED:
+            return "archive"
+        return "active" if retention >= max(self.reactivate, self.threshold) else "long_term"
+
     def paces(self) -> dict[str, float]:
         return {name: dict(self.decay).get(name, 1.0) for name in CATEGORIES}
 
@@ -186,6 +197,7 @@ class EbbinghausPolicy:
         return rec.anchor + timedelta(days=self.time_to_forget(rec.strength) / self.pace(rec))
 
 
+TIERS = ("core", "active", "long_term", "archive")
 SHADOWS = {
     "one-pace": "every sort at the clock's pace",
     "one-threshold": "any recall brings an archived memory back",

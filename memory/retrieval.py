@@ -126,6 +126,8 @@ class Hit:
     link: Edge | None = None
     # the side of the search that gave its base score the most: "dense" or "lexical"
     side: str = ""
+    # where the memory stands: core, active, long_term or archive (``EbbinghausPolicy.tier``)
+    tier: str = "active"
 
     def as_dict(self) -> dict:
         r = self.record
@@ -143,6 +145,7 @@ class Hit:
             "reasons": self.reasons,
             "cue": self.cue,
             "side": self.side,
+            "tier": self.tier,
             "link": None
             if self.link is None
             else {"from": self.link.src, "kind": self.link.kind, "through": self.link.label or None},
@@ -607,7 +610,21 @@ def _rank(
         dense, lexical = p.dense.get(rid, 0.0), p.lexical.get(rid, 0.0)
         link = (via or {}).get(rid)
         reasons = _reasons(rec, dense_s.get(rid, 0.0), dense, lexical, context, on_day, cue, link)
-        hits.append(Hit(rec, score, dense, lexical, retention, on_day, reasons, cue, link, (side or {}).get(rid, "")))
+        hits.append(
+            Hit(
+                rec,
+                score,
+                dense,
+                lexical,
+                retention,
+                on_day,
+                reasons,
+                cue,
+                link,
+                (side or {}).get(rid, ""),
+                policy.tier(rec, retention),
+            )
+        )
     return hits
 
 

@@ -107,6 +107,11 @@ TEXT: dict[str, dict[str, str]] = {
     "col_importance": {"en": "importance", "zh": "重要性"},
     "col_status": {"en": "status", "zh": "状态说明"},
     "kind_turn": {"en": "turn", "zh": "对话"},
+    # a memory's tier in "what I remembered"
+    "tier_core": {"en": "core", "zh": "核心"},
+    "tier_active": {"en": "active", "zh": "活跃"},
+    "tier_long_term": {"en": "long-term", "zh": "长期"},
+    "tier_archive": {"en": "from the archive", "zh": "来自归档"},
     "kind_daily_events": {"en": "daily events", "zh": "每日事件"},
     "kind_daily_personality": {"en": "daily personality", "zh": "每日性格"},
     "kind_global_events": {"en": "global events", "zh": "总体事件"},

@@ -67,6 +67,7 @@ def used_entry(hit: Hit) -> dict:
         "day": rec.day.isoformat(),
         "strength": round(rec.strength, 2),
         "retention": round(hit.retention, 3),
+        "tier": hit.tier,
         "why": "; ".join(hit.reasons),
         "text": text,
     }

@@ -83,8 +83,8 @@ def remembered_markdown(items: list[dict], lang: str) -> str:
         day = it["day"] if not it["day"].startswith("1970") else "—"
         why = why_words(it["why"], lang) or "—"
         lines.append(
-            f"- **{day}** · {t('kind_' + it['kind'], lang)} · S {it['strength']:g} · "
-            f"R {it['retention']:.2f} · #{it['id']}  \n  _{html.escape(why)}_  \n"
+            f"- **{day}** · {t('kind_' + it['kind'], lang)} · {t('tier_' + it.get('tier', 'active'), lang)} · "
+            f"S {it['strength']:g} · R {it['retention']:.2f} · #{it['id']}  \n  _{html.escape(why)}_  \n"
             f"  > {reply_shown(_clip(it['text']))}"
         )
     if not memories:

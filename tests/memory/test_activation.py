@@ -143,3 +143,11 @@ def test_validate_in_the_bank_brings_an_archived_memory_back(paper_bank):
     (v,) = paper_bank.validate("cy", [r.id], T0 + timedelta(days=10))
     assert v.state == State.ACTIVE and v.strength == 3.0
     assert paper_bank.get("cy", r.id).state == State.ACTIVE and paper_bank.get("cy", r.id).strength == 3.0
+
+
+def test_tiers():
+    p = PAPER
+    assert p.tier(rec(pinned=True), 0.05) == "core"
+    assert p.tier(rec(kind=Kind.GLOBAL_PERSONALITY), 1.0) == "core"
+    assert p.tier(rec(), 0.9) == "active" and p.tier(rec(), 0.2) == "long_term"  # between 0.1 and 0.3
+    assert p.tier(rec(state=State.ARCHIVED), 0.01) == "archive"

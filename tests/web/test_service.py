@@ -160,7 +160,8 @@ def test_summaries_read_edit_and_summarise_now(two):
 def test_retention_curves(two, web_clock):
     service, alice, bob = two
     say(service, alice, "I like rainy days.")
-    curves = service.memory_page.retention_curves(alice, horizon_days=120)  # t is counted in weeks by default
+    # t is counted in weeks by default, and a preference's at a quarter of the clock's pace
+    curves = service.memory_page.retention_curves(alice, horizon_days=500)
     assert curves["threshold"] == service.settings.forgetting_threshold
     (c,) = curves["curves"]
     assert c["values"][0] == pytest.approx(1.0) and c["values"][-1] < 0.01
