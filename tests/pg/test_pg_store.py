@@ -13,6 +13,7 @@ import psycopg
 import pytest
 
 from memory.bank import MemoryBank
+from memory.forgetting import EbbinghausPolicy
 from memory.pg_db import SchemaTooNew, StoreUnavailable
 from memory.records import Kind, MemoryRecord
 from memory.stores.base import Side
@@ -147,7 +148,7 @@ def test_migration_6_moves_the_recall_fields_out_and_keeps_them(pg_url, e5_embed
     """A database of schema 5 (the recall fields in the memory's row) is upgraded: every memory
     keeps its strength, last recall and recall count, and recalls go on from them."""
     older_database(pg_url, 5, old_turns(e5_embedder))
-    bank = MemoryBank(PostgresStores(pg_url), e5_embedder)
+    bank = MemoryBank(PostgresStores(pg_url), e5_embedder, policy=EbbinghausPolicy(decay=()))  # one pace: the law
     try:
         first, second = bank.records("amy", kind=Kind.TURN)[:2]
         assert (first.strength, first.last_recall, first.recall_count) == (3.0, T0 + timedelta(days=2), 2)
