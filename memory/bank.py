@@ -25,7 +25,6 @@ from collections import OrderedDict
 from concurrent.futures import Executor, ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import date, datetime
-from pathlib import Path
 from typing import Callable, ContextManager, Mapping, Sequence
 
 import numpy as np
@@ -137,7 +136,7 @@ class ForgetDecision:
 class MemoryBank:
     def __init__(
         self,
-        stores: Stores | Path | str,  # a home folder: its SQLite stores
+        stores: Stores,
         embedder: Embedder,
         *,
         policy: ForgettingPolicy | None = None,
@@ -145,14 +144,7 @@ class MemoryBank:
         max_open_users: int = 64,
         progress: Callable | None = None,
         workers: Executor | None = None,
-        tokenizer: Tokenizer | None = None,
     ):
-        if isinstance(stores, (Path, str)):
-            from .stores.sqlite import SqliteStores
-
-            stores = SqliteStores(stores, tokenizer=tokenizer)
-        elif tokenizer is not None and tokenizer is not stores.tokenizer:
-            raise ValueError("the bank's tokenizer is its stores': give it to the stores")
         self.stores: Stores = stores
         # text to lexical tokens: the stores' (their documents and the bank's searches must agree)
         self.tokenizer: Tokenizer = stores.tokenizer

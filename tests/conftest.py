@@ -22,8 +22,9 @@ def e5_embedder():
 def bank(tmp_path, e5_embedder):
     """An empty MemoryBank under ``tmp_path / "home"`` (default forgetting and retrieval settings)."""
     from memory.bank import MemoryBank
+    from memory.stores.sqlite import SqliteStores
 
-    bank = MemoryBank(tmp_path / "home", e5_embedder)
+    bank = MemoryBank(SqliteStores(tmp_path / "home"), e5_embedder)
     yield bank
     bank.close()
 

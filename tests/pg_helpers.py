@@ -11,6 +11,6 @@ def start_server(folder: str):
 
 
 def database_url(server, name: str) -> str:
-    from memory.pg_db import _with_dbname
+    from memory.stores.pg_db import _with_dbname
 
     return _with_dbname(server.get_uri(), name)

@@ -161,6 +161,7 @@ def test_the_companion_opens_with_the_system_prompt_the_adapter_was_trained_with
     peft = pytest.importorskip("peft")
     from finetune.persona import COUNSELLOR_SYSTEM_PROMPT_EN, COUNSELLOR_SYSTEM_PROMPT_ZH
     from memory.bank import MemoryBank
+    from memory.stores.sqlite import SqliteStores
     from siliconfriend.backends.hf.adapter_meta import base_identity, write_adapter_meta
     from siliconfriend.config import Settings
     from siliconfriend.core.companion import Companion
@@ -180,7 +181,7 @@ def test_the_companion_opens_with_the_system_prompt_the_adapter_was_trained_with
     plain = tiny_chat(tiny["llama"], "belle")
     assert plain.system_prompts == {}
 
-    bank = MemoryBank(tmp_path / "home", e5_embedder)
+    bank = MemoryBank(SqliteStores(tmp_path / "home"), e5_embedder)
     try:
         companion = Companion(bank, tuned, settings=Settings(home=tmp_path / "home", max_new_tokens=2))
         for lang, prompt in (("zh", COUNSELLOR_SYSTEM_PROMPT_ZH), ("en", COUNSELLOR_SYSTEM_PROMPT_EN)):

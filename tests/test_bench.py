@@ -9,6 +9,7 @@ import pytest
 
 from memory.bank import MemoryBank
 from memory.records import Kind, State
+from memory.stores.sqlite import SqliteStores
 from siliconfriend.bench.data import DialogueGenerator
 from siliconfriend.bench.fixtures import fill_user, synthetic_vectors, vector_pool
 from siliconfriend.bench.run import QUICK, TURN_KEYS, format_table, run_bench, with_overrides
@@ -27,7 +28,7 @@ def test_the_dialogue_is_fixed_by_its_seed_and_mixes_english_and_chinese():
 
 def test_a_synthetic_history_looks_like_a_real_one(tmp_path, e5_embedder):
     e5 = e5_embedder
-    bank = MemoryBank(tmp_path, e5)
+    bank = MemoryBank(SqliteStores(tmp_path), e5)
     gen = DialogueGenerator(1)
     pool = vector_pool(bank, gen, 8)
     vecs = synthetic_vectors(pool, 50, np.random.default_rng(0))

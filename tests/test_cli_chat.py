@@ -11,6 +11,7 @@ import pytest
 
 from memory.bank import MemoryBank
 from memory.records import Kind
+from memory.stores.sqlite import SqliteStores
 from siliconfriend.cli import main as cli
 from siliconfriend.cli.chat import read_questions, read_script
 
@@ -83,7 +84,7 @@ def test_replay_then_consolidate_then_probe(tmp_path, model, capsys, e5_embedder
     )
     assert "Maya: summarised nothing new" in capsys.readouterr().out
 
-    bank = MemoryBank(home, e5_embedder)
+    bank = MemoryBank(SqliteStores(home), e5_embedder)
     try:
         turns = [t for d in bank.days("Maya") for t in bank.turns_on("Maya", d)]
         assert [(t.created_at, t.query) for t in turns] == [
@@ -123,7 +124,7 @@ def test_replay_then_consolidate_then_probe(tmp_path, model, capsys, e5_embedder
     assert record["question"] == "What is my kitten called?" and record["date"] == "2024-05-03"
     assert record["error"] is None and isinstance(record["answer"], str)
     assert any("Pixel" in m["text"] and m["day"] == "2024-05-01" for m in record["memories"])
-    bank = MemoryBank(home, e5_embedder)
+    bank = MemoryBank(SqliteStores(home), e5_embedder)
     try:
         assert bank.count("Maya") == stored  # probing stores nothing
     finally:
@@ -264,6 +265,6 @@ def test_the_cli_exits_cleanly_with_the_reply_worker_busy(tmp_path, e5_embedder)
             assert proc.returncode == 0 and "terminate called" not in proc.stderr, (run, proc.stderr[-3000:])
     finally:
         server.shutdown()
-    bank = MemoryBank(tmp_path / "home", e5_embedder)
+    bank = MemoryBank(SqliteStores(tmp_path / "home"), e5_embedder)
     assert all(len(bank.records(f"u{run}", kind=Kind.TURN)) == 6 for run in range(RUNS))
     bank.close()

@@ -15,6 +15,7 @@ from fakes import Clock
 
 from memory.bank import MemoryBank, UnknownMemory
 from memory.records import Kind
+from memory.stores.sqlite import SqliteStores
 from siliconfriend.bench.turns import InstantBackend
 from siliconfriend.config import Settings
 from siliconfriend.core.companion import Companion
@@ -67,7 +68,7 @@ def engine(request, tmp_path, e5_embedder):
         bank = MemoryBank(PostgresStores(url), e5_embedder)
     else:
         url = None
-        bank = MemoryBank(home, e5_embedder)
+        bank = MemoryBank(SqliteStores(home), e5_embedder)
     yield bank, home, url
     bank.close()
 

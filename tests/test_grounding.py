@@ -349,6 +349,7 @@ def test_well_written_summaries_of_real_bank_days_pass(checker, e5_embedder, tmp
     nothing is taken for a name that was not said, and what is left out is only the check's known
     limit (a paraphrase sharing no word with what was said)."""
     from memory.bank import MemoryBank
+    from memory.stores.sqlite import SqliteStores
 
     if not SHARED.exists():
         pytest.skip("shared evaluation data not present")
@@ -360,7 +361,7 @@ def test_well_written_summaries_of_real_bank_days_pass(checker, e5_embedder, tmp
     total = {"en": 0, "zh": 0}
     for n, ((lang, user, day), (events, profile)) in enumerate(HUMAN_SUMMARIES.items()):
         turns = banks[lang][next(k for k in banks[lang] if k.strip() == user)]["history"][day]
-        bank = MemoryBank(tmp_path / f"home{n}", e5_embedder)
+        bank = MemoryBank(SqliteStores(tmp_path / f"home{n}"), e5_embedder)
         try:
             when = datetime.combine(date.fromisoformat(day), datetime.min.time()).replace(hour=20)
             bank.add_turns(user, [(t["query"], t["response"], when.replace(minute=i)) for i, t in enumerate(turns)])

@@ -13,13 +13,17 @@ SOURCES = ("siliconfriend", "memory", "finetune", "prompts", "app.py")
 # (room, rooms and modules it must not import, why); a room is a module or a package prefix
 RULES = [
     ("memory", ("siliconfriend", "prompts", "finetune", "app"), "memory/ imports nothing of the app"),
-    ("memory.stores.base", ("psycopg", "pgvector", "faiss", "memory.pg_db"), "the store interface names no engine"),
+    (
+        "memory.stores.base",
+        ("psycopg", "pgvector", "faiss", "memory.stores.pg_db"),
+        "the store interface names no engine",
+    ),
     ("siliconfriend.core", ("siliconfriend.web", "siliconfriend.api", "siliconfriend.cli"), "core is below them"),
     ("siliconfriend.core", ("siliconfriend.bench", "siliconfriend.factory"), "core is below them"),
-    ("siliconfriend.core", ("psycopg", "memory.pg_db", "memory.stores.postgres"), "core never loads psycopg"),
+    ("siliconfriend.core", ("psycopg", "memory.stores.pg_db", "memory.stores.postgres"), "core never loads psycopg"),
     ("siliconfriend.web", ("siliconfriend.api", "siliconfriend.cli", "siliconfriend.bench"), "web is below them"),
     ("siliconfriend.web", ("siliconfriend.factory",), "web receives what the factory builds"),
-    ("siliconfriend.web.common", ("psycopg", "memory.pg_db"), "the pages never load psycopg"),
+    ("siliconfriend.web.common", ("psycopg", "memory.stores.pg_db"), "the pages never load psycopg"),
     ("siliconfriend.web", ("siliconfriend.accounts.postgres",), "the web app gets its accounts store built"),
     ("siliconfriend.api", ("siliconfriend.cli", "siliconfriend.bench", "siliconfriend.factory"), "api is below them"),
     # api and web share what both need through modules both import (siliconfriend.accounts,
@@ -37,7 +41,7 @@ RULES = [
 ]
 # only the PostgreSQL store loads psycopg (and only when a database URL is configured)
 RULES += [
-    (room, ("psycopg", "memory.pg_db"), "only accounts.postgres loads psycopg")
+    (room, ("psycopg", "memory.stores.pg_db"), "only accounts.postgres loads psycopg")
     for room in (
         "siliconfriend.accounts.store",
         "siliconfriend.accounts.sqlite",
@@ -112,11 +116,71 @@ def test_every_import_points_the_way_the_rooms_allow():
 def test_the_rules_catch_what_they_forbid(tmp_path):
     """The scan itself: a relative import against a rule is resolved and caught."""
     fake = ROOT / "siliconfriend" / "core" / "_layering_probe.py"
-    source = "from ..web import service\nfrom memory import pg_db\n\ndef f():\n    from ..factory import build_bank\n"
+    source = (
+        "from ..web import service\nfrom memory.stores import pg_db\n\ndef f():\n    from ..factory import build_bank\n"
+    )
     fake.write_text(source, encoding="utf-8")
     try:
         found = {target for _, target in imports(fake)}
     finally:
         fake.unlink()
-    assert {"siliconfriend.web.service", "memory.pg_db", "siliconfriend.factory.build_bank"} <= found
+    assert {"siliconfriend.web.service", "memory.stores.pg_db", "siliconfriend.factory.build_bank"} <= found
     assert any(within("siliconfriend.web.service", f) for f in RULES[2][1])
+
+
+def _memory_graph() -> dict[str, set[str]]:
+    """memory/'s modules and the modules of memory/ each imports (at the top or in a function;
+    a name imported from a module counts as that module)."""
+    paths = {module_name(p): p for p in sorted((ROOT / "memory").rglob("*.py"))}
+    graph: dict[str, set[str]] = {}
+    for name, path in paths.items():
+        edges = set()
+        for _, target in imports(path):
+            while target and target not in paths:
+                target = target.rpartition(".")[0]
+            if target and target != name and not (ROOT / Path(*target.split("."))).is_dir():
+                edges.add(target)  # a package's own __init__ (only words) is no step
+        graph[name] = edges
+    return graph
+
+
+def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components of more than one module (Tarjan's)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    found: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        for w in graph[v]:
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            part = []
+            while True:
+                w = stack.pop()
+                part.append(w)
+                if w == v:
+                    break
+            if len(part) > 1:
+                found.append(sorted(part))
+
+    for v in graph:
+        if v not in index:
+            visit(v)
+    return found
+
+
+def test_no_module_of_memory_imports_itself_back():
+    """Inside memory/, imports make no circle: a module never reaches itself through what it
+    imports (the store interface below the bank, an engine's parts below its store)."""
+    assert _cycles(_memory_graph()) == []
+
+
+def test_the_circle_check_finds_a_circle():
+    assert _cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]

@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 from memory.bank import UnknownMemory
+from memory.stores.sqlite import SqliteStores
 from siliconfriend.core.memory_view import MAX_MEMORY_ID, memory_id
 
 
@@ -52,7 +53,7 @@ def test_one_memory_shown_the_same_to_the_page_and_the_api(tmp_path, e5_embedder
     from siliconfriend.core.memory_view import shown
 
     t0 = datetime(2024, 5, 1, 9, 0)
-    bank = MemoryBank(tmp_path / "home", e5_embedder)
+    bank = MemoryBank(SqliteStores(tmp_path / "home"), e5_embedder)
     try:
         turn = bank.add_turn("amy", "My cat is called Miso", "What a name!", t0)
         bank.set_summary("amy", Kind.GLOBAL_EVENTS, "Amy has a cat.", t0)

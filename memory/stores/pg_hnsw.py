@@ -12,7 +12,7 @@ import time
 
 from psycopg import sql
 
-from ..pg_db import Database, one
+from .pg_db import Database, one
 
 log = logging.getLogger(__name__)
 

@@ -10,10 +10,10 @@ from typing import Callable
 import psycopg
 
 from ..lexical import Tokenizer
-from ..pg_db import run_statements
 from ..records import Kind
 from . import postgres_links
 from .base import term_counts
+from .pg_db import run_statements
 
 
 def _m1(cur: psycopg.Cursor) -> None:

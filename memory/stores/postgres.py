@@ -50,7 +50,6 @@ import psycopg
 from psycopg import sql
 
 from ..lexical import Tokenizer
-from ..pg_db import Database, one
 from ..records import Kind, MemoryRecord, State
 from . import pg_migrations, postgres_links
 from .base import (
@@ -67,6 +66,7 @@ from .base import (
     term_counts,
     without_references,
 )
+from .pg_db import Database, one
 from .pg_hnsw import HNSW_EF_SEARCH, HNSW_MIN, HnswIndexes
 from .pg_postings import NO_POSTINGS, PostingsCache, bm25_top, unpack
 

@@ -12,9 +12,9 @@ from typing import Sequence
 
 import psycopg
 
-from ..pg_db import run_statements
 from ..records import State
 from .base import Edge, Link, Mention, entity_edges, heaviest
+from .pg_db import run_statements
 
 _STATES = {s.value: s for s in State}
 

@@ -29,11 +29,9 @@ from typing import Callable, ContextManager, Iterable, Iterator, Mapping, Sequen
 
 import numpy as np
 
-from ..index import UserIndex
 from ..lexical import Tokenizer
 from ..lexical_index import LexicalCache, searchable
 from ..records import Kind, MemoryRecord, State
-from ..sqlite_db import connect, immediate_transaction, run_script
 from . import sqlite_links
 from .base import (
     MEMORY_COLUMNS,
@@ -50,6 +48,8 @@ from .base import (
     user_key,
     without_references,
 )
+from .sqlite_db import connect, immediate_transaction, run_script
+from .sqlite_index import UserIndex
 
 _COLUMNS = ", ".join(MEMORY_COLUMNS)
 # the same, for a read that leaves the extra fields out (``records(extra=False)``)

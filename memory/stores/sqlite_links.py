@@ -13,8 +13,8 @@ import sqlite3
 from typing import Sequence
 
 from ..records import State
-from ..sqlite_db import run_script
 from .base import Edge, Link, Mention, entity_edges, heaviest
+from .sqlite_db import run_script
 
 _STATES = {s.value: s for s in State}
 

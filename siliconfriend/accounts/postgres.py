@@ -11,7 +11,7 @@ from typing import Callable, Iterable
 
 import psycopg
 
-from memory.pg_db import Database, one, redact, run_statements
+from memory.stores.pg_db import Database, one, redact, run_statements
 
 from .store import ApiKeyInfo, KeyLookup, NameTaken, SessionRow, TooManyKeys, UserRow
 

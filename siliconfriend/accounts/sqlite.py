@@ -12,7 +12,7 @@ import threading
 from pathlib import Path
 from typing import Callable, Iterable
 
-from memory.sqlite_db import connect, immediate_transaction, run_script
+from memory.stores.sqlite_db import connect, immediate_transaction, run_script
 
 from .store import ApiKeyInfo, KeyLookup, NameTaken, SessionRow, TooManyKeys, UserRow
 

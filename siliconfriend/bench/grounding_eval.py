@@ -28,6 +28,7 @@ from memory.bank import MemoryBank
 from memory.embedders import Embedder
 from memory.memorybank_format import parse_bank
 from memory.records import Kind
+from memory.stores.sqlite import SqliteStores
 
 from ..backends.base import ChatBackend, Sampling
 from ..core.consolidate import SUMMARY_SAMPLING, Consolidator, Written
@@ -59,7 +60,7 @@ def evaluate_grounding(
     stored_invented = 0
     prompts = load_prompts(lang)
     with tempfile.TemporaryDirectory(prefix="sf-grounding-") as home:
-        bank = MemoryBank(home, embedder)
+        bank = MemoryBank(SqliteStores(home), embedder)
         checker = GroundingChecker(embedder, bank.tokenizer)
         try:
             consolidator = Consolidator(

@@ -20,6 +20,7 @@ from pathlib import Path
 
 from memory.bank import MemoryBank
 from memory.memorybank_format import import_bank
+from memory.stores.sqlite import SqliteStores
 
 from .data import DialogueGenerator
 from .fixtures import write_memorybank_file
@@ -32,7 +33,7 @@ def measure_ingest(embedder, turns: int, *, users: int = 2, seed: int = 7) -> di
     with tempfile.TemporaryDirectory(prefix="sf-bench-ingest-") as tmp:
         path = Path(tmp) / "memory_bank.json"
         n = write_memorybank_file(path, gen, users, max(1, turns // users))
-        bank = MemoryBank(Path(tmp) / "home", timed)
+        bank = MemoryBank(SqliteStores(Path(tmp) / "home"), timed)
         try:
             start = time.perf_counter()
             counts = import_bank(bank, path)
@@ -108,7 +109,7 @@ def measure_import_speed(
                 way = "before" if i % 2 == 0 else "now"
                 embedder.batch_workers = 0 if way == "before" else workers
                 timed = TimedEmbedder(embedder)
-                bank = MemoryBank(Path(tmp) / f"home{i}", timed)
+                bank = MemoryBank(SqliteStores(Path(tmp) / f"home{i}"), timed)
                 try:
                     start = time.perf_counter()
                     import_bank(bank, path)

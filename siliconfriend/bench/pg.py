@@ -24,7 +24,8 @@ from typing import TYPE_CHECKING, Callable
 
 from memory.bank import MemoryBank
 from memory.embedders import create_embedder
-from memory.pg_db import scratch_database
+from memory.stores.pg_db import scratch_database
+from memory.stores.sqlite import SqliteStores
 
 from .data import DialogueGenerator
 from .fixtures import fill_user, reply_vector_pool, vector_pool
@@ -205,7 +206,7 @@ def run_pg_bench(url: str, config: PgBenchConfig = PG_FULL, *, log: Callable[[st
     }
     with tempfile.TemporaryDirectory(prefix="sf-pgbench-") as tmp, scratch_database(url, prefix="sf_bench") as db_url:
         log(f"embedding {config.pool} generated turns for the vector pool")
-        scratch = MemoryBank(Path(tmp) / "scratch", embedder)
+        scratch = MemoryBank(SqliteStores(Path(tmp) / "scratch"), embedder)
         pool = vector_pool(scratch, gen, config.pool)
         replies = reply_vector_pool(scratch, gen, config.pool)
         scratch.close()

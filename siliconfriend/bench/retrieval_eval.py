@@ -42,6 +42,7 @@ from memory.forgetting import ForgettingPolicy
 from memory.memorybank_format import BankFormatError, ParsedUser, import_bank, parse_bank
 from memory.records import Kind, State
 from memory.retrieval import Hit, RetrievalConfig, TalkLine, link_reason
+from memory.stores.sqlite import SqliteStores
 
 KS = (1, 2, 3, 5, 10)
 _LONGMEM_TIME = re.compile(r"^\s*(\d{4})/(\d{1,2})/(\d{1,2})(?:\s*\(\w+\))?(?:\s+(\d{1,2}):(\d{2}))?\s*$")
@@ -136,7 +137,7 @@ def evaluate_label_sets(
 
             bank = MemoryBank(PostgresStores(where), embedder, policy=policy, retrieval=config)
         else:
-            bank = MemoryBank(where, embedder, policy=policy, retrieval=config)
+            bank = MemoryBank(SqliteStores(where), embedder, policy=policy, retrieval=config)
         written: Counter = Counter()
         kept: dict[tuple[int, int], float] = {}
         archive: dict[str, float] = {}
@@ -190,7 +191,7 @@ def _scratch_store(database_url: str | None) -> Iterator[str]:
         with tempfile.TemporaryDirectory(prefix="sf-eval-") as home:
             yield home
         return
-    from memory.pg_db import scratch_database
+    from memory.stores.pg_db import scratch_database
 
     with scratch_database(database_url, prefix="sf_eval") as url:
         yield url

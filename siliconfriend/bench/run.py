@@ -21,6 +21,7 @@ from typing import Callable
 
 from memory.bank import MemoryBank
 from memory.embedders import create_embedder
+from memory.stores.sqlite import SqliteStores
 
 from .api import measure_api_overhead
 from .data import DialogueGenerator
@@ -148,7 +149,7 @@ def run_bench(
     try:
         tick = time.perf_counter()
         log(f"embedding {config.pool} generated turns for the vector pool")
-        scratch = MemoryBank(root / "scratch", embedder)
+        scratch = MemoryBank(SqliteStores(root / "scratch"), embedder)
         pool = vector_pool(scratch, gen, config.pool)
         replies = reply_vector_pool(scratch, gen, config.pool)
         scratch.close()
@@ -172,7 +173,7 @@ def run_bench(
                 continue
             tick = time.perf_counter()
             home = root / f"single-{key}"
-            bank = MemoryBank(home, TimedEmbedder(embedder), max_open_users=config.max_open_users)
+            bank = MemoryBank(SqliteStores(home), TimedEmbedder(embedder), max_open_users=config.max_open_users)
             log(f"writing one user with {size:,} memories")
             fill_user(bank, "big", size, gen, pool, end=END, seed=size, reply_pool=replies)
             log(f"{config.turns} turns at {key}")
@@ -191,7 +192,7 @@ def run_bench(
         users, per_user = config.many
         tick = time.perf_counter()
         home = root / "many"
-        bank = MemoryBank(home, TimedEmbedder(embedder), max_open_users=config.max_open_users)
+        bank = MemoryBank(SqliteStores(home), TimedEmbedder(embedder), max_open_users=config.max_open_users)
         log(f"writing {users:,} users x {per_user:,} memories")
         names = many_users(bank, users, per_user, gen, pool, end=END, reply_pool=replies)
         rng = random.Random(SEED)
@@ -207,7 +208,7 @@ def run_bench(
 
         tick = time.perf_counter()
         home = root / "api"
-        bank = MemoryBank(home, embedder, max_open_users=config.max_open_users)
+        bank = MemoryBank(SqliteStores(home), embedder, max_open_users=config.max_open_users)
         log(
             f"{config.turns} turns each: direct, through the API, through the API streaming "
             f"({config.api_memories:,} memories)"
@@ -298,7 +299,7 @@ def _ttft(config, result, root, embedder, gen, pool, replies, start, log) -> Non
     if missing:
         result["notes"].append(missing)
         return
-    bank = MemoryBank(root / "ttft", embedder)
+    bank = MemoryBank(SqliteStores(root / "ttft"), embedder)
     try:
         fill_user(bank, "ttft", 1_000, gen, pool, end=END, seed=3, reply_pool=replies)
         log(f"time to first token: one day of {config.ttft_turns} turns with the packaged SmolLM2")

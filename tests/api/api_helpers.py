@@ -114,6 +114,7 @@ def serve_api(home: Path, embedder, *, clock: Clock | None = None, bank=None, **
     """``siliconfriend serve-api``'s app in this process over ``home`` (its memories in ``bank``
     if given: a PostgreSQL one): (Served, stop)."""
     from memory.bank import MemoryBank
+    from memory.stores.sqlite import SqliteStores
     from siliconfriend.accounts.keys import ApiKeys
     from siliconfriend.accounts.users import Accounts
     from siliconfriend.api.routes import standalone_app
@@ -124,7 +125,7 @@ def serve_api(home: Path, embedder, *, clock: Clock | None = None, bank=None, **
     clock = clock or Clock(datetime(2024, 5, 1, 19, 0))
     backend = LocalBackend()
     settings = Settings(home=home, max_new_tokens=32, **{"api_requests_per_minute": 0, **settings_options})
-    bank = bank if bank is not None else MemoryBank(home, embedder)
+    bank = bank if bank is not None else MemoryBank(SqliteStores(home), embedder)
     companion = build_companion(settings, clock=clock, backend=backend, bank=bank)
     accounts = Accounts.at(home / "accounts.db", hasher=FAST_HASHER)
     api = ApiService(settings, accounts, bank, companion=lambda: companion, keys=ApiKeys(accounts))

@@ -108,6 +108,7 @@ def test_the_web_app_serves_the_api_under_v1(tmp_path, e5_embedder):
 
     import app as web_app
     from memory.bank import MemoryBank
+    from memory.stores.sqlite import SqliteStores
     from siliconfriend.config import Settings
     from siliconfriend.factory import build_companion, build_web_service
 
@@ -116,7 +117,9 @@ def test_the_web_app_serves_the_api_under_v1(tmp_path, e5_embedder):
     home = tmp_path / "home"
     settings = Settings(home=home, max_new_tokens=16)
     clock = Clock(datetime(2024, 5, 4, 10, 0))
-    companion = build_companion(settings, clock=clock, backend=LocalBackend(), bank=MemoryBank(home, e5_embedder))
+    companion = build_companion(
+        settings, clock=clock, backend=LocalBackend(), bank=MemoryBank(SqliteStores(home), e5_embedder)
+    )
     service = build_web_service(settings, clock=clock, companion=companion)
     service.accounts.hasher = FAST_HASHER
     demo = web_app.build_app(service)

@@ -71,8 +71,9 @@ def test_create_list_and_delete_users_without_the_web_app(tmp_path, monkeypatch,
 
     # Amy's memories go with her account; bob's stay
     from memory.bank import MemoryBank
+    from memory.stores.sqlite import SqliteStores
 
-    bank = MemoryBank(home, e5_embedder)
+    bank = MemoryBank(SqliteStores(home), e5_embedder)
     for user in ("Amy", "bob"):
         bank.add_turn(user, "I keep bees on the roof.", "Lovely!", datetime(2024, 5, 1, 10, 0))
     bank.close()
@@ -82,7 +83,7 @@ def test_create_list_and_delete_users_without_the_web_app(tmp_path, monkeypatch,
     monkeypatch.setattr("builtins.input", lambda prompt="": "Amy")
     assert run(monkeypatch, home, "delete", "amy", tty=True) == 0
     assert "deleted" in capsys.readouterr().err
-    bank = MemoryBank(home, e5_embedder)
+    bank = MemoryBank(SqliteStores(home), e5_embedder)
     assert not bank.has_user("Amy") and bank.count("bob") == 1
     bank.close()
     accounts = Accounts.at(home / "accounts.db")

@@ -4,6 +4,7 @@ import pytest
 
 from memory.bank import MemoryBank
 from memory.forgetting import PAPER
+from memory.stores.sqlite import SqliteStores
 
 ENGINES = ("sqlite", "postgres")  # SQLite files + FAISS, PostgreSQL + pgvector
 
@@ -11,7 +12,9 @@ ENGINES = ("sqlite", "postgres")  # SQLite files + FAISS, PostgreSQL + pgvector
 @pytest.fixture
 def paper_bank(tmp_path, e5_embedder):
     """Like ``bank`` (tests/conftest.py), with the forgetting law on the paper's scale."""
-    bank = MemoryBank(tmp_path / "home", e5_embedder, policy=PAPER)  # the law on the paper's scale (days, S = 1)
+    bank = MemoryBank(
+        SqliteStores(tmp_path / "home"), e5_embedder, policy=PAPER
+    )  # the law on the paper's scale (days, S = 1)
     yield bank
     bank.close()
 

@@ -17,6 +17,7 @@ from memory.embedders import (
     create_embedder,
     embed_documents,
 )
+from memory.stores.sqlite import SqliteStores
 
 D = datetime(2024, 5, 1, 12)
 
@@ -58,7 +59,7 @@ def test_openai_compatible_embeddings(tmp_path, embeddings_server, e5_embedder):
     emb = OpenAIEmbedder("e5-small", dim=384, api_key="test-key", base_url=url)
     vec = embed_documents(emb, ["I adopted a cat named Miso"])[0]
     assert vec.shape == (384,) and np.isclose(np.linalg.norm(vec), 1.0)
-    bank = MemoryBank(tmp_path, emb)
+    bank = MemoryBank(SqliteStores(tmp_path), emb)
     cat = bank.add_turn("amy", "I adopted a cat named Miso", "Lovely!", D)
     bank.add_turn("amy", "I work night shifts", "Tiring.", D)
     assert bank.retrieve("amy", "my pet's name", D + timedelta(hours=1), k=1)[0].record.id == cat.id
@@ -79,7 +80,7 @@ def test_a_lazy_embedder_loads_on_its_first_text_as_the_real_one(tmp_path, e5_em
         real = create_embedder(spec)
         assert (real.id, real.dim) == (cls.ID_FORMAT.format("original"), cls.DIM)
     lazy = LazyEmbedder("e5", e5_embedder.id, e5_embedder.dim)
-    bank = MemoryBank(tmp_path / "home", lazy)
+    bank = MemoryBank(SqliteStores(tmp_path / "home"), lazy)
     when = datetime(2023, 5, 1, 9)
     bank.add_turn("Amy", "I adopted a cat named Miso", "Lovely!", when)
     bank.settle()
@@ -89,7 +90,7 @@ def test_a_lazy_embedder_loads_on_its_first_text_as_the_real_one(tmp_path, e5_em
     bank.close()
     # a bank opened lazily on a stored home reads, lists and archives without loading the model
     quiet = LazyEmbedder("e5", e5_embedder.id, e5_embedder.dim)
-    bank = MemoryBank(tmp_path / "home", quiet)
+    bank = MemoryBank(SqliteStores(tmp_path / "home"), quiet)
     assert [r.query for r in bank.records("Amy")] == ["I adopted a cat named Miso"]
     bank.forget_pass("Amy", when + timedelta(days=400))
     bank.close()

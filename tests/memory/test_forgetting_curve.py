@@ -146,8 +146,9 @@ def test_sixty_days_unrecalled_small_talk_is_archived_a_pinned_or_important_turn
     forgetting pass every morning, the small talk is archived; the pinned turn and the personal
     fact (rated important when written) are still active."""
     from memory.bank import MemoryBank
+    from memory.stores.sqlite import SqliteStores
 
-    bank = MemoryBank(tmp_path, e5_embedder)  # default policy, importance rated at write time
+    bank = MemoryBank(SqliteStores(tmp_path), e5_embedder)  # default policy, importance rated at write time
     small = bank.add_turn("kim", "Hi, how are you?", "Fine, thanks! And you?", T0)
     weather = bank.add_turn("kim", "Nice weather today.", "Yes, sunny!", T0 + timedelta(minutes=1))
     fact = bank.add_turn(

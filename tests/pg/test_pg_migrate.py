@@ -12,6 +12,7 @@ from memory.bank import MemoryBank
 from memory.memorybank_format import export_bank
 from memory.records import Kind
 from memory.stores.postgres import PostgresStores
+from memory.stores.sqlite import SqliteStores
 from siliconfriend.accounts.users import Accounts
 from siliconfriend.cli.main import main
 from siliconfriend.cli.migrate_store import migrate_store
@@ -36,7 +37,7 @@ def test_home_to_postgres_and_back(tmp_path, pg_url, e5_embedder, monkeypatch, c
     session = acc.signup("Amy", "amy-password")
     acc.set_prefs("Amy", lang="zh")
     acc.close()
-    bank = MemoryBank(home, e5_embedder)
+    bank = MemoryBank(SqliteStores(home), e5_embedder)
     for i, text in enumerate(["I adopted a cat named Miso", "我周末去了鼓浪屿", "work was stressful"]):
         bank.add_turn("Amy", text, f"reply {i}", T0 + timedelta(days=i))
     bank.add_turn("bob", "my dog Rex", "good dog", T0)
@@ -76,7 +77,7 @@ def test_home_to_postgres_and_back(tmp_path, pg_url, e5_embedder, monkeypatch, c
     back = tmp_path / "back"
     assert main(["--home", str(home), "migrate-store", "--to", str(back)]) == 0
     assert "2 users (2 copied" in capsys.readouterr().out
-    restored = MemoryBank(back, e5_embedder)
+    restored = MemoryBank(SqliteStores(back), e5_embedder)
     try:
         assert export_bank(restored) == before
         assert json.dumps(export_bank(restored), sort_keys=True) == json.dumps(before, sort_keys=True)

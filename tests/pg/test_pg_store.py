@@ -14,9 +14,9 @@ import pytest
 
 from memory.bank import MemoryBank
 from memory.forgetting import EbbinghausPolicy
-from memory.pg_db import SchemaTooNew, StoreUnavailable
 from memory.records import Kind, MemoryRecord
 from memory.stores.base import Side
+from memory.stores.pg_db import SchemaTooNew, StoreUnavailable
 from memory.stores.postgres import PostgresStores
 
 T0 = datetime(2024, 5, 1, 9, 0)
@@ -94,7 +94,7 @@ _OLD_ROW = (
 def older_database(url: str, version: int, rows: list[tuple]) -> None:
     """A database as the SiliconFriend of memory schema ``version`` (2 to 5) left it, holding
     ``rows`` of user "amy" (``_OLD_ROW``'s parameters after the owner)."""
-    from memory.pg_db import Database
+    from memory.stores.pg_db import Database
     from memory.stores.pg_migrations import MIGRATIONS
 
     db = Database(url)
@@ -349,7 +349,7 @@ def test_a_big_users_new_turn_is_found_while_its_vector_waits_for_the_graph(pg_u
 def test_migration_7_upgrades_a_database_of_schema_6(pg_url, e5_embedder):
     """A database the SiliconFriend of memory schema 6 left gets the column where a turn's own
     vector waits for the graph; what it held is found and kept."""
-    from memory.pg_db import Database
+    from memory.stores.pg_db import Database
     from memory.stores.pg_migrations import MIGRATIONS
 
     vector = e5_embedder.embed(["I adopted a cat named Miso"], kind="document")[0]
@@ -388,8 +388,8 @@ def test_migration_7_upgrades_a_database_of_schema_6(pg_url, e5_embedder):
 def test_memories_are_committed_without_waiting_for_the_disk_and_accounts_with(pg_url):
     """The memory store's commits are as durable as the SQLite store's (synchronous=NORMAL):
     they do not wait for the flush; other components' (the accounts) keep the server's default."""
-    from memory.pg_db import Database
     from memory.stores import postgres
+    from memory.stores.pg_db import Database
 
     stores = PostgresStores(pg_url)
     other = Database(pg_url, vectors=False)

@@ -19,6 +19,7 @@ from argon2 import PasswordHasher
 from fakes import Clock
 
 from memory.bank import MemoryBank
+from memory.stores.sqlite import SqliteStores
 
 ROOT = Path(__file__).resolve().parents[2]
 if str(ROOT) not in sys.path:  # app.py lives at the repository root
@@ -110,7 +111,7 @@ def make_service(home: Path, embedder, model, clock, **settings_options):
     from siliconfriend.factory import build_companion, build_web_service
 
     settings = Settings(home=home, backend="hf", model="smollm2", max_new_tokens=REPLY_TOKENS, **settings_options)
-    bank = MemoryBank(settings.home, embedder)
+    bank = MemoryBank(SqliteStores(settings.home), embedder)
     companion = build_companion(settings, clock=clock, backend=model, bank=bank)
     accounts = Accounts.at(settings.home / "accounts.db", hasher=FAST_HASHER, signup_open=settings.signup_open)
     return build_web_service(settings, accounts=accounts, companion=companion, clock=clock), bank, accounts

@@ -237,7 +237,7 @@ def test_delete_removes_everything(accounts, tmp_path):
 def test_an_older_accounts_database_migrates(tmp_path, clock, made_by):
     """A database of the API keys' migration 2 (main) or of the rate limiter's old migration 2 (the
     web branch before the merge) reaches version 3: failures gone, skeletons filled, keys kept."""
-    from memory.sqlite_db import run_script
+    from memory.stores.sqlite_db import run_script
     from siliconfriend.accounts.sqlite import MIGRATIONS as _MIGRATIONS
 
     path = tmp_path / "accounts.db"

@@ -89,6 +89,7 @@ def test_a_stopped_server_leaves_no_write_ahead_log(tmp_path, e5_embedder, serve
     import httpx
 
     from memory.bank import MemoryBank
+    from memory.stores.sqlite import SqliteStores
     from siliconfriend.accounts.keys import ApiKeys
     from siliconfriend.accounts.users import Accounts
 
@@ -97,7 +98,7 @@ def test_a_stopped_server_leaves_no_write_ahead_log(tmp_path, e5_embedder, serve
     accounts.signup("dora", "dora-password")
     key = ApiKeys(accounts).create("dora", "test").key
     accounts.close()
-    bank = MemoryBank(home, e5_embedder)
+    bank = MemoryBank(SqliteStores(home), e5_embedder)
     ids = [
         bank.add_turn("dora", f"Note {i} about my garden.", "Nice.", datetime(2024, 5, 1, 9, i)).id for i in range(3)
     ]

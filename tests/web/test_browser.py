@@ -47,12 +47,13 @@ def serve_app(home: Path, embedder, backend, clock, **options):
 
     import app as web_app
     from memory.bank import MemoryBank
+    from memory.stores.sqlite import SqliteStores
     from siliconfriend.accounts.users import Accounts
     from siliconfriend.config import Settings
     from siliconfriend.factory import build_companion, build_web_service
 
     settings = Settings(home=home, max_new_tokens=20, **options)
-    bank = MemoryBank(settings.home, embedder)
+    bank = MemoryBank(SqliteStores(settings.home), embedder)
     companion = build_companion(settings, clock=clock, backend=backend, bank=bank, summary_tokens=16)
     service = build_web_service(
         settings,

@@ -17,18 +17,20 @@ import pytest
 from conftest import FAST_HASHER, free_port
 from gradio_client import Client
 
+from memory.stores.sqlite import SqliteStores
 from siliconfriend.web.client import BROWSER_COOKIE, client_address, proxy_networks
 
 
 def serve(home: Path, embedder, **settings_options):
     import app as web_app
     from memory.bank import MemoryBank
+    from memory.stores.sqlite import SqliteStores
     from siliconfriend.accounts.users import Accounts
     from siliconfriend.config import Settings
     from siliconfriend.web.service import WebService
 
     settings = Settings(home=home, backend="openai", model="gpt-test", **settings_options)
-    bank = MemoryBank(settings.home, embedder)
+    bank = MemoryBank(SqliteStores(settings.home), embedder)
     service = WebService(
         settings, Accounts.at(home / "accounts.db", hasher=FAST_HASHER), bank, companion_factory=lambda: None
     )
@@ -215,7 +217,7 @@ def test_the_data_home_is_private(tmp_path, e5_embedder):
     try:
         make_private(home)
         Accounts.at(home / "accounts.db", hasher=FAST_HASHER).close()
-        bank = MemoryBank(home, e5_embedder)
+        bank = MemoryBank(SqliteStores(home), e5_embedder)
         bank.add_turn("zoe", "hello", "hi", datetime(2024, 5, 4))
         bank.close()
     finally:

@@ -19,7 +19,7 @@ import psycopg
 import psycopg.sql
 from psycopg_pool import ConnectionPool, PoolTimeout
 
-from .stores.base import SchemaTooNew, StoreUnavailable, is_postgres_url
+from .base import SchemaTooNew, StoreUnavailable, is_postgres_url
 
 log = logging.getLogger(__name__)
 
