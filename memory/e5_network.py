@@ -3,10 +3,11 @@
 Run op by op from Python, a pass makes ~170 PyTorch calls. Each gives Python's lock back while
 it computes and must take it again to make the next call. While another thread runs Python (a
 second user's turn, the lexical search beside the query), every call waits for that thread to
-let the lock go. A query then took 22-23 ms instead of 8.8-9.3 ms alone.
+let the lock go: a query beside another thread's work then takes more than twice as long as
+alone.
 
-Scripted, the layers run in PyTorch's own interpreter without the lock: the same query took
-8.1-9.6 ms beside another user's retrievals (docs/benchmarks.md, "The e5 pass in one call"). The
+Scripted, the layers run in PyTorch's own interpreter without the lock: the same query takes
+about as long beside another user's retrievals as alone (measured in docs/benchmarks.md). The
 arithmetic is the same operations in the same order, and the vectors are identical to the op-by-op
 pass's (``tests/memory/test_e5_engine.py``).
 

@@ -262,7 +262,7 @@ class TorchE5Embedder:
     ``batch_workers``: several texts (imports, reply vectors, re-embedding) are cut into
     length-sorted batches that this many threads run side by side, each on one PyTorch thread
     (default: one per core); the same reason, for batches: on a busy machine PyTorch's threads
-    within one batch ran it several times slower than one thread (docs/benchmarks.md, issue 24).
+    within one batch ran it several times slower than one thread (docs/benchmarks.md).
     0: one batch after the other, each on every core through PyTorch's own threads."""
 
     ID_FORMAT = "e5-small:{}"  # the id of a variant
@@ -285,7 +285,7 @@ class TorchE5Embedder:
         self.threads = threads
         self.batch_workers = (os.cpu_count() or 1) if batch_workers is None else batch_workers
         self.id = self.ID_FORMAT.format(variant)
-        # the scripted network's first call profiles and optimizes it (~0.2 s against 0.04 s for
+        # the scripted network's first call profiles and optimizes it (several times slower than
         # the next ones): made here, with the loading, not by a person's first message
         self.embed(["warm up"], kind="query")
 

@@ -30,7 +30,7 @@ import re
 from dataclasses import dataclass
 from datetime import date
 
-from .cjk import IDEOGRAPH, IDEOGRAPHS, has_ideographs
+from .cjk import IDEOGRAPH, IDEOGRAPH_RUN, has_ideographs
 from .dates import days_in_query
 from .lexical import EN_STOP, Tokenizer
 
@@ -91,7 +91,7 @@ class Entity:
 
 def _english(text: str) -> list[Entity]:
     found: list[Entity] = []
-    latin = re.sub(f"[{IDEOGRAPHS}]+", " . ", text)
+    latin = IDEOGRAPH_RUN.sub(" . ", text)
     matches = list(_CAPITAL.finditer(latin))
     n = 0
     while n < len(matches):
@@ -133,7 +133,7 @@ def _english(text: str) -> list[Entity]:
 
 def _chinese(text: str, tokenizer: Tokenizer) -> list[Entity]:
     found: list[Entity] = []
-    for piece in re.findall(f"[{IDEOGRAPHS}]+", text):
+    for piece in IDEOGRAPH_RUN.findall(text):
         for p in tokenizer.tagger.cut(piece):
             kind = _ZH_KINDS.get(p.flag)
             word = p.word

@@ -64,9 +64,9 @@ LEXICAL_INDEX_MIN = 10_000
 _PLACES_STEP = 50
 # The write-ahead log is moved into the database (a checkpoint) by the bank's reply worker, after
 # a turn (``tidy``), every TIDY_WRITES write transactions (about 20 turns: as often as SQLite's
-# default of 1,000 pages). A commit that checkpoints does it inside the turn that commits (7-14 ms
-# here, ~190 ms for the first after opening a 100k user; docs/benchmarks.md); commits do so only
-# past WAL_BACKSTOP_PAGES, where no worker tidies (a store written without a bank's worker).
+# default of 1,000 pages). A commit that checkpoints does it inside the turn that commits, and the
+# first after opening a large user costs far more (measured in docs/benchmarks.md); commits do so
+# only past WAL_BACKSTOP_PAGES, where no worker tidies (a store written without a bank's worker).
 TIDY_WRITES = 60
 WAL_BACKSTOP_PAGES = 10_000
 
@@ -460,7 +460,7 @@ class SqliteUserStore:
             return 0
         # the rows that may name one of them, found by the text of the entry's id ("id": 7, as
         # json.dumps writes it, or "id":7), then read and rewritten in Python: parsing every
-        # turn's fields in SQL took 5 s a key at 100,000 turns; this reads the ones that match
+        # turn's fields in SQL costs seconds at 100,000 turns; this reads the ones that match
         if len(gone) <= 50:
             needles = [f'"id": {i}' for i in gone] + [f'"id":{i}' for i in gone]
             where = " OR ".join("instr(extra, ?) > 0" for _ in needles)

@@ -1,4 +1,4 @@
-"""Faster ways to embed an import's texts, weighed against the e5 engine as it is (issue 24).
+"""Faster ways to embed an import's texts, weighed against the e5 engine as it is.
 
 An import is nearly all e5 passes, so a faster import needs fewer operations per character. Each
 way here embeds the same texts as the import does (messages on the query side, replies as

@@ -36,7 +36,7 @@ if TYPE_CHECKING:  # imported where used: psycopg loads only for a PostgreSQL be
     from memory.stores.postgres import PostgresStores
 
 TARGETS = {"p50": 40.0, "p95": 100.0}
-# the 100k turn over that run's e5 query (issue 21, item 7)
+# the 100k turn over that run's e5 query
 RATIO_TARGETS = {"p50": 2.5, "p95": 4.0}
 
 

@@ -60,7 +60,6 @@ SUMMARY_TOKENS = 96
 # words, not varied ones), and the penalties that keep a small model from looping counted on its
 # own words only, so that they never keep it from copying the names and words it summarises
 SUMMARY_SAMPLING = Sampling(temperature=0.0, repetition_penalty=1.3, no_repeat_ngram_size=4, penalise_prompt=False)
-RETRY_ROOM = 64  # tokens kept free in a summary prompt for the note of a second attempt  # the dated daily lines a global fallback keeps, newest first
 
 
 @dataclass
