@@ -9,6 +9,7 @@ a user name from the client. Data lives under ``$SILICONFRIEND_HOME``.
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 import os
 import sys
@@ -43,6 +44,28 @@ CSS = """
 #sf-header { align-items: center; }
 #mem_table th, #mem_table th * { word-break: keep-all !important; overflow-wrap: normal !important; hyphens: manual; }
 """
+
+
+def toast_titles_js() -> str:
+    """Gradio titles each group of toasts with its type in English ("Warning", "Info", "Error"),
+    whatever title a toast was given: this puts the page's own word there, in the language the
+    header's switch shows, as the toasts appear."""
+    words = {
+        lang: {"warning": t("warning_title", lang), "info": t("note_title", lang), "error": t("error_title", lang)}
+        for lang in LANGS
+    }
+    return (
+        "<script>(() => {const words = " + json.dumps(words, ensure_ascii=False) + ";"
+        "const lang = () => {const c = document.querySelector('#lang input:checked');"
+        " return c && words[c.value] ? c.value : document.documentElement.dataset.sfLang || 'en';};"
+        "const fix = () => document.querySelectorAll('.toast-title').forEach((el) => {"
+        " const type = Object.keys(words.en).find((k) => el.classList.contains(k));"
+        " const node = [...el.childNodes].find((n) => n.nodeType === 3 && n.textContent.trim());"
+        " const word = type && words[lang()][type];"
+        " if (node && word && node.textContent.trim() !== word) node.textContent = word + ' ';});"
+        "new MutationObserver(fix).observe(document.documentElement, {subtree: true, childList: true,"
+        " characterData: true});})();</script>"
+    )
 
 
 def api_routes(service: WebService) -> list:
@@ -360,6 +383,7 @@ def launch(
             server_port=port,
             share=share,
             css=CSS,
+            head=toast_titles_js(),
             show_error=True,
             footer_links=["api"],
             app_kwargs=app_kwargs,

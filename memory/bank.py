@@ -42,6 +42,7 @@ from .embedders import (
 from .forgetting import EbbinghausPolicy, ForgettingPolicy, category_of
 from .importance import rate_importance
 from .lexical import Tokenizer
+from .message import Message
 from .records import GLOBAL_DAY, Kind, MemoryRecord, State, turn_text
 from .retrieval import Hit, RetrievalConfig, TalkLine, retrieve
 from .stores.base import MAX_USERNAME, Stores, UserStore, user_key
@@ -60,7 +61,11 @@ REFERENCES = (USED, TODAY)
 
 
 class UnknownMemory(KeyError):
-    """No memory with that id for that user."""
+    """No memory with that id for that user (its message: ``NO_MEMORY``)."""
+
+
+NO_MEMORY = Message("memory.unknown", en="no memory {id} for this user", zh="没有编号为 {id} 的记忆。")
+BLANK_TEXT = Message("memory.blank", en="a memory's text cannot be blank", zh="记忆的内容不能是空的。")
 
 
 class _ReplyWorker:
@@ -458,7 +463,7 @@ class MemoryBank:
         u = self.user_store(user)
         rec = self.get(user, memory_id)
         if not text.strip():
-            raise ValueError("a memory's text cannot be blank")
+            raise ValueError(BLANK_TEXT())
         fields: dict[str, str | None] = {}
         if extra is not None:
             fields["extra"] = json.dumps({**rec.extra, **extra}, ensure_ascii=False)
@@ -499,7 +504,7 @@ class MemoryBank:
     def get(self, user: str, memory_id: int) -> MemoryRecord:
         rec = self.user_store(user).get(int(memory_id))
         if rec is None:
-            raise UnknownMemory(f"no memory {memory_id} for this user")
+            raise UnknownMemory(NO_MEMORY(id=str(memory_id)))
         return rec
 
     def get_many(self, user: str, memory_ids: Sequence[int]) -> dict[int, MemoryRecord]:

@@ -45,6 +45,7 @@ from .embedders import Embedder, embed_query, embed_replies, embed_turns, normal
 from .forgetting import ForgettingPolicy
 from .lexical import Tokenizer
 from .links import CONVERSATION, ENTITY, SUMMARY, Spread, SpreadConfig, spread
+from .message import Message
 from .records import Kind, MemoryRecord, State
 from .stores.base import Edge, PoolRows, SearchHit, Side, UserStore
 
@@ -118,7 +119,7 @@ class Hit:
     lexical: float = 0.0
     retention: float = 1.0
     on_named_day: bool = False
-    reasons: list[str] = field(default_factory=list)
+    reasons: list[str] = field(default_factory=list)  # each a Said (message.py): its id and values
     # the cue that found it: "message", "conversation" (the talk so far), "neighbour" (the turn
     # next to it), "named day", "link" (a first hit's links)
     cue: str = "message"
@@ -519,16 +520,38 @@ def _base_scores(
     return base, from_words
 
 
+WHY_LINK_ENTITY = Message("why.link_entity", en="linked to #{id} through '{what}'", zh="通过“{what}”和 #{id} 相连")
+WHY_LINK_SUMMARY = Message(
+    "why.link_summary",
+    en="linked to #{id}: that day's summary and what it draws on",
+    zh="和 #{id} 相连：那天的总结和它所依据的对话",
+)
+WHY_LINK_CONVERSATION = Message(
+    "why.link_conversation", en="linked to #{id}: the same conversation", zh="和 #{id} 相连：同一段对话"
+)
+WHY_LINK = Message("why.link", en="linked to #{id}", zh="和 #{id} 相连")
+
+
 def link_reason(edge: Edge) -> str:
     """Why a memory reached along a link was remembered: the memory that passed it the most, and
     through what ("linked to #12 through 'Mei'")."""
     if edge.kind == ENTITY:
-        return f"linked to #{edge.src} through '{edge.label}'"
+        return WHY_LINK_ENTITY(id=str(edge.src), what=edge.label)
     if edge.kind == SUMMARY:
-        return f"linked to #{edge.src}: that day's summary and what it draws on"
+        return WHY_LINK_SUMMARY(id=str(edge.src))
     if edge.kind == CONVERSATION:
-        return f"linked to #{edge.src}: the same conversation"
-    return f"linked to #{edge.src}"
+        return WHY_LINK_CONVERSATION(id=str(edge.src))
+    return WHY_LINK(id=str(edge.src))
+
+
+# why a memory was retrieved, as the page, the API and the footnote say it
+WHY_CONVERSATION = Message("why.conversation", en="fits the conversation so far", zh="和到目前为止的对话相符")
+WHY_SIMILAR = Message("why.similar", en="similar in meaning ({x})", zh="意思相近（{x}）")
+WHY_WORDS = Message("why.words", en="shares words with your message", zh="和你的话有相同的词")
+WHY_CONTEXT = Message("why.context", en="continues a conversation about this", zh="接着同一段对话")
+WHY_DAY = Message("why.day", en="from {day}, the day you named", zh="来自你提到的那天（{day}）")
+WHY_ARCHIVED = Message("why.archived", en="had faded; brought back by a strong cue", zh="曾经淡忘；被强烈的提示唤起")
+WHY_CLOSEST = Message("why.closest", en="closest of what is remembered", zh="记得的内容里最接近的")
 
 
 def _reasons(
@@ -541,22 +564,22 @@ def _reasons(
     cue: str,
     link: Edge | None = None,
 ) -> list[str]:
-    reasons = []
+    reasons: list[str] = []
     if link is not None:
         reasons.append(link_reason(link))
     if cue == "conversation":
-        reasons.append("fits the conversation so far")
+        reasons.append(WHY_CONVERSATION())
     elif dense_s >= 0.5:
-        reasons.append(f"similar in meaning ({dense:.2f})")
+        reasons.append(WHY_SIMILAR(x=f"{dense:.2f}"))
     if lexical:
-        reasons.append("shares words with your message")
+        reasons.append(WHY_WORDS())
     if context:
-        reasons.append("continues a conversation about this")
+        reasons.append(WHY_CONTEXT())
     if on_day:
-        reasons.append(f"from {rec.day.isoformat()}, the day you named")
+        reasons.append(WHY_DAY(day=rec.day.isoformat()))
     if rec.state == State.ARCHIVED:
-        reasons.append("had faded; brought back by a strong cue")
-    return reasons or ["closest of what is remembered"]
+        reasons.append(WHY_ARCHIVED())
+    return reasons or [WHY_CLOSEST()]
 
 
 def _rank(

@@ -13,6 +13,7 @@ from memory.bank import MemoryBank
 from memory.embedders import Embedder, LazyEmbedder, create_embedder, lazy_embedder
 from memory.forgetting import EbbinghausPolicy
 from memory.lexical import Tokenizer
+from memory.message import Message
 from memory.retrieval import RetrievalConfig
 
 from .accounts.keys import ApiKeys
@@ -195,9 +196,12 @@ def build_companion(
     )
 
 
-# the names users see for the local presets (an operator may give any model its own in web_models)
-FRIENDLY_MODEL_NAMES = {
-    "smollm2": "SmolLM2 135M (built in, tiny, English)",
+# the names users see for the local presets (an operator may give any model its own in web_models);
+# a product's name is the same in every language, a description is words
+FRIENDLY_MODEL_NAMES: dict[str, str] = {
+    "smollm2": Message(
+        "model.smollm2", en="SmolLM2 135M (built in, tiny, English)", zh="SmolLM2 135M（内置，很小，只会英文）"
+    )(),
     "qwen": "Qwen2.5 7B",
     "chatglm": "GLM-4 9B",
     "belle": "BELLE 13B",

@@ -4,8 +4,9 @@ user switches language."""
 from __future__ import annotations
 
 import math
-import re
-from typing import Any, Callable
+from typing import Any
+
+from memory.message import Message, Said
 
 LANGS = {"en": "English", "zh": "中文"}
 
@@ -30,6 +31,10 @@ TEXT: dict[str, dict[str, str]] = {
     "warning_title": {"en": "Note", "zh": "提示"},
     "note_title": {"en": "Note", "zh": "提示"},
     "signup_closed": {"en": "Sign-up is closed on this server.", "zh": "本服务器已关闭注册。"},
+    "server_error": {
+        "en": "The server failed on this request ({name}; it is logged): nothing was changed unless the page said so.",
+        "zh": "服务器处理这个请求时出错（{name}，已记录）：除非页面另有说明，什么都没有改动。",
+    },
     # tabs
     "tab_chat": {"en": "Chat", "zh": "聊天"},
     "tab_memory": {"en": "Memory", "zh": "记忆"},
@@ -261,212 +266,46 @@ def time_unit(days: float, lang: str) -> str:
     return f"{days:g} 天" if lang == "zh" else f"units of {days:g} days"
 
 
-def wait_words(seconds: float, lang: str) -> str:
-    """How long a refused login must wait: seconds under a minute, else minutes (rounded up)."""
+# how long a refused login must wait: seconds under a minute, else minutes (rounded up)
+WAIT_SECOND = Message("wait.second", en="1 second", zh="1 秒")
+WAIT_SECONDS = Message("wait.seconds", en="{n} seconds", zh="{n} 秒")
+WAIT_MINUTE = Message("wait.minute", en="1 minute", zh="1 分钟")
+WAIT_MINUTES = Message("wait.minutes", en="{n} minutes", zh="{n} 分钟")
+
+
+def wait_said(seconds: float) -> Said:
     if seconds < 60:
         n = max(1, math.ceil(seconds))
-        if lang == "zh":
-            return f"{n} 秒"
-        return f"{n} second" if n == 1 else f"{n} seconds"
+        return WAIT_SECOND() if n == 1 else WAIT_SECONDS(n=str(n))
     minutes = math.ceil(seconds / 60)
-    if lang == "zh":
-        return f"{minutes} 分钟"
-    return f"{minutes} minute" if minutes == 1 else f"{minutes} minutes"
+    return WAIT_MINUTE() if minutes == 1 else WAIT_MINUTES(n=str(minutes))
 
 
-def plural(n: int, one: str, many: str) -> str:
-    return one if n == 1 else many
-
-
-# What the service, the accounts, the keys and the memory bank say in English (their messages are
-# also the API's and the CLI's), as the page says it in each language: a pattern of the English
-# message and, per language, its text with the pattern's groups. The first pattern that matches wins.
-Say = Callable[[re.Match, str], str]
-
-
-def _zh(zh: str) -> Say:
-    """The Chinese of a message; in English it stays as the service said it."""
-    return lambda m, lang: zh.format(**m.groupdict()) if lang == "zh" else m.string
-
-
-SUPERSEDED_ZH = {"edited": "已编辑", "deleted": "已删除", "regenerated": "已重新生成", "replaced": "已替换"}
-
-MESSAGES: list[tuple[re.Pattern[str], Say]] = [
-    (
-        re.compile(r"too many failed (?P<what>tries|logins): try again in (?P<s>\d+) seconds"),
-        lambda m, lang: (
-            f"尝试失败次数过多：请{wait_words(int(m['s']), lang)}后再试。"
-            if lang == "zh"
-            else f"too many failed {m['what']}: try again in {wait_words(int(m['s']), lang)}"
-        ),
-    ),
-    (re.compile(r"^wrong user name or password"), _zh("用户名或密码错误。")),
-    (re.compile(r"^wrong password"), _zh("密码错误。")),
-    (
-        re.compile(r"^a user name is (?P<a>\d+) to (?P<b>\d+) letters"),
-        _zh("用户名为 {a} 到 {b} 个字母、数字或 . _ - @ +，不能有空格。"),
-    ),
-    (
-        re.compile(r"^a user name needs at least one letter or digit"),
-        _zh("用户名至少要有一个字母或数字。"),
-    ),
-    (
-        re.compile(r"^a user name cannot mix Latin, Cyrillic and Greek"),
-        _zh("用户名不能混用拉丁、西里尔和希腊字母（它们看起来很像）。"),
-    ),
-    (
-        re.compile(r"^a password needs at least (?P<n>\d+) characters"),
-        _zh("密码至少需要 {n} 个字符。"),
-    ),
-    (
-        re.compile(r"^a password can have at most (?P<n>\d+) characters"),
-        _zh("密码最多 {n} 个字符。"),
-    ),
-    (
-        re.compile(r"^sign-up is closed on this server"),
-        _zh("本服务器已关闭注册；请向管理员申请账户。"),
-    ),
-    (
-        re.compile(r"^that user name is taken"),
-        _zh("这个用户名已被占用（或与已有的用户名太像）。"),
-    ),
-    (re.compile(r"^please log in"), _zh("请先登录。")),
-    (
-        re.compile(r"^the message is empty"),
-        _zh("消息是空的：请先输入内容。"),
-    ),
-    (
-        re.compile(r"^the message has (?P<n>[\d,]+) characters, more than the (?P<limit>[\d,]+)"),
-        _zh("这条消息有 {n} 个字符，超过了一条消息的上限 {limit}：请分成几段发送（内容还在输入框里）。"),
-    ),
-    (re.compile(r"^no memory (?P<id>.*)$"), _zh("没有编号为 {id} 的记忆。")),
-    (
-        re.compile(r"^memory #(?P<id>\d+) is not archived"),
-        _zh("记忆 #{id} 没有归档：只有已归档的记忆才能恢复。"),
-    ),
-    (
-        re.compile(r"^pick the day whose summary"),
-        _zh("请先选择要编辑的摘要日期。"),
-    ),
-    (
-        re.compile(r"^that model is not (offered|available)"),
-        _zh("这个模型目前在本服务器上不可用；请换一个，或联系服务器管理员。"),
-    ),
-    (re.compile(r"^language must be en or zh"), _zh("语言只能是 en 或 zh。")),
-    (
-        re.compile(r"^this server does not serve the API"),
-        _zh("本服务器没有开放 API。"),
-    ),
-    (
-        re.compile(r"has no API key (?P<id>\S+)$"),
-        _zh("你没有编号为 {id} 的 API 密钥。"),
-    ),
-    (
-        re.compile(r"^at most (?P<n>\d+) keys per account"),
-        _zh("每个账户最多 {n} 个密钥：请先吊销一个。"),
-    ),
-    (
-        re.compile(r"^type the id of the key to revoke"),
-        _zh("请输入要吊销的密钥编号。"),
-    ),
-    (
-        re.compile(r"^No reply: the model returned nothing"),
-        _zh("没有回复：模型什么也没有返回。你的消息没有丢失，再发一次即可重试。"),
-    ),
-    (
-        re.compile(r"^No reply: (?P<why>.*)\. Your message was not lost", re.S),
-        _zh("没有回复（{why}）。你的消息没有丢失，再发一次即可重试。"),
-    ),
-    (
-        re.compile(r"^The new reply was empty"),
-        _zh("新的回复是空的：保留了之前的回复。"),
-    ),
-    (
-        re.compile(r"^That message was deleted in the meantime"),
-        _zh("那条消息在此期间被删除了：新的回复没有保存。"),
-    ),
-    (
-        re.compile(r"^Your message and this reply could not be saved: (?P<why>.*)", re.S),
-        _zh("你的消息和这条回复没能保存：{why}"),
-    ),
-    # the forgetting state of a memory (core/memory_view.status)
-    (re.compile(r"^pinned: never fades"), _zh("已钉住：永不淡忘")),
-    (re.compile(r"^global summary: never fades"), _zh("总体摘要：永不淡忘")),
-    (
-        re.compile(r"^faded since (?P<day>\S+): back only"),
-        _zh("自 {day} 起已淡忘：只有强烈的提示才会想起，也可以恢复它"),
-    ),
-    (
-        re.compile(r"^faded: back only"),
-        _zh("已淡忘：只有强烈的提示才会想起，也可以恢复它"),
-    ),
-    (
-        re.compile(r"^active: fades in (?P<n>\d+) days unless recalled"),
-        lambda m, lang: (
-            f"活跃：如果不被想起，{m['n']} 天后淡忘"
-            if lang == "zh"
-            else f"active: fades in {m['n']} {plural(int(m['n']), 'day', 'days')} unless recalled"
-        ),
-    ),
-    (
-        re.compile(r"^active: fades at the next rollover"),
-        _zh("活跃：下一次日终整理时淡忘"),
-    ),
-    (
-        re.compile(r"^superseded \((?P<why>[^)]*)\)(?: by #(?P<by>\d+))?: kept, never used again"),
-        lambda m, lang: (
-            f"已被取代（{SUPERSEDED_ZH.get(m['why'], m['why'])}）"
-            + (f"，取代它的是 #{m['by']}" if m["by"] else "")
-            + "：保留，但不再使用"
-            if lang == "zh"
-            else m.string
-        ),
-    ),
-    (re.compile(r"^active$"), _zh("活跃")),
-    # why a memory was retrieved (memory/retrieval.py)
-    (re.compile(r"^similar in meaning \((?P<x>[\d.]+)\)$"), _zh("意思相近（{x}）")),
-    (re.compile(r"^shares words with your message$"), _zh("和你的话有相同的词")),
-    (
-        re.compile(r"^continues a conversation about this$"),
-        _zh("接着同一段对话"),
-    ),
-    (
-        re.compile(r"^from (?P<day>\S+), the day you named$"),
-        _zh("来自你提到的那天（{day}）"),
-    ),
-    (
-        re.compile(r"^had faded; brought back by a strong cue$"),
-        _zh("曾经淡忘；被强烈的提示唤起"),
-    ),
-    (
-        re.compile(r"^closest of what is remembered$"),
-        _zh("记得的内容里最接近的"),
-    ),
-    # reached along a link between memories (memory/links.py)
-    (re.compile(r"^linked to #(?P<id>\d+) through '(?P<what>.*)'$"), _zh("通过“{what}”和 #{id} 相连")),
-    (
-        re.compile(r"^linked to #(?P<id>\d+): that day's summary and what it draws on$"),
-        _zh("和 #{id} 相连：那天的总结和它所依据的对话"),
-    ),
-    (re.compile(r"^linked to #(?P<id>\d+): the same conversation$"), _zh("和 #{id} 相连：同一段对话")),
-    (re.compile(r"^fits the conversation so far$"), _zh("和目前的对话相符")),
-]
+def wait_words(seconds: float, lang: str) -> str:
+    return wait_said(seconds).in_lang(lang)
 
 
 def say(message: str, lang: str) -> str:
-    """``message`` (a refusal, a state, a reason, in the English the service speaks) in ``lang``;
-    a message no pattern knows is shown as it is."""
-    for pattern, render in MESSAGES:
-        m = pattern.search(message or "")
-        if m:
-            return render(m, lang)
-    return message
+    """``message`` in ``lang``: a message made below the pages (a ``Said``: a refusal, a state, a
+    reason) is shown by its id; an English text one was made from (stored, or passed through an
+    exception) is read back to it (``Message.read``). Anything else, shown as it is."""
+    said = Message.read(message or "")
+    return said.in_lang(lang) if said is not None else message
 
 
 def why_words(why: str, lang: str) -> str:
-    """The "why" of a memory ("similar in meaning (0.86); shares words with your message") in ``lang``."""
-    parts = [say(p.strip(), lang) for p in (why or "").split(";") if p.strip()]
-    return ("；" if lang == "zh" else "; ").join(parts)
+    """The "why" of a memory ("similar in meaning (0.86); shares words with your message") in
+    ``lang``: its reasons, each read back to its message (a reason may hold "; " itself)."""
+    parts = [p.strip() for p in (why or "").split(";") if p.strip()]
+    out: list[str] = []
+    while parts:
+        joined = f"{parts[0]}; {parts[1]}" if len(parts) > 1 else None
+        if joined is not None and Message.read(joined) is not None:
+            out.append(say(joined, lang))
+            del parts[:2]
+        else:
+            out.append(say(parts.pop(0), lang))
+    return ("；" if lang == "zh" else "; ").join(out)
 
 
 def t(key: str, lang: str = "en", **values: Any) -> str:

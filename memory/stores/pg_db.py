@@ -19,6 +19,7 @@ import psycopg
 import psycopg.sql
 from psycopg_pool import ConnectionPool, PoolTimeout
 
+from ..message import Message
 from .base import SchemaTooNew, StoreUnavailable, is_postgres_url
 
 log = logging.getLogger(__name__)
@@ -48,12 +49,17 @@ def one(row: tuple | None) -> tuple:
     return row
 
 
+DATABASE_DOWN = Message(
+    "store.database_down",
+    en="the database at {where} is not available ({reason}); nothing was lost: what was saved before is "
+    "still there, try again when it is back",
+    zh="数据库（{where}）暂时不可用（{reason}）；什么都没有丢：之前保存的都还在，等它恢复后再试。",
+)
+
+
 def _unavailable(url: str, exc: BaseException) -> StoreUnavailable:
     reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-    return StoreUnavailable(
-        f"the database at {redact(url)} is not available ({reason}); "
-        "nothing was lost: what was saved before is still there, try again when it is back"
-    )
+    return StoreUnavailable(DATABASE_DOWN(where=redact(url), reason=reason))
 
 
 class Database:

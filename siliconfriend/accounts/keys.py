@@ -12,6 +12,8 @@ import secrets
 from dataclasses import dataclass
 from typing import Callable, TypeGuard
 
+from memory.message import Message as Text
+
 from .store import ApiKeyInfo, TooManyKeys
 from .store import secret_digest as digest
 from .users import AccountError, Accounts
@@ -21,6 +23,12 @@ SHOWN_CHARS = 10  # the part of a key shown in lists ("sf-AbCdEfG")
 MAX_LABEL = 80
 MAX_KEYS_PER_USER = 50
 LAST_USED_EVERY_S = 60.0  # "last used" is written at most once a minute per key
+
+
+TOO_MANY_KEYS = Text(
+    "keys.too_many", en="at most {n} keys per account: revoke one first", zh="每个账户最多 {n} 个密钥：请先吊销一个。"
+)
+NO_SUCH_KEY = Text("keys.unknown", en="{user} has no API key {id}", zh="你没有编号为 {id} 的 API 密钥。")
 
 
 class ApiKeyError(AccountError):
@@ -63,7 +71,7 @@ class ApiKeys:
                 digest(key), key[:SHOWN_CHARS], name, label, now, max_live=MAX_KEYS_PER_USER
             )
         except TooManyKeys:
-            raise ApiKeyError(f"at most {MAX_KEYS_PER_USER} keys per account: revoke one first") from None
+            raise ApiKeyError(TOO_MANY_KEYS(n=str(MAX_KEYS_PER_USER))) from None
         return NewKey(key, ApiKeyInfo(key_id, key[:SHOWN_CHARS], label, now, None, None))
 
     def list(self, user: str) -> list[ApiKeyInfo]:
@@ -73,7 +81,7 @@ class ApiKeys:
         """Revoke one of ``user``'s keys (another user's key id is "no such key" too)."""
         name = self.accounts.canonical(user) or user
         if not self.store.revoke_api_key(int(key_id), name, self.clock()):
-            raise ApiKeyError(f"{user} has no API key {key_id}")
+            raise ApiKeyError(NO_SUCH_KEY(user=user, id=str(key_id)))
         return next(k for k in self.list(name) if k.id == int(key_id))
 
     def owner(self, key: str | None) -> KeyOwner | None:

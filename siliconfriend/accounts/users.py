@@ -28,9 +28,11 @@ from typing import Callable
 from argon2 import PasswordHasher
 from argon2.exceptions import InvalidHashError, VerificationError, VerifyMismatchError
 
+from memory.message import Message as Text
 from memory.stores.base import is_postgres_url
 
 from ..config import Settings
+from ..i18n import wait_said
 from . import rate_limit
 from .rate_limit import Attempt, Limits, RateLimiter
 from .store import AccountStore, NameTaken, SessionRow, UserRow, secret_digest
@@ -43,7 +45,47 @@ PREF_KEYS = ("lang", "backend", "model", "companion_name", "persona")
 
 
 class AccountError(ValueError):
-    """A refusal the user should read (bad name, taken, wrong password, too many tries...)."""
+    """A refusal the user should read (bad name, taken, wrong password, too many tries...): its
+    argument is one of the messages below."""
+
+
+# what accounts say to a person (``Text``: an id with its English and Chinese)
+BAD_NAME = Text(
+    "account.bad_name",
+    en="a user name is 2 to 32 letters, digits or . _ - @ +, without spaces",
+    zh="用户名为 2 到 32 个字母、数字或 . _ - @ +，不能有空格。",
+)
+NAME_NEEDS_LETTER = Text(
+    "account.name_needs_letter",
+    en="a user name needs at least one letter or digit",
+    zh="用户名至少要有一个字母或数字。",
+)
+NAME_MIXES_SCRIPTS = Text(
+    "account.name_mixes_scripts",
+    en="a user name cannot mix Latin, Cyrillic and Greek letters (they look alike)",
+    zh="用户名不能混用拉丁、西里尔和希腊字母（它们看起来很像）。",
+)
+SHORT_PASSWORD = Text(
+    "account.short_password", en="a password needs at least {n} characters", zh="密码至少需要 {n} 个字符。"
+)
+LONG_PASSWORD = Text(
+    "account.long_password", en="a password can have at most {n} characters", zh="密码最多 {n} 个字符。"
+)
+SIGNUP_CLOSED = Text(
+    "account.signup_closed",
+    en="sign-up is closed on this server; ask its owner for an account",
+    zh="本服务器已关闭注册；请向管理员申请账户。",
+)
+NAME_TAKEN = Text(
+    "account.name_taken",
+    en="that user name is taken (or looks like one that is)",
+    zh="这个用户名已被占用（或与已有的用户名太像）。",
+)
+WRONG_LOGIN = Text("account.wrong_login", en="wrong user name or password", zh="用户名或密码错误。")
+WRONG_PASSWORD = Text("account.wrong_password", en="wrong password", zh="密码错误。")
+TOO_MANY_LOGINS = Text(
+    "account.too_many_logins", en="too many failed logins: try again in {wait}", zh="尝试失败次数过多：请{wait}后再试。"
+)
 
 
 class SignupClosed(AccountError):
@@ -53,7 +95,7 @@ class SignupClosed(AccountError):
 class TooManyAttempts(AccountError, rate_limit.TooManyAttempts):
     def __init__(self, retry_after: float):
         rate_limit.TooManyAttempts.__init__(self, retry_after)
-        self.args = (f"too many failed logins: try again in {int(self.retry_after) + 1} seconds",)
+        self.args = (TOO_MANY_LOGINS(wait=wait_said(self.retry_after)),)
 
 
 # letters of other scripts that look like Latin ones (after casefolding), from Unicode's
@@ -171,20 +213,20 @@ class Accounts:
     def check_username(cls, name: str) -> str:
         name = cls.normalize(name)
         if not USERNAME_RE.match(name):
-            raise AccountError("a user name is 2 to 32 letters, digits or . _ - @ +, without spaces")
+            raise AccountError(BAD_NAME())
         if not any(ch.isalnum() for ch in name):
-            raise AccountError("a user name needs at least one letter or digit")
+            raise AccountError(NAME_NEEDS_LETTER())
         scripts = {_script(ch) for ch in name} - {None, "OTHER"}
         if len(scripts) > 1:
-            raise AccountError("a user name cannot mix Latin, Cyrillic and Greek letters (they look alike)")
+            raise AccountError(NAME_MIXES_SCRIPTS())
         return name
 
     @staticmethod
     def check_password(password: str) -> str:
         if not password or len(password) < MIN_PASSWORD:
-            raise AccountError(f"a password needs at least {MIN_PASSWORD} characters")
+            raise AccountError(SHORT_PASSWORD(n=str(MIN_PASSWORD)))
         if len(password) > MAX_PASSWORD:
-            raise AccountError(f"a password can have at most {MAX_PASSWORD} characters")
+            raise AccountError(LONG_PASSWORD(n=str(MAX_PASSWORD)))
         return password
 
     def exists(self, name: str) -> bool:
@@ -201,13 +243,13 @@ class Accounts:
     # -- sign up / log in / log out -----------------------------------------------------------
     def signup(self, name: str, password: str) -> Session:
         if not self.signup_open:
-            raise SignupClosed("sign-up is closed on this server; ask its owner for an account")
+            raise SignupClosed(SIGNUP_CLOSED())
         name = self.check_username(name)
         pw_hash = self.hasher.hash(self.check_password(password))
         try:
             self.store.add_user(UserRow(name, pw_hash, self.clock(), {}, skeleton(name)))
         except NameTaken:
-            raise AccountError("that user name is taken (or looks like one that is)") from None
+            raise AccountError(NAME_TAKEN()) from None
         return self._new_session(name)
 
     @staticmethod
@@ -234,7 +276,7 @@ class Accounts:
             ok = False
         if not ok or row is None:
             self.limiter.failed(attempt)
-            raise AccountError("wrong user name or password")
+            raise AccountError(WRONG_LOGIN())
         if self.hasher.check_needs_rehash(stored):
             self.store.set_password_hash(row.name, self.hasher.hash(password))
         self.limiter.succeeded(attempt)
@@ -278,7 +320,7 @@ class Accounts:
         except (VerifyMismatchError, VerificationError, InvalidHashError):
             pass
         self.limiter.failed(attempt)
-        raise AccountError("wrong password")
+        raise AccountError(WRONG_PASSWORD())
 
     # -- preferences --------------------------------------------------------------------------
     def prefs(self, name: str) -> dict:

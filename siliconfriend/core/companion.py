@@ -19,6 +19,7 @@ from typing import Any, Callable, Iterator, Sequence
 
 from memory.activation import confirms, recall_gains, reply_uses, restated, words
 from memory.bank import TODAY, USED, MemoryBank, UnknownMemory, user_key
+from memory.message import Message as Text
 from memory.records import Kind, MemoryRecord
 from memory.retrieval import Hit, TalkLine
 from memory.stores.base import StoreUnavailable
@@ -30,6 +31,48 @@ from .grounding import GroundingChecker
 from .prompting import PromptSet, fit_chat, load_prompts, truncate_tokens
 
 log = logging.getLogger("siliconfriend.core.companion")
+
+# what a turn says to the person (``Text``: its id, English and Chinese; the page shows it in its language)
+EMPTY_MESSAGE = Text("chat.empty", en="the message is empty: type something to say", zh="消息是空的：请先输入内容。")
+NOTHING_TO_REGENERATE = Text(
+    "chat.nothing_to_regenerate", en="there is no reply to regenerate today", zh="今天还没有可以重新生成的回复。"
+)
+REPLY_FAILED = Text(
+    "reply.failed",
+    en="No reply: {why}. Your message was not lost; send it again to retry.",
+    zh="没有回复（{why}）。你的消息没有丢失，再发一次即可重试。",
+)
+REPLY_EMPTY = Text(
+    "reply.empty",
+    en="No reply: the model returned nothing. Your message was not lost; send it again to retry.",
+    zh="没有回复：模型什么也没有返回。你的消息没有丢失，再发一次即可重试。",
+)
+TASK_FAILED = Text("task.failed", en="No reply: {why}.", zh="没有回复（{why}）。")
+TASK_EMPTY = Text("task.empty", en="No reply: the model returned nothing.", zh="没有回复：模型什么也没有返回。")
+NOT_SAVED = Text(
+    "reply.not_saved",
+    en="Your message and this reply could not be saved: {why}",
+    zh="你的消息和这条回复没能保存：{why}",
+)
+REGENERATED_EMPTY = Text(
+    "reply.regenerated_empty",
+    en="The new reply was empty: the previous reply was kept.",
+    zh="新的回复是空的：保留了之前的回复。",
+)
+REGENERATED_GONE = Text(
+    "reply.regenerated_gone",
+    en="That message was deleted in the meantime: the new reply was not stored.",
+    zh="那条消息在此期间被删除了：新的回复没有保存。",
+)
+NOT_A_TURN = Text(
+    "memory.not_a_turn", en="memory {id} is a {kind}, not a dialogue turn", zh="记忆 {id} 是 {kind}，不是一轮对话"
+)
+WHY_TODAY = Text("why.today", en="today's conversation, in the prompt", zh="今天的对话，原样放在提示里")
+WHY_NOT_FROM_MEMORY = Text(
+    "why.not_from_memory",
+    en="named in the reply, but in neither the memories, the prompt nor today's talk",
+    zh="回复里提到了，但记忆、提示和今天的对话里都没有",
+)
 
 MAX_MESSAGE_CHARS = 20_000  # the longest message a person may send (the web app and the API refuse more)
 QUERY_CHARS = 2000  # what of a (very long) message is used as the retrieval query
@@ -83,7 +126,7 @@ def today_entry(turn: MemoryRecord) -> dict:
         "day": turn.day.isoformat(),
         "strength": round(turn.strength, 2),
         "retention": 1.0,
-        "why": "today's conversation, in the prompt",
+        "why": WHY_TODAY(),
         "text": text,
     }
 
@@ -115,7 +158,7 @@ def not_from_memory_entry(names: Sequence[str]) -> dict:
         "day": "",
         "strength": 0.0,
         "retention": 0.0,
-        "why": "named in the reply, but in neither the memories, the prompt nor today's talk",
+        "why": WHY_NOT_FROM_MEMORY(),
         "text": ", ".join(names),
     }
 
@@ -328,7 +371,7 @@ class Companion:
         A reply that calls tools stores nothing: the turn is the message and its final reply."""
         user_key(user)  # a bad user name is a ValueError now, not halfway through
         if not isinstance(text, str) or not text.strip():
-            raise ValueError("the message is empty: type something to say")
+            raise ValueError(EMPTY_MESSAGE())
         turn = _Turn(
             user,
             text.strip(),
@@ -386,10 +429,10 @@ class Companion:
                         close()
             except BackendError as exc:
                 log.warning("a front end's task failed: %s", exc)
-                error = f"No reply: {exc}."
+                error = TASK_FAILED(why=str(exc))
             reply = "".join(parts).strip()
             if error is None and not reply and not stream.stopped and not stream.tool_calls:
-                error = "No reply: the model returned nothing."
+                error = TASK_EMPTY()
             stream.result = TurnResult(
                 reply, [], None, sent, error, stopped=stream.stopped, tool_calls=list(stream.tool_calls)
             )
@@ -401,7 +444,7 @@ class Companion:
         now = self.clock()
         turns = self.bank.turns_on(user, now.date())
         if not turns:
-            raise ValueError("there is no reply to regenerate today")
+            raise ValueError(NOTHING_TO_REGENERATE())
         last = turns[-1]
         turn = _Turn(user, last.query, now, self._lang(lang), backend or self.backend, replace=last)
         return ReplyStream(lambda stream: self._run(stream, turn))
@@ -446,7 +489,7 @@ class Companion:
                     close()  # a local model stops generating at its next token
         except BackendError as exc:
             log.warning("reply for %s failed: %s", turn.user, exc)
-            error = f"No reply: {exc}. Your message was not lost; send it again to retry."
+            error = REPLY_FAILED(why=str(exc))
         except GeneratorExit:  # the consumer went away mid-reply (a closed tab): keep what came
             stream.stop()
             stream.result = self._finish(stream, turn, "".join(parts), None)
@@ -489,7 +532,7 @@ class Companion:
         )
         result.tool_calls = list(stream.tool_calls)
         if error is None and not reply and not stream.stopped and not result.tool_calls:
-            result.error = "No reply: the model returned nothing. Your message was not lost; send it again to retry."
+            result.error = REPLY_EMPTY()
         if reply and result.error is None:
             result.not_from_memory = self._not_from_memory(turn, reply, stream.messages)
         if result.error or not turn.store or result.tool_calls:
@@ -499,7 +542,7 @@ class Companion:
         except StoreUnavailable as exc:  # the database went away mid-turn
             log.warning("turn of %s not (completely) stored: %s", turn.user, exc)
             if result.turn is None:  # nothing of this turn was committed: the user may resend
-                result.error = f"Your message and this reply could not be saved: {exc}"
+                result.error = NOT_SAVED(why=str(exc))
             return result  # else the turn is stored; only its recall counts were not
 
     def _store(self, turn: _Turn, result: TurnResult, reply: str) -> TurnResult:
@@ -507,14 +550,14 @@ class Companion:
             if turn.replace is not None:
                 if not reply:
                     result.turn = turn.replace
-                    result.error = "The new reply was empty: the previous reply was kept."
+                    result.error = REGENERATED_EMPTY()
                     return result
                 try:
                     result.turn = self.bank.edit_text(
                         turn.user, turn.replace.stored_id, reply, extra={**turn.extra, **self._extra(result)}
                     )
                 except UnknownMemory:
-                    result.error = "That message was deleted in the meantime: the new reply was not stored."
+                    result.error = REGENERATED_GONE()
                     return result
                 self._invalidate_if_summarised(turn.user, turn.replace.day)
             else:
@@ -770,9 +813,9 @@ class Companion:
                 self._rolled[user] = (now.date(), self.bank.user_meta(user, ROLLOVER_MARK))
         return report
 
-    def consolidate(self, user: str, *, until: date | None = None) -> list[date]:
-        """The days summarised now (see ``consolidation``)."""
-        return self.consolidation(user, until=until).summarised
+    def consolidate(self, user: str, *, until: date | None = None, lang: str | None = None) -> list[date]:
+        """The days summarised now (see ``consolidation``), written in ``lang``."""
+        return self.consolidation(user, until=until, lang=lang).summarised
 
     def _invalidate_if_summarised(self, user: str, day: date) -> None:
         if any(self.bank.get_summary(user, kind, day) for kind in (Kind.DAILY_EVENTS, Kind.DAILY_PERSONALITY)):
@@ -834,7 +877,7 @@ class Companion:
         """Delete a turn and its memory; the summaries of its day are written again without it."""
         rec = self.bank.get(user, turn_id)
         if rec.kind != Kind.TURN:
-            raise ValueError(f"memory {turn_id} is a {rec.kind.value}, not a dialogue turn")
+            raise ValueError(NOT_A_TURN(id=str(turn_id), kind=rec.kind.value))
         self.forget(user, [rec.stored_id])
 
     def forget(self, user: str, memory_ids: Sequence[int]) -> int:

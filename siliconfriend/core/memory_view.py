@@ -14,9 +14,10 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Sequence
 
-from memory.bank import MemoryBank, UnknownMemory
+from memory.bank import NO_MEMORY, MemoryBank, UnknownMemory
 from memory.cjk import IDEOGRAPH, has_ideographs
 from memory.forgetting import ForgettingPolicy
+from memory.message import Message, Said
 from memory.records import Kind, MemoryRecord, State
 from memory.retrieval import Hit
 
@@ -72,7 +73,7 @@ def memory_id(value: Any) -> int:
     """A memory id from a client (a number, or its digits as text): a positive integer a store
     can hold, else UnknownMemory."""
     if isinstance(value, bool):
-        raise UnknownMemory(f"no memory {str(value)[:40]}")
+        raise UnknownMemory(NO_MEMORY(id=str(value)[:40]))
     if isinstance(value, str):
         text = value.strip()
         number = int(text) if text.isdigit() and len(text) <= 19 else 0
@@ -84,28 +85,68 @@ def memory_id(value: Any) -> int:
     else:
         number = 0
     if not 1 <= number <= MAX_MEMORY_ID:
-        raise UnknownMemory(f"no memory {str(value)[:40]}")
+        raise UnknownMemory(NO_MEMORY(id=str(value)[:40]))
     return number
 
 
-def status(rec: MemoryRecord, policy: ForgettingPolicy, now: datetime) -> str:
+# a memory's forgetting state in words (the page, the API, the CLI)
+PINNED = Message("status.pinned", en="pinned: never fades", zh="已钉住：永不淡忘")
+GLOBAL = Message("status.global", en="global summary: never fades", zh="总体摘要：永不淡忘")
+FADED_SINCE = Message(
+    "status.faded_since",
+    en="faded since {day}: back only on a strong cue, or restore it",
+    zh="自 {day} 起已淡忘：只有强烈的提示才会想起，也可以恢复它",
+)
+FADED = Message(
+    "status.faded",
+    en="faded: back only on a strong cue, or restore it",
+    zh="已淡忘：只有强烈的提示才会想起，也可以恢复它",
+)
+SUPERSEDED_BY = Message(
+    "status.superseded_by",
+    en="superseded ({why}) by #{by}: kept, never used again",
+    zh="已被取代（{why}），取代它的是 #{by}：保留，但不再使用",
+)
+SUPERSEDED = Message(
+    "status.superseded", en="superseded ({why}): kept, never used again", zh="已被取代（{why}）：保留，但不再使用"
+)
+SUPERSEDED_WHY = {
+    "edited": Message("superseded.edited", en="edited", zh="已编辑"),
+    "deleted": Message("superseded.deleted", en="deleted", zh="已删除"),
+    "regenerated": Message("superseded.regenerated", en="regenerated", zh="已重新生成"),
+    "replaced": Message("superseded.replaced", en="replaced", zh="已替换"),
+}
+ACTIVE = Message("status.active", en="active", zh="活跃")
+FADES_IN_1 = Message(
+    "status.fades_in_1", en="active: fades in 1 day unless recalled", zh="活跃：如果不被想起，1 天后淡忘"
+)
+FADES_IN = Message(
+    "status.fades_in", en="active: fades in {n} days unless recalled", zh="活跃：如果不被想起，{n} 天后淡忘"
+)
+FADES_NEXT = Message("status.fades_next", en="active: fades at the next rollover", zh="活跃：下一次日终整理时淡忘")
+
+
+def status(rec: MemoryRecord, policy: ForgettingPolicy, now: datetime) -> Said:
     """The memory's forgetting state, in words."""
     if rec.pinned:
-        return "pinned: never fades"
+        return PINNED()
     if rec.kind.is_global:
-        return "global summary: never fades"
+        return GLOBAL()
     if rec.state == State.ARCHIVED:
-        since = f" since {rec.archived_at.date().isoformat()}" if rec.archived_at else ""
-        return f"faded{since}: back only on a strong cue, or restore it"
+        return FADED_SINCE(day=rec.archived_at.date().isoformat()) if rec.archived_at else FADED()
     if rec.state == State.SUPERSEDED:
-        why = rec.extra.get("superseded") or {}
-        by = f" by #{why['by']}" if why.get("by") else ""
-        return f"superseded ({why.get('reason') or 'replaced'}){by}: kept, never used again"
+        info = rec.extra.get("superseded") or {}
+        reason = info.get("reason") or "replaced"
+        why = SUPERSEDED_WHY[reason]() if reason in SUPERSEDED_WHY else str(reason)
+        return SUPERSEDED_BY(why=why, by=str(info["by"])) if info.get("by") else SUPERSEDED(why=why)
     fades = policy.fades_at(rec)
     if fades is None:
-        return "active"
+        return ACTIVE()
     days = (fades - now).total_seconds() / 86400
-    return f"active: fades in {days:.0f} days unless recalled" if days > 0 else "active: fades at the next rollover"
+    if days <= 0:
+        return FADES_NEXT()
+    n = f"{days:.0f}"
+    return FADES_IN_1() if n == "1" else FADES_IN(n=n)
 
 
 @dataclass(frozen=True)
@@ -122,7 +163,7 @@ class ShownMemory:
     retention: float  # at the time it is shown
     recall_count: int
     importance: float  # 0 small talk .. 1 a personal fact, rated when written
-    status: str  # the forgetting state in words (``status``)
+    status: str  # the forgetting state in words (``status``: a Said, its English as a str)
     created_at: datetime
     last_recall: datetime | None
     stopped: bool | None = None  # a turn whose reply was stopped before its end (None: not a turn)

@@ -17,6 +17,7 @@ import gradio as gr
 
 from ..accounts.users import AccountError
 from ..i18n import Translator, say, t
+from .account_service import TYPE_KEY_ID
 from .common import guard, lang_of, notify
 from .service import WebService
 
@@ -28,9 +29,9 @@ class AccountHandlers:
         self.service = service
         self.cache_dirs = cache_dirs
 
-    def model_options(self) -> list[tuple[str, str]]:
-        """(friendly name, "backend:model") of each model users may choose."""
-        return [(label, key) for key, label in self.service.models.labels.items()]
+    def model_options(self, lang: str = "en") -> list[tuple[str, str]]:
+        """(friendly name in ``lang``, "backend:model") of each model users may choose."""
+        return [(say(label, lang), key) for key, label in self.service.models.labels.items()]
 
     def save(self, token_v, name_v, persona_v, model_v) -> str:
         lang = lang_of(self.service, token_v)
@@ -78,7 +79,7 @@ class AccountHandlers:
         self.service.account.user(token_v)
         try:
             if not str(key_id_v or "").strip().isdigit():
-                raise ValueError("type the id of the key to revoke")
+                raise ValueError(TYPE_KEY_ID())
             info = self.service.account.revoke_api_key(token_v, int(str(key_id_v).strip()))
         except (AccountError, ValueError) as exc:
             return self._refused(exc, lang, 2)
@@ -148,7 +149,7 @@ def build_account(
     """``notice``: the login box's message, where "your account was deleted" is said."""
     guarded = guard(service)
     h = AccountHandlers(service, cache_dirs)
-    options = h.model_options()
+    options = h.model_options(tr.lang)
     tr(gr.Markdown(tr.text("prefs_intro")), value="prefs_intro")
     with gr.Row():
         name = tr(
@@ -163,6 +164,7 @@ def build_account(
                 elem_id="model",
             ),
             label="model",
+            choices=h.model_options,
         )
     persona = tr(gr.Textbox(label=tr.text("persona"), lines=3, elem_id="persona", max_length=2000), label="persona")
     save = tr(gr.Button(tr.text("save_prefs"), variant="primary", elem_id="save_prefs"), value="save_prefs")

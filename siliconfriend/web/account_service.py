@@ -5,9 +5,21 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from memory.message import Message as Text
+
 from ..accounts.keys import ApiKeyInfo, ApiKeys, NewKey
 from ..accounts.users import Accounts, Session
 from ..config import Settings
+
+LOG_IN = Text("account.log_in", en="please log in", zh="请先登录。")
+BAD_LANGUAGE = Text("prefs.bad_language", en="language must be en or zh", zh="语言只能是 en 或 zh。")
+NOT_OFFERED = Text(
+    "prefs.model_not_offered",
+    en="that model is not offered on this server; pick one from the list",
+    zh="这个模型目前在本服务器上不可用；请换一个，或联系服务器管理员。",
+)
+NO_API = Text("keys.no_api", en="this server does not serve the API", zh="本服务器没有开放 API。")
+TYPE_KEY_ID = Text("keys.type_id", en="type the id of the key to revoke", zh="请输入要吊销的密钥编号。")
 
 
 class NotLoggedIn(PermissionError):
@@ -60,7 +72,7 @@ class AccountService:
         """The session's user, or NotLoggedIn. Every other method starts here."""
         user = self.accounts.user_for(token)
         if user is None:
-            raise NotLoggedIn("please log in")
+            raise NotLoggedIn(LOG_IN())
         return user
 
     # -- preferences --------------------------------------------------------------------------
@@ -83,13 +95,13 @@ class AccountService:
     def save_prefs(self, token: str, **prefs) -> dict:
         user = self.user(token)
         if "lang" in prefs and prefs["lang"] not in ("en", "zh"):
-            raise ValueError("language must be en or zh")
+            raise ValueError(BAD_LANGUAGE())
         if "backend" in prefs and prefs["backend"] not in self.models.offered:
-            raise ValueError("that model is not offered on this server; pick one from the list")
+            raise ValueError(NOT_OFFERED())
         if prefs.get("model") is not None:
             backend = prefs.get("backend") or self.prefs(token)["backend"]
             if not self.models.offers(backend, str(prefs["model"]).strip()):
-                raise ValueError("that model is not offered on this server; pick one from the list")
+                raise ValueError(NOT_OFFERED())
         for key in ("companion_name", "persona", "model"):
             if key in prefs and prefs[key] is not None:
                 prefs[key] = str(prefs[key]).strip()[:2000]
@@ -99,7 +111,7 @@ class AccountService:
     # -- API keys (account page) --------------------------------------------------------------
     def _keys(self) -> ApiKeys:
         if self.api_keys is None:
-            raise ValueError("this server does not serve the API")
+            raise ValueError(NO_API())
         return self.api_keys
 
     def list_api_keys(self, token: str) -> list[ApiKeyInfo]:

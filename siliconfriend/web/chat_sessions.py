@@ -12,15 +12,29 @@ from datetime import datetime
 from typing import Any, Callable
 
 from memory.bank import MemoryBank
+from memory.message import Message as Text
 from memory.records import MemoryRecord
 from memory.retrieval import Hit
 
 from ..backends.base import BackendError, ChatBackend
-from ..core.companion import MAX_MESSAGE_CHARS, Companion, ReplyStream, used_entry
+from ..core.companion import EMPTY_MESSAGE, MAX_MESSAGE_CHARS, Companion, ReplyStream, used_entry
 from ..core.memory_view import memory_id
 from .account_service import AccountService
 
 log = logging.getLogger("siliconfriend.web")
+
+
+MODEL_UNAVAILABLE = Text(
+    "model.unavailable",
+    en="that model is not available on this server right now; pick another one or ask the server's operator",
+    zh="这个模型目前在本服务器上不可用；请换一个，或联系服务器管理员。",
+)
+TOO_LONG = Text(
+    "chat.too_long",
+    en="the message has {n} characters, more than the {limit} one message can hold: split it into parts "
+    "(it is still in the box)",
+    zh="这条消息有 {n} 个字符，超过了一条消息的上限 {limit}：请分成几段发送（内容还在输入框里）。",
+)
 
 
 class ModelUnavailable(ValueError):
@@ -53,10 +67,7 @@ class BackendPool:
                 backend = self.factory(name, model=model or None, **options)
             except (BackendError, OSError, ValueError) as exc:
                 log.error("model %s:%s could not be loaded: %s", name, model, exc)
-                raise ModelUnavailable(
-                    "that model is not available on this server right now; pick another "
-                    "one or ask the server's operator"
-                ) from exc
+                raise ModelUnavailable(MODEL_UNAVAILABLE()) from exc
             with self._lock:
                 self._cache[key] = backend
                 while len(self._cache) > self.keep:
@@ -72,12 +83,9 @@ def check_message(text: str | None) -> str:
     """The message to send, or ValueError saying what is wrong with it (nothing is lost)."""
     text = (text or "").strip()
     if not text:
-        raise ValueError("the message is empty: type something to say")
+        raise ValueError(EMPTY_MESSAGE())
     if len(text) > MAX_MESSAGE_CHARS:
-        raise ValueError(
-            f"the message has {len(text):,} characters, more than the {MAX_MESSAGE_CHARS:,} "
-            f"one message can hold: split it into parts (it is still in the box)"
-        )
+        raise ValueError(TOO_LONG(n=f"{len(text):,}", limit=f"{MAX_MESSAGE_CHARS:,}"))
     return text
 
 

@@ -59,7 +59,8 @@ def guard(service: WebService) -> Callable[[Callable], Callable]:
         if isinstance(exc, expected):
             return _refusal(service, args[0] if args else None, exc)
         log.exception("handler %s failed", fn.__name__)
-        return gr.Error(f"{type(exc).__name__}: {exc}")
+        lang = lang_of(service, args[0] if args and isinstance(args[0], str) else None)
+        return gr.Error(t("server_error", lang, name=type(exc).__name__), title=t("error_title", lang))
 
     def decorate(fn: Callable) -> Callable:
         if inspect.isgeneratorfunction(fn):

@@ -7,6 +7,7 @@ from datetime import date, datetime, timedelta
 from typing import Any, Callable
 
 from memory.bank import MemoryBank
+from memory.message import Message as Text
 from memory.records import Kind, MemoryRecord, State
 
 from ..config import Settings
@@ -15,6 +16,13 @@ from ..core.known import known
 from ..core.memory_view import ShownMemory, memory_id
 from .account_service import AccountService
 from .chat_sessions import ChatSessions
+
+NOT_ARCHIVED = Text(
+    "memory.not_archived",
+    en="memory #{id} is not archived: only archived memories can be restored",
+    zh="记忆 #{id} 没有归档：只有已归档的记忆才能恢复。",
+)
+PICK_DAY = Text("summary.pick_day", en="pick the day whose summary you are editing", zh="请先选择要编辑的摘要日期。")
 
 
 class MemoryPageService:
@@ -97,7 +105,7 @@ class MemoryPageService:
         user = self.user(token)
         rec = self.bank.get(user, memory_id(memory))
         if rec.state != State.ARCHIVED:
-            raise ValueError(f"memory #{rec.id} is not archived: only archived memories can be restored")
+            raise ValueError(NOT_ARCHIVED(id=str(rec.id)))
         return self.bank.restore(user, rec.stored_id, self.now())
 
     def delete_memories(self, token: str, memory_ids: list[int]) -> int:
@@ -153,7 +161,7 @@ class MemoryPageService:
             if text is None or not text.strip() or text == current.get(key):
                 continue
             if kind.is_daily and not day:
-                raise ValueError("pick the day whose summary you are editing")
+                raise ValueError(PICK_DAY())
             self.bank.set_summary(
                 user, kind, text.strip(), self.now(), day=date.fromisoformat(day) if kind.is_daily and day else None
             )
@@ -178,11 +186,13 @@ class MemoryPageService:
         pending = sorted(d for d in self.bank.days(user) if d.year > 1970 and d < today and d not in summarised)
         if include_today:
             pending.append(today)
+        # written in the person's language, as the day rollover of their chat writes them
+        lang = self.account.prefs(token)["lang"]
         done: list[date] = []
         for i, day in enumerate(pending):
             if progress is not None:
                 progress(i, len(pending), day)
-            done += [d for d in self.chat.companion.consolidate(user, until=day) if d not in done]
+            done += [d for d in self.chat.companion.consolidate(user, until=day, lang=lang) if d not in done]
         return done
 
     def memory(self, token: str, memory: Any) -> MemoryRecord:

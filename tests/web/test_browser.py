@@ -472,3 +472,50 @@ def test_two_users_in_a_browser(browser, live_app):
     assert service.accounts.exists("bob") and service.bank.has_user("bob")
     assert not errors, errors
     context.close()
+
+
+def test_a_chinese_page_reads_chinese_where_the_app_speaks(browser, live_app):
+    """What the app itself says reaches a reader of the Chinese page in Chinese: the built-in
+    model's name, a refusal naming a memory id, the toast's title, and the summaries "summarise
+    now" writes (the day's own words said as such, "too little was said", the global summary's
+    date heading), with their dates in Chinese."""
+    import re
+    from datetime import time as clock_time
+
+    url, service, clock = live_app
+    session = service.account.signup("lin", "lin-password")
+    service.account.save_prefs(session.token, lang="zh")
+    when = datetime.combine(clock.now.date() - timedelta(days=2), clock_time(20, 0))
+    service.bank.add_turn("lin", "我的狗叫旺财，它今年三岁了，特别喜欢追球。", "真好！", when)
+    page = browser.new_context(viewport={"width": 1280, "height": 900}).new_page()
+    ui = UI(page, shots_dir("chinese-page"))
+    page.goto(url)
+    page.locator("#username textarea").wait_for(state="visible", timeout=60_000)
+    page.locator("#lang").get_by_text("中文").click()
+    ui.enter("login", "lin", "lin-password")
+    ui.logged_in("lin")
+    ui.wait_text("body", "聊天")
+
+    ui.tab("设置与账户")
+    model = page.locator("#model input").input_value()
+    assert "内置" in model and "built in" not in model, model
+
+    ui.tab("记忆")
+    page.locator("#mem_id textarea").fill("999")
+    page.locator("#mem_pin").click()
+    ui.wait_text("#mem_status", "没有编号为 999 的记忆")
+    assert "for this user" not in ui.text("#mem_status")
+    page.locator(".toast-title").first.wait_for()
+    page.wait_for_function("() => document.querySelector('.toast-title').innerText.includes('提示')")
+    assert "Warning" not in page.locator(".toast-title").first.inner_text()
+
+    page.locator("#summarise_now").click()
+    ui.wait_text("#sum_status", "已总结", timeout=LONG)
+    ui.shot("summarised-zh")
+    summaries = service.memory_page.summaries(session.token)
+    written = " ".join(str(summaries[k]) for k in ("daily_events", "daily_personality", "global_events"))
+    assert "You told me" not in written and "Too little was said" not in written, written
+    # one day summarised: the global summary is that day's, under its date, in Chinese
+    assert re.match(r"\d{4}年\d{1,2}月\d{1,2}日（星期.）：", summaries["global_events"]), summaries["global_events"]
+    page.wait_for_function("() => /\\d{4}年/.test(document.querySelector('#global_events textarea').value)")
+    page.context.close()
