@@ -299,9 +299,9 @@ def why_words(why: str, lang: str) -> str:
     parts = [p.strip() for p in (why or "").split(";") if p.strip()]
     out: list[str] = []
     while parts:
-        joined = f"{parts[0]}; {parts[1]}" if len(parts) > 1 else None
-        if joined is not None and Message.read(joined) is not None:
-            out.append(say(joined, lang))
+        joined = Message.read(f"{parts[0]}; {parts[1]}") if len(parts) > 1 else None
+        if joined is not None and "; " in joined.message.templates["en"]:
+            out.append(joined.in_lang(lang))
             del parts[:2]
         else:
             out.append(say(parts.pop(0), lang))
