@@ -93,17 +93,13 @@ class Message:
         m = self._pattern.match(text)
         if m is None:
             return None
-        # a value that is itself a message's words ("edited") is read back as that message
-        values = {k: Message._read_plain(v) or v for k, v in m.groupdict().items()}
+        # a value that is itself a message's words ("edited", "40 seconds") is read back as that message
+        values = {k: Message.read(v) or v for k, v in m.groupdict().items()}
         return Said(self, values)
 
     @classmethod
     def all(cls) -> list[Message]:
         return list(cls._all.values())
-
-    @classmethod
-    def _read_plain(cls, text: str) -> Said | None:
-        return next((s for m in cls._all.values() if not m.fields and (s := m.match(text)) is not None), None)
 
     @classmethod
     def read(cls, text: str) -> Said | None:
