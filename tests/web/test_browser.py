@@ -40,8 +40,9 @@ def browser():
         b.close()
 
 
-def serve_app(home: Path, embedder, backend, clock, **options):
-    """app.py's app over ``home`` with ``backend``, on a free port, as app.py serves it (the API
+def serve_app(home: Path, embedder, chat_backend, clock, **options):
+    """app.py's app over ``home`` with ``chat_backend`` (``options``: settings, such as the
+    backend's name), on a free port, as app.py serves it (the API
     too, and the keys section): (url, service, stop)."""
     from conftest import FAST_HASHER, free_port
 
@@ -54,7 +55,7 @@ def serve_app(home: Path, embedder, backend, clock, **options):
 
     settings = Settings(home=home, max_new_tokens=20, **options)
     bank = MemoryBank(SqliteStores(settings.home), embedder)
-    companion = build_companion(settings, clock=clock, backend=backend, bank=bank, summary_tokens=16)
+    companion = build_companion(settings, clock=clock, backend=chat_backend, bank=bank, summary_tokens=16)
     service = build_web_service(
         settings,
         accounts=Accounts.at(settings.home / "accounts.db", hasher=FAST_HASHER),
