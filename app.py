@@ -283,10 +283,8 @@ def build_app(service: WebService) -> gr.Blocks:
 
         def chain(event):
             return (
-                # the labels in the page's language first, then the person's page: what enter
-                # shows (the last reply's "what I remembered") is not reset to the empty text
-                event.then(relabel, [token, lang], relabel_outputs, **quiet)
-                .then(h.enter, [token, lang, draft_owner], enter_outputs, **quiet)
+                event.then(h.enter, [token, lang, draft_owner], enter_outputs, **quiet)
+                .then(relabel, [token, lang], relabel_outputs, **quiet)
                 .then(chat.handlers.count, [token, chat.message, lang], chat.counter, **quiet)
                 .then(chat.handlers.intro, [token, lang], chat.chatbot, **quiet)
             )

@@ -371,10 +371,9 @@ def build_chat(
             tr(gr.Markdown(tr.text("clear_note"), elem_classes=["sf-note"]), value="clear_note")
         with gr.Column(scale=2, min_width=260):
             tr(gr.Markdown(f"### {tr.text('remembered')}"), value="remembered_h")
-            remembered = tr(
-                gr.Markdown(tr.text("remembered_empty"), elem_id="remembered", elem_classes=["sf-remembered"]),
-                value="remembered_empty",
-            )
+            # not relabelled on its own: the page (restore, blank, a language switch's restore)
+            # fills it in the page's language, the last reply's "what I remembered" included
+            remembered = gr.Markdown(tr.text("remembered_empty"), elem_id="remembered", elem_classes=["sf-remembered"])
     view = gr.State({})
     failed = gr.State({})
 
