@@ -127,12 +127,14 @@ def read(cur: psycopg.Cursor, owner: str, ids: Sequence[int], max_share: float, 
     ).fetchall()
     kept = [(int(rid), entity, text, int(n)) for rid, entity, text, n in named if 2 <= n <= cap]
     if kept:
+        # of an entity's holders, those with the lowest ids (why: sqlite_links.read)
         others: dict[str, list[tuple[int, State]]] = {}
         for entity, rid, state in cur.execute(
-            "SELECT o.entity, o.memory_id, m.state FROM mem_mentions o"
-            " JOIN memories m ON m.owner = o.owner AND m.id = o.memory_id"
-            " WHERE o.owner = %s AND o.entity = ANY(%s)",
-            (owner, sorted({entity for _, entity, _, _ in kept})),
+            "SELECT e.entity, o.memory_id, m.state FROM unnest(%s::text[]) AS e(entity)"
+            " CROSS JOIN LATERAL (SELECT h.memory_id FROM mem_mentions h WHERE h.owner = %s"
+            " AND h.entity = e.entity ORDER BY h.memory_id LIMIT %s) AS o"
+            " JOIN memories m ON m.owner = %s AND m.id = o.memory_id ORDER BY e.entity, o.memory_id",
+            (sorted({entity for _, entity, _, _ in kept}), owner, limit + len(ids), owner),
         ).fetchall():
             others.setdefault(entity, []).append((int(rid), _STATES[state]))
         edges += entity_edges(kept, others, total)

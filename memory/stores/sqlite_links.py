@@ -99,14 +99,20 @@ def read(db: sqlite3.Connection, ids: Sequence[int], max_share: float, limit: in
     ).fetchall()
     kept = [(int(rid), entity, text, n) for rid, entity, text, n in named if 2 <= n <= cap]
     if kept:
-        entities = sorted({entity for _, entity, _, _ in kept})
+        # of an entity's holders, those with the lowest ids: each memory keeps its ``limit``
+        # heaviest edges, ties by the lowest id, and all of one entity's edges weigh the same, so
+        # a holder past the first ``limit`` others is never kept (a common entity has thousands)
+        most = limit + len(ids)
         others: dict[str, list[tuple[int, State]]] = {}
-        for entity, rid, state in db.execute(
-            f"SELECT o.entity, o.memory_id, m.state FROM mentions o JOIN memories m ON m.id = o.memory_id"
-            f" WHERE o.entity IN ({','.join('?' * len(entities))})",
-            entities,
-        ).fetchall():
-            others.setdefault(entity, []).append((int(rid), _STATES[state]))
+        for entity in sorted({entity for _, entity, _, _ in kept}):
+            others[entity] = [
+                (int(rid), _STATES[state])
+                for rid, state in db.execute(
+                    "SELECT o.memory_id, m.state FROM mentions o JOIN memories m ON m.id = o.memory_id"
+                    " WHERE o.entity = ? ORDER BY o.memory_id LIMIT ?",
+                    (entity, most),
+                ).fetchall()
+            ]
         edges += entity_edges(kept, others, total)
     return heaviest(edges, limit)
 

@@ -111,3 +111,19 @@ def test_why_a_linked_memory_was_remembered_reads_in_both_languages():
     assert why_words(why, "en") == why
     assert why_words(why, "zh") == "通过“Mei”和 #12 相连；和你的话有相同的词"
     assert why_words("linked to #3: the same conversation", "zh") == "和 #3 相连：同一段对话"
+
+
+def test_a_common_entitys_links_are_the_heaviest_few_with_the_lowest_ids(any_bank, day1):
+    """A read takes of an entity's holders only the lowest ids it can keep: the edges are those a
+    read of every holder would keep (each memory's ``limit`` heaviest, ties by the lowest id)."""
+    said = [f"Today Rex barked at the mailman again, time {i}." for i in range(4)]
+    said += [f"Today Mei painted a picture, number {i}." for i in range(2)]
+    said += [f"the weather was fine on walk number {i}" for i in range(94)]  # Rex is 5 of 100
+    said += ["Today Mei and Rex played fetch."]
+    turns = [any_bank.add_turn("amy", q, "Nice.", day1 + timedelta(days=i)) for i, q in enumerate(said)]
+    store = any_bank.user_store("amy")
+    # the seed names Mei (3 memories) and Rex (5): Mei's links weigh more, Rex's lowest id comes next
+    edges = [e for e in store.links([turns[-1].id], max_share=1.0, limit=3) if e.kind == "entity"]
+    expected = [(turns[4].id, "Mei"), (turns[5].id, "Mei"), (turns[0].id, "Rex")]
+    assert [(e.dst, e.label) for e in edges] == expected
+    assert edges[0].weight > edges[-1].weight > 0
