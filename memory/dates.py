@@ -176,7 +176,8 @@ _ZH_AHEAD = re.compile(r"(?P<rel>明天|后天)|(?P<next>下个?|这个?|本)?(?
 def days_ahead(text: str, said: date) -> list[date]:
     """The days a plan names ("tomorrow", "next Tuesday", "on June 14th", "下周五", "6月14日"),
     resolved forward from the day it was ``said``: a month-day without a year is the next such
-    day, a weekday the next one (a week further with "next" / 下). A plan's counterpart of
+    day, a weekday the next one (in Chinese, a week further with 下; English "next Friday" is the
+    coming Friday). A plan's counterpart of
     ``days_in_query``, which looks back."""
     found: list[date] = []
     for m in _EN_AHEAD.finditer(text):
