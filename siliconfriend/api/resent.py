@@ -11,7 +11,8 @@ request's history and the stored turns of the same chat:
   A request without an id continues the stored chat its history shares most exchanges with (the
   same reply, or the same message: ``_chat_of``), among the turns of the last ``RECENT_DAYS``
   days; a request with no history starts a new chat, unless it repeats the person's latest
-  message (a regenerate of a chat's first reply);
+  message (a regenerate of a chat's first reply) or rewords it while it is still its chat's only
+  one (an edit of the message just sent, resent);
 * **every position.** The chat's stored turns are aligned with the history's exchanges
   (``_align``: an exchange matches a turn by its message or by its reply). A turn whose message
   the history shows changed is **edited**: the exchange as the history now holds it is stored and
@@ -19,12 +20,14 @@ request's history and the stored turns of the same chat:
   (a swipe the person kept, a reply they edited, a continued reply) gets the history's reply; a
   turn the history no longer has is **deleted** by the person: it leaves active memory (reason
   "deleted"), kept and shown. Turns older than the history's first exchange are left alone unless
-  the request shows the chat's start (its id, or the app's greeting before the first message):
-  an app that sends only the latest messages of a long chat deletes nothing;
+  the request shows the chat's start (its id, the app's greeting before the first message, or an
+  app that always sends the whole chat): an app that sends only the latest messages of a long
+  chat deletes nothing;
 * **the new message.** After the history comes the new message: the same as the chat's stored
   turn at that place is a **regenerate** (its reply is replaced, the rejected one kept nowhere),
-  another message there is an **edit** of it (superseded, "edited"), and stored turns after it are
-  gone from the chat ("deleted");
+  that message reworded is an **edit** of it (superseded, "edited"), another message there
+  follows a **deletion** of it ("deleted": the person deleted the chat's last exchange and said
+  something else), and stored turns after it are gone from the chat ("deleted");
 * **only the person's words.** A message that repeats what the companion said (a reply, a part
   of one, a reply still streaming: a chat app's extension classifying or quoting it) is not the
   person talking: ``echo`` tells the service to answer it as a task.
@@ -40,6 +43,7 @@ import re
 import uuid
 from dataclasses import dataclass, field
 from datetime import date, timedelta
+from difflib import SequenceMatcher
 from typing import Iterable, Sequence
 
 from memory.bank import MemoryBank
@@ -53,6 +57,11 @@ RECENT_DAYS = 7  # how far back a chat's stored turns are followed (an edit of a
 ECHO_CHARS = 30
 QUOTE_CHARS = 30
 WINDOWS = 400  # a message's word starts searched in the replies (a huge message: its first ones)
+# how alike (difflib's ratio of their plain text) a message must be to the stored one in its place
+# to be read as that one edited, where the request cannot say (an edit resent, and a message sent
+# after the last exchange was deleted, look the same): a changed name or word is an edit, another
+# sentence is not
+REWORDED = 0.6
 
 
 def _norm(text: str) -> str:
@@ -144,6 +153,16 @@ def _same(a: str, b: str) -> bool:
     return bool(a.strip()) and _norm(a) == _norm(b)
 
 
+def reworded(old: str, new: str) -> bool:
+    """Whether ``new`` reads as ``old`` edited (most of their characters alike, in order: a name
+    corrected, a word changed) rather than something else said."""
+    a, b = _plain(old), _plain(new)
+    if not a or not b or a == b:
+        return False
+    alike = SequenceMatcher(None, a, b, autojunk=False)
+    return alike.real_quick_ratio() >= REWORDED and alike.quick_ratio() >= REWORDED and alike.ratio() >= REWORDED
+
+
 def _keys(texts: Iterable[str]) -> list[str]:
     """Texts compared as ``_same`` compares them ("" for a blank one, which matches nothing)."""
     return [_norm(t) for t in texts]
@@ -224,13 +243,15 @@ def place(
     today: date,
     *,
     chat: str | None = None,
-    greeted: bool = False,
+    whole: bool = False,
     streaming: Sequence[str] = (),
 ) -> Placed:
     """Where ``text``, sent after ``history`` (in the client's chat ``chat``, where it names one),
     goes among ``user``'s turns of the last RECENT_DAYS days, and what the history changed in
-    the chat's earlier turns. ``greeted``: the request opens with the app's greeting (so it shows
-    the chat's start); ``streaming``: the replies being written now (not stored yet)."""
+    the chat's earlier turns. ``whole``: the request shows the chat from its start (it opens with
+    the app's greeting, or comes from an app that always sends the whole chat), so a stored
+    exchange missing before its first shared one was deleted; ``streaming``: the replies being
+    written now (not stored yet)."""
     digest = history_digest(history, chat)
     placed = Placed({CHAT: {"history": digest, SEQ: "0"}})
 
@@ -268,6 +289,10 @@ def place(
             if key is None:  # a turn stored before chats had ids: its place is its history's digest
                 if bank.extra_at(user, [latest.stored_id], (CHAT, "history")).get(latest.stored_id) == digest:
                     placed.replaces = latest
+        elif latest is not None and reworded(latest.query, text):
+            # the message just sent, edited and sent again (its reply goes with it); checked
+            # below to be its chat's only turn: a chat's later first message is a new chat
+            key = chats.get(latest.stored_id)
     if key is None:
         return new_chat()
     mine = [t for t in recent if chats.get(t.stored_id) == key]
@@ -279,7 +304,7 @@ def place(
     seqs = {i: int(v) for i, v in bank.extra_at(user, [t.stored_id for t in mine], (CHAT, SEQ)).items() if v.isdigit()}
     mine.sort(key=lambda t: (seqs.get(t.stored_id, -1), t.created_at, t.day, t.position))
     placed.extra[CHAT][SEQ] = str(max(seqs.values(), default=-1) + 1)
-    whole = bool(chat) or greeted  # the request shows the chat from its start
+    whole = whole or bool(chat)  # the request shows the chat from its start
     pairs = _align(mine, history)
     first = next((k for k, (ti, hi) in enumerate(pairs) if ti is not None and hi is not None), len(pairs))
     last_h = max((k for k, (_, hi) in enumerate(pairs) if hi is not None), default=-1)
@@ -305,8 +330,10 @@ def place(
         head, gone = after[0], after[1:]
         if _same(head.query, text):
             placed.replaces = head
-        else:
+        elif reworded(head.query, text):
             placed.supersedes = head
+        else:  # something else said in its place: the person deleted that exchange, then spoke
+            placed.changes.append(Change("deleted", head))
         placed.extra[CHAT][SEQ] = _seq(seqs, head)
         placed.changes += [Change("deleted", t) for t in gone]
     return placed
@@ -323,4 +350,4 @@ def _seq(seqs: dict[int, int], turn: MemoryRecord) -> str:
     return str(seqs.get(turn.stored_id, 0))
 
 
-__all__ = ["CHAT", "Change", "Placed", "place", "history_digest", "echoes", "RECENT_DAYS"]
+__all__ = ["CHAT", "Change", "Placed", "place", "history_digest", "echoes", "reworded", "RECENT_DAYS"]

@@ -353,7 +353,8 @@ class ApiService:
                 turn.history,
                 self.now().date(),
                 chat=switches.chat,
-                greeted=turn.greeted,
+                # the greeting shows the chat's start; Open WebUI always sends the whole chat
+                whole=turn.greeted or switches.app == "Open WebUI",
                 streaming=self._streaming(user),
             )
             if placed.echo:  # the companion's own words sent back (an app's classifier): not a turn

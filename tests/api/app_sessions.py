@@ -289,4 +289,84 @@ def open_webui_session(workers: list[Served], user: str) -> None:
     assert active(home, user) == pairs()
 
 
-__all__ = ["sillytavern_session", "open_webui_session", "SillyTavernChat", "active", "why", "turns"]
+def open_webui_corrections(workers: list[Served], user: str) -> None:
+    """What a person corrects in Open WebUI with its defaults, which send no chat id (its
+    X-OpenWebUI-Chat-Id goes only with ENABLE_FORWARD_USER_INFO_HEADERS, off by default) and no
+    greeting, but always the whole chat: the first message edited and sent again, the first
+    exchange deleted, the last exchange deleted and something else said, the last message edited
+    and sent again, and new chats beside the old one."""
+    home = workers[0]
+    key = home.signup(user)
+    sdks = [client(w, key) for w in workers]
+    sent = [0]
+
+    def ask(messages: list[dict]) -> tuple[str, dict]:
+        sent[0] += 1
+        sdk = sdks[sent[0] % len(sdks)]
+        events = list(
+            sdk.chat.completions.create(model="siliconfriend", messages=messages, stream=True, tools=OWUI_TOOLS)
+        )
+        reply = "".join(e.choices[0].delta.content or "" for e in events if e.choices)
+        return reply, [e for e in events if e.choices][-1].model_extra["siliconfriend"]
+
+    def message(chat: list[dict], text: str) -> dict:
+        chat.append({"role": "user", "content": text})
+        reply, ext = ask(chat)
+        chat.append({"role": "assistant", "content": reply})
+        return ext
+
+    def pairs(*chats: list[dict]) -> list[tuple[str, str]]:
+        return [(c[i]["content"], c[i + 1]["content"]) for c in chats for i in range(0, len(c) - 1, 2)]
+
+    # the first message, edited and sent again: a branch from the chat's start (no history)
+    chat: list[dict] = []
+    message(chat, "My dog is called Biscuit.")
+    chat.clear()
+    ext = message(chat, "My dog is called Biscuit Jr.")
+    assert ext["supersedes"] and active(home, user) == pairs(chat)
+    assert why(home, user) == {"My dog is called Biscuit.": "edited"}
+    for text in ("He is a beagle.", "I live in Leeds.", "He likes long walks."):
+        message(chat, text)
+    # the first exchange deleted: the app sends the chat from its start, so it is gone
+    del chat[0:2]
+    message(chat, "I walk him by the river.")
+    assert active(home, user) == pairs(chat)
+    assert why(home, user)["My dog is called Biscuit Jr."] == "deleted"
+    # the last exchange deleted, then something else said: deleted, and a new turn
+    del chat[-2:]
+    ext = message(chat, "What should I cook tonight?")
+    assert not ext["supersedes"] and active(home, user) == pairs(chat)
+    assert why(home, user)["I walk him by the river."] == "deleted"
+    # the last message edited and sent again (a branch): edited
+    chat[-2:] = []
+    ext = message(chat, "What should I cook for dinner tonight?")
+    assert ext["supersedes"] and active(home, user) == pairs(chat)
+    assert why(home, user)["What should I cook tonight?"] == "edited"
+    # a new chat of one exchange, then another new chat: neither is an edit of the one before
+    other: list[dict] = []
+    message(other, "Tell me a joke about penguins.")
+    third: list[dict] = []
+    ext = message(third, "I had a long day at work.")
+    assert not ext["supersedes"] and not ext["regenerated"]
+    assert sorted(active(home, user)) == sorted(pairs(chat, other, third))
+    # a new chat that opens as the long one did, a little reworded: a new chat, the old one stays
+    fourth: list[dict] = []
+    message(fourth, "My dog is called Biscuit!")
+    assert sorted(active(home, user)) == sorted(pairs(chat, other, third, fourth))
+    assert set(why(home, user)) == {
+        "My dog is called Biscuit.",
+        "My dog is called Biscuit Jr.",
+        "I walk him by the river.",
+        "What should I cook tonight?",
+    }
+
+
+__all__ = [
+    "sillytavern_session",
+    "open_webui_session",
+    "open_webui_corrections",
+    "SillyTavernChat",
+    "active",
+    "why",
+    "turns",
+]

@@ -9,7 +9,16 @@ import httpx
 import openai
 import pytest
 from api_helpers import client
-from app_sessions import GREETING, SillyTavernChat, active, open_webui_session, sillytavern_session, turns, why
+from app_sessions import (
+    GREETING,
+    SillyTavernChat,
+    active,
+    open_webui_corrections,
+    open_webui_session,
+    sillytavern_session,
+    turns,
+    why,
+)
 from frontend_requests import ST_HEADERS, sillytavern, st_body
 
 
@@ -19,6 +28,10 @@ def test_a_sillytavern_evening(served):
 
 def test_an_open_webui_evening_with_its_builtin_tools(served):
     open_webui_session([served], "oli")
+
+
+def test_open_webui_corrections_without_a_chat_id(served):
+    open_webui_corrections([served], "oc")
 
 
 def test_two_chats_without_ids_are_told_apart(served):

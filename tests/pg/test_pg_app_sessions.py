@@ -12,7 +12,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "api"))  # the API tests' helpers
 
 from api_helpers import Clock, serve_api  # noqa: E402
-from app_sessions import open_webui_session, sillytavern_session  # noqa: E402
+from app_sessions import open_webui_corrections, open_webui_session, sillytavern_session  # noqa: E402
 
 from memory.bank import MemoryBank  # noqa: E402
 from memory.stores.postgres import PostgresStores  # noqa: E402
@@ -32,6 +32,7 @@ def test_two_workers_follow_sillytavern_and_open_webui(tmp_path, pg_url, e5_embe
         served = [w for w, _ in workers]
         sillytavern_session(served, "pia")
         open_webui_session(served, "oda")
+        open_webui_corrections(served, "ocp")
     finally:
         for _, stop in workers:
             stop()
