@@ -19,6 +19,7 @@ from siliconfriend.backends.hf.chat import HFLocalChat, _until_stop, load_causal
 from siliconfriend.backends.hf.loader import (
     PRESETS,
     _load_source,
+    pick_device,
     gguf_plain_folder,
     needs_remote_code,
     pick_dtype,
@@ -197,7 +198,7 @@ def test_the_companion_opens_with_the_system_prompt_the_adapter_was_trained_with
 def test_load_causal_lm_for_reuse(tiny):
     model, tokenizer, resolved = load_causal_lm(str(tiny["qwen"]), preset="qwen")
     assert resolved == str(tiny["qwen"])
-    assert not model.training and model.dtype == pick_dtype("cpu")
+    assert not model.training and model.dtype == pick_dtype(pick_device())  # bf16 on a GPU, fp32 on CPU
     assert tokenizer.pad_token_id == 2
 
 
