@@ -315,6 +315,19 @@ def app_of(headers: Mapping[str, str], fields: Mapping[str, Any]) -> str:
     return ""
 
 
+# Open WebUI sends its chat whole (the branch the person sees) with every request; only its
+# context compaction (ENABLE_CONTEXT_COMPACTION, off by default) leaves the older messages out,
+# and then their summary opens with this in the system message
+_OWUI_SUMMARY = "[conversation summary]"
+
+
+def sends_whole_chat(app: str, system: Sequence[str]) -> bool:
+    """Whether a request from ``app`` (``app_of``), with these system messages, shows its chat from
+    the start: an exchange it lacks before the first one it shares with the stored chat was
+    deleted by the person, not left out to fit the model's context."""
+    return app == "Open WebUI" and not any(_OWUI_SUMMARY in fold(t) for t in system)
+
+
 # -- what the person said -------------------------------------------------------------------------
 @dataclass
 class Said:
@@ -415,6 +428,7 @@ def person_words(content: Any) -> Said:
 
 __all__ = [
     "app_of",
+    "sends_whole_chat",
     "OPEN_WEBUI_TOOLS",
     "TASK_PROMPTS",
     "TaskPrompt",

@@ -29,7 +29,7 @@ from ..core.known import known
 from ..core.memory_view import memory_id as parse_memory_id
 from ..core.memory_view import search as search_memories
 from ..core.memory_view import shown
-from .frontends import Task, app_of, fold, person_words, task_of
+from .frontends import Task, app_of, fold, person_words, sends_whole_chat, task_of
 from .keys import KeyLimiter, LoginStyleLimiter, RateLimited
 from .resent import Change, Placed, place
 
@@ -123,6 +123,11 @@ class ChatTurn:
 
 
 ROLES = ("system", "developer", "user", "assistant", "tool", "function")
+
+
+def system_texts(messages: Sequence[dict]) -> list[str]:
+    """The request's system (and developer) messages, whole."""
+    return [content_text(m.get("content")) for m in messages if m.get("role") in ("system", "developer")]
 
 
 def read_items(messages: Sequence[dict]) -> list[tuple[str, Any]]:
@@ -353,8 +358,7 @@ class ApiService:
                 turn.history,
                 self.now().date(),
                 chat=switches.chat,
-                # the greeting shows the chat's start; Open WebUI always sends the whole chat
-                whole=turn.greeted or switches.app == "Open WebUI",
+                whole=turn.greeted or sends_whole_chat(switches.app, system_texts(messages)),
                 streaming=self._streaming(user),
             )
             if placed.echo:  # the companion's own words sent back (an app's classifier): not a turn

@@ -353,6 +353,11 @@ def open_webui_corrections(workers: list[Served], user: str) -> None:
     fourth: list[dict] = []
     message(fourth, "My dog is called Biscuit!")
     assert sorted(active(home, user)) == sorted(pairs(chat, other, third, fourth))
+    # its context compaction (off by default) sends the older messages as a summary: none is deleted
+    compacted = [{"role": "system", "content": "[CONVERSATION SUMMARY]\nThe user has a beagle."}, *chat[-2:]]
+    message(compacted, "Good night, talk tomorrow!")
+    chat += compacted[-2:]
+    assert sorted(active(home, user)) == sorted(pairs(chat, other, third, fourth))
     assert set(why(home, user)) == {
         "My dog is called Biscuit.",
         "My dog is called Biscuit Jr.",
