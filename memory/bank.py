@@ -199,7 +199,7 @@ class MemoryBank:
         return store
 
     def _reembed_if_needed(self, store: UserStore) -> None:
-        stored = store.get_meta("embedder")
+        stored = store.meta().get("embedder")
         if stored == self.vectors_id:
             return
         total = store.count()
@@ -208,9 +208,10 @@ class MemoryBank:
                 "memories of %s were embedded as %s; re-embedding %d as %s", store.user, stored, total, self.vectors_id
             )
             bar = self.progress(total=total, desc="re-embedding", unit="memory") if self.progress else None
-            for batch in store.iter_texts():
-                turns = [(rid, query or text) for rid, kind, text, query in batch if kind == Kind.TURN]
-                others = [(rid, text) for rid, kind, text, _ in batch if kind != Kind.TURN]
+            for rows in store.iter_rows():
+                batch = [rec for rec, _, _ in rows]
+                turns = [(r.stored_id, r.query or r.text) for r in batch if r.kind == Kind.TURN]
+                others = [(r.stored_id, r.text) for r in batch if r.kind != Kind.TURN]
                 if turns:
                     store.set_vectors([t[0] for t in turns], embed_turns(self.embedder, [t[1] for t in turns]))
                     # the reply vectors are redone by the reply worker, once the user is open
@@ -240,7 +241,7 @@ class MemoryBank:
 
     def user_meta(self, user: str, key: str) -> str | None:
         """A small value the app keeps with a user's memories (shared by every process)."""
-        return self.user_store(user).get_meta(key)
+        return self.user_store(user).meta().get(key)
 
     def set_user_meta(self, user: str, key: str, value: str) -> None:
         self.user_store(user).set_meta(key, value)
@@ -502,7 +503,7 @@ class MemoryBank:
 
     # -- reading ------------------------------------------------------------------------------
     def get(self, user: str, memory_id: int) -> MemoryRecord:
-        rec = self.user_store(user).get(int(memory_id))
+        rec = self.user_store(user).get_many([int(memory_id)]).get(int(memory_id))
         if rec is None:
             raise UnknownMemory(NO_MEMORY(id=str(memory_id)))
         return rec
@@ -591,7 +592,7 @@ class MemoryBank:
         learned (``EbbinghausPolicy.adapted``; kept in the user's meta, shared by every process)."""
         found = self._policies.get(user)
         if found is None:
-            raw = self.user_store(user).get_meta(PACES_META)
+            raw = self.user_store(user).meta().get(PACES_META)
             found = self._policies[user] = self.policy.adapted(json.loads(raw) if raw else {})
         return found
 

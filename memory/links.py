@@ -100,7 +100,7 @@ def write_summary(store: UserStore, summary: MemoryRecord, tokenizer: Tokenizer)
 def backfill(store: UserStore, tokenizer: Tokenizer, *, again: bool = False) -> None:
     """Every memory's links written (a store made before there were any): once per store, marked
     in its ``links`` meta; ``again``: whatever the meta says (memories written around the bank)."""
-    if store.get_meta("links") == LINKS_VERSION and not again:
+    if store.meta().get("links") == LINKS_VERSION and not again:
         return
     records = store.records(extra=False)
     turns = [r for r in records if r.kind == Kind.TURN]

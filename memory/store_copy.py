@@ -29,7 +29,7 @@ def copy_user(source: MemoryBank, target: MemoryBank, user: str) -> str:
         target.delete_user(user)  # an earlier, interrupted copy
     src = source.user_store(user)
     dst = target.user_store(user)  # opened empty: nothing to re-embed
-    for key, value in src.all_meta().items():
+    for key, value in src.meta().items():
         dst.set_meta(key, value)
     for batch in src.iter_rows():
         records = [rec for rec, _, _ in batch]

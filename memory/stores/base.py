@@ -289,53 +289,39 @@ def term_counts(tokenizer: Tokenizer, kind: Kind, text: str, day: date) -> tuple
 
 
 class UserStore(Protocol):
-    """All memories of one user: records in and out, forgetting's state, the two searches and
-    the pool a retrieval reads. How fast each is, is the engine's business: nothing here
-    depends on how it stores or searches."""
+    """All memories of one user: records in and out, forgetting's state, the links, the two
+    searches and the pool a retrieval reads. How fast each is, is the engine's business: nothing
+    here depends on how it stores or searches. (What a caller makes of these, such as one record
+    by id, is its own: ``get_many([rid])``.)"""
 
-    @property
-    def user(self) -> str: ...
-    @property
-    def dim(self) -> int: ...
+    user: str
+    dim: int
 
-    # -- records in
+    # -- records in (each one transaction)
     def insert(
         self, records: Sequence[MemoryRecord], vectors: np.ndarray | None, *, keep_ids: bool = False
     ) -> list[MemoryRecord]:
-        """The records stored, with their new ids: a turn goes at its position or, where that is
-        lower, at the day's next free place, settled in the write's transaction (each turn of a
-        batch after the one before it). ``keep_ids``: ids and places kept as they are (a copy)."""
-        ...
+        """The records stored, with their new ids: a turn at its position or, where that is lower,
+        at the day's next free place (each turn of a batch after the one before it). ``keep_ids``:
+        ids and places kept (a copy)."""
 
     def replace_text(self, rid: int, text: str, vector: np.ndarray | None, **fields: Any) -> None: ...
     def set_pinned(self, rid: int, pinned: bool) -> bool: ...
+    def set_vectors(self, ids: Sequence[int], vectors: np.ndarray, *, column: str = "vector") -> None:
+        """``column``: one of ``VECTOR_COLUMNS``."""
+
+    def clear_reply_vectors(self, ids: Sequence[int]) -> None: ...
     def delete(self, ids: Sequence[int]) -> int:
-        """The memories gone: their rows, lexical entries and vectors (the bank's ``delete`` also
-        drops what other records copied of them and calls ``erase``)."""
-        ...
+        """Rows, lexical entries and vectors gone (the bank also calls the next two)."""
 
     def drop_references(self, ids: Sequence[int], keys: Sequence[str]) -> int:
-        """Every memory's extra fields without the entries that name one of ``ids`` (an object with
-        that "id") in its lists at ``keys`` (what a turn's prompt held: the memories used, today's
-        lines, each with its text); how many memories were rewritten."""
-        ...
+        """Every memory's extra fields without the entries ``{"id": n, ...}`` naming one of ``ids``
+        in its lists at ``keys``; how many memories were rewritten."""
 
     def erase(self) -> None:
-        """What the engine itself keeps of deleted or rewritten rows, erased, so that their words
-        are nowhere in the store's files (SQLite: the lexical table's old segments, the
-        write-ahead log); nothing where the database server keeps them out of reach of the app."""
-        ...
-
-    def set_vectors(self, ids: Sequence[int], vectors: np.ndarray, *, column: str = "vector") -> None:
-        """Stored vectors for memories: ``column`` one of ``VECTOR_COLUMNS``."""
-        ...
-
-    def clear_reply_vectors(self, ids: Sequence[int]) -> None:
-        """Reply vectors to be made again (by another embedder)."""
-        ...
+        """What the engine keeps of deleted rows (old segments, a log) erased where it can be."""
 
     # -- records out
-    def get(self, rid: int) -> MemoryRecord | None: ...
     def get_many(self, ids: Iterable[int]) -> dict[int, MemoryRecord]: ...
     def records(
         self,
@@ -349,40 +335,30 @@ class UserStore(Protocol):
         newest_first: bool = False,
         extra: bool = True,
     ) -> list[MemoryRecord]:
-        """Memories by kind, state and days, in order (``newest_first``: the other way). ``extra``
-        False: each record's ``extra`` is left empty (a read that never uses it: a turn's fields
-        hold what its prompt held, most of its row)."""
-        ...
-
-    def extra_at(self, ids: Sequence[int], path: Sequence[str]) -> dict[int, str]:
-        """The text that each of ``ids``' extra fields holds at ``path`` (a key, then a key
-        within it...), for the memories that hold a text there."""
-        ...
+        """In (day, kind, position, id) order (``newest_first``: reversed); ``extra`` False: each
+        record's extra fields left empty (a read that never uses them)."""
 
     def count(self, *, kind: Kind | None = None, state: State | None = None) -> int: ...
     def days(self) -> list[date]: ...
+    def extra_at(self, ids: Sequence[int], path: Sequence[str]) -> dict[int, str]:
+        """The text at ``path`` (key, key within it...) of the extra fields of ``ids``, where one is."""
+
     def vectors(self, ids: Sequence[int]) -> tuple[np.ndarray, np.ndarray]:
-        """The stored vectors of ``ids``, in their order: (own, reply), zeros where one is none."""
-        ...
+        """(own, reply) of ``ids``, in their order: zeros where one is none."""
 
     def replies_pending(self, limit: int = 10_000) -> list[tuple[int, str]]:
         """(id, reply) of turns whose reply has no vector yet, oldest first."""
-        ...
 
-    def iter_rows(
-        self, batch: int = 1000
-    ) -> Iterator[list[tuple[MemoryRecord, np.ndarray | None, np.ndarray | None]]]: ...
-    def iter_texts(self, batch: int = 256) -> Iterator[list[tuple[int, Kind, str, str | None]]]: ...
+    def iter_rows(self, batch: int = 1000) -> Iterator[list[tuple[MemoryRecord, np.ndarray | None, np.ndarray | None]]]:
+        """Every memory with its (own, reply) vectors, in id order, ``batch`` at a time."""
 
     # -- forgetting's state
     def update_forgetting(
         self, records: Iterable[MemoryRecord], *, read: Mapping[int, MemoryRecord] | None = None
     ) -> list[int]:
-        """Strength / recall fields after reinforcement. ``read``: the records they were worked
-        out from, as read before (by id); a memory recalled again since (its recall count is no
-        longer ``read``'s) or gone is left as it is, and the ids left are returned, for the
-        caller to read again: no recall is lost to another one at the same moment."""
-        ...
+        """Strength and recall fields written; where ``read`` (the records they were worked out
+        from) no longer matches the row (recalled again meanwhile, or gone), the row is left as it
+        is and its id returned, for the caller to read again: no recall is lost."""
 
     def set_state(self, ids: Sequence[int], state: State, when: datetime | None = None) -> int: ...
 
@@ -394,69 +370,47 @@ class UserStore(Protocol):
         kind: str = "",
         links: Sequence[Link] = (),
     ) -> None:
-        """In one write: each memory's entities (``mentions``), replacing those it had; and the
-        edges of ``kind`` from the memories ``ids`` replaced by ``links`` (theirs: an edge between
-        two memories, either way round, is one). What names a memory that is not there is left
-        out."""
-        ...
+        """Each memory's entities (``mentions``) replaced, and the edges of ``kind`` from ``ids``
+        replaced by ``links`` (an edge is one either way round); what names no memory left out."""
 
     def links(self, ids: Sequence[int], *, max_share: float, limit: int) -> list[Edge]:
-        """The edges of the memories ``ids`` to others, in both directions: the written ones,
-        and an entity's to the other memories that name it, weighed by its rarity; an entity
-        named by more than ``max_share`` of the user's memories links nothing. At most ``limit``
-        edges a memory asked about, the heaviest first."""
-        ...
+        """Edges of ``ids`` both ways: the written ones, and each entity's (by rarity, none where
+        more than ``max_share`` of the memories name it); at most ``limit`` a memory, heaviest first."""
 
     def entity_counts(self, limit: int = 50) -> list[tuple[Mention, int]]:
-        """The entities the user's active memories name, each with how many name it, most named
-        first (ties by key): who and what fill a life, for a reader of it."""
-        ...
+        """The entities active memories name, with how many name each, most named first."""
 
     # -- searches (both tiers: retrieval tells active and archived apart)
     def dense(
         self, query: np.ndarray, k: int, *, distinct: int | None = None, helpers: Executor | None = None
     ) -> list[SearchHit]:
-        """The ``k`` vectors closest to ``query`` (a memory's own and turns' replies), best first.
-        ``distinct``: the caller reads the hits only until it has found that many distinct
-        memories, so a store may leave out a hit of a side past that side's ``distinct``-th.
-        ``helpers``: idle threads the store may share the search with; the hits are the same."""
-        ...
+        """The ``k`` vectors (own and replies') closest to ``query``, best first; a hit of a side
+        past its ``distinct``-th memory may be left out; ``helpers``: idle threads to share with."""
 
     def lexical(self, terms: Sequence[str], limit: int) -> list[SearchHit]:
         """The best ``limit`` memories sharing a term with ``terms`` by BM25 (``memory/bm25.py``)."""
-        ...
 
     def documents_with(self, terms: Sequence[str]) -> tuple[int, list[int]]:
-        """How many memories the lexical side holds, and how many of them hold each of ``terms``
-        (the document frequencies behind ``lexical``'s BM25)."""
-        ...
+        """How many memories the lexical side holds, and how many hold each of ``terms``."""
 
     def pool(self, ids: Iterable[int], cues: Callable[[], np.ndarray]) -> PoolRows:
-        """The memories of ``ids`` that exist, the turns of either tier next to each turn among
-        them (same day, position - 1 and + 1) as places only, and the cosines of all of them with
-        ``cues()`` (unit vectors, one a row): a retrieval's candidates and their neighbours.
-        ``cues`` may wait until the query is embedded: a store reads what needs no cue first."""
-        ...
+        """The memories of ``ids``, the turns beside each turn among them (as places), and their
+        cosines with ``cues()`` (which may wait for the query's embedding: read the rest first)."""
 
     # -- meta and upkeep
-    def get_meta(self, key: str) -> str | None: ...
+    def meta(self) -> dict[str, str]: ...
     def set_meta(self, key: str, value: str) -> None: ...
-    def all_meta(self) -> dict[str, str]: ...
     def sync(self) -> None:
         """After writes: the dense index catches up with them."""
-        ...
 
     def flush(self) -> None:
-        """Save what the process keeps of the index (nothing where the database holds it)."""
-        ...
+        """What the process keeps of the index saved (nothing where the database holds it)."""
 
     def settle(self) -> None:
-        """Wait for what the store builds in the background (nothing where it builds nothing)."""
-        ...
+        """What the store builds in the background waited for."""
 
     def tidy(self) -> None:
-        """Upkeep off a turn's clock, after the reply worker stored a user's reply vectors."""
-        ...
+        """Upkeep off a turn's clock (after the reply worker's writes)."""
 
     def close(self, *, save: bool = True) -> None: ...
 

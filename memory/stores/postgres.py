@@ -69,6 +69,7 @@ from .base import (
 from .pg_db import Database, one
 from .pg_hnsw import HNSW_EF_SEARCH, HNSW_MIN, HnswIndexes
 from .pg_postings import NO_POSTINGS, PostingsCache, bm25_top, unpack
+from .record_reads import RecordReads
 
 log = logging.getLogger(__name__)
 
@@ -120,7 +121,7 @@ def as_vector_value(value) -> np.ndarray | None:
     return np.asarray(value, dtype=np.float32)
 
 
-class PgUserStore:
+class PgUserStore(RecordReads):
     """All memories of one user in the shared database (the ``base.UserStore`` interface)."""
 
     def __init__(self, stores: "PostgresStores", user: str, dim: int):
@@ -211,11 +212,7 @@ class PgUserStore:
         except Exception as exc:  # noqa: BLE001 - still searched where it waits; moved at the next open
             log.warning("own vectors of %s left waiting for the graph: %s", self.user, exc)
 
-    def get_meta(self, key: str) -> str | None:
-        row = self.db.fetchone("SELECT value FROM mem_meta WHERE owner = %s AND key = %s", (self.user, key))
-        return row[0] if row else None
-
-    def all_meta(self) -> dict[str, str]:
+    def meta(self) -> dict[str, str]:
         return dict(self.db.fetchall("SELECT key, value FROM mem_meta WHERE owner = %s", (self.user,)))
 
     def set_meta(self, key: str, value: str) -> None:
@@ -623,30 +620,35 @@ class PgUserStore:
             )
         ]
 
-    # -- reads --------------------------------------------------------------------------------
+    # -- reads (``record_reads.RecordReads``: get, get_many, records, count) -------------------
+    ORDER = 'day, kind COLLATE "C", position, id'
+    ORDER_NEWEST = 'day DESC, kind COLLATE "C", position DESC, id DESC'
+
     def _select(
-        self,
-        where: str = "true",
-        params: Sequence = (),
-        order: str = "day, kind, position, id",
-        limit: int | None = None,
-        offset: int = 0,
-        columns: str = _COLUMNS,
+        self, where: str, params: Sequence, order: str = "", limit: int | None = None, offset: int = 0, *, extra=True
     ) -> list[MemoryRecord]:
-        query = f"SELECT {columns} FROM {_MEMORY_ROWS} WHERE owner = %s AND ({where}) ORDER BY {order}"
+        columns = _COLUMNS if extra else _COLUMNS_BUT_EXTRA
+        query = f"SELECT {columns} FROM {_MEMORY_ROWS} WHERE owner = %s AND ({where}) ORDER BY {order or self.ORDER}"
         if limit is not None:
             query += f" LIMIT {int(limit)} OFFSET {int(offset)}"
         return [record_from_row(self.user, r) for r in self.db.fetchall(query, (self.user, *params))]
 
-    def get(self, rid: int) -> MemoryRecord | None:
-        found = self._select("id = %s", (int(rid),))
-        return found[0] if found else None
+    def _count_where(self, where: str, params: Sequence) -> int:
+        return int(
+            one(
+                self.db.fetchone(f"SELECT count(*) FROM memories WHERE owner = %s AND ({where})", (self.user, *params))
+            )[0]
+        )
 
-    def get_many(self, ids: Iterable[int]) -> dict[int, MemoryRecord]:
-        ids = list(dict.fromkeys(int(i) for i in ids))
-        if not ids:
-            return {}
-        return {r.stored_id: r for r in self._select("id = ANY(%s)", (ids,))}
+    def _is(self, column: str, value: object) -> tuple[str, list]:
+        if column == "kind":
+            # written out, so that the planner sees a summary's kind is not a turn's and reads the
+            # summaries' own index (migration 9); a kind's value is a plain word
+            return f"kind = '{Kind(value).value}'", []
+        return f"{column} = %s", [value]
+
+    def _one_of(self, column: str, values: Sequence) -> tuple[str, list]:
+        return f"{column} = ANY(%s)", [list(values)]
 
     def extra_at(self, ids: Sequence[int], path: Sequence[str]) -> dict[int, str]:
         ids = list(dict.fromkeys(int(i) for i in ids))
@@ -658,67 +660,23 @@ class PgUserStore:
         )
         return {int(r[0]): r[1] for r in rows if r[2] == "string"}
 
-    def records(
-        self,
-        *,
-        kind: Kind | None = None,
-        state: State | None = None,
-        day: date | None = None,
-        days: Sequence[date] | None = None,
-        limit: int | None = None,
-        offset: int = 0,
-        newest_first: bool = False,
-        extra: bool = True,
-    ) -> list[MemoryRecord]:
-        clauses: list[str] = []
-        params: list[object] = []
-        if kind is not None:
-            # written out, so that the planner sees a summary's kind is not a turn's and reads the
-            # summaries' own index (migration 9); a kind's value is a plain word
-            clauses.append(f"kind = '{Kind(kind).value}'")
-        if state is not None:
-            clauses.append("state = %s")
-            params.append(state.value)
-        if day is not None:
-            days = [day]
-        if days is not None:
-            clauses.append("day = ANY(%s)")
-            params.append(list(days))
-        order = (
-            'day DESC, kind COLLATE "C", position DESC, id DESC'
-            if newest_first
-            else 'day, kind COLLATE "C", position, id'
-        )
+    def _days_turns(self, where: str, params: Sequence, order: str, *, extra: bool) -> list[MemoryRecord]:
         columns = _COLUMNS if extra else _COLUMNS_BUT_EXTRA
-        if kind == Kind.TURN and days is not None and len(days) == 1 and limit is None:
-            # one day's turns (a chat turn reads today's): the vectors of the latest come with the
-            # rows read anyway, for the conversation's cue, which asks for them next on this thread
-            # (``vectors``: a round trip fewer before the reply). Only the latest: the
-            # whole day's made a long day's turns slower and slower (docs/benchmarks.md)
-            latest = "row_number() OVER (ORDER BY position DESC, id DESC) <= %s"
-            rows = self.db.fetchall(
-                f"SELECT {columns}, CASE WHEN {latest} THEN vector_send({_OWN}) END,"
-                f" CASE WHEN {latest} THEN vector_send(reply_embedding) END, {latest} FROM {_MEMORY_ROWS}"
-                f" WHERE owner = %s AND ({' AND '.join(clauses)}) ORDER BY {order}",
-                (*[_READ_AHEAD_TURNS] * 3, self.user, *params),
-                binary=True,
-            )
-            ahead = {int(r[0]): (r[-3], r[-2]) for r in rows if r[-1]}
-            self._read_ahead.kept = (time.monotonic(), self._writes, ahead)
-            return [record_from_row(self.user, r[:-3]) for r in rows]
-        return self._select(" AND ".join(clauses) or "true", params, order, limit, offset, columns)
-
-    def count(self, *, kind: Kind | None = None, state: State | None = None) -> int:
-        clauses, params = [], [self.user]
-        if kind is not None:
-            # written out, so that the planner sees a summary's kind is not a turn's and reads the
-            # summaries' own index (migration 9); a kind's value is a plain word
-            clauses.append(f"kind = '{Kind(kind).value}'")
-        if state is not None:
-            clauses.append("state = %s")
-            params.append(state.value)
-        where = "".join(f" AND {c}" for c in clauses)
-        return int(one(self.db.fetchone(f"SELECT count(*) FROM memories WHERE owner = %s{where}", params))[0])
+        # one day's turns (a chat turn reads today's): the vectors of the latest come with the
+        # rows read anyway, for the conversation's cue, which asks for them next on this thread
+        # (``vectors``: a round trip fewer before the reply). Only the latest: the
+        # whole day's made a long day's turns slower and slower (docs/benchmarks.md)
+        latest = "row_number() OVER (ORDER BY position DESC, id DESC) <= %s"
+        rows = self.db.fetchall(
+            f"SELECT {columns}, CASE WHEN {latest} THEN vector_send({_OWN}) END,"
+            f" CASE WHEN {latest} THEN vector_send(reply_embedding) END, {latest} FROM {_MEMORY_ROWS}"
+            f" WHERE owner = %s AND ({where}) ORDER BY {order}",
+            (*[_READ_AHEAD_TURNS] * 3, self.user, *params),
+            binary=True,
+        )
+        ahead = {int(r[0]): (r[-3], r[-2]) for r in rows if r[-1]}
+        self._read_ahead.kept = (time.monotonic(), self._writes, ahead)
+        return [record_from_row(self.user, r[:-3]) for r in rows]
 
     def days(self) -> list[date]:
         return [
@@ -727,19 +685,6 @@ class PgUserStore:
                 "SELECT DISTINCT day FROM memories WHERE owner = %s AND kind = 'turn' ORDER BY day", (self.user,)
             )
         ]
-
-    def iter_texts(self, batch: int = 256) -> Iterator[list[tuple[int, Kind, str, str | None]]]:
-        """Every memory's (id, kind, text, the user's message of a turn), in batches."""
-        last = 0
-        while True:
-            rows = self.db.fetchall(
-                "SELECT id, kind, text, query FROM memories WHERE owner = %s AND id > %s ORDER BY id LIMIT %s",
-                (self.user, last, batch),
-            )
-            if not rows:
-                return
-            last = rows[-1][0]
-            yield [(r[0], Kind(r[1]), r[2], r[3]) for r in rows]
 
     def iter_rows(self, batch: int = 1000) -> Iterator[list[tuple[MemoryRecord, np.ndarray | None, np.ndarray | None]]]:
         """Every memory with its stored vectors (its own, its reply's), in id order (copying a store)."""

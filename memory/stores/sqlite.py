@@ -48,6 +48,7 @@ from .base import (
     user_key,
     without_references,
 )
+from .record_reads import RecordReads
 from .sqlite_db import connect, immediate_transaction
 from .sqlite_index import UserIndex
 from .sqlite_migrations import MIGRATIONS
@@ -96,7 +97,7 @@ def _match(terms: Sequence[str]) -> str:
     return " OR ".join('"' + t.replace('"', '""') + '"' for t in terms)
 
 
-class SqliteUserStore:
+class SqliteUserStore(RecordReads):
     """All memories of one user, in one SQLite file, and the FAISS index beside it (opened at
     its first use, once the vectors are known to be the embedder's)."""
 
@@ -205,11 +206,6 @@ class SqliteUserStore:
     def vseq(self) -> int:
         with self._lock:
             return int(self._db.execute("SELECT value FROM meta WHERE key = 'vseq'").fetchone()[0])
-
-    def get_meta(self, key: str) -> str | None:
-        with self._lock:
-            row = self._db.execute("SELECT value FROM meta WHERE key = ?", (key,)).fetchone()
-        return row[0] if row else None
 
     def set_meta(self, key: str, value: str) -> None:
         with self.transaction() as db:
@@ -429,35 +425,31 @@ class SqliteUserStore:
             ).fetchall()
         return [(r[0], r[1]) for r in rows]
 
-    # -- reads --------------------------------------------------------------------------------
+    # -- reads (``record_reads.RecordReads``: get, get_many, records, count) -------------------
+    IN_PART = 500  # SQLite takes at most 32,766 parameters a statement; a few hundred read fast
+
     def _select(
-        self,
-        where: str = "1",
-        params: Sequence = (),
-        order: str = "day, kind, position, id",
-        limit: int | None = None,
-        offset: int = 0,
-        columns: str = _COLUMNS,
+        self, where: str, params: Sequence, order: str = "", limit: int | None = None, offset: int = 0, *, extra=True
     ) -> list[MemoryRecord]:
-        sql = f"SELECT {columns} FROM memories WHERE {where} ORDER BY {order}"
+        sql = f"SELECT {_COLUMNS if extra else _COLUMNS_BUT_EXTRA} FROM memories WHERE {where} ORDER BY {order or self.ORDER}"
         if limit is not None:
             sql += f" LIMIT {int(limit)} OFFSET {int(offset)}"
         with self._lock:
             rows = self._db.execute(sql, tuple(params)).fetchall()
         return [record_from_row(self.user, r) for r in rows]
 
-    def get(self, rid: int) -> MemoryRecord | None:
-        found = self._select("id = ?", (rid,))
-        return found[0] if found else None
+    def _count_where(self, where: str, params: Sequence) -> int:
+        with self._lock:
+            return self._db.execute(f"SELECT COUNT(*) FROM memories WHERE {where}", tuple(params)).fetchone()[0]
 
-    def get_many(self, ids: Iterable[int]) -> dict[int, MemoryRecord]:
-        ids = list(dict.fromkeys(int(i) for i in ids))
-        out: dict[int, MemoryRecord] = {}
-        for start in range(0, len(ids), 500):
-            part = ids[start : start + 500]
-            for rec in self._select(f"id IN ({','.join('?' * len(part))})", part):
-                out[rec.stored_id] = rec
-        return out
+    def _is(self, column: str, value: object) -> tuple[str, list]:
+        return f"{column} = ?", [value]
+
+    def _one_of(self, column: str, values: Sequence) -> tuple[str, list]:
+        # a day is stored as its ISO text
+        return f"{column} IN ({','.join('?' * len(values))})", [
+            v.isoformat() if isinstance(v, date) else v for v in values
+        ]
 
     def extra_at(self, ids: Sequence[int], path: Sequence[str]) -> dict[int, str]:
         where = "$" + "".join(f".{json.dumps(key, ensure_ascii=False)}" for key in path)
@@ -467,47 +459,6 @@ class SqliteUserStore:
             (where,),
         )
         return {int(r[0]): r[1] for r in rows}
-
-    def records(
-        self,
-        *,
-        kind: Kind | None = None,
-        state: State | None = None,
-        day: date | None = None,
-        days: Sequence[date] | None = None,
-        limit: int | None = None,
-        offset: int = 0,
-        newest_first: bool = False,
-        extra: bool = True,
-    ) -> list[MemoryRecord]:
-        clauses, params = [], []
-        if kind is not None:
-            clauses.append("kind = ?")
-            params.append(kind.value)
-        if state is not None:
-            clauses.append("state = ?")
-            params.append(state.value)
-        if day is not None:
-            days = [day]
-        if days is not None:
-            clauses.append(f"day IN ({','.join('?' * len(days))})")
-            params += [d.isoformat() for d in days]
-        order = "day DESC, kind, position DESC, id DESC" if newest_first else "day, kind, position, id"
-        columns = _COLUMNS if extra else _COLUMNS_BUT_EXTRA
-        return self._select(" AND ".join(clauses) or "1", params, order, limit, offset, columns)
-
-    def count(self, *, kind: Kind | None = None, state: State | None = None) -> int:
-        clauses, params = [], []
-        if kind is not None:
-            clauses.append("kind = ?")
-            params.append(kind.value)
-        if state is not None:
-            clauses.append("state = ?")
-            params.append(state.value)
-        with self._lock:
-            return self._db.execute(
-                f"SELECT COUNT(*) FROM memories WHERE {' AND '.join(clauses) or '1'}", params
-            ).fetchone()[0]
 
     def days(self) -> list[date]:
         with self._lock:
@@ -564,7 +515,7 @@ class SqliteUserStore:
             top = max([top, *(r[0] for r in changed)])
         return drop, ids, blobs, now, top
 
-    def all_meta(self) -> dict[str, str]:
+    def meta(self) -> dict[str, str]:
         with self._lock:
             return dict(self._db.execute("SELECT key, value FROM meta WHERE key NOT IN ('user', 'vseq')").fetchall())
 
@@ -589,19 +540,6 @@ class SqliteUserStore:
                 for r in rows
             ]
 
-    def iter_texts(self, batch: int = 256) -> Iterator[list[tuple[int, Kind, str, str | None]]]:
-        """Every memory's (id, kind, text, the user's message of a turn), in batches."""
-        last = 0
-        while True:
-            with self._lock:
-                rows = self._db.execute(
-                    "SELECT id, kind, text, query FROM memories WHERE id > ? ORDER BY id LIMIT ?", (last, batch)
-                ).fetchall()
-            if not rows:
-                return
-            last = rows[-1][0]
-            yield [(r[0], Kind(r[1]), r[2], r[3]) for r in rows]
-
     @staticmethod
     def _places(places: Iterable[tuple[date, int]]) -> Iterator[tuple[str, list]]:
         """(condition, parameters) of look-ups of turns by their (day, position) places, 300 a
@@ -624,12 +562,12 @@ class SqliteUserStore:
             return cur.execute(sql, tuple(params)).fetchall()
 
     def _rows_in(self, sql: str, ids: Sequence[int], first: Sequence = ()) -> list[tuple]:
-        """``_rows`` of ``sql`` whose ``{ids}`` is the list of ``ids``' parameters, 500 ids a
+        """``_rows`` of ``sql`` whose ``{ids}`` is the list of ``ids``' parameters, ``IN_PART`` ids a
         statement, the statements' rows one after the other. ``first``: parameters before the
         ids' (the same in every statement)."""
         rows: list[tuple] = []
-        for start in range(0, len(ids), 500):
-            part = list(ids[start : start + 500])
+        for start in range(0, len(ids), self.IN_PART):
+            part = list(ids[start : start + self.IN_PART])
             rows += self._rows(sql.format(ids=",".join("?" * len(part))), [*first, *part])
         return rows
 
@@ -642,7 +580,7 @@ class SqliteUserStore:
         blobs: dict[int, tuple[bytes | None, bytes | None]] = {}
         n = len(MEMORY_COLUMNS)
         for values in self._rows_in(
-            f"SELECT {_COLUMNS}, vector, reply_vector FROM memories WHERE id IN ({{ids}}) ORDER BY day, kind, position, id",
+            f"SELECT {_COLUMNS}, vector, reply_vector FROM memories WHERE id IN ({{ids}}) ORDER BY {self.ORDER}",
             wanted,
         ):
             rec = record_from_row(self.user, values[:n])
@@ -653,7 +591,7 @@ class SqliteUserStore:
         for where, params in self._places(sorted(places)):
             for rid, day, position, response, vector, reply in self._rows(
                 "SELECT id, day, position, response, vector, reply_vector FROM memories"
-                f" WHERE +kind = 'turn' AND ({where}) ORDER BY day, kind, position, id",
+                f" WHERE +kind = 'turn' AND ({where}) ORDER BY {self.ORDER}",
                 params,
             ):
                 beside.append(Neighbour(rid, date.fromisoformat(day), position, bool(response.strip())))

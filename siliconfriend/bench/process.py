@@ -91,8 +91,8 @@ def _reembed(bank, opened, sample: int) -> dict:
     total = opened.count()
     step = max(1, total // sample)
     texts = []
-    for batch in opened.iter_texts(batch=512):
-        texts += [text for rid, _, text, _ in batch if rid % step == 0]
+    for batch in opened.iter_rows(batch=512):
+        texts += [rec.text for rec, _, _ in batch if rec.stored_id % step == 0]
     texts = texts[:sample]
     start = time.perf_counter()
     vecs = embed_documents(bank.embedder, texts)

@@ -214,6 +214,10 @@ def test_the_store_interface(any_bank):
     assert [r.id for r in store.records(kind=Kind.TURN, newest_first=True, limit=2)] == [ids[2], ids[1]]
     assert [r.id for r in store.records(kind=Kind.TURN, limit=2, offset=1)] == ids[1:3]
     assert store.days() == [d1, d2] and store.count(kind=Kind.TURN) == 3
+    assert store.records(days=[]) == [] and store.count(kind=Kind.TURN, state=State.ARCHIVED) == 0
+    assert [r.id for r in store.records(kind=Kind.TURN, day=d1, extra=False)] == ids[:2]  # one day's turns
+    many = [10_000 + i for i in range(1200)] + [ids[3], ids[0]]  # more ids than one statement takes
+    assert set(store.get_many(many)) == {ids[0], ids[3]} and store.get_many([]) == {}
     pool = store.pool([ids[2], ids[0], ids[3], 10_000], lambda: vecs[:1])  # the turns next to turns, not a summary's
     assert set(pool.found) == {ids[0], ids[2], ids[3]} and pool.found[ids[3]].extra == {"k": "值"}
     assert [n.id for n in pool.beside] == [ids[1]] and [
@@ -250,9 +254,8 @@ def test_the_store_interface(any_bank):
     assert store.set_pinned(ids[2], True) and store.get(ids[2]).pinned
     rows = [row for batch in store.iter_rows(batch=2) for row in batch]
     assert [r.id for r, _, _ in rows] == ids and rows[1][2] is None and rows[0][1] is not None
-    assert [t[0] for batch in store.iter_texts(batch=3) for t in batch] == ids
     store.set_meta("colour", "red")
-    assert store.get_meta("colour") == "red" and store.all_meta()["colour"] == "red"
+    assert store.meta()["colour"] == "red" and "vseq" not in store.meta()
     assert store.delete([ids[0], 10_000]) == 1 and store.count() == 3
     assert store.documents_with(["kite", "boat"]) == (3, [1, 2])
 
@@ -312,7 +315,7 @@ def test_changing_the_embedder_reembeds(open_bank, day1):
     hits = other.retrieve("amy", "my cat", day1 + timedelta(hours=1), k=1)
     assert hits[0].record.query.startswith("I adopted a cat")
     assert seen[0] == 2 and sum(seen[1:]) == 2
-    assert other.user_store("amy").get_meta("embedder") == other.vectors_id
+    assert other.user_store("amy").meta()["embedder"] == other.vectors_id
     assert other.vectors_id.startswith(minilm.id)
 
 
