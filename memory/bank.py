@@ -50,6 +50,10 @@ from .stores.base import MAX_USERNAME, Stores, UserStore, user_key
 log = logging.getLogger(__name__)
 
 PACES_META = "forgetting_paces"  # a user's learned pace per sort of memory (JSON)
+# the core tier's memories (JSON {"pinned": [ids], "confirmed": [ids]}, newest first): read at
+# every turn, so kept as ids rather than found by a scan of the user's memories
+CORE_META = "core_memories"
+CONFIRMED_KEPT = 64  # the latest memories the person confirmed that stay in the core tier
 
 __all__ = ["MAX_USERNAME", "REFERENCES", "TODAY", "USED", "ForgetDecision", "MemoryBank", "UnknownMemory", "user_key"]
 
@@ -607,6 +611,7 @@ class MemoryBank:
         *,
         read: Mapping[int, MemoryRecord] | None = None,
         gains: Mapping[int, float] | None = None,
+        competitors: Mapping[int, float] | None = None,
     ) -> list[MemoryRecord]:
         """A recall: S grows (by ``gains[id]``, relevance x confidence, else a full step) and t
         resets for each memory (those that exist); an archived memory that was recalled (a strong
@@ -614,7 +619,10 @@ class MemoryBank:
         threshold. ``read``: the memories as the caller read them, by id (a turn's retrieval):
         they are not read again, and one recalled again since then is
         (``UserStore.update_forgetting``), so no recall is lost. A recall of a memory that was
-        archived or about to be slows its sort's fading for this user (``_learn_paces``)."""
+        archived or about to be slows its sort's fading for this user (``_learn_paces``).
+        ``competitors``: memories the cue called up beside these and did not recall, by id, with
+        how close each came (0..1): with the policy's retrieval-induced forgetting on, each loses
+        strength (``ForgettingPolicy.suppress``)."""
         u = self.user_store(user)
         policy = self.policy_for(user)
         ids = list(dict.fromkeys(int(i) for i in memory_ids))
@@ -641,7 +649,21 @@ class MemoryBank:
             u.sync()
             updated.update({i: updated[i].with_(archived_at=None) for i in back})
         self._learn_paces(user, [r for r in recs.values() if r.kind == Kind.TURN and policy.at_the_edge(r, now)])
+        if competitors and getattr(policy, "competitor_loss", 0.0) > 0:
+            self._suppress(user, policy, {i: w for i, w in competitors.items() if int(i) not in updated})
         return [updated[i] for i in ids if i in updated]
+
+    def _suppress(self, user: str, policy: ForgettingPolicy, competitors: Mapping[int, float]) -> None:
+        """Retrieval-induced forgetting: the competitors of a recall lose strength (only those
+        still active: an archived one is already out of the cue's way)."""
+        u = self.user_store(user)
+        found = u.get_many([int(i) for i in competitors])
+        weakened = [
+            policy.suppress(r, competitors[i]) for i, r in found.items() if r.state == State.ACTIVE and not r.pinned
+        ]
+        changed = [r for r in weakened if r.strength != found[r.stored_id].strength]
+        if changed:
+            u.update_forgetting(changed, read=found)
 
     def _learn_paces(self, user: str, recalled: Sequence[MemoryRecord]) -> None:
         """Memories recalled after archiving or just before it: their sorts fade more slowly for
@@ -675,7 +697,47 @@ class MemoryBank:
         if back:
             u.set_state(back, State.ACTIVE)
             u.sync()
+        self._set_core(user, confirmed=[r.stored_id for r in updated])
         return [r.with_(archived_at=None) if r.stored_id in back else r for r in updated]
+
+    def core(self, user: str) -> list[MemoryRecord]:
+        """The core tier's memories that are active: the pinned ones, then those the person
+        confirmed (the latest ``CONFIRMED_KEPT``), newest first in each."""
+        ids = self._core_ids(user)
+        found = self.user_store(user).get_many([*ids["pinned"], *ids["confirmed"]]) if any(ids.values()) else {}
+        pinned = [found[i] for i in ids["pinned"] if i in found and found[i].pinned]
+        confirmed = [found[i] for i in ids["confirmed"] if i in found and not found[i].pinned]
+        return [r for r in [*pinned, *confirmed] if r.state == State.ACTIVE]
+
+    def _core_ids(self, user: str) -> dict[str, list[int]]:
+        raw = self.user_store(user).meta().get(CORE_META)
+        if raw is None:  # a store from before the list was kept: its pinned memories, once
+            pinned = [r.stored_id for r in self.user_store(user).records(extra=False) if r.pinned]
+            ids = {"pinned": pinned[::-1], "confirmed": []}
+            self.user_store(user).set_meta(CORE_META, json.dumps(ids))
+            return ids
+        data = json.loads(raw)
+        return {k: [int(i) for i in data.get(k, [])] for k in ("pinned", "confirmed")}
+
+    def _set_core(
+        self,
+        user: str,
+        *,
+        pinned: Sequence[int] = (),
+        unpinned: Sequence[int] = (),
+        confirmed: Sequence[int] = (),
+        gone: Sequence[int] = (),
+    ) -> None:
+        ids = self._core_ids(user)
+        drop = {*unpinned, *gone}
+        new = {
+            "pinned": [*pinned, *(i for i in ids["pinned"] if i not in drop and i not in pinned)],
+            "confirmed": [*confirmed, *(i for i in ids["confirmed"] if i not in gone and i not in confirmed)][
+                :CONFIRMED_KEPT
+            ],
+        }
+        if new != ids:
+            self.user_store(user).set_meta(CORE_META, json.dumps(new))
 
     def rehearse(self, user: str, day: date, now: datetime) -> list[MemoryRecord]:
         """Consolidation as rehearsal: the day's event summary reinforces the turns it draws on.
@@ -690,7 +752,17 @@ class MemoryBank:
         if summary is None or not turns:
             return []
         drawn = sorted(t.stored_id for t in links.drawn_turns(summary.text, turns, self.tokenizer))
-        return self.reinforce(user, drawn, now) if drawn else []
+        if not drawn:
+            return []
+        # the day's turns the summary called up by its words without drawing on them: competitors
+        # of the rehearsal (a share of their words in the summary), for retrieval-induced forgetting
+        said = set(self.tokenizer.tokenize(summary.text))
+        competitors = {}
+        for t in turns:
+            mine = set(self.tokenizer.tokenize(t.query or t.text))
+            if t.stored_id not in drawn and mine and mine & said:
+                competitors[t.stored_id] = len(mine & said) / len(mine)
+        return self.reinforce(user, drawn, now, competitors=competitors)
 
     def forget_pass(
         self,
@@ -725,6 +797,9 @@ class MemoryBank:
         if pinned:
             u.set_state([int(memory_id)], State.ACTIVE)
             u.sync()
+            self._set_core(user, pinned=[int(memory_id)])
+        else:
+            self._set_core(user, unpinned=[int(memory_id)])
         return self.get(user, memory_id)
 
     def archive(self, user: str, memory_id: int) -> MemoryRecord:
@@ -734,6 +809,7 @@ class MemoryBank:
         rec = self.get(user, memory_id)
         if rec.pinned:
             u.set_pinned(rec.stored_id, False)
+            self._set_core(user, unpinned=[rec.stored_id])
         u.set_state([rec.stored_id], State.ARCHIVED)
         u.sync()
         return self.get(user, memory_id)
@@ -770,6 +846,7 @@ class MemoryBank:
         u.sync()
         u.flush()  # the saved index, which held their vectors
         u.erase()
+        self._set_core(user, gone=ids)
         for hook in list(self.on_delete):
             hook(user, ids)
         return n

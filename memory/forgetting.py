@@ -47,6 +47,7 @@ class ForgettingPolicy(Protocol):
     def forget(self, rec: MemoryRecord, now: datetime, rng: random.Random) -> bool: ...
     def fades_at(self, rec: MemoryRecord) -> datetime | None: ...  # None: never (pinned)
     def validate(self, rec: MemoryRecord, now: datetime) -> MemoryRecord: ...
+    def suppress(self, rec: MemoryRecord, closeness: float) -> MemoryRecord: ...
     def at_the_edge(self, rec: MemoryRecord, now: datetime) -> bool: ...
     def paces(self) -> dict[str, float]: ...
     def adapted(self, learned: Mapping[str, float]) -> "ForgettingPolicy": ...
@@ -79,6 +80,10 @@ class EbbinghausPolicy:
         ("other", 1.0),
         ("small_talk", 1.0),
     )
+    # retrieval-induced forgetting: a memory the cue called up beside the ones recalled, but not
+    # recalled itself (a competitor), loses this share of its strength x how close it came
+    # (``suppress``); 0: off
+    competitor_loss: float = 0.0
     adapt_factor: float = 0.8  # a sort's pace after one of its memories is recalled at the edge
     adapt_floor: float = 0.25  # ... never below this share of its configured pace
 
@@ -98,6 +103,8 @@ class EbbinghausPolicy:
         unknown = {name for name, _ in self.decay} - set(CATEGORIES)
         if unknown or any(rate <= 0 for _, rate in self.decay):
             raise ValueError(f"decay paces are positive, per sort of memory among {CATEGORIES}: got {self.decay}")
+        if not 0.0 <= self.competitor_loss < 1.0:
+            raise ValueError(f"competitor_loss must be in [0, 1), got {self.competitor_loss}")
         if not 0.0 < self.adapt_factor <= 1.0 or not 0.0 < self.adapt_floor <= 1.0:
             raise ValueError("adapt_factor and adapt_floor must be in (0, 1]")
 
@@ -144,6 +151,15 @@ class EbbinghausPolicy:
             recall_count=rec.recall_count + 1,
             state=State.ACTIVE,
         )
+
+    def suppress(self, rec: MemoryRecord, closeness: float) -> MemoryRecord:
+        """``rec`` came up beside what was recalled (``closeness`` 0..1: its score beside the
+        best) and was not recalled: S x (1 - ``competitor_loss`` x closeness), never below 1; t
+        runs on (the recall of the others does not reset it). Pinned memories lose nothing."""
+        if rec.pinned or self.competitor_loss <= 0.0:
+            return rec
+        loss = self.competitor_loss * min(1.0, max(0.0, closeness))
+        return rec.with_(strength=max(1.0, rec.strength * (1.0 - loss)))
 
     def at_the_edge(self, rec: MemoryRecord, now: datetime) -> bool:
         """Whether a recall of ``rec`` now says its sort fades too fast: it was archived, or its
@@ -203,7 +219,15 @@ SHADOWS = {
     "one-threshold": "any recall brings an archived memory back",
     "paper": "the paper's law: t in days, S = 1, one pace",
 }
-_VARIED = ("threshold", "unit_days", "step", "importance_weight", "reactivate", "validation_factor")
+_VARIED = (
+    "threshold",
+    "unit_days",
+    "step",
+    "importance_weight",
+    "reactivate",
+    "validation_factor",
+    "competitor_loss",
+)
 
 
 def varied(policy: EbbinghausPolicy, spec: str) -> EbbinghausPolicy:

@@ -45,9 +45,17 @@ class Settings:
     # an archived memory is active again only when a recall lifts its retention above this
     forgetting_reactivate: float = 0.3
     validation_factor: float = 2.0  # a memory the person confirmed: S = S x this + strength_step
+    # retrieval-induced forgetting: a memory the cue called up but that was not recalled loses
+    # this share of its strength x how close it came (memory/forgetting.py); 0: off
+    retrieval_induced_forgetting: float = 0.0
     # how fast t runs for each sort of memory ("sort=pace", 1: the clock's; see memory/forgetting.py)
     forgetting_paces: tuple[str, ...] = ("people=0.04", "events=0.04", "preferences=0.25", "other=1", "small_talk=1")
     retrieval_k: int = 5  # memories put into the prompt
+    # the prompt's memory budget (tokens; less where the model's context is short: half of the
+    # prompt at most), shared between the tiers of memory (memory/tiers.py): core (pinned,
+    # confirmed, and the profile the system message carries), active, long-term, archive
+    memory_tokens: int = 1000
+    memory_tier_shares: tuple[str, ...] = ("core=0.40", "active=0.35", "long_term=0.20", "archive=0.05")
     # store: "" keeps everything in files under the home (SQLite + FAISS); postgresql://... puts
     # accounts, sessions, rate limits and every memory in that database (several workers at once)
     database_url: str = ""

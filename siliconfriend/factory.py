@@ -38,6 +38,7 @@ def build_policy(settings: Settings) -> EbbinghausPolicy:
         importance_weight=settings.importance_weight,
         reactivate=settings.forgetting_reactivate,
         validation_factor=settings.validation_factor,
+        competitor_loss=settings.retrieval_induced_forgetting,
         decay=parse_paces(settings.forgetting_paces),
     )
 

@@ -13,7 +13,7 @@ import logging
 import secrets
 import threading
 from collections import defaultdict
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import date, datetime
 from typing import Any, Callable, Iterator, Sequence
 
@@ -23,6 +23,7 @@ from memory.message import Message as Text
 from memory.records import Kind, MemoryRecord
 from memory.retrieval import Hit, TalkLine
 from memory.stores.base import StoreUnavailable
+from memory.tiers import CORE_CUE, WHY_CONFIRMED, WHY_PINNED, Line, allot, parse_shares, whole_sentences
 
 from ..backends.base import BackendError, ChatBackend, Message, Sampling, ToolCalls, takes_sampling, takes_tools
 from ..config import Settings
@@ -86,6 +87,9 @@ HISTORY_TOKENS = 1200
 # weighs little: see RetrievalConfig.talk_decay); in the API a line the store does not have is
 # embedded, so this also bounds what a long foreign history costs
 TALK_TURNS = 6
+# with retrieval-induced forgetting on, the memories the cue calls up past the prompt's that count
+# as its competitors
+COMPETITORS = 5
 # the kind of the "what I remembered" entry that lists the names a reply used that came from
 # neither the memories, the prompt nor today's talk (the model made them up)
 NOT_FROM_MEMORY = "not_from_memory"
@@ -295,6 +299,9 @@ class _Turn:
     extra: dict = field(default_factory=dict)  # kept with the stored turn
     supersedes: MemoryRecord | None = None  # an edit: this turn leaves active memory once the new one is stored
     limits: "Limits | None" = None  # the client's generation settings for this reply
+    # the memories the cue called up that did not reach the prompt, with how close each came
+    # (retrieval-induced forgetting: they lose strength when the turn's recall is done)
+    competitors: dict[int, float] = field(default_factory=dict)
     # after the message: the model's calls of the client's tools and their results, this turn's
     tail: list[Message] = field(default_factory=list)
 
@@ -322,6 +329,8 @@ class Companion:
         self.max_new_tokens = settings.max_new_tokens
         self.prompt_budget = prompt_budget
         self.history_turns = history_turns
+        self.tier_shares = parse_shares(settings.memory_tier_shares)
+        self.memory_tokens = settings.memory_tokens
         self.consolidator = consolidator or Consolidator(
             bank,
             backend,
@@ -581,10 +590,15 @@ class Companion:
         tokenizer = self.bank.tokenizer
         confirmed = self._confirmed(turn, result)
         # the memories as the retrieval read them: not read again (one recalled since is)
-        read = {h.record.stored_id: h.record for h in result.used if h.record.stored_id not in confirmed}
+        # a core memory is in every prompt: it counts as recalled only when the reply used it
+        reply_words = words(tokenizer, result.reply)
+        recalled = [h for h in result.used if h.cue != CORE_CUE or reply_uses(tokenizer, h.record, reply_words)]
+        read = {h.record.stored_id: h.record for h in recalled if h.record.stored_id not in confirmed}
         if read:
-            gains = recall_gains(tokenizer, [(h.record, h.score) for h in result.used], result.reply)
-            self.bank.reinforce(turn.user, list(read), turn.now, read=read, gains=gains)
+            best = max((h.score for h in recalled), default=0.0)
+            scored = [(h.record, best if h.cue == CORE_CUE else h.score) for h in recalled]
+            gains = recall_gains(tokenizer, scored, result.reply)
+            self.bank.reinforce(turn.user, list(read), turn.now, read=read, gains=gains, competitors=turn.competitors)
         if confirmed:
             self.bank.validate(turn.user, sorted(confirmed), turn.now)
 
@@ -661,19 +675,28 @@ class Companion:
             exclude.add(turn.supersedes.id)
         k = self.bank.retrieval_config.k
         query = cue_text(turn.text)
-        hits = [
+        rivals = COMPETITORS if getattr(self.bank.policy_for(turn.user), "competitor_loss", 0.0) > 0 else 0
+        found = [
             h
-            for h in self.bank.retrieve(turn.user, query, turn.now, k=k + len(exclude), talk=self._talk(turn))
+            for h in self.bank.retrieve(turn.user, query, turn.now, k=k + rivals + len(exclude), talk=self._talk(turn))
             if h.record.id not in exclude
-        ][:k]
+        ]
+        hits = found[:k]
         if turn.given_history is not None:
             pairs = turn.given_history[self._window(turn.given_history, turn.backend) :]
         else:
             pairs = self._pairs(turn.history, prompts, turn.backend)
+        values = self.meta_values(turn.user, turn.now, prompts, turn.backend, persona=turn.persona)
+        hits, lines = self._tiered(turn, hits, exclude, values, prompts)
+        best = max((h.score for h in found), default=0.0)
+        placed = {h.record.id for h in hits}
+        turn.competitors = {
+            h.record.stored_id: h.score / best for h in found if h.record.id not in placed and best > 0 and h.score > 0
+        }
         fitted = fit_chat(
             prompts,
-            self.meta_values(turn.user, turn.now, prompts, turn.backend, persona=turn.persona),
-            [self.memory_line(h.record, prompts) for h in hits],
+            values,
+            lines,
             pairs,
             turn.shown or turn.text,
             budget=self._budget(turn.backend),
@@ -690,6 +713,47 @@ class Companion:
         else:
             today = turn.history[len(turn.history) - len(kept) :] if kept else []
         return fitted.messages, hits[: fitted.kept_memories], today
+
+    def _tiered(
+        self, turn: _Turn, hits: list[Hit], exclude: set, values: dict[str, str], prompts: PromptSet
+    ) -> tuple[list[Hit], list[str]]:
+        """The memories of the prompt by tier (``memory/tiers.py``): the core's (pinned and
+        confirmed memories, always there; those the cue found too keep their place and scores),
+        then the cue's, each tier within its share of the memory budget, a memory that does not
+        fit whole shortened to whole sentences. The profile in the system message is the core's
+        too: its tokens come out of the core's share."""
+        count = turn.backend.count_tokens
+        core = {r.stored_id: r for r in self.bank.core(turn.user) if r.id not in exclude}
+        policy = self.bank.policy_for(turn.user)
+
+        def why(rec: MemoryRecord) -> str:
+            return WHY_PINNED() if rec.pinned else WHY_CONFIRMED()
+
+        found = [
+            replace(h, tier="core", reasons=[*h.reasons, why(h.record)]) if h.record.id in core else h for h in hits
+        ]
+        retrieved = {h.record.id for h in found}
+        nothing = prompts.fragment("nothing_yet")
+        for rec in core.values():
+            if rec.id not in retrieved:
+                found.append(
+                    Hit(
+                        rec,
+                        0.0,
+                        retention=policy.retention(rec, turn.now),
+                        reasons=[why(rec)],
+                        cue=CORE_CUE,
+                        tier="core",
+                    )
+                )
+        found.sort(key=lambda h: h.tier != "core")  # the core first, each part in its order
+        profile = values.get("global_personality", "")
+        spent = {"core": count(profile) if profile and profile != nothing else 0}
+        budget = min(self.memory_tokens, self._budget(turn.backend) // 2)
+        placed = allot(
+            [self.memory_parts(h.record, prompts, h.tier) for h in found], budget, count, self.tier_shares, spent=spent
+        )
+        return [found[p.index] for p in placed], [p.text for p in placed]
 
     def _talk(self, turn: _Turn) -> list[TalkLine]:
         """The conversation before this message, retrieval's second cue: today's latest stored
@@ -750,24 +814,48 @@ class Companion:
     @staticmethod
     def memory_line(rec: MemoryRecord, prompts: PromptSet) -> str:
         """One memory as the meta-prompt shows it: with its date."""
+        return Companion.memory_parts(rec, prompts).text()
+
+    @staticmethod
+    def memory_parts(rec: MemoryRecord, prompts: PromptSet, tier: str = "active") -> Line:
+        """One memory for the prompt's memory budget (``memory/tiers.py``): its tier and its parts
+        (a turn: the message and the reply), each kept to its whole sentences within
+        MEMORY_CHARS, and how the line is written from them, with its date."""
         when = prompts.format_date(rec.day)
         cut = prompts.fragment("cut")
 
         def short(s: str) -> str:
             s = " ".join(s.split())
-            return s if len(s) <= MEMORY_CHARS else f"{s[:MEMORY_CHARS].rstrip()} {cut}"
+            if len(s) <= MEMORY_CHARS:
+                return s
+            kept = whole_sentences(s, lambda x: len(x) <= MEMORY_CHARS)
+            if kept is None:  # a first sentence longer than that: kept whole unless it runs on and on
+                kept = whole_sentences(s, lambda x: len(x) <= 3 * MEMORY_CHARS)
+            return kept if kept is not None else f"{s[:MEMORY_CHARS].rstrip()} {cut}"
 
         if rec.kind == Kind.TURN:
             if rec.response.strip():
-                return prompts.fragment(
-                    "memory_turn", date=when, user_name=rec.user, query=short(rec.query), response=short(rec.response)
+                return Line(
+                    tier,
+                    (short(rec.query), short(rec.response)),
+                    lambda p: prompts.fragment("memory_turn", date=when, user_name=rec.user, query=p[0], response=p[1]),
                 )
-            return prompts.fragment("memory_user_only", date=when, user_name=rec.user, query=short(rec.query))
+            return Line(
+                tier,
+                (short(rec.query),),
+                lambda p: prompts.fragment("memory_user_only", date=when, user_name=rec.user, query=p[0]),
+            )
         if rec.kind == Kind.DAILY_EVENTS:
-            return prompts.fragment("memory_daily_events", date=when, text=short(rec.text))
+            return Line(
+                tier, (short(rec.text),), lambda p: prompts.fragment("memory_daily_events", date=when, text=p[0])
+            )
         if rec.kind == Kind.DAILY_PERSONALITY:
-            return prompts.fragment("memory_daily_personality", date=when, user_name=rec.user, text=short(rec.text))
-        return prompts.fragment("memory_other", date=when, text=short(rec.text))
+            return Line(
+                tier,
+                (short(rec.text),),
+                lambda p: prompts.fragment("memory_daily_personality", date=when, user_name=rec.user, text=p[0]),
+            )
+        return Line(tier, (short(rec.text),), lambda p: prompts.fragment("memory_other", date=when, text=p[0]))
 
     # -- the day ------------------------------------------------------------------------------
     def _rollover(self, user: str, now: datetime, lang: str, backend: ChatBackend) -> ConsolidationReport | None:

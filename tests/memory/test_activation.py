@@ -151,3 +151,31 @@ def test_tiers():
     assert p.tier(rec(kind=Kind.GLOBAL_PERSONALITY), 1.0) == "core"
     assert p.tier(rec(), 0.9) == "active" and p.tier(rec(), 0.2) == "long_term"  # between 0.1 and 0.3
     assert p.tier(rec(state=State.ARCHIVED), 0.01) == "archive"
+
+
+def test_retrieval_induced_forgetting_weakens_the_competitors_of_a_recall(open_bank):
+    policy = replace(PAPER, competitor_loss=0.2)
+    assert policy.suppress(rec(strength=5.0), 1.0).strength == pytest.approx(4.0)
+    assert policy.suppress(rec(strength=5.0), 0.5).strength == pytest.approx(4.5)
+    assert policy.suppress(rec(strength=1.1), 1.0).strength == 1.0  # never below 1
+    assert policy.suppress(rec(strength=5.0, pinned=True), 1.0).strength == 5.0
+    assert PAPER.suppress(rec(strength=5.0), 1.0).strength == 5.0  # off by default
+    with pytest.raises(ValueError, match="competitor_loss"):
+        replace(PAPER, competitor_loss=1.0)
+    for loss, kept in ((0.0, True), (0.2, False)):
+        bank = open_bank(policy=replace(PAPER, competitor_loss=loss, importance_weight=4.0))
+        user = f"rif{int(loss * 10)}"
+        ids = [
+            bank.add_turn(user, said, "ok", T0 + timedelta(minutes=n)).stored_id
+            for n, said in enumerate(("I play tennis on Sundays", "I play chess online", "I pinned this"))
+        ]
+        bank.pin(user, ids[2])
+        before = {i: bank.get(user, i).strength for i in ids}
+        bank.reinforce(user, [ids[0]], T0 + timedelta(days=1), competitors={ids[1]: 0.5, ids[2]: 1.0, ids[0]: 1.0})
+        after = {i: bank.get(user, i) for i in ids}
+        assert after[ids[0]].strength == before[ids[0]] + 1  # the recalled one is not its own competitor
+        assert after[ids[2]].strength == before[ids[2]]  # pinned
+        assert (after[ids[1]].strength == before[ids[1]]) is kept
+        if not kept:
+            assert after[ids[1]].strength == pytest.approx(max(1.0, before[ids[1]] * 0.9))
+            assert after[ids[1]].recall_count == 0 and after[ids[1]].last_recall is None  # t runs on
