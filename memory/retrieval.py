@@ -65,10 +65,14 @@ class RetrievalConfig:
     reply_share: float = 1 / 3  # the reply's share of a turn's mean; the message has the rest
     archive_penalty: float | None = 0.3  # taken off an archived memory's score; None: never retrieved
     # the archive answers a strong cue: an archived memory pays the penalty in proportion to how
-    # far its base score lies below the pool's best (none for the best match itself, all of it
-    # ``archive_margin`` below); False: a flat penalty
+    # far its base score lies below a bar (none at or above it, all of it ``archive_margin``
+    # below); False: a flat penalty. The bar (``archive_bar``): "prompt", the base score of the
+    # k-th best active memory of the pool (k: ``k`` of this config, the prompt's), so that an
+    # archived memory the cue matches as well as what fills the prompt is recognised; "best", the
+    # pool's best base score (only the best match goes free)
     graded_archive: bool = True
     archive_margin: float = 0.2
+    archive_bar: str = "prompt"
     kinds: tuple[Kind, ...] = (Kind.TURN, Kind.DAILY_EVENTS)
     # the conversation so far as a second cue (see _talk_vector): its share of the dense query,
     # how fast an earlier line's weight falls (per line back), and the companion's lines' weight
@@ -602,6 +606,10 @@ def _rank(
     at = p.members.at
     scored: list[tuple[float, int, float, bool, float, bool]] = []
     best = max(base.values(), default=0.0)
+    bar = best
+    if config.archive_bar == "prompt":
+        active = sorted((base[i] for i, r in p.records.items() if r.state == State.ACTIVE), reverse=True)
+        bar = active[min(config.k, len(active)) - 1] if active else best
     for rid, rec in p.records.items():
         score = base[rid]
         context = False
@@ -618,7 +626,7 @@ def _rank(
         on_day = rec.day in p.named_days
         score += (config.date_bonus if on_day else 0.0) + config.retention_weight * retention
         if rec.state == State.ARCHIVED:
-            weak = min(1.0, (best - base[rid]) / config.archive_margin) if config.graded_archive else 1.0
+            weak = min(1.0, max(0.0, bar - base[rid]) / config.archive_margin) if config.graded_archive else 1.0
             score -= (config.archive_penalty or 0.0) * weak
         scored.append((score, rid, retention, on_day, shared, context))
     # the hits (their cues and reasons) of the best k only: a pool has a hundred candidates or more

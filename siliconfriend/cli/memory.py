@@ -219,6 +219,7 @@ def _ablations():
         "no-replies": lambda c: replace(c, use_replies=False),
         "no-archive": lambda c: replace(c, archive_penalty=None),
         "flat-archive": lambda c: replace(c, graded_archive=False),  # every archived memory pays the penalty
+        "archive-bar-best": lambda c: replace(c, archive_bar="best"),  # only the pool's best match goes free
         # memory as a network (memory/links.py): no spreading at all, or along one kind of link
         "no-links": lambda c: replace(c, link_weight=0.0),
         "links-entities-only": lambda c: replace(
@@ -273,6 +274,7 @@ def cmd_eval(args) -> int:
         database_url=args.database_url,
         users=args.users,
         days=args.days,
+        compress=settings.compress_before_archiving,
     )
     if args.json:
         print(json.dumps(result))
