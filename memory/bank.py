@@ -29,7 +29,8 @@ from typing import Callable, ContextManager, Mapping, Sequence
 
 import numpy as np
 
-from . import links
+from . import compression, links
+from .compression import Compressor
 from .embedders import (
     TURN_VECTORS,
     Embedder,
@@ -53,6 +54,8 @@ PACES_META = "forgetting_paces"  # a user's learned pace per sort of memory (JSO
 # the core tier's memories (JSON {"pinned": [ids], "confirmed": [ids]}, newest first): read at
 # every turn, so kept as ids rather than found by a scan of the user's memories
 CORE_META = "core_memories"
+# the compressed copies of archived turns (JSON {original id: copy id}; memory/compression.py)
+COMPRESSED_META = "compressed_turns"
 CONFIRMED_KEPT = 64  # the latest memories the person confirmed that stay in the core tier
 
 __all__ = ["MAX_USERNAME", "REFERENCES", "TODAY", "USED", "ForgetDecision", "MemoryBank", "UnknownMemory", "user_key"]
@@ -153,6 +156,7 @@ class MemoryBank:
         max_open_users: int = 64,
         progress: Callable | None = None,
         workers: Executor | None = None,
+        compress: bool = False,
     ):
         self.stores: Stores = stores
         # text to lexical tokens: the stores' (their documents and the bank's searches must agree)
@@ -165,6 +169,7 @@ class MemoryBank:
         self._policies: dict[str, ForgettingPolicy] = {}  # each user's, with the paces learned
         self.retrieval_config = retrieval or RetrievalConfig()
         self.max_open_users = max_open_users
+        self.compress = compress  # compression before archiving (memory/compression.py)
         self.progress = progress  # e.g. tqdm, for re-embedding
         self._open: OrderedDict[str, UserStore] = OrderedDict()
         self._lock = threading.RLock()
@@ -772,9 +777,12 @@ class MemoryBank:
         rng: random.Random | None = None,
         dry_run: bool = False,
         policy: ForgettingPolicy | None = None,
+        compressor: Compressor | None = None,
     ) -> list[ForgetDecision]:
         """Archive the active memories that the policy lets go. Global summaries never fade.
-        ``policy``: another policy than the user's, in a dry run only (a shadow pass)."""
+        ``policy``: another policy than the user's, in a dry run only (a shadow pass). A long turn
+        is compressed before it is archived (``memory/compression.py``; with ``compress_chars``
+        0, never): by ``compressor`` (a model's) when it gives a text, else extractively."""
         if policy is not None and not dry_run:
             raise ValueError("a policy other than the user's only runs beside it: dry_run=True")
         rng = rng or random.Random(0)
@@ -786,9 +794,46 @@ class MemoryBank:
                 continue
             decisions.append(ForgetDecision(rec, policy.retention(rec, now), policy.forget(rec, now, rng)))
         if not dry_run:
+            self._compress(user, [d.record for d in decisions if d.archived], now, compressor)
             u.set_state([d.record.stored_id for d in decisions if d.archived], State.ARCHIVED, now)
             u.sync()
         return decisions
+
+    def _compress(
+        self, user: str, archived: Sequence[MemoryRecord], now: datetime, compressor: Compressor | None
+    ) -> list[MemoryRecord]:
+        """The compressed copies of the long turns among ``archived``, stored active, each carrying
+        its original's activation on (``memory/compression.py``)."""
+        if not self.compress:
+            return []
+        made: list[tuple[MemoryRecord, tuple[str, str]]] = []
+        for rec in archived:
+            if not compression.long_enough(rec):
+                continue
+            short = (compressor(rec) if compressor else None) or compression.extractive(rec)
+            if short is not None and short[0].strip():
+                made.append((rec, short))
+        if not made:
+            return []
+        copies: list[MemoryRecord] = []
+        for rec, (query, response) in made:  # one at a time: each copy keeps its own extra field
+            state = rec.with_(last_recall=max(now, rec.anchor))
+            copies += self.add_turns(
+                user,
+                [(query, response, rec.created_at)],
+                extra={compression.COMPRESSED_OF: rec.stored_id},
+                states=[state],
+                replies="later",
+            )
+        pairs = json.loads(self.user_store(user).meta().get(COMPRESSED_META) or "{}")
+        pairs.update({str(rec.stored_id): copy.stored_id for (rec, _), copy in zip(made, copies)})
+        self.user_store(user).set_meta(COMPRESSED_META, json.dumps(pairs))
+        return copies
+
+    def compressed(self, user: str) -> dict[int, int]:
+        """Each compressed copy's original, by the copy's id."""
+        pairs = json.loads(self.user_store(user).meta().get(COMPRESSED_META) or "{}")
+        return {int(copy): int(original) for original, copy in pairs.items()}
 
     def pin(self, user: str, memory_id: int, pinned: bool = True) -> MemoryRecord:
         u = self.user_store(user)
@@ -841,7 +886,14 @@ class MemoryBank:
         if not ids:
             return 0
         u = self.user_store(user)
+        pairs = json.loads(u.meta().get(COMPRESSED_META) or "{}")
+        ids += [int(pairs[str(i)]) for i in ids if str(i) in pairs and int(pairs[str(i)]) not in ids]
         n = u.delete(ids)
+        if pairs:
+            gone = {str(i) for i in ids}
+            kept = {o: c for o, c in pairs.items() if o not in gone and str(c) not in gone}
+            if kept != pairs:
+                u.set_meta(COMPRESSED_META, json.dumps(kept))
         u.drop_references(ids, REFERENCES)
         u.sync()
         u.flush()  # the saved index, which held their vectors

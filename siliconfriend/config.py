@@ -48,6 +48,9 @@ class Settings:
     # retrieval-induced forgetting: a memory the cue called up but that was not recalled loses
     # this share of its strength x how close it came (memory/forgetting.py); 0: off
     retrieval_induced_forgetting: float = 0.0
+    # a long turn about to be archived leaves a short copy active, which carries its activation on
+    # (memory/compression.py)
+    compress_before_archiving: bool = False
     # how fast t runs for each sort of memory ("sort=pace", 1: the clock's; see memory/forgetting.py)
     forgetting_paces: tuple[str, ...] = ("people=0.04", "events=0.04", "preferences=0.25", "other=1", "small_talk=1")
     retrieval_k: int = 5  # memories put into the prompt

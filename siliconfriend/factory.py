@@ -120,6 +120,7 @@ def build_bank(settings: Settings, *, progress=None, lazy: bool = False) -> Memo
         retrieval=RetrievalConfig(k=settings.retrieval_k),
         progress=progress or tqdm,
         workers=lexical_workers(),
+        compress=settings.compress_before_archiving,
     )
     embedder = embedders().get(settings.embedder, lazy=lazy)
     if settings.database_url:

@@ -214,3 +214,44 @@ def test_summary_prompts_are_rendered_for_each_language(bank, lang):
     assert system.role == "system" and user.role == "user"
     assert "Maya: Hello" in user.content or "Maya：Hello" in user.content
     assert ("Wednesday, May 1, 2024" if lang == "en" else "2024年5月1日") in user.content
+
+
+def test_a_long_turn_is_compressed_by_the_model_when_grounded(bank):
+    from siliconfriend.bench.turns import InstantBackend
+    from siliconfriend.core.prompting import load_prompts
+
+    long = (
+        "My grandmother Rosa turned ninety last weekend and the whole family came to Porto for her party. "
+        "We cooked her favourite bacalhau together, and my cousin Ana flew in from Toronto to surprise her. "
+        "She cried when she saw Ana, and then laughed all evening telling stories about her own wedding. "
+        "I keep thinking about how much she has seen, and how little time I spend with her these days. "
+        "Maybe I should call her every Sunday, the way my mother does, and ask her about the old days."
+    )
+    turn = bank.add_turn(
+        "Maya",
+        long,
+        "Ninety years! What a party, and what a surprise from Ana. It sounds like the whole family "
+        "shares her stories. Do you want to visit her more often?",
+        at(D1),
+    )
+    model = InstantBackend()
+    c = Consolidator(bank, model)
+    prompts = load_prompts("en")
+    model.reply = "Rosa turned ninety and my cousin Ana flew in from Toronto to surprise her."
+    assert c.compress(turn, prompts, model) == (
+        model.reply,
+        "Ninety years! What a party, and what a surprise from Ana.",
+    )
+    assert len(turn.query) + len(turn.response) > 600  # long enough to compress
+    model.reply = "Rosa turned ninety in Lisbon and Pedro came from Paris."  # names never said
+    assert c.compress(turn, prompts, model) is None
+    model.reply = long + " And more."  # not shorter
+    assert c.compress(turn, prompts, model) is None
+    # the rollover's forgetting pass uses it (the bank compresses when its settings say so)
+    bank.compress = True
+    model.reply = "Rosa turned ninety and my cousin Ana flew in from Toronto to surprise her."
+    c.run("Maya", at(D2, 9))  # the day summarised (and rehearsed) first
+    c.run("Maya", at(D1 + timedelta(days=4000), 9), forget=True)
+    copies = [t for t in bank.records("Maya", kind=Kind.TURN) if "compressed_of" in t.extra]
+    assert [t.query for t in copies] == [model.reply] and copies[0].state == State.ACTIVE
+    assert bank.get("Maya", turn.stored_id).state == State.ARCHIVED

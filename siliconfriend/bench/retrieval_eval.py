@@ -109,12 +109,14 @@ def evaluate_label_sets(
     users: int | None = None,
     days: int | None = None,
     summary_tokens: int | None = None,
+    compress: bool = False,
 ) -> list[dict]:
     """Load the bank once (plain or ``as_used``), then score each label file on it. With
     ``database_url`` the bank goes into a scratch database on that PostgreSQL server (dropped
     afterwards), not a temporary home. ``users`` / ``days`` (``as_used`` only): the first users
     of the file, their first days. ``summary_tokens``: the longest summary ``backend`` writes
-    (default: the companion's)."""
+    (default: the companion's). ``compress``: long turns are compressed before they are archived
+    (``memory/compression.py``), as the companion's settings say."""
     label_sets = [[label for label in load_labels(f) if label.get("evidence")] for f in labels_files]
     parsed = parse_bank(bank_file)
     if users is not None or days is not None:
@@ -135,9 +137,9 @@ def evaluate_label_sets(
         if database_url:
             from memory.stores.postgres import PostgresStores
 
-            bank = MemoryBank(PostgresStores(where), embedder, policy=policy, retrieval=config)
+            bank = MemoryBank(PostgresStores(where), embedder, policy=policy, retrieval=config, compress=compress)
         else:
-            bank = MemoryBank(SqliteStores(where), embedder, policy=policy, retrieval=config)
+            bank = MemoryBank(SqliteStores(where), embedder, policy=policy, retrieval=config, compress=compress)
         written: Counter = Counter()
         kept: dict[tuple[int, int], float] = {}
         archive: dict[str, float] = {}
@@ -219,8 +221,14 @@ def _ask(bank: MemoryBank, label: dict, now: datetime, depth: int) -> list[tuple
     )
     turns: list[tuple] = []
     seen: set[tuple[str, int]] = set()
+    # a compressed copy (memory/compression.py) is the turn it was made from, shortened
+    copies = bank.compressed(label["bank_user"].strip())
+    originals = bank.get_many(
+        label["bank_user"].strip(), sorted({copies[h.record.stored_id] for h in hits if h.record.stored_id in copies})
+    )
     for h in hits:
-        key = (h.record.day.isoformat(), h.record.position)
+        rec = originals.get(copies.get(h.record.stored_id, -1), h.record)
+        key = (rec.day.isoformat(), rec.position)
         if h.record.kind == Kind.TURN and key not in seen:
             seen.add(key)
             turns.append((*key, h.cue, h.side, link_reason(h.link) if h.link else None))
@@ -305,10 +313,22 @@ def _evidence_active(bank: MemoryBank, label: dict) -> float:
     """The share of a label's evidence turns that are active (not archived) now."""
     user = label["bank_user"].strip()
     active = 0
+    kept_by_copy = {original for copy, original in bank.compressed(user).items()}
     for e in label["evidence"]:
         day = date.fromisoformat(e["date"])
-        active += any(t.position == int(e["turn"]) and t.state == State.ACTIVE for t in bank.turns_on(user, day))
+        active += any(
+            t.position == int(e["turn"])
+            and (t.state == State.ACTIVE or (t.stored_id in kept_by_copy and _copy_active(bank, user, t.stored_id)))
+            for t in bank.turns_on(user, day)
+        )
     return active / len(label["evidence"])
+
+
+def _copy_active(bank: MemoryBank, user: str, original: int) -> bool:
+    """Whether the compressed copy of an archived turn is still active (the turn lives on, shortened)."""
+    copy = next((c for c, o in bank.compressed(user).items() if o == original), None)
+    found = bank.get_many(user, [copy]) if copy is not None else {}
+    return any(r.state == State.ACTIVE for r in found.values())
 
 
 def _archived(bank: MemoryBank, parsed: list[ParsedUser], label_sets: list[list[dict]], default_now: datetime) -> dict:

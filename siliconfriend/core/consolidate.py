@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from datetime import date, datetime, timedelta
 from typing import Callable, Sequence
 
+from memory import compression
 from memory.bank import MemoryBank
 from memory.importance import about_self, rate_importance
 from memory.lexical import Tokenizer
@@ -228,7 +229,9 @@ class Consolidator:
                 report.global_failed[kind] = str(exc)
         if forget or (forget is None and (report.summarised or report.global_updated)):
             rng = rng or random.Random(f"{user}|{now.isoformat()}")
-            decisions = self.bank.forget_pass(user, now, rng=rng)
+            decisions = self.bank.forget_pass(
+                user, now, rng=rng, compressor=lambda rec: self.compress(rec, prompts, backend)
+            )
             report.archived = sum(d.archived for d in decisions)
             report.forgot = True
         return report
@@ -447,6 +450,25 @@ class Consolidator:
             chunks[-1].append(line)
             used += cost
         return chunks
+
+    def compress(self, turn: MemoryRecord, prompts: PromptSet, backend: ChatBackend) -> tuple[str, str] | None:
+        """A long turn about to be archived, shortened by the model (``memory/compression.py``):
+        the person's words in one or two sentences, and the reply's first whole sentences; None
+        when the model's text is not good enough (not shorter, or not grounded in what was said:
+        ``GroundingChecker``), for the bank to compress extractively."""
+        extract = compression.extractive(turn)
+        if extract is None:
+            return None
+        prompt = prompts.fragment("compress", user_name=turn.user, text=" ".join(turn.query.split()))
+        try:
+            text = self._generate(prompts, prompt, backend)
+        except BackendError as exc:
+            log.info("compression of #%s by the model failed (%s): extractive", turn.id, exc)
+            return None
+        sources = self.checker.sources([turn.query], allowed=[turn.user])
+        if len(text) >= len(turn.query.strip()) or not self.checker.check(text, sources, about=False).passed:
+            return None
+        return text, extract[1]
 
     def _generate(self, prompts: PromptSet, prompt: str, backend: ChatBackend) -> str:
         messages = [Message("system", prompts.fragment("summary_system")), Message("user", prompt)]
