@@ -122,9 +122,11 @@ class SpreadConfig:
     """How activation spreads: the first hits that pass it (``seeds``), the share of a seed's
     score each kind of link passes (times the link's weight), how much of it the second hop
     passes on (``decay``, from the ``hop_seeds`` memories the first hop reached most), how many
-    edges a memory passes along at most (``fan_out``), an entity's greatest share of the user's
-    memories for it to link (``entities.MAX_SHARE``), and what a summary that hangs only on
-    superseded turns keeps of its score (``damp``)."""
+    edges a memory passes along at most (``fan_out``), how many memories from outside the pool join
+    it at most (``join``, the most activated: each is read and scored by every cue as a pool member,
+    and costs as much, so spreading adds at most this many to a pool of a few hundred), an entity's
+    greatest share of the user's memories for it to link (``entities.MAX_SHARE``), and what a
+    summary that hangs only on superseded turns keeps of its score (``damp``)."""
 
     seeds: int = 5
     entity_share: float = 0.6
@@ -133,6 +135,7 @@ class SpreadConfig:
     decay: float = 0.5
     hop_seeds: int = 3
     fan_out: int = 24
+    join: int = 32
     max_share: float = 0.05
     damp: float = 0.5
 

@@ -697,8 +697,9 @@ def _spread_links(
     store: UserStore, sides: _Sides, named_days: list[date], config: RetrievalConfig, scored: _Scored
 ) -> tuple[_Scored, dict[int, Edge]]:
     """Phase 4b: spreading activation (``memory/links.py``). The pool's best by their base scores
-    pass activation along their links; what it reaches outside the pool joins it (read and scored
-    by every cue as the rest: a linked memory is found by what it says too), and each memory's
+    pass activation along their links; what it reaches outside the pool joins it, the most
+    activated first and ``SpreadConfig.join`` at most (read and scored by every cue as the rest: a
+    linked memory is found by what it says too), and each memory's
     activation is added to its score at ``link_weight`` (its part credited to the cue "link"). A
     summary that hangs on superseded turns keeps a share of its score (``SpreadConfig.damp``)."""
     sc = config.spread
@@ -706,7 +707,8 @@ def _spread_links(
     reached: Spread = spread(lambda ids: store.links(ids, max_share=sc.max_share, limit=sc.fan_out), first, sc)
     if not reached.activation and not reached.damped:
         return scored, {}
-    new = [i for i in reached.activation if i not in scored.pool.records]
+    outside = [i for i in reached.activation if i not in scored.pool.records]
+    new = sorted(outside, key=lambda i: (-reached.activation[i], i))[: max(sc.join, 0)]
     if new:
         scored = _score_pool(store, sides, named_days, config, linked=new, read=scored.pool.members.rows)
     records = scored.pool.records

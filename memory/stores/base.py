@@ -184,17 +184,45 @@ def heaviest(edges: list[Edge], limit: int) -> list[Edge]:
 
 
 def entity_edges(
-    named: Sequence[tuple[int, str, str, int]], others: Mapping[str, Sequence[tuple[int, State]]], total: int
+    named: Sequence[tuple[int, str, str, int]],
+    holders: Callable[[str], Sequence[tuple[int, State]]],
+    total: int,
+    limit: int,
+    written: Sequence[Edge] = (),
 ) -> list[Edge]:
     """An entity's links as a store reads them: from each memory asked about that names it
     (``named``: its id, the entity's key and words, how many memories name it) to every other
-    memory that does (``others``: by key, their ids and states), weighed by its rarity among the
-    user's ``total`` memories (none where it is 0)."""
-    edges: list[Edge] = []
+    memory that does (``holders(key)``: their ids and states), weighed by its rarity among the
+    user's ``total`` memories (none where it is 0).
+
+    Only the edges that can be among a memory's ``limit`` heaviest (``heaviest``, with its
+    ``written`` edges) are needed, so the entities are read from the rarest (the heaviest edges)
+    down, and an entity's holders only while a memory that names it has fewer than ``limit`` edges
+    heavier than it: past that its edges could not be kept (a memory names ten entities or more,
+    and a common one's holders are read for nothing). What ``heaviest`` keeps is the same as from
+    every entity's edges."""
+    weight: dict[str, float] = {}
+    names: dict[str, list[tuple[int, str]]] = {}
     for rid, entity, text, n in named:
-        weight = rarity(n, total)
-        if weight > 0:
-            edges += [Edge(rid, o, "entity", weight, state, text) for o, state in others.get(entity, ()) if o != rid]
+        w = rarity(n, total)
+        if w > 0:
+            weight[entity] = w
+            names.setdefault(entity, []).append((rid, text))
+    kept: dict[int, dict[tuple[int, str], float]] = {}  # a memory's heaviest edge to each other
+    for e in written:
+        mine = kept.setdefault(e.src, {})
+        mine[(e.dst, e.kind)] = max(e.weight, mine.get((e.dst, e.kind), e.weight))
+    edges: list[Edge] = []
+    for entity in sorted(weight, key=lambda k: (-weight[k], k)):
+        w = weight[entity]
+        if all(sum(x > w for x in kept.get(rid, {}).values()) >= limit for rid, _ in names[entity]):
+            continue
+        for other, state in holders(entity):
+            for rid, text in names[entity]:
+                if other != rid:
+                    edges.append(Edge(rid, other, "entity", w, state, text))
+                    mine = kept.setdefault(rid, {})
+                    mine[(other, "entity")] = max(w, mine.get((other, "entity"), w))
     return edges
 
 

@@ -137,7 +137,7 @@ def read(cur: psycopg.Cursor, owner: str, ids: Sequence[int], max_share: float, 
             (sorted({entity for _, entity, _, _ in kept}), owner, limit + len(ids), owner),
         ).fetchall():
             others.setdefault(entity, []).append((int(rid), _STATES[state]))
-        edges += entity_edges(kept, others, total)
+        edges += entity_edges(kept, lambda entity: others.get(entity, ()), total, limit, edges)
     return heaviest(edges, limit)
 
 

@@ -1,9 +1,10 @@
 """The links between one user's memories in their SQLite file (``memory/links.py`` says what they
 are): ``links``, the edges written when memories are stored (a daily summary to its turns, a
-conversation's turns to each other, memories very close in meaning), and ``mentions``, the
-entities each memory names. An entity's links are not stored pair by pair: a read finds the other
-memories that name it through ``mentions``, and weighs it by how rare it is among the user's
-memories then (``memory.entities.rarity``), so that what becomes common stops linking.
+conversation's turns to each other), ``mentions``, the entities each memory names, and
+``entities``, how many memories name each (kept by triggers on ``mentions``). An entity's links
+are not stored pair by pair: a read finds the other memories that name it through ``mentions``,
+and weighs it by how rare it is among the user's memories then (``memory.entities.rarity``), so
+that what becomes common stops linking.
 
 The SQLite store calls these with its connection, inside its own transactions."""
 
@@ -41,6 +42,25 @@ def create(db: sqlite3.Connection) -> None:
     ) WITHOUT ROWID;
     CREATE INDEX mentions_entity ON mentions(entity, memory_id)
     """,
+    )
+
+
+def count_entities(db: sqlite3.Connection) -> None:
+    """How many memories name each entity, kept by the database as mentions come and go (a
+    migration step): a read weighs an entity by it, where counting an index's entries took a
+    common entity's thousands each time."""
+    db.execute("CREATE TABLE entities (entity TEXT PRIMARY KEY, n INTEGER NOT NULL) WITHOUT ROWID")
+    db.execute("INSERT INTO entities (entity, n) SELECT entity, count(*) FROM mentions GROUP BY entity")
+    db.execute(
+        "CREATE TRIGGER mentions_counted AFTER INSERT ON mentions BEGIN"
+        " INSERT INTO entities (entity, n) VALUES (new.entity, 1) ON CONFLICT (entity) DO UPDATE SET n = n + 1;"
+        " END"
+    )
+    db.execute(
+        "CREATE TRIGGER mentions_uncounted AFTER DELETE ON mentions BEGIN"
+        " UPDATE entities SET n = n - 1 WHERE entity = old.entity;"
+        " DELETE FROM entities WHERE entity = old.entity AND n <= 0;"
+        " END"
     )
 
 
@@ -92,10 +112,9 @@ def read(db: sqlite3.Connection, ids: Sequence[int], max_share: float, limit: in
     # each entity of the memories asked about, with how many memories name it; those named by
     # more than ``cap`` are left out before their memories are read (a common one has thousands)
     named = db.execute(
-        f"SELECT mine.memory_id, mine.entity, mine.text,"
-        f" (SELECT count(*) FROM (SELECT 1 FROM mentions o WHERE o.entity = mine.entity LIMIT ?))"
-        f" FROM mentions mine WHERE mine.memory_id IN ({marks})",
-        [cap + 1, *ids],
+        f"SELECT mine.memory_id, mine.entity, mine.text, coalesce(c.n, 0) FROM mentions mine"
+        f" LEFT JOIN entities c ON c.entity = mine.entity WHERE mine.memory_id IN ({marks})",
+        ids,
     ).fetchall()
     kept = [(int(rid), entity, text, n) for rid, entity, text, n in named if 2 <= n <= cap]
     if kept:
@@ -103,9 +122,9 @@ def read(db: sqlite3.Connection, ids: Sequence[int], max_share: float, limit: in
         # heaviest edges, ties by the lowest id, and all of one entity's edges weigh the same, so
         # a holder past the first ``limit`` others is never kept (a common entity has thousands)
         most = limit + len(ids)
-        others: dict[str, list[tuple[int, State]]] = {}
-        for entity in sorted({entity for _, entity, _, _ in kept}):
-            others[entity] = [
+
+        def holders(entity: str) -> list[tuple[int, State]]:
+            return [
                 (int(rid), _STATES[state])
                 for rid, state in db.execute(
                     "SELECT o.memory_id, m.state FROM mentions o JOIN memories m ON m.id = o.memory_id"
@@ -113,7 +132,8 @@ def read(db: sqlite3.Connection, ids: Sequence[int], max_share: float, limit: in
                     (entity, most),
                 ).fetchall()
             ]
-        edges += entity_edges(kept, others, total)
+
+        edges += entity_edges(kept, holders, total, limit, edges)
     return heaviest(edges, limit)
 
 

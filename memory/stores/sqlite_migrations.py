@@ -120,5 +120,10 @@ def _m6(db: sqlite3.Connection, tokenizer: Tokenizer) -> None:
     )
 
 
+def _m7(db: sqlite3.Connection, tokenizer: Tokenizer) -> None:
+    # how many memories name each entity, kept as mentions come and go (``sqlite_links.py``)
+    sqlite_links.count_entities(db)
+
+
 # each step gets the store's tokenizer: a step that indexes memories anew makes their tokens with it
-MIGRATIONS = [_m1, _m2, _m3, _m4, _m5, _m6]
+MIGRATIONS = [_m1, _m2, _m3, _m4, _m5, _m6, _m7]

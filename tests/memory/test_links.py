@@ -127,3 +127,24 @@ def test_a_common_entitys_links_are_the_heaviest_few_with_the_lowest_ids(any_ban
     expected = [(turns[4].id, "Mei"), (turns[5].id, "Mei"), (turns[0].id, "Rex")]
     assert [(e.dst, e.label) for e in edges] == expected
     assert edges[0].weight > edges[-1].weight > 0
+
+
+def test_an_entitys_weight_follows_the_memories_that_name_it(any_bank, day1):
+    """How many memories name an entity is kept as they are stored, edited and deleted: its links
+    weigh what its holders make of it now."""
+    turns = live(any_bank, day1)
+    for i in range(54):  # 60 memories: three holders are within the 5% an entity may hold
+        any_bank.add_turn("amy", f"the weather was fine on walk number {i}", "Nice.", day1 + timedelta(days=7 + i))
+    store = any_bank.user_store("amy")
+
+    def mei() -> dict[int, float]:
+        edges = store.links([turns[0].id], max_share=0.5, limit=10)
+        return {e.dst: round(e.weight, 6) for e in edges if e.kind == "entity"}
+
+    assert mei() == {turns[5].id: 1.0}  # named by two: the rarest that links
+    third = any_bank.add_turn("amy", "This is Amy. Mei lost a tooth", "Did Mei get a coin?", day1 + timedelta(days=70))
+    assert set(mei()) == {turns[5].id, third.id} and mei()[third.id] < 1.0
+    any_bank.delete("amy", [third.id])
+    assert mei() == {turns[5].id: 1.0}
+    any_bank.edit_text("amy", turns[5].id, "This is Amy. Lin starts school in September")
+    assert mei() == {}

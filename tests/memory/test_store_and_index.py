@@ -108,7 +108,7 @@ def test_a_home_written_with_sentence_vectors_is_migrated_without_them(tmp_path,
     path = next((tmp_path / "users").glob("*/memory.db"))
     con = sqlite3.connect(path)
     con.executescript(
-        "DROP TABLE links; DROP TABLE mentions;"
+        "DROP TABLE links; DROP TABLE mentions; DROP TABLE entities;"
         " ALTER TABLE memories ADD COLUMN sentences INTEGER;"
         " CREATE TABLE sentences (memory_id INTEGER NOT NULL, n INTEGER NOT NULL, vector BLOB NOT NULL,"
         " PRIMARY KEY (memory_id, n)) WITHOUT ROWID;"
@@ -121,7 +121,7 @@ def test_a_home_written_with_sentence_vectors_is_migrated_without_them(tmp_path,
         store = again.user_store("amy")
         tables = {r[0] for r in store._db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
         assert "sentences" not in tables and {"links", "mentions"} <= tables
-        assert store._db.execute("PRAGMA user_version").fetchone()[0] == 6
+        assert store._db.execute("PRAGMA user_version").fetchone()[0] == 7
         hits = again.retrieve("amy", "Did they see lions at the zoo?", day1 + timedelta(days=3), k=1)
         assert hits[0].record.id == turn.id
     finally:
