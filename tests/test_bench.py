@@ -145,6 +145,22 @@ def test_the_numbers_make_sense(tiny_result):
     assert "1000x1k" in table and "restart_s" in table and "recall_at_5" in table
 
 
+def test_the_restart_is_a_part_of_its_own(tmp_path):
+    # ``--only restart``: the biggest user written, then only the restart, its parts and the
+    # re-embedding it replaces (the turns, the API, the import and recall not run)
+    config = with_overrides(
+        QUICK, name="tiny", single=(("1k", 300),), pool=8, reembed_sample=5, restart_runs=1, only="restart"
+    )
+    r = run_bench(config, workdir=tmp_path)
+    assert set(r["restart_parts_s"]) == {"open_store", "attach_index", "first_retrieval"}
+    assert abs(sum(r["restart_parts_s"].values()) - r["restart_s"]) < 0.01
+    assert r["restart_index_mb"] > 0 and r["restart_speedup"] == round(r["restart_reembed_s"] / r["restart_s"])
+    assert r["process"]["runs"][0]["memories"] == 300 and "restart" in r["sizes"]
+    assert all(v is None for v in r["turn_ms"].values()) and r["import_speed"] is None
+    table = format_table(r)
+    assert "restart_s" in table and "attach_index" in table and "MB file" in table
+
+
 def test_the_api_overhead_is_measured_on_all_three_paths(tiny_result):
     api = tiny_result["api_ms"]
     for path in ("direct", "api", "api_stream"):

@@ -72,6 +72,7 @@ def _child(args: argparse.Namespace) -> dict:
         "indexed": len(u.index),
         "index_kind": type(u.index.index).__name__,
         "index_rebuilt": u.index.rebuilt,
+        "index_mb": round(u.index.path.stat().st_size / 2**20, 1),
         "rss_mb": _rss_mb(),
     }
     if args.reembed_sample:

@@ -86,11 +86,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--no-recall", action="store_true", help="skip the recall@5 evaluation")
     p.add_argument(
         "--only",
-        choices=["ttft", "100k", "import"],
+        choices=["ttft", "100k", "import", "restart"],
         help="one part alone: ttft = the time to the first word over a day of 12 turns with the packaged "
         "model; 100k = the turn of one user with 100,000 memories; import = characters per second of an "
-        "import with long replies, the engine's batches run now and as before (with --database-url: "
-        "100k only)",
+        "import with long replies, the engine's batches run now and as before; restart = a 100,000-memory "
+        "user's login to their first retrieval in fresh processes, with its parts and the re-embedding it "
+        "replaces (with --database-url: 100k only)",
     )
     p.add_argument("--workdir", help="where the temporary homes are made (default: the system's temp folder)")
     p.add_argument(
