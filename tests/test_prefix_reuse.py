@@ -84,3 +84,35 @@ def test_the_companion_keeps_the_prefix_within_a_day_and_drops_it_at_the_next(ba
     assert local.last_prompt["processed"] == local.last_prompt["total"]
     companion.forget_user("Maya")
     assert len(local.prefix_cache) == 0
+
+
+def test_a_deletion_drops_the_prompts_every_model_kept_of_the_conversation(bank, smollm2_backend, tmp_path):
+    """A person who chose another model than the companion's own: deleting a memory drops the
+    prompt that model keeps of their conversation too (it held the deleted words), and so does
+    deleting the account; a model let go of is not kept alive for it."""
+    import gc
+    import weakref
+
+    from siliconfriend.backends.hf.chat import HFLocalChat
+
+    b = smollm2_backend
+
+    def model() -> HFLocalChat:
+        return HFLocalChat(loaded=(b.hf_model, b.tokenizer, b.model), preset="smollm2", temperature=0, max_new_tokens=3)
+
+    own, chosen = model(), model()
+    clock = Clock(datetime(2024, 5, 1, 19, 0))
+    companion = Companion(bank, own, settings=Settings(home=tmp_path, max_new_tokens=3), clock=clock)
+    said = companion.respond("Maya", "My locker code is Zorblax 4471.", backend=chosen).collect()
+    companion.respond("Ann", "Hello there.", backend=chosen).collect()
+    assert said.error is None and len(chosen.prefix_cache) == 2 and len(own.prefix_cache) == 0
+    companion.forget("Maya", [said.turn.stored_id])
+    assert len(chosen.prefix_cache) == 1  # Maya's went, Ann's is Ann's
+
+    companion.respond("Ann", "Still there?", backend=chosen).collect()
+    companion.forget_user("Ann")
+    assert len(chosen.prefix_cache) == 0
+    gone = weakref.ref(chosen)
+    del chosen
+    gc.collect()
+    assert gone() is None

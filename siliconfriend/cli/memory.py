@@ -83,20 +83,27 @@ def _fmt(m: ShownMemory, extra: str = "") -> str:
     return f"#{m.id:<5} {m.day or '':<10}  {m.kind:<18} S={m.strength:<4g} R={m.retention:.3f} {flag:<8} {extra}{text}"
 
 
+def _companion(bank, args):
+    """The companion over ``bank``, for a deletion: its model is built only if a deletion needs it
+    (it never does: the days are summarised again at the next rollover)."""
+    from ..config import Settings
+    from ..factory import build_backend, build_companion
+
+    settings = Settings.load(home=args.home)
+    return build_companion(settings, bank=bank, backend=build_backend(settings, lazy=True))
+
+
 def _delete(bank, args) -> int:
     """Delete memories for good, as the memory page and the API do (``Companion.forget``: with
     what was written from them and every copy of their words)."""
     from memory.bank import UnknownMemory
 
-    from ..config import Settings
     from ..core.memory_view import memory_id
-    from ..factory import build_backend, build_companion
 
     if not args.query:
         print("siliconfriend: memories delete needs the ids of the memories", file=sys.stderr)
         return 2
-    settings = Settings.load(home=args.home)
-    companion = build_companion(settings, bank=bank, backend=build_backend(settings, lazy=True))
+    companion = _companion(bank, args)
     try:
         n = companion.forget(args.user, [memory_id(i) for i in args.query])
     except UnknownMemory as exc:
@@ -166,7 +173,10 @@ def cmd_forget(args) -> int:
             )
         )
         if args.purge and not args.dry_run:
-            print(f"{bank.purge_archived(args.user)} archived memories deleted for good")
+            n = _companion(bank, args).purge_archived(args.user)
+            print(
+                f"{n} archived memories deleted for good, with what was written from them (their days are summarised again)"
+            )
     finally:
         bank.close()
     return 0

@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 import secrets
 import threading
+import weakref
 from collections import defaultdict
 from dataclasses import dataclass, field, replace
 from datetime import date, datetime
@@ -20,7 +21,7 @@ from typing import Any, Callable, Iterator, Sequence
 from memory.activation import confirms, recall_gains, reply_uses, restated, words
 from memory.bank import TODAY, USED, MemoryBank, UnknownMemory, user_key
 from memory.message import Message as Text
-from memory.records import Kind, MemoryRecord
+from memory.records import Kind, MemoryRecord, State
 from memory.retrieval import Hit, TalkLine
 from memory.stores.base import StoreUnavailable
 from memory.tiers import CORE_CUE, WHY_CONFIRMED, WHY_PINNED, Line, allot, parse_shares, whole_sentences
@@ -346,6 +347,10 @@ class Companion:
         # the mark changes when any process invalidates a summarised day, so that this note
         # never hides a day another worker made pending again
         self._rolled: dict[str, tuple[date, str | None]] = {}
+        # the backends that were told whose conversation a prompt was (``keeps_prefix``), so that
+        # a deletion drops every prompt kept of the user, whichever model the person chose; weak,
+        # so that a model let go of (the web's pool of models) is not kept alive for this
+        self._prefix_keepers: list[weakref.ref] = []
 
     # -- the turn -----------------------------------------------------------------------------
     def respond(
@@ -509,6 +514,7 @@ class Companion:
         """The backend's reply; a backend that keeps each conversation's prompt prefix between
         turns (``keeps_prefix``: the local model's KV cache) is told whose conversation it is."""
         if getattr(turn.backend, "keeps_prefix", False):
+            self._keeps_prefixes(turn.backend)
             return self._generate(turn.backend, messages, turn.limits, cache_key=user_key(turn.user))
         return self._generate(turn.backend, messages, turn.limits)
 
@@ -917,9 +923,23 @@ class Companion:
         if drop is not None:
             drop(user_key(user))
 
+    def _keeps_prefixes(self, backend: ChatBackend) -> None:
+        with self._guard:
+            # changed in place: the web's variants of a companion (copies) share the list
+            self._prefix_keepers[:] = [r for r in self._prefix_keepers if r() is not None]
+            if not any(r() is backend for r in self._prefix_keepers):
+                self._prefix_keepers.append(weakref.ref(backend))
+
+    def _drop_prefixes(self, user: str) -> None:
+        """The prompts kept of ``user``'s conversation dropped, by every backend that keeps one."""
+        with self._guard:
+            keepers = [b for r in self._prefix_keepers if (b := r()) is not None]
+        for backend in [self.backend, *(b for b in keepers if b is not self.backend)]:
+            self._drop_prefix(backend, user)
+
     def forget_user(self, user: str) -> None:
         """Drop what this companion keeps in memory about ``user`` (after the account is deleted)."""
-        self._drop_prefix(self.backend, user)
+        self._drop_prefixes(user)
         with self._guard:
             self._rolled.pop(user, None)
             self._store_locks.pop(user, None)
@@ -973,9 +993,16 @@ class Companion:
         was written from them (a turn's day summaries and the global ones, written again at the
         next rollover without it; the global ones for a daily summary), in one
         ``MemoryBank.delete`` (which also drops the records of prompts that held them), then the
-        prompts this companion's backend keeps for the user. Every deletion a person asks for
+        prompts kept of the user's conversation by every model this companion (or a variant of
+        it) has run it with. Every deletion a person asks for
         (the memory page, the chat page, the API) comes here. UnknownMemory unless all are theirs."""
-        records = [self.bank.get(user, int(i)) for i in memory_ids]
+        return self._forget(user, [self.bank.get(user, int(i)) for i in memory_ids])
+
+    def purge_archived(self, user: str) -> int:
+        """Every archived memory deleted for good, as ``forget`` deletes (``forget --purge``)."""
+        return self._forget(user, self.bank.records(user, state=State.ARCHIVED, extra=False))
+
+    def _forget(self, user: str, records: Sequence[MemoryRecord]) -> int:
         ids = {r.stored_id for r in records}
         days = {r.day for r in records if r.kind == Kind.TURN}
         derived: set[int] = set()
@@ -988,7 +1015,7 @@ class Companion:
         if derived:
             self.bank.set_user_meta(user, ROLLOVER_MARK, secrets.token_hex(8))  # for every worker
             self._rolled.pop(user, None)
-        self._drop_prefix(self.backend, user)
+        self._drop_prefixes(user)
         return len(records)
 
     def profile(self, user: str) -> dict:

@@ -4,10 +4,12 @@ import json
 import os
 import subprocess
 import sys
+from datetime import datetime
 from pathlib import Path
 
 import pytest
 
+from memory.records import Kind
 from siliconfriend.bench.retrieval_eval import evaluate_label_sets
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -294,3 +296,39 @@ def test_memories_delete_removes_the_words_everywhere(tmp_path, bank_file):
     assert not [p for p in home.rglob("*") if p.is_file() and b"miso" in p.read_bytes().lower()]
     bad = run(home, "memories", "delete", "999", "--user", "Amy", check=False)
     assert bad.returncode == 1 and "nothing was deleted" in bad.stderr
+
+
+def test_forget_purge_deletes_what_was_written_from_the_purged_memories(tmp_path):
+    """``forget --purge`` deletes as the page does (``Companion.forget``): a purged turn's day
+    summary and the global ones go with it (written again, without it, at the next rollover), and
+    no byte of its words is left in the home; the other day keeps its own."""
+    from siliconfriend.config import Settings
+    from siliconfriend.factory import build_bank
+
+    bank_file = tmp_path / "bank.json"
+    history = {
+        "2023-04-27": [
+            {"query": "I adopted a cat named Miso", "response": "What a lovely name!"},
+            {"query": "I work as a nurse at night", "response": "That must be tiring, qorvath."},
+        ],
+        "2023-04-28": [{"query": "I went hiking on Mount Tai", "response": "Beautiful views there!"}],
+    }
+    summary = {
+        "2023-04-27": {"content": "Amy adopted a cat and works nights at Qorvath."},
+        "2023-04-28": {"content": "Amy hiked on Mount Tai."},
+    }
+    bank_file.write_text(json.dumps({"Amy": {"name": "Amy", "history": history, "summary": summary}}))
+    home = tmp_path / "home"
+    run(home, "import-memorybank", str(bank_file), "--user", "Amy")
+    bank = build_bank(Settings.load(home=home), lazy=True)
+    try:
+        bank.set_summary("Amy", Kind.GLOBAL_EVENTS, "Amy is a night nurse at Qorvath.", datetime(2023, 4, 29))
+    finally:
+        bank.close()
+    # by mid-July the nurse's small talk has faded (test_import_list_search_forget_export), the rest not
+    out = run(home, "forget", "--user", "Amy", "--now", "2023-07-15T09:00", "--purge").stdout
+    assert "1 archived memories deleted for good" in out
+    listing = run(home, "memories", "list", "--user", "Amy", "--all").stdout
+    assert "Miso" in listing and "Mount Tai" in listing  # the day's other turn, the other day and its summary
+    assert "qorvath" not in listing.lower() and "works nights" not in listing
+    assert not [p for p in home.rglob("*") if p.is_file() and b"qorvath" in p.read_bytes().lower()]
