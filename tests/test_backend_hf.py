@@ -19,9 +19,9 @@ from siliconfriend.backends.hf.chat import HFLocalChat, _until_stop, load_causal
 from siliconfriend.backends.hf.loader import (
     PRESETS,
     _load_source,
-    pick_device,
     gguf_plain_folder,
     needs_remote_code,
+    pick_device,
     pick_dtype,
     resolve_preset,
     smollm2_gguf_path,
