@@ -283,8 +283,31 @@ OPEN_WEBUI_TOOLS = frozenset(
         "query_knowledge_files",
         "query_knowledge_bases",
         "view_skill",
+        # and those 0.12.4 sends by default (recorded live)
+        "ask_user",
+        "grep_knowledge_files",
+        "list_memories",
+        "list_memory_paths",
+        "read_memory_path",
+        "update_memory",
+        "delete_memory",
+        "create_skill",
+        "create_tasks",
+        "update_task",
+        "create_automation",
+        "update_automation",
+        "list_automations",
+        "toggle_automation",
+        "delete_automation",
+        "search_calendar_events",
+        "create_calendar_event",
+        "update_calendar_event",
+        "delete_calendar_event",
     }
 )
+# how many of them make a request Open WebUI's whole chat (``sends_whole_chat``): one or two names
+# such as search_web may be any app's own tools
+WHOLE_CHAT_TOOLS = 3
 # SillyTavern's own function tools (public/scripts/extensions/*: the Expressions classifier's)
 SILLYTAVERN_TOOLS = frozenset({"set_emotion"})
 
@@ -315,17 +338,24 @@ def app_of(headers: Mapping[str, str], fields: Mapping[str, Any]) -> str:
     return ""
 
 
-# Open WebUI sends its chat whole (the branch the person sees) with every request; only its
-# context compaction (ENABLE_CONTEXT_COMPACTION, off by default) leaves the older messages out,
-# and then their summary opens with this in the system message
+def sends_whole_chat(headers: Mapping[str, str], fields: Mapping[str, Any]) -> bool:
+    """Whether the request comes from an app that sends its chat whole, from its start, with every
+    request: Open WebUI (the branch the person sees), by its headers or by several of its builtin
+    tools. An exchange such a request lacks before the first one it shares with the stored chat
+    was deleted by the person, not left out to fit the model's context (a chat so cut, taken for
+    whole, would have its older exchanges taken for deleted: hence more than a tool name or two)."""
+    owui_tools = len(_tool_names(fields) & OPEN_WEBUI_TOOLS)
+    return any(h.startswith("x-openwebui-") for h in headers) or owui_tools >= WHOLE_CHAT_TOOLS
+
+
+# Open WebUI's context compaction (ENABLE_CONTEXT_COMPACTION, off by default) leaves a long chat's
+# older messages out, and their summary opens with this in the system message
 _OWUI_SUMMARY = "[conversation summary]"
 
 
-def sends_whole_chat(app: str, system: Sequence[str]) -> bool:
-    """Whether a request from ``app`` (``app_of``), with these system messages, shows its chat from
-    the start: an exchange it lacks before the first one it shares with the stored chat was
-    deleted by the person, not left out to fit the model's context."""
-    return app == "Open WebUI" and not any(_OWUI_SUMMARY in fold(t) for t in system)
+def compacted(system: Sequence[str]) -> bool:
+    """Whether a request's system messages say its chat's older messages were left out."""
+    return any(_OWUI_SUMMARY in fold(t) for t in system)
 
 
 # -- what the person said -------------------------------------------------------------------------
@@ -429,6 +459,7 @@ def person_words(content: Any) -> Said:
 __all__ = [
     "app_of",
     "sends_whole_chat",
+    "compacted",
     "OPEN_WEBUI_TOOLS",
     "TASK_PROMPTS",
     "TaskPrompt",

@@ -29,7 +29,7 @@ from ..core.known import known
 from ..core.memory_view import memory_id as parse_memory_id
 from ..core.memory_view import search as search_memories
 from ..core.memory_view import shown
-from .frontends import Task, app_of, fold, person_words, sends_whole_chat, task_of
+from .frontends import Task, app_of, compacted, fold, person_words, sends_whole_chat, task_of
 from .keys import KeyLimiter, LoginStyleLimiter, RateLimited
 from .resent import Change, Placed, place
 
@@ -220,6 +220,7 @@ class Switches:
     memory: str | None = None
     chat: str | None = None  # the client's id of the chat (``resent.py``)
     app: str = ""  # the chat app the request comes from, where it says (``frontends.app_of``)
+    whole: bool = False  # the app sends its chat whole with every request (``sends_whole_chat``)
 
     @classmethod
     def of(cls, headers: dict[str, str], body: Any, fields: dict[str, Any] | None = None) -> "Switches":
@@ -241,6 +242,7 @@ class Switches:
             memory.strip().lower() if memory else None,
             chat.strip() if chat else None,
             app,
+            sends_whole_chat(headers, fields or {}),
         )
 
 
@@ -358,7 +360,7 @@ class ApiService:
                 turn.history,
                 self.now().date(),
                 chat=switches.chat,
-                whole=turn.greeted or sends_whole_chat(switches.app, system_texts(messages)),
+                whole=turn.greeted or (switches.whole and not compacted(system_texts(messages))),
                 streaming=self._streaming(user),
             )
             if placed.echo:  # the companion's own words sent back (an app's classifier): not a turn

@@ -180,14 +180,18 @@ def lobechat_title_zh(user: str, reply: str) -> list[dict]:
 
 
 # -- what the apps put around the messages ----------------------------------------------------------
-# Open WebUI 0.12's builtin tools (backend/open_webui/tools/builtin.py), sent with every chat request
-# by default (Function Calling "Native", Capabilities > Builtin Tools), with no tool_choice
+# Open WebUI 0.12.4's builtin tools (backend/open_webui/tools/builtin.py) as its defaults send them
+# with every chat request (Function Calling "Native", Capabilities > Builtin Tools), with no
+# tool_choice: the 36 names and their order recorded from a live run (web search, images, code and
+# channels come when those features are turned on)
 OWUI_BUILTIN = (
-    "get_current_timestamp calculate_timestamp search_web fetch_url generate_image edit_image execute_code "
-    "search_memories add_memory replace_memory_content search_notes view_note write_note replace_note_content "
-    "search_chats view_chat search_channels search_channel_messages view_channel_message view_channel_thread "
-    "list_knowledge_bases search_knowledge_bases search_knowledge_files view_knowledge_file query_knowledge_files "
-    "query_knowledge_bases view_skill"
+    "get_current_timestamp calculate_timestamp ask_user list_knowledge_bases search_knowledge_bases "
+    "query_knowledge_bases grep_knowledge_files search_knowledge_files query_knowledge_files view_knowledge_file "
+    "search_chats view_chat search_memories list_memory_paths read_memory_path list_memories update_memory "
+    "add_memory replace_memory_content delete_memory search_notes view_note write_note replace_note_content "
+    "create_skill create_tasks update_task create_automation update_automation list_automations "
+    "toggle_automation delete_automation search_calendar_events create_calendar_event update_calendar_event "
+    "delete_calendar_event"
 ).split()
 
 

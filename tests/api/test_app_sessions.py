@@ -19,7 +19,7 @@ from app_sessions import (
     turns,
     why,
 )
-from frontend_requests import ST_HEADERS, sillytavern, st_body
+from frontend_requests import OWUI_TOOLS, ST_HEADERS, sillytavern, st_body, tool
 
 
 def test_a_sillytavern_evening(served):
@@ -70,6 +70,25 @@ def test_an_app_that_sends_only_the_latest_messages_deletes_nothing(served):
     chat = [st.chat[0], *st.chat[3:], *window[-1:]]
     chat.append({"role": "assistant", "content": st.post(sillytavern(chat))[0]})
     assert why(served, "lou") == {"One: I like tea.": "deleted"}
+
+
+def test_a_tool_named_as_open_webuis_does_not_make_a_cut_chat_whole(served):
+    """A chat cut to its latest exchanges by an app with a tool or two named as Open WebUI's own
+    (search_web, fetch_url) deletes nothing; Open WebUI's own request (its builtin tools, which
+    come with the whole chat) without the first exchange deletes that one."""
+    key = served.signup("tia")
+    sdk = client(served, key)
+    chat: list[dict] = []
+    for text in ("One: I like tea.", "Two: I like walks.", "Three: I like jazz."):
+        chat.append({"role": "user", "content": text})
+        done = sdk.chat.completions.create(model="m", messages=chat, tools=OWUI_TOOLS)
+        chat.append({"role": "assistant", "content": done.choices[0].message.content})
+    cut = [*chat[2:], {"role": "user", "content": "Four: I like rain."}]
+    done = sdk.chat.completions.create(model="m", messages=cut, tools=[tool("search_web"), tool("fetch_url")])
+    assert why(served, "tia") == {} and len(active(served, "tia")) == 4
+    cut += [{"role": "assistant", "content": done.choices[0].message.content}, {"role": "user", "content": "Five."}]
+    sdk.chat.completions.create(model="m", messages=cut, tools=OWUI_TOOLS)
+    assert why(served, "tia") == {"One: I like tea.": "deleted"} and len(active(served, "tia")) == 4
 
 
 def test_a_reply_sent_back_as_a_message_is_never_a_turn(served):

@@ -20,7 +20,7 @@ def stored(served, user: str) -> list[str]:
 def test_tools_not_forced_are_answered_in_text_and_the_turn_stored(served):
     key = served.signup("tia")
     sdk = client(served, key)
-    # Open WebUI's default chat request: 27 builtin tools, no tool_choice, streamed (raw HTTP)
+    # Open WebUI's default chat request: 36 builtin tools, no tool_choice, streamed (raw HTTP)
     hello = [{"role": "user", "content": "My dog is called Biscuit."}]
     with httpx.stream(
         "POST", f"{served.url}/chat/completions", json=owui_chat(hello), headers={"Authorization": f"Bearer {key}"}
