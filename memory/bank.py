@@ -46,7 +46,7 @@ from .lexical import Tokenizer
 from .message import Message
 from .records import GLOBAL_DAY, Kind, MemoryRecord, State, turn_text
 from .retrieval import Hit, RetrievalConfig, TalkLine, retrieve
-from .stores.base import MAX_USERNAME, Stores, UserStore, user_key
+from .stores.base import MAX_USERNAME, REFERENCES, TODAY, USED, Stores, UserStore, user_key
 
 log = logging.getLogger(__name__)
 
@@ -59,12 +59,6 @@ COMPRESSED_META = "compressed_turns"
 CONFIRMED_KEPT = 64  # the latest memories the person confirmed that stay in the core tier
 
 __all__ = ["MAX_USERNAME", "REFERENCES", "TODAY", "USED", "ForgetDecision", "MemoryBank", "UnknownMemory", "user_key"]
-
-
-# the lists in a memory's extra fields whose entries name other memories by id and copy their
-# words: a turn's record of its prompt, the memories it used and today's lines in it
-USED, TODAY = "used", "today"
-REFERENCES = (USED, TODAY)
 
 
 class UnknownMemory(KeyError):
@@ -894,7 +888,7 @@ class MemoryBank:
             kept = {o: c for o, c in pairs.items() if o not in gone and str(c) not in gone}
             if kept != pairs:
                 u.set_meta(COMPRESSED_META, json.dumps(kept))
-        u.drop_references(ids, REFERENCES)
+        u.drop_references(ids)
         u.sync()
         u.flush()  # the saved index, which held their vectors
         u.erase()

@@ -278,13 +278,35 @@ def record_from_row(user: str, row: Sequence[Any]) -> MemoryRecord:
     )
 
 
-def without_references(extra: Any, gone: set[int], keys: Sequence[str]) -> Any:
+# the lists in a memory's extra fields whose entries name other memories by id and copy their
+# words: a turn's record of its prompt, the memories it used and today's lines in it. A store
+# keeps which memories each row names there (``named_in``), so that a deletion reads and rewrites
+# the rows that name the deleted memories, not every row
+USED, TODAY = "used", "today"
+REFERENCES = (USED, TODAY)
+
+
+def named_in(extra: Any) -> list[int]:
+    """The ids of the memories that ``extra``'s lists at ``REFERENCES`` name, each once."""
+    if not isinstance(extra, dict):
+        return []
+    found = {
+        i
+        for key in REFERENCES
+        if isinstance(entries := extra.get(key), list)
+        for e in entries
+        if isinstance(e, dict) and (i := _entry_id(e)) is not None and 0 <= i < 1 << 62  # a memory's id
+    }
+    return sorted(found)
+
+
+def without_references(extra: Any, gone: set[int]) -> Any:
     """``extra`` without the entries naming a memory of ``gone`` (``{"id": n, ...}``) in its lists
-    at ``keys``: what a record copied of memories that were deleted."""
+    at ``REFERENCES``: what a record copied of memories that were deleted."""
     if not isinstance(extra, dict):
         return extra
     out = dict(extra)
-    for key in keys:
+    for key in REFERENCES:
         entries = out.get(key)
         if isinstance(entries, list):
             out[key] = [e for e in entries if not (isinstance(e, dict) and _entry_id(e) in gone)]
@@ -342,12 +364,16 @@ class UserStore(Protocol):
     def delete(self, ids: Sequence[int]) -> int:
         """Rows, lexical entries and vectors gone (the bank also calls the next two)."""
 
-    def drop_references(self, ids: Sequence[int], keys: Sequence[str]) -> int:
+    def drop_references(self, ids: Sequence[int]) -> int:
         """Every memory's extra fields without the entries ``{"id": n, ...}`` naming one of ``ids``
-        in its lists at ``keys``; how many memories were rewritten."""
+        in its lists at ``REFERENCES``, the rows found by ``naming``; how many were rewritten."""
 
     def erase(self) -> None:
         """What the engine keeps of deleted rows (old segments, a log) erased where it can be."""
+
+    def naming(self, ids: Sequence[int]) -> list[int]:
+        """The memories whose lists at ``REFERENCES`` name one of ``ids`` (kept as rows are
+        written), in id order."""
 
     # -- records out
     def get_many(self, ids: Iterable[int]) -> dict[int, MemoryRecord]: ...

@@ -225,7 +225,33 @@ def _m11(cur: psycopg.Cursor) -> None:
     )
 
 
-MIGRATIONS = [_m1, _m2, _m3, _m4, _m5, _m6, _m7, _m8, _m9, _m10, _m11]
+def _m12(cur: psycopg.Cursor) -> None:
+    # which memories a row's record of its prompt names (``base.REFERENCES``), a row per pair, so
+    # that a deletion finds the rows that copied a memory's words without reading every row of
+    # the user; a row's pairs go with it (the foreign key); those of the rows stored before are
+    # read from them here
+    run_statements(
+        cur,
+        """
+    CREATE TABLE mem_refs (
+        owner TEXT NOT NULL,
+        memory_id BIGINT NOT NULL,
+        holder BIGINT NOT NULL,
+        PRIMARY KEY (owner, memory_id, holder),
+        FOREIGN KEY (owner, holder) REFERENCES memories (owner, id) ON DELETE CASCADE
+    );
+    CREATE INDEX mem_refs_holder ON mem_refs (owner, holder);
+    INSERT INTO mem_refs (owner, memory_id, holder)
+        SELECT DISTINCT m.owner, (e ->> 'id')::bigint, m.id
+        FROM memories m, unnest(ARRAY['used', 'today']) AS k(key),
+            jsonb_array_elements(CASE jsonb_typeof(m.extra -> k.key) WHEN 'array' THEN m.extra -> k.key
+                ELSE '[]'::jsonb END) AS e
+        WHERE jsonb_typeof(e) = 'object' AND (e ->> 'id') ~ '^-?[0-9]{1,18}$'
+    """,
+    )
+
+
+MIGRATIONS = [_m1, _m2, _m3, _m4, _m5, _m6, _m7, _m8, _m9, _m10, _m11, _m12]
 
 
 def steps(tokenizer: Tokenizer) -> list[Callable[[psycopg.Cursor], None]]:

@@ -62,6 +62,7 @@ from .base import (
     PoolRows,
     SearchHit,
     Side,
+    named_in,
     record_from_row,
     term_counts,
     without_references,
@@ -294,6 +295,7 @@ class PgUserStore(RecordReads):
             rows: list[tuple] = []
             recall: list[tuple] = []
             postings: list[tuple] = []
+            refs: list[tuple] = []
             for i, rec in enumerate(records):
                 vec = None if vectors is None else np.asarray(vectors[i], dtype=np.float32)
                 if rec.kind == Kind.TURN and not keep_ids:
@@ -341,6 +343,7 @@ class PgUserStore(RecordReads):
                     )
                 )
                 postings += [(self.user, term, rid, n, dl) for term, n in tf.items()]
+                refs += [(self.user, named, rid) for named in named_in(rec.extra)]
                 out.append(rec.with_(id=rid))
             # all rows in one pipelined batch, then the recall fields and the postings each in one
             # COPY (a round trip per row is what makes a bulk write slow); vectors go in binary
@@ -358,6 +361,8 @@ class PgUserStore(RecordReads):
                 with cur.copy("COPY lex_postings (owner, term, memory_id, tf, dl) FROM STDIN") as copy:
                     for row in postings:
                         copy.write_row(row)
+            if refs:
+                cur.executemany("INSERT INTO mem_refs (owner, memory_id, holder) VALUES (%s, %s, %s)", refs)
         return out
 
     def _insert_one(self, rec: MemoryRecord, vector: np.ndarray | None, tf: dict[str, int], dl: int) -> MemoryRecord:
@@ -406,6 +411,7 @@ class PgUserStore(RecordReads):
             "recall_count": rec.recall_count,
             "terms": list(tf),
             "tfs": list(tf.values()),
+            "named": named_in(rec.extra),
         }
         with self.db.connection() as con, con.pipeline(), con.cursor() as cur, con.cursor() as placed:
             with con.transaction():
@@ -435,6 +441,12 @@ class PgUserStore(RecordReads):
                         " %(dl)s FROM unnest(%(terms)s::text[], %(tfs)s::int[]) AS t(term, tf)",
                         params,
                     )
+                if params["named"]:
+                    cur.execute(
+                        f"INSERT INTO mem_refs (owner, memory_id, holder) SELECT %(u)s, r, {new_id}"
+                        " FROM unnest(%(named)s::bigint[]) AS r",
+                        params,
+                    )
             rid, pos = one(placed.fetchone())
         if deferred and not (rec.kind == Kind.TURN and rec.response != ""):  # see ``replies_pending``
             self._join_graph([rid])
@@ -460,6 +472,14 @@ class PgUserStore(RecordReads):
                 ).format(sets),
                 (text, vec, *values, self.user, rid),
             )
+            if "extra" in fields:  # the memories it names are those of its new extra fields
+                cur.execute("DELETE FROM mem_refs WHERE owner = %s AND holder = %s", (self.user, rid))
+                named = named_in(json.loads(fields["extra"]))
+                if named:
+                    cur.executemany(
+                        "INSERT INTO mem_refs (owner, memory_id, holder) VALUES (%s, %s, %s)",
+                        [(self.user, n, rid) for n in named],
+                    )
             d, t = self._index_text(cur, rid, Kind(row[0]), text, row[1])
             self._count(cur, docs + d, tokens + t)
 
@@ -534,26 +554,36 @@ class PgUserStore(RecordReads):
             self._count(cur, docs, tokens)
             return n
 
-    def drop_references(self, ids: Sequence[int], keys: Sequence[str]) -> int:
+    def drop_references(self, ids: Sequence[int]) -> int:
         gone = sorted({int(i) for i in ids})
-        if not gone or not keys:
+        if not gone:
             return 0
+        changed = 0
         with self._writing() as cur:
             self._lock_user(cur)
             rows = cur.execute(
-                "SELECT id, extra::text FROM memories m WHERE owner = %s AND EXISTS ("
-                " SELECT 1 FROM unnest(%s::text[]) AS k(key),"
-                " jsonb_array_elements(CASE jsonb_typeof(m.extra -> k.key) WHEN 'array' THEN m.extra -> k.key"
-                " ELSE '[]'::jsonb END) AS e WHERE e ->> 'id' = ANY(%s))",
-                (self.user, list(keys), [str(i) for i in gone]),
+                "SELECT id, extra::text FROM memories WHERE owner = %s AND id IN"
+                " (SELECT holder FROM mem_refs WHERE owner = %s AND memory_id = ANY(%s)) ORDER BY id",
+                (self.user, self.user, gone),
             ).fetchall()
             for rid, text in rows:
-                extra = without_references(json.loads(text), set(gone), keys)
-                cur.execute(
-                    "UPDATE memories SET extra = %s::jsonb WHERE owner = %s AND id = %s",
-                    (json.dumps(extra, ensure_ascii=False), self.user, rid),
-                )
-            return len(rows)
+                before = json.loads(text)
+                after = without_references(before, set(gone))
+                if after != before:
+                    cur.execute(
+                        "UPDATE memories SET extra = %s::jsonb WHERE owner = %s AND id = %s",
+                        (json.dumps(after, ensure_ascii=False), self.user, rid),
+                    )
+                    changed += 1
+            cur.execute("DELETE FROM mem_refs WHERE owner = %s AND memory_id = ANY(%s)", (self.user, gone))
+        return changed
+
+    def naming(self, ids: Sequence[int]) -> list[int]:
+        rows = self.db.fetchall(
+            "SELECT DISTINCT holder FROM mem_refs WHERE owner = %s AND memory_id = ANY(%s) ORDER BY holder",
+            (self.user, sorted({int(i) for i in ids})),
+        )
+        return [int(r[0]) for r in rows]
 
     def erase(self) -> None:
         """Nothing the app can reach: PostgreSQL's dead row versions are its own until its

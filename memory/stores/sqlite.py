@@ -51,7 +51,7 @@ from .base import (
 from .record_reads import RecordReads
 from .sqlite_db import connect, immediate_transaction
 from .sqlite_index import UserIndex
-from .sqlite_migrations import MIGRATIONS
+from .sqlite_migrations import MIGRATIONS, write_refs
 
 _COLUMNS = ", ".join(MEMORY_COLUMNS)
 # the same, for a read that leaves the extra fields out (``records(extra=False)``)
@@ -259,6 +259,7 @@ class SqliteUserStore(RecordReads):
                     "INSERT INTO memories_fts (rowid, tokens) VALUES (?, ?)",
                     (rid, lexical_document(self.tokenizer, rec.kind, rec.text, rec.day)),
                 )
+                write_refs(db, [(rid, rec.extra)])
                 out.append(rec.with_(id=rid))
         return out
 
@@ -273,6 +274,9 @@ class SqliteUserStore(RecordReads):
                 (text, blob, seq, *fields.values(), rid),
             )
             db.execute("DELETE FROM memories_fts WHERE rowid = ?", (rid,))
+            if "extra" in fields:  # the memories it names are those of its new extra fields
+                db.execute("DELETE FROM refs WHERE holder = ?", (rid,))
+                write_refs(db, [(rid, fields["extra"])])
             row = db.execute("SELECT kind, day FROM memories WHERE id = ?", (rid,)).fetchone()
             if row:
                 document = lexical_document(self.tokenizer, Kind(row[0]), text, date.fromisoformat(row[1]))
@@ -336,33 +340,43 @@ class SqliteUserStore(RecordReads):
                 n += db.execute("DELETE FROM memories WHERE id = ?", (rid,)).rowcount
                 db.execute("DELETE FROM memories_fts WHERE rowid = ?", (rid,))
                 db.execute("INSERT OR REPLACE INTO tombstones VALUES (?, ?)", (rid, seq))
+                db.execute("DELETE FROM refs WHERE holder = ?", (rid,))
             sqlite_links.forget(db, ids)
             return n
 
-    def drop_references(self, ids: Sequence[int], keys: Sequence[str]) -> int:
+    def drop_references(self, ids: Sequence[int]) -> int:
         gone = sorted({int(i) for i in ids})
-        if not gone or not keys:
+        if not gone:
             return 0
-        # the rows that may name one of them, found by the text of the entry's id ("id": 7, as
-        # json.dumps writes it, or "id":7), then read and rewritten in Python: parsing every
-        # turn's fields in SQL costs seconds at 100,000 turns; this reads the ones that match
-        if len(gone) <= 50:
-            needles = [f'"id": {i}' for i in gone] + [f'"id":{i}' for i in gone]
-            where = " OR ".join("instr(extra, ?) > 0" for _ in needles)
-        else:  # many at once (a purge): every row that names any id
-            needles, where = ['"id"'], "instr(extra, ?) > 0"
         changed = 0
         with self.transaction() as db:
-            rows = db.execute(f"SELECT id, extra FROM memories WHERE {where}", needles).fetchall()
-            for rid, text in rows:
-                before = json.loads(text)
-                after = without_references(before, set(gone), keys)
+            for holder in self._naming(db, gone):
+                row = db.execute("SELECT extra FROM memories WHERE id = ?", (holder,)).fetchone()
+                if row is None:
+                    continue
+                before = json.loads(row[0])
+                after = without_references(before, set(gone))
                 if after != before:
                     db.execute(
-                        "UPDATE memories SET extra = ? WHERE id = ?", (json.dumps(after, ensure_ascii=False), rid)
+                        "UPDATE memories SET extra = ? WHERE id = ?", (json.dumps(after, ensure_ascii=False), holder)
                     )
                     changed += 1
+            db.executemany("DELETE FROM refs WHERE memory_id = ?", [(i,) for i in gone])
         return changed
+
+    def naming(self, ids: Sequence[int]) -> list[int]:
+        with self._lock:
+            return self._naming(self._db, sorted({int(i) for i in ids}))
+
+    def _naming(self, db: sqlite3.Connection, ids: Sequence[int]) -> list[int]:
+        holders: set[int] = set()
+        for at in range(0, len(ids), self.IN_PART):  # a purge may name thousands
+            part = ids[at : at + self.IN_PART]
+            marks = ",".join("?" * len(part))
+            holders.update(
+                r[0] for r in db.execute(f"SELECT DISTINCT holder FROM refs WHERE memory_id IN ({marks})", part)
+            )
+        return sorted(holders)
 
     def erase(self) -> None:
         """The lexical table's segments merged into one (FTS5 keeps a deleted row's terms in its

@@ -5,10 +5,12 @@ store's tokenizer: a step that indexes memories anew makes their tokens with it.
 
 from __future__ import annotations
 
+import json
 import sqlite3
 
 from ..lexical import Tokenizer
 from . import sqlite_links
+from .base import named_in
 from .sqlite_db import run_script
 
 
@@ -125,5 +127,32 @@ def _m7(db: sqlite3.Connection, tokenizer: Tokenizer) -> None:
     sqlite_links.count_entities(db)
 
 
+def _m8(db: sqlite3.Connection, tokenizer: Tokenizer) -> None:
+    # which memories a row's record of its prompt names (``base.REFERENCES``), a row per pair, so
+    # that a deletion finds the rows that copied a memory's words without reading every row; the
+    # pairs of the rows stored before are read from them here
+    run_script(
+        db,
+        """
+    CREATE TABLE refs (memory_id INTEGER NOT NULL, holder INTEGER NOT NULL, PRIMARY KEY (memory_id, holder))
+        WITHOUT ROWID;
+    CREATE INDEX refs_holder ON refs(holder)
+    """,
+    )
+    write_refs(db, db.execute("SELECT id, extra FROM memories WHERE instr(extra, '\"id\"') > 0"))
+
+
+def write_refs(db: sqlite3.Connection, rows) -> None:
+    """The pairs (named memory, row) of ``rows`` (id, extra as JSON text or a dict)."""
+    db.executemany(
+        "INSERT OR IGNORE INTO refs (memory_id, holder) VALUES (?, ?)",
+        [
+            (named, rid)
+            for rid, extra in rows
+            for named in named_in(json.loads(extra) if isinstance(extra, str) else extra)
+        ],
+    )
+
+
 # each step gets the store's tokenizer: a step that indexes memories anew makes their tokens with it
-MIGRATIONS = [_m1, _m2, _m3, _m4, _m5, _m6, _m7]
+MIGRATIONS = [_m1, _m2, _m3, _m4, _m5, _m6, _m7, _m8]

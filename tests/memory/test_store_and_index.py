@@ -12,6 +12,7 @@ from memory.bank import MemoryBank, user_key
 from memory.embedders import create_embedder
 from memory.records import Kind
 from memory.stores.sqlite import SqliteStores
+from memory.stores.sqlite_migrations import MIGRATIONS
 
 
 def test_user_keys_are_safe_folder_names():
@@ -98,6 +99,28 @@ def test_delete_user_removes_every_file(paper_bank, day1):
     assert not folder.exists() and "amy" not in paper_bank.users()
 
 
+def test_a_home_written_before_the_references_were_kept_gets_them_from_its_records(tmp_path, e5_embedder, day1):
+    """A store of schema 7 (no table of who names whom) gets the pairs of the records it holds
+    when opened: a deletion then rewrites the record that held the deleted memory."""
+    bank = MemoryBank(SqliteStores(tmp_path), e5_embedder)
+    a = bank.add_turn("amy", "I keep a parrot named Zazu", "A parrot!", day1).stored_id
+    b = bank.add_turn("amy", "hello", "hi", day1, extra={"used": [{"id": a, "text": "Zazu"}], "today": []}).stored_id
+    bank.close()
+    path = next((tmp_path / "users").glob("*/memory.db"))
+    con = sqlite3.connect(path)
+    con.executescript("DROP TABLE refs; PRAGMA user_version = 7;")
+    con.close()
+    again = MemoryBank(SqliteStores(tmp_path), e5_embedder)
+    try:
+        store = again.user_store("amy")
+        assert store._db.execute("PRAGMA user_version").fetchone()[0] == len(MIGRATIONS)
+        assert store.naming([a]) == [b]
+        again.delete("amy", [a])
+        assert again.get("amy", b).extra["used"] == []
+    finally:
+        again.close()
+
+
 def test_a_home_written_with_sentence_vectors_is_migrated_without_them(tmp_path, e5_embedder, day1):
     """A store of schema 4 (a table of sentence vectors) loses the table when opened and gains
     the links; its turns are searched as before."""
@@ -108,7 +131,7 @@ def test_a_home_written_with_sentence_vectors_is_migrated_without_them(tmp_path,
     path = next((tmp_path / "users").glob("*/memory.db"))
     con = sqlite3.connect(path)
     con.executescript(
-        "DROP TABLE links; DROP TABLE mentions; DROP TABLE entities;"
+        "DROP TABLE links; DROP TABLE mentions; DROP TABLE entities; DROP TABLE refs;"
         " ALTER TABLE memories ADD COLUMN sentences INTEGER;"
         " CREATE TABLE sentences (memory_id INTEGER NOT NULL, n INTEGER NOT NULL, vector BLOB NOT NULL,"
         " PRIMARY KEY (memory_id, n)) WITHOUT ROWID;"
@@ -121,7 +144,7 @@ def test_a_home_written_with_sentence_vectors_is_migrated_without_them(tmp_path,
         store = again.user_store("amy")
         tables = {r[0] for r in store._db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
         assert "sentences" not in tables and {"links", "mentions"} <= tables
-        assert store._db.execute("PRAGMA user_version").fetchone()[0] == 7
+        assert store._db.execute("PRAGMA user_version").fetchone()[0] == len(MIGRATIONS)
         hits = again.retrieve("amy", "Did they see lions at the zoo?", day1 + timedelta(days=3), k=1)
         assert hits[0].record.id == turn.id
     finally:

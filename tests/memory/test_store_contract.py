@@ -4,6 +4,7 @@ A change to storage passes here on both engines or on neither; what only one eng
 files, migrations, the pool, advisory locks, HNSW) is tested in test_store_and_index.py and
 tests/pg."""
 
+import json
 from dataclasses import FrozenInstanceError
 from datetime import date, datetime, timedelta
 
@@ -571,3 +572,38 @@ def test_one_field_of_many_memories_extra_fields(any_bank):
     assert found == {ids[0]: "abc123", ids[1]: "def456", ids[5]: "给你"}  # not bob's
     assert any_bank.extra_at("amy", ids, ("used",)) == {}  # a list is not a text
     assert any_bank.extra_at("amy", [], ("chat", "history")) == {}
+
+
+def test_a_deletion_rewrites_the_records_that_name_the_memory_and_only_those(any_bank):
+    """What names whom is kept as memories are stored and edited (``UserStore.naming``): a
+    deletion rewrites the records of prompts that held the deleted memory and leaves the others,
+    even one whose fields hold the id's text elsewhere; a deleted record names nobody."""
+    when = datetime(2024, 5, 1, 9, 0)
+    a = any_bank.add_turn("amy", "I keep a parrot named Zazu", "A parrot!", when).stored_id
+    b = any_bank.add_turn("amy", "hello", "hi", when, extra={"used": [{"id": a, "text": "parrot Zazu"}]}).stored_id
+    other = any_bank.add_turn("amy", "and then", "ok", when, extra={"today": [{"id": b, "text": "hello"}]}).stored_id
+    text_only = any_bank.add_turn("amy", "note", "ok", when, extra={"note": f'{{"id": {a}}}'}).stored_id
+    both, both2 = (  # a batch (an import) is written another way than a chat turn
+        r.stored_id
+        for r in any_bank.add_turns(
+            "amy",
+            [("more", "sure", when), ("again", "fine", when)],
+            extra={"used": [{"id": a, "text": "Zazu"}, {"id": b, "text": "hello"}]},
+        )
+    )
+    any_bank.add_turn("bob", "hi", "hi", when, extra={"used": [{"id": a, "text": "bob's own"}]})
+    store = any_bank.user_store("amy")
+    assert store.naming([a]) == [b, both, both2] and store.naming([b]) == [other, both, both2]
+    assert store.naming([text_only]) == []
+    # an edit of a record's fields changes whom it names
+    store.replace_text(other, "and then\nok", None, extra=json.dumps({"used": [{"id": a, "text": "Zazu"}]}))
+    assert store.naming([a]) == [b, other, both, both2] and store.naming([b]) == [both, both2]
+
+    assert any_bank.delete("amy", [a]) == 1
+    assert store.naming([a]) == []
+    assert any_bank.get("amy", b).extra["used"] == [] and any_bank.get("amy", other).extra["used"] == []
+    assert any_bank.get("amy", both).extra["used"] == [{"id": b, "text": "hello"}]
+    assert any_bank.get("amy", text_only).extra == {"note": f'{{"id": {a}}}'}
+    assert any_bank.user_store("bob").naming([a]) != []  # another user's records are theirs
+    any_bank.delete("amy", [both, both2])
+    assert store.naming([b]) == []  # the deleted record's pairs went with it

@@ -385,6 +385,44 @@ def test_migration_7_upgrades_a_database_of_schema_6(pg_url, e5_embedder):
         assert con.execute("SELECT count(*) FROM memories WHERE pending_embedding IS NOT NULL").fetchone()[0] == 0
 
 
+def test_migration_12_keeps_who_names_whom_for_the_records_held_before(pg_url, e5_embedder):
+    """A database of memory schema 11 (no table of who names whom) gets the pairs of the
+    records it holds: a deletion then rewrites the record that held the deleted memory."""
+    import json
+
+    from memory.stores.pg_db import Database
+    from memory.stores.pg_migrations import MIGRATIONS
+
+    extras = [
+        {},
+        {"used": [{"id": 1, "text": "parrot Zazu"}, {"id": 7, "text": "gone"}], "today": [{"id": "1"}]},
+        {"used": "not a list", "today": [{"id": 2}, {"id": "x"}, 3]},
+    ]
+    db = Database(pg_url)
+    try:
+        db.migrate("memory", MIGRATIONS[:11])
+        with db.transaction() as cur:
+            cur.execute("INSERT INTO mem_users (name, last_id) VALUES ('amy', 3)")
+            for i, extra in enumerate(extras, start=1):
+                cur.execute(
+                    "INSERT INTO memories (owner, id, kind, text, query, response, day, position, created_at, extra)"
+                    " VALUES ('amy', %s, 'turn', %s, %s, 'ok', %s, %s, %s, %s)",
+                    (i, f"m{i}\nok", f"m{i}", T0.date(), i, T0.isoformat(), json.dumps(extra)),
+                )
+                cur.execute("INSERT INTO mem_recall (owner, id) VALUES ('amy', %s)", (i,))
+    finally:
+        db.close()
+    bank = MemoryBank(PostgresStores(pg_url), e5_embedder)
+    try:
+        store = bank.user_store("amy")
+        assert store.naming([1]) == [2] and store.naming([2]) == [3] and store.naming([7]) == [2]
+        bank.delete("amy", [1])
+        assert bank.get("amy", 2).extra == {"used": [{"id": 7, "text": "gone"}], "today": []}
+        assert store.naming([1]) == []
+    finally:
+        bank.close()
+
+
 def test_memories_are_committed_without_waiting_for_the_disk_and_accounts_with(pg_url):
     """The memory store's commits are as durable as the SQLite store's (synchronous=NORMAL):
     they do not wait for the flush; other components' (the accounts) keep the server's default."""
