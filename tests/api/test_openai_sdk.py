@@ -5,6 +5,7 @@ users' keys that never see each other's memories."""
 
 from __future__ import annotations
 
+import time
 from datetime import timedelta
 
 import httpx
@@ -159,7 +160,14 @@ def test_rate_limits_like_logins(tmp_path, e5_embedder):
         with pytest.raises(openai.RateLimitError) as err:
             client(served, "sf-" + "z" * 43).models.list()
         assert err.value.status_code == 429 and err.value.code == "rate_limit_exceeded"
-        assert int(err.value.response.headers["Retry-After"]) > 0
+        first = int(err.value.response.headers["Retry-After"])
+        assert 1 <= first <= 5  # the README: a pause of 5 s after the fifth wrong key...
+        time.sleep(first)
+        with pytest.raises(openai.AuthenticationError):  # ...after which one more try is heard...
+            client(served, "sf-" + "z" * 43).models.list()
+        with pytest.raises(openai.RateLimitError) as err:
+            client(served, "sf-" + "z" * 43).models.list()
+        assert 6 <= int(err.value.response.headers["Retry-After"]) <= 10  # ...and the next pause is 10 s
         # one stale key jams nobody: hal's and ivy's keys are served from the same client
         assert client(served, key).models.list().data and client(served, other).models.list().data
         served.api.accounts.store.prune_events(float("inf"))  # the window has passed
