@@ -68,6 +68,8 @@ class _Handler(BaseHTTPRequestHandler):
                     {"error": {"message": step.get("message", "scripted"), "code": step.get("code")}},
                     step.get("headers"),
                 )
+            if callable(step.get("reply")):  # a reply made from the request (a model that reads its prompt)
+                step = {**step, "reply": step["reply"](body)}
             if body.get("stream"):
                 usage = (body.get("stream_options") or {}).get("include_usage") and step.get("usage")
                 return self._sse(body["model"], step["reply"], usage)

@@ -228,6 +228,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
     name = companion.settings.companion_name
     failures = 0
     shown_day: dict[str, date] = {}
+    brought = {"offered": 0, "taken up": 0}  # memories offered to bring up, and those the reply used
     for user, when, text in script:
         clock.set(when)
         if shown_day.get(user) != when.date():
@@ -245,6 +246,10 @@ def cmd_replay(args: argparse.Namespace) -> int:
         if result.error:
             failures += 1
             print(f"  ({result.error})", file=sys.stderr)
+        for taken in _brought_up(companion, result):
+            brought["offered"] += 1
+            brought["taken up"] += taken
+    print(f"\nbrought up: {brought['offered']} offered, {brought['taken up']} taken up by the reply")
     if args.finish:
         for user in dict.fromkeys(u for u, _, _ in script):
             end = max(w for u, w, _ in script if u == user)
@@ -253,6 +258,16 @@ def cmd_replay(args: argparse.Namespace) -> int:
             _report_rollover(report)
             failures += len(report.failed) + len(report.global_failed)
     return 1 if failures else 0
+
+
+def _brought_up(companion, result) -> list[bool]:
+    """For each memory the turn's prompt offered to bring up, whether the reply used it."""
+    from memory.activation import reply_uses, words
+
+    from ..core.bring_up import BRING_UP_CUE
+
+    said = words(companion.bank.tokenizer, result.reply)
+    return [reply_uses(companion.bank.tokenizer, h.record, said) for h in result.used if h.cue == BRING_UP_CUE]
 
 
 # -- probe ----------------------------------------------------------------------------------------

@@ -28,6 +28,7 @@ from memory.tiers import CORE_CUE, WHY_CONFIRMED, WHY_PINNED, Line, allot, parse
 
 from ..backends.base import BackendError, ChatBackend, Message, Sampling, ToolCalls, takes_sampling, takes_tools
 from ..config import Settings
+from . import bring_up
 from .consolidate import SUMMARY_TOKENS, ConsolidationReport, Consolidator
 from .grounding import GroundingChecker
 from .prompting import PromptSet, fit_chat, load_prompts, truncate_tokens
@@ -116,6 +117,7 @@ def used_entry(hit: Hit) -> dict:
         "strength": round(rec.strength, 2),
         "retention": round(hit.retention, 3),
         "tier": hit.tier,
+        "cue": hit.cue,
         "why": "; ".join(hit.reasons),
         "text": text,
     }
@@ -598,11 +600,16 @@ class Companion:
         # the memories as the retrieval read them: not read again (one recalled since is)
         # a core memory is in every prompt: it counts as recalled only when the reply used it
         reply_words = words(tokenizer, result.reply)
-        recalled = [h for h in result.used if h.cue != CORE_CUE or reply_uses(tokenizer, h.record, reply_words)]
+        # (so does one brought up: the prompt offered it, the reply may take it up or not)
+        offered = [h for h in result.used if h.cue == bring_up.BRING_UP_CUE]
+        for h in offered:
+            bring_up.offered(self.bank, turn.user, h.record.stored_id, reply_uses(tokenizer, h.record, reply_words))
+        given = (CORE_CUE, bring_up.BRING_UP_CUE)
+        recalled = [h for h in result.used if h.cue not in given or reply_uses(tokenizer, h.record, reply_words)]
         read = {h.record.stored_id: h.record for h in recalled if h.record.stored_id not in confirmed}
         if read:
             best = max((h.score for h in recalled), default=0.0)
-            scored = [(h.record, best if h.cue == CORE_CUE else h.score) for h in recalled]
+            scored = [(h.record, best if h.cue in given else h.score) for h in recalled]
             gains = recall_gains(tokenizer, scored, result.reply)
             self.bank.reinforce(turn.user, list(read), turn.now, read=read, gains=gains, competitors=turn.competitors)
         if confirmed:
@@ -753,11 +760,29 @@ class Companion:
                     )
                 )
         found.sort(key=lambda h: h.tier != "core")  # the core first, each part in its order
+        up = bring_up.offer(self.bank, turn.user, {h.record.id for h in found} | exclude)
+        if up is not None:
+            rec, reason = up
+            retention = policy.retention(rec, turn.now)
+            found.append(
+                Hit(
+                    rec,
+                    0.0,
+                    retention=retention,
+                    reasons=[reason],
+                    cue=bring_up.BRING_UP_CUE,
+                    tier=policy.tier(rec, retention),
+                )
+            )
         profile = values.get("global_personality", "")
         spent = {"core": count(profile) if profile and profile != nothing else 0}
         budget = min(self.memory_tokens, self._budget(turn.backend) // 2)
         placed = allot(
-            [self.memory_parts(h.record, prompts, h.tier) for h in found], budget, count, self.tier_shares, spent=spent
+            [self.memory_parts(h.record, prompts, h.tier, ask=h.cue == bring_up.BRING_UP_CUE) for h in found],
+            budget,
+            count,
+            self.tier_shares,
+            spent=spent,
         )
         return [found[p.index] for p in placed], [p.text for p in placed]
 
@@ -823,10 +848,19 @@ class Companion:
         return Companion.memory_parts(rec, prompts).text()
 
     @staticmethod
-    def memory_parts(rec: MemoryRecord, prompts: PromptSet, tier: str = "active") -> Line:
+    def memory_parts(rec: MemoryRecord, prompts: PromptSet, tier: str = "active", *, ask: bool = False) -> Line:
         """One memory for the prompt's memory budget (``memory/tiers.py``): its tier and its parts
         (a turn: the message and the reply), each kept to its whole sentences within
-        MEMORY_CHARS, and how the line is written from them, with its date."""
+        MEMORY_CHARS, and how the line is written from them, with its date. ``ask``: a memory
+        worth bringing up (``bring_up.py``), said as something the companion may ask about."""
+        line = Companion._memory_parts(rec, prompts, tier)
+        if not ask:
+            return line
+        note = prompts.fragment("bring_up", user_name=rec.user)
+        return Line(line.tier, line.parts, lambda p: f"{line.render(p)} {note}")
+
+    @staticmethod
+    def _memory_parts(rec: MemoryRecord, prompts: PromptSet, tier: str) -> Line:
         when = prompts.format_date(rec.day)
         cut = prompts.fragment("cut")
 
@@ -882,6 +916,7 @@ class Companion:
             report = self.consolidator.run(user, now, lang=lang, backend=backend)
             if report.ok:
                 self._rolled[user] = (today, mark)
+                bring_up.choose(self.bank, user, now)  # once a day: what is worth bringing up
         return report
 
     def consolidation(

@@ -42,7 +42,7 @@ WORDS = {
     "turn": {"en": "memory #{id}", "zh": "记忆 #{id}"},
 }
 # a statement of a plan: its dates lie ahead of the day it was said ("on June 14th" is next June)
-_PLAN = re.compile(
+PLAN = re.compile(
     r"\b(will|going to|gonna|plan|planning|next|tomorrow|getting|'ll|coming)\b|明天|后天|下周|下个|要|打算|准备|将",
     re.I,
 )
@@ -126,7 +126,7 @@ def fact_of(rec: MemoryRecord, bank: MemoryBank) -> Fact | None:
         day=rec.day,
         names=tuple(e.text for e in found if e.kind != DAY),
         dates=tuple(d.isoformat() for d in days_ahead(said, rec.day))
-        if _PLAN.search(said)
+        if PLAN.search(said)
         else tuple(e.text for e in found if e.kind == DAY),
         pinned=rec.pinned,
         state=rec.state.value,
