@@ -310,8 +310,8 @@ class E5Model:
     def _pool(self, workers: int) -> ThreadPoolExecutor:
         """Threads that run batches, each on one PyTorch thread. PyTorch's own threads within one
         batch wait for each other at every operation: on a machine whose cores other work keeps
-        busy, two of them ran a batch several times slower than one (docs/benchmarks.md, issue
-        24); independent batches on single-threaded workers never wait for each other."""
+        busy, two of them ran a batch several times slower than one (docs/benchmarks.md, "Numbers
+        behind the code"); independent batches on single-threaded workers never wait for each other."""
         with self._pool_lock:
             if self._workers is None or self._workers[0] != workers:
                 if self._workers is not None:

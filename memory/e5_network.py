@@ -7,7 +7,8 @@ let the lock go: a query beside another thread's work then takes more than twice
 alone.
 
 Scripted, the layers run in PyTorch's own interpreter without the lock: the same query takes
-about as long beside another user's retrievals as alone (measured in docs/benchmarks.md). The
+about as long beside another user's retrievals as alone (docs/benchmarks-journal.md, "The e5 pass
+in one call"). The
 arithmetic is the same operations in the same order, and the vectors are identical to the op-by-op
 pass's (``tests/memory/test_e5_engine.py``).
 

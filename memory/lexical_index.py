@@ -2,7 +2,8 @@
 
 SQLite's FTS5 scores every row that holds any of a query's words, and its ``bm25()`` reads each
 such row's size and instances one by one: a conversation's two dozen words match a third of a
-100,000-memory history, and one search costs a few hundred milliseconds (docs/benchmarks.md).
+100,000-memory history, and one search costs a few hundred milliseconds (docs/benchmarks-journal.md,
+"The 100k turn profiled again").
 Here the same table is held as posting lists (term -> ids and term counts, from the table's own
 token strings) and a search is a few array operations.
 

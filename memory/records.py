@@ -41,8 +41,8 @@ class ExtraFields:
     """``MemoryRecord.extra``: a dict, which a store may give as the JSON text it read; the text is
     parsed when the field is first used. A chat turn reads all of today's turns, and a turn's
     extra fields (the memories and today's lines its prompt held) are kilobytes of JSON: parsed at
-    every read, they made the turns of a long day slower and slower (docs/benchmarks.md, issue
-    24)."""
+    every read, they made the turns of a long day slower and slower (docs/benchmarks-journal.md,
+    "A long day's turns")."""
 
     def __init__(self, slot: str):
         self.slot = slot  # where a record keeps the dict or the text

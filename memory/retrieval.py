@@ -89,13 +89,14 @@ class RetrievalConfig:
     # lexical side's weight scaled by how much its evidence says for this query, the dense side
     # taking the rest (``_lexical_evidence``): "evidence" (its best match against a full match),
     # "vocabulary" (the share of the query's words that memory holds at all). Fixed: with e5 as
-    # the one dense reader, both lowered recall on every measured set (docs/benchmarks.md)
+    # the one dense reader, both lowered recall on every measured set (docs/benchmarks-journal.md,
+    # "Memory as a network")
     fusion: str = "fixed"
     # memory as a network (``memory/links.py``): the first hits pass activation along their links
     # (entities, a summary's turns, a conversation's), which is added to a memory's score at
     # ``link_weight``; the memories it reaches join the pool, scored by every cue as the others.
     # On: it lifted recall on LoCoMo and MADial zh, moved the rest within a question or two
-    # (docs/benchmarks.md, "Memory as a network")
+    # (docs/benchmarks-journal.md, "Memory as a network")
     link_weight: float = 0.3
     spread: SpreadConfig = SpreadConfig()
 

@@ -210,14 +210,14 @@ def test_the_shipped_samples_parse(lang, user):
     assert len(questions) == 6 and {u for u, _, _ in questions} == {user}
 
 
-RUNS = 2  # each run aborted before (6 of 6 tried); 20 in a row pass (docs/benchmarks.md, issue 22)
+RUNS = 2  # an exit that aborts did so on every run tried: two runs catch it
 
 
 def test_the_cli_exits_cleanly_with_the_reply_worker_busy(tmp_path, e5_embedder):
     """``siliconfriend replay`` as a process, answered at once by a local OpenAI-compatible server:
     it stores the turns and exits while the memory bank's worker is still embedding the replies.
-    Such an exit used to abort ("terminate called without an active exception", SIGABRT, status
-    134) with every turn stored; now the worker is stopped and joined first."""
+    An exit with the worker running aborts ("terminate called without an active exception",
+    SIGABRT, status 134) with every turn stored; so the worker is stopped and joined first."""
     import os
     import subprocess
     import sys

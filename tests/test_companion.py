@@ -290,7 +290,7 @@ def test_profile_lists_the_summaries(companion, bank):
 
 
 def test_the_talk_of_today_is_retrievals_second_cue(companion, bank, clock):
-    """Issue 20: today's turns go to retrieval as the conversation, with their stored vectors; in
+    """Today's turns go to retrieval as the conversation, with their stored vectors; in
     the API the client's history does, a line the store has taking its vector, the others
     embedded by retrieval."""
     from siliconfriend.core.companion import _Turn

@@ -52,7 +52,7 @@ TRUE_PROFILE_EN = [
     "Amy seems caring and responsible, and SiliconFriend should reply warmly and encourage her.",
     "Amy was excited about her new cat but a bit tired from work.",
 ]
-# what the packaged model wrote (issue 23), and other things never said
+# what the packaged model wrote, and other things never said
 FALSE_EN = [
     "During Tuesday, February 3rd in San Francisco, California, she shared with me about her adventures "
     "traveling across Europe this past year.",

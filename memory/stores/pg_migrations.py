@@ -102,7 +102,7 @@ def _m3(cur: psycopg.Cursor) -> None:
     # vectors kept in the row instead of out of line in the TOAST table, where PostgreSQL puts
     # pgvector's values (STORAGE EXTERNAL) once a row passes ~2 kB, which a turn with two 1.5 kB
     # vectors always does: an exact search or a pool's vectors then read one heap page per row
-    # instead of a TOAST look-up per vector (docs/benchmarks.md, "PostgreSQL").
+    # instead of a TOAST look-up per vector (docs/benchmarks-journal.md, "PostgreSQL").
     # STORAGE MAIN keeps them in the row, and a toast_tuple_target of a whole page (8160, the most
     # allowed) lets a row grow to that before anything is moved out (MAIN values last, and only
     # for rows that would not fit otherwise). Vectors stored before are rewritten into their rows.

@@ -694,8 +694,8 @@ class PgUserStore(RecordReads):
         columns = _COLUMNS if extra else _COLUMNS_BUT_EXTRA
         # one day's turns (a chat turn reads today's): the vectors of the latest come with the
         # rows read anyway, for the conversation's cue, which asks for them next on this thread
-        # (``vectors``: a round trip fewer before the reply). Only the latest: the
-        # whole day's made a long day's turns slower and slower (docs/benchmarks.md)
+        # (``vectors``: a round trip fewer before the reply). Only the latest: the whole day's
+        # made a long day's turns slower and slower (docs/benchmarks-journal.md, "A long day's turns")
         latest = "row_number() OVER (ORDER BY position DESC, id DESC) <= %s"
         rows = self.db.fetchall(
             f"SELECT {columns}, CASE WHEN {latest} THEN vector_send({_OWN}) END,"

@@ -67,7 +67,8 @@ _PLACES_STEP = 50
 # The write-ahead log is moved into the database (a checkpoint) by the bank's reply worker, after
 # a turn (``tidy``), every TIDY_WRITES write transactions (about 20 turns: as often as SQLite's
 # default of 1,000 pages). A commit that checkpoints does it inside the turn that commits, and the
-# first after opening a large user costs far more (measured in docs/benchmarks.md); commits do so
+# first after opening a large user costs far more (docs/benchmarks-journal.md, "The SQLite turn's
+# tail"); commits do so
 # only past WAL_BACKSTOP_PAGES, where no worker tidies (a store written without a bank's worker).
 TIDY_WRITES = 60
 WAL_BACKSTOP_PAGES = 10_000
@@ -501,7 +502,8 @@ class SqliteUserStore(RecordReads):
         ``top``: the highest memory id whose vectors the index has held (None: not known). A memory
         above it, such as the turn just stored, has nothing in the index to drop: an inverted
         file removes ids by testing every vector of every list, once per catch-up that drops any
-        (about half a millisecond at 190k vectors, docs/benchmarks.md), however few the ids. The
+        (about half a millisecond at 190k vectors: docs/benchmarks-journal.md, "The 100k turn, fifth
+        part"), however few the ids. The
         new top is the highest id among the changes read, so every memory whose vectors the index
         has ever held is at or below it."""
         with self._lock:

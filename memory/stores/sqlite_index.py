@@ -3,7 +3,7 @@
 Inner product on normalised vectors, ids = memory ids (a turn's reply vector: the id plus
 ``stores.sqlite.REPLY_ID_OFFSET``); archived memories are in it too, as the second tier. Up to
 ``IVF_MIN`` vectors the search is exact (``IndexIDMap2`` over ``IndexFlatIP``); past that, exact
-search grows with the memories (docs/benchmarks.md), so the index becomes an inverted file
+search grows with the memories (docs/benchmarks.md, "Numbers behind the code"), so the index becomes an inverted file
 (``IndexIVFScalarQuantizer``, vectors kept as float16, about sqrt(n) lists of which a seventh, at
 least 64, are searched, in parts that an idle thread of the bank's may share), which also takes
 ids, additions and removals incrementally and is retrained from the stored vectors when the
@@ -33,7 +33,7 @@ SAVE_EVERY_CHANGES = 500  # saved after this many changes, or a twentieth of the
 MAGIC = b"SFINDEX1"
 IVF_MIN = 50_000  # from this many vectors on, an inverted file instead of exact search
 # lists searched per query: a seventh, at least 64, find nearly all of what a third of them find
-# (measured in docs/benchmarks.md, "The 100k turn profiled and fixed"), at under half the cost
+# (measured in docs/benchmarks-journal.md, "The 100k turn profiled and fixed"), at under half the cost
 IVF_PROBE_SHARE = 1 / 7
 IVF_PROBE_MIN = 64
 IVF_TRAIN_PER_LIST = 40  # training sample size per list
@@ -46,7 +46,8 @@ IVF_SEARCH_PARTS = 4
 def _threads(n: int) -> None:
     """OpenMP threads for FAISS in the calling thread. One for the per-turn work (a search for one
     query, a few additions): FAISS would otherwise open a parallel region for each, which costs
-    far more than the work on a small machine that has other work (docs/benchmarks.md). Training and
+    far more than the work on a small machine that has other work (docs/benchmarks.md, "Numbers behind
+    the code"). Training and
     rebuilds use every core."""
     faiss.omp_set_num_threads(n)
 
@@ -247,7 +248,8 @@ class UserIndex:
         """An inverted file's search, its probed lists in ``IVF_SEARCH_PARTS`` parts. This thread
         takes parts one by one, and so does one of ``helpers``' threads once it starts (FAISS
         leaves Python's lock while it scans): on two cores with nothing else to do, the search
-        takes about two thirds of its time alone (docs/benchmarks.md). This thread waits only for a part the
+        takes about two thirds of its time alone (docs/benchmarks-journal.md, "The dense search shared with
+        an idle worker"). This thread waits only for a part the
         helper is scanning, never for the helper to start: on a busy machine it scans every part
         itself. Each part's best ``k`` are merged by score, then id, so the hits are the same
         whoever scanned which part."""

@@ -142,7 +142,7 @@ def e5_query_alone(embedder, seed: int, n: int = 100, warmup: int = 10) -> float
     """The p50 ms of one message embedded as a query with nothing else running, in this run.
     Inside a turn the query shares the machine with the turn's own threads (the lexical sides
     read beside it), so it takes longer than alone; the turn over this time counts all that
-    the turn costs beyond the query's own work (docs/benchmarks.md, "The e5 pass in one call")."""
+    the turn costs beyond the query's own work (docs/benchmarks-journal.md, "The e5 pass in one call")."""
     gen = DialogueGenerator(seed)
     times = []
     for i in range(warmup + n):

@@ -16,7 +16,7 @@ up; the prompt of a reply) in two ways:
 
 A sentence that fails either is unsupported. The thresholds were calibrated on hand-written
 summaries (true ones, paraphrased, in the third person) and invented ones; see
-``tests/test_grounding.py`` and docs/benchmarks.md.
+``tests/test_grounding.py`` and docs/benchmarks.md, "No false memories: the grounding check".
 """
 
 from __future__ import annotations

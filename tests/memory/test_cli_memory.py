@@ -169,12 +169,10 @@ def _part_of(tmp_path, bank_file, label_files, users, *, sessions=None):
 
 @pytest.mark.slow
 def test_retrieval_quality_on_the_papers_questions(tmp_path, e5_embedder):
-    """Quality gate (issue 10), the paper's English questions on the first three of its fifteen
-    users, on the dev labels and on held-out labels of other questions (data/eval) that the
-    settings were not tuned on. Measured: recall@5 0.917 / 1.000, recall@2 0.799 / 0.833 (the
-    fifteen users: docs/benchmarks.md); the thresholds sit just under, so that a loss fails (the
-    fusion before issue 10's second pass: dev recall@2 0.694; before its third pass, which finds
-    "our first conversation": dev recall@5 0.833)."""
+    """Quality gate: the paper's English questions on the first three of its fifteen users, on the
+    dev labels and on held-out labels of other questions (data/eval) that the settings were not
+    tuned on. Measured: recall@5 0.917 / 1.000, recall@2 0.799 / 0.833 (the fifteen users:
+    docs/benchmarks.md, "Retrieval quality"); the thresholds sit just under, so that a loss fails."""
     if not SHARED.exists():
         pytest.skip("shared evaluation data not present")
     bank_file = SHARED / "en" / "memory_bank_en.json"
@@ -190,13 +188,13 @@ LOCOMO = ROOT.parent / "shared" / "data" / "locomo_dev"
 
 @pytest.mark.slow
 def test_retrieval_quality_on_locomo_dev_and_on_the_papers_questions_as_used(tmp_path, e5_embedder):
-    """The quality gate of issue 10: LoCoMo (third-person questions, half the evidence on the
+    """Quality gate: LoCoMo (third-person questions, half the evidence on the
     second speaker's side), the first eight sessions of one conversation of its dev half (66
     questions of all four categories), and the paper's Chinese questions asked after the days
     were lived as the companion lives them (importance, rehearsal, the default forgetting each
     night), on three of the fifteen users. Measured: LoCoMo recall@5 0.787, recall@10 0.855 (the
-    dev half: 0.707 / 0.779, docs/benchmarks.md; the fusion before issue 10's second pass:
-    0.770 / 0.832); --as-used recall@5 1.000 (target 0.90). Thresholds just under."""
+    dev half: docs/benchmarks.md, "Retrieval quality"); --as-used recall@5 1.000 (target 0.90).
+    Thresholds just under."""
     if not LOCOMO.exists() or not SHARED.exists():
         pytest.skip("shared evaluation data not present")
     part = _part_of(tmp_path / "locomo", LOCOMO / "bank.json", [LOCOMO / "labels.jsonl"], ["conv-26"], sessions=8)

@@ -161,8 +161,8 @@ def test_ablation_settings_run(paper_bank):
 
 
 def test_the_conversation_is_a_cue_and_the_message_stays_the_strongest(paper_bank):
-    """Issue 20: "I want that night to be special" after talk of a New Year's party brings back
-    the party of last year; a change of subject still follows the message."""
+    """After talk of a New Year's party, "I want that night to be special" brings back the party
+    of last year; a change of subject still follows the message."""
     t = _fill(
         paper_bank,
         "bart",
@@ -199,7 +199,7 @@ def test_the_conversation_is_a_cue_and_the_message_stays_the_strongest(paper_ban
 
 
 def test_the_conversations_words_are_the_users_situation(paper_bank):
-    """Issue 20: the conversation's words (its lexical cue) are the user's lines', not the
+    """The conversation's words (its lexical cue) are the user's lines', not the
     companion's, and of a Chinese line the words of its situation (what was done, where, with
     what), not its feelings, which fit most memories alike."""
     tok = paper_bank.tokenizer

@@ -7,7 +7,7 @@ import pytest
 
 def test_the_100k_turn_alone_reports_its_ratio_to_the_query(pg_server):
     """``--only 100k``: the one big user's turns only (no many users, no throughput), each turn's
-    p50 / p95 over that run's e5 query, marked against issue 21's 2.5x / 4x."""
+    p50 / p95 over that run's e5 query, marked against the targets' 2.5x / 4x (docs/benchmarks.md)."""
     from dataclasses import replace
 
     from siliconfriend.bench.pg import PG_QUICK, format_pg_table, run_pg_bench
