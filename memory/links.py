@@ -17,8 +17,9 @@ The links (``UserStore.write_links``; each store keeps them in a table of its ow
 Spreading activation (``spread``): a cue's first hits pass a share of their score along their
 links, one hop and then, from the memories the first hop reached most, a second, decaying;
 bounded in work (a few seeds, a few edges each). A memory that has left active memory (superseded
-by an edit, archived) passes nothing; a daily summary whose turns have all been superseded hangs
-on what is no longer held true, and is dampened itself (the design notes' negative propagation).
+by an edit, archived) passes nothing; a daily summary whose turns have been superseded or deleted
+hangs on what is no longer held true or no longer there, and is dampened itself by the share of
+them gone (the design notes' negative propagation).
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ from typing import Callable, Sequence
 from .entities import entities
 from .lexical import Tokenizer
 from .records import Kind, MemoryRecord, State
-from .stores.base import Edge, Link, Mention, UserStore
+from .stores.base import GONE, Edge, Link, Mention, UserStore
 
 ENTITY, SUMMARY, CONVERSATION = "entity", "summary", "conversation"
 CONVERSATION_SPAN = 3
@@ -95,6 +96,7 @@ def write_summary(store: UserStore, summary: MemoryRecord, tokenizer: Tokenizer)
     drawn = drawn_turns(summary.text, store.records(kind=Kind.TURN, day=summary.day, extra=False), tokenizer)
     edges = [Link(summary.stored_id, t.stored_id, SUMMARY, 1.0) for t in drawn]
     store.write_links(named, [summary.stored_id], SUMMARY, edges)
+    store.write_links([], [summary.stored_id], GONE)  # a new text draws on the turns there are
 
 
 def backfill(store: UserStore, tokenizer: Tokenizer, *, again: bool = False) -> None:
@@ -126,7 +128,7 @@ class SpreadConfig:
     it at most (``join``, the most activated: each is read and scored by every cue as a pool member,
     and costs as much, so spreading adds at most this many to a pool of a few hundred), an entity's
     greatest share of the user's memories for it to link (``entities.MAX_SHARE``), and what a
-    summary that hangs only on superseded turns keeps of its score (``damp``)."""
+    summary that hangs only on superseded or deleted turns keeps of its score (``damp``)."""
 
     seeds: int = 5
     entity_share: float = 0.6
@@ -176,7 +178,11 @@ def spread(edges_of: Callable[[list[int]], list[Edge]], scores: dict[int, float]
     best: dict[int, float] = {}
     active: set[int] = set()
     summary_sources: dict[int, list[State]] = {}
+    deleted: dict[int, float] = {}
     for e in edges_of(seeds):
+        if e.kind == GONE:
+            deleted[e.src] = e.weight
+            continue
         if e.kind == SUMMARY:
             summary_sources.setdefault(e.src, []).append(e.state)
         if e.dst in seeds or e.state == State.SUPERSEDED:
@@ -184,8 +190,10 @@ def spread(edges_of: Callable[[list[int]], list[Edge]], scores: dict[int, float]
         if e.state == State.ACTIVE:
             active.add(e.dst)
         out._pass(e, config.share(e.kind) * e.weight * scores[e.src], best)
-    for rid, states in summary_sources.items():
-        gone = sum(s == State.SUPERSEDED for s in states) / len(states)
+    for rid in summary_sources.keys() | deleted.keys():
+        states = summary_sources.get(rid, [])
+        lost = deleted.get(rid, 0.0)
+        gone = (sum(s == State.SUPERSEDED for s in states) + lost) / (len(states) + lost)
         if gone:
             out.damped[rid] = 1 - config.damp * gone
     if config.decay > 0 and config.hop_seeds > 0:
@@ -193,7 +201,7 @@ def spread(edges_of: Callable[[list[int]], list[Edge]], scores: dict[int, float]
         second = second[: config.hop_seeds]
         first = dict(out.activation)
         for e in edges_of(second) if second else []:
-            if e.dst in seeds or e.dst in second or e.state == State.SUPERSEDED:
+            if e.kind == GONE or e.dst in seeds or e.dst in second or e.state == State.SUPERSEDED:
                 continue
             out._pass(e, config.decay * config.share(e.kind) * e.weight * first[e.src], best)
     return out

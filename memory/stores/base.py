@@ -141,13 +141,18 @@ class Link:
     weight: float
 
 
+# a summary's count of the turns it drew on that were deleted (``Edge``): what it hangs on is gone
+GONE = "gone"
+
+
 @dataclass(frozen=True, slots=True)
 class Edge:
     """A link as a read finds it (``UserStore.links``), from one of the memories asked about
     (``src``) to another (``dst``), with the other's state: a memory that left active memory
     passes nothing along it. An entity's link (kind ``"entity"``) is made at the read from the
     memories' mentions: its ``label`` is the entity as it was written, its ``weight`` the
-    entity's ``memory.entities.rarity`` over the user's memories."""
+    entity's ``memory.entities.rarity`` over the user's memories. A daily summary that drew on
+    turns since deleted has an edge to itself of kind ``GONE`` whose weight is how many."""
 
     src: int
     dst: int
@@ -168,9 +173,14 @@ class Mention:
 
 def heaviest(edges: list[Edge], limit: int) -> list[Edge]:
     """At most ``limit`` edges of each memory asked about, the heaviest first; between two memories,
-    of each kind, the heaviest edge only (two entities they share: the rarer). Ties by id."""
+    of each kind, the heaviest edge only (two entities they share: the rarer). Ties by id. A
+    summary's ``GONE`` count is not a link to anyone: it comes along, once, outside the limit."""
     best: dict[tuple[int, int, str], Edge] = {}
+    gone: dict[int, Edge] = {}
     for e in edges:
+        if e.kind == GONE:
+            gone[e.src] = e
+            continue
         key = (e.src, e.dst, e.kind)
         if key not in best or e.weight > best[key].weight:
             best[key] = e
@@ -180,7 +190,7 @@ def heaviest(edges: list[Edge], limit: int) -> list[Edge]:
         if per.get(e.src, 0) < limit:
             per[e.src] = per.get(e.src, 0) + 1
             out.append(e)
-    return out
+    return out + [gone[i] for i in sorted(gone)]
 
 
 def entity_edges(

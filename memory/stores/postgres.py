@@ -550,6 +550,7 @@ class PgUserStore(RecordReads):
         with self._writing() as cur:
             self._lock_user(cur)
             docs, tokens = self._unindex(cur, ids)
+            postgres_links.forget(cur, self.user, ids)
             n = cur.execute("DELETE FROM memories WHERE owner = %s AND id = ANY(%s)", (self.user, ids)).rowcount
             self._count(cur, docs, tokens)
             return n

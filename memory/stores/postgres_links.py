@@ -13,7 +13,7 @@ from typing import Sequence
 import psycopg
 
 from ..records import State
-from .base import Edge, Link, Mention, entity_edges, heaviest
+from .base import GONE, Edge, Link, Mention, entity_edges, heaviest
 from .pg_db import run_statements
 
 _STATES = {s.value: s for s in State}
@@ -99,6 +99,19 @@ def set_mentions(cur: psycopg.Cursor, owner: str, items: Sequence[tuple[int, Seq
                 owner,
             ),
         )
+
+
+def forget(cur: psycopg.Cursor, owner: str, ids: Sequence[int]) -> None:
+    """Before memories are deleted (their links and mentions go with them, by the foreign keys):
+    a daily summary that drew on one counts it as gone (``GONE``), and is dampened as one whose
+    turns were superseded."""
+    cur.execute(
+        "INSERT INTO mem_links (owner, src, dst, kind, weight)"
+        f" SELECT owner, src, src, '{GONE}', count(*) FROM mem_links"
+        " WHERE owner = %s AND kind = 'summary' AND dst = ANY(%s) AND NOT src = ANY(%s) GROUP BY owner, src"
+        " ON CONFLICT (owner, src, dst, kind) DO UPDATE SET weight = mem_links.weight + EXCLUDED.weight",
+        (owner, list(ids), list(ids)),
+    )
 
 
 def read(cur: psycopg.Cursor, owner: str, ids: Sequence[int], max_share: float, limit: int) -> list[Edge]:

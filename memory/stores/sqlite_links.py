@@ -14,7 +14,7 @@ import sqlite3
 from typing import Sequence
 
 from ..records import State
-from .base import Edge, Link, Mention, entity_edges, heaviest
+from .base import GONE, Edge, Link, Mention, entity_edges, heaviest
 from .sqlite_db import run_script
 
 _STATES = {s.value: s for s in State}
@@ -85,8 +85,15 @@ def set_mentions(db: sqlite3.Connection, items: Sequence[tuple[int, Sequence[Men
 
 
 def forget(db: sqlite3.Connection, ids: Sequence[int]) -> None:
-    """A deleted memory's links and mentions go with it."""
+    """A deleted memory's links and mentions go with it; a daily summary that drew on it counts
+    it as gone (``GONE``), and is dampened as one whose turns were superseded."""
     rows = [(int(i),) for i in ids]
+    db.executemany(
+        f"INSERT INTO links (src, dst, kind, weight) SELECT src, src, '{GONE}', count(*) FROM links"
+        f" WHERE kind = 'summary' AND dst = ? GROUP BY src"
+        f" ON CONFLICT (src, dst, kind) DO UPDATE SET weight = weight + excluded.weight",
+        rows,
+    )
     db.executemany("DELETE FROM links WHERE src = ?", rows)
     db.executemany("DELETE FROM links WHERE dst = ?", rows)
     db.executemany("DELETE FROM mentions WHERE memory_id = ?", rows)

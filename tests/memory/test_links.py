@@ -148,3 +148,32 @@ def test_an_entitys_weight_follows_the_memories_that_name_it(any_bank, day1):
     assert mei() == {turns[5].id: 1.0}
     any_bank.edit_text("amy", turns[5].id, "This is Amy. Lin starts school in September")
     assert mei() == {}
+
+
+def test_a_summary_whose_turns_are_superseded_or_deleted_is_dampened(any_bank, day1):
+    """Negative propagation: a daily summary hangs on the turns it draws on. Once they are
+    superseded, or deleted, it keeps part of its score (with the links on); a new text of it
+    draws on the turns there are."""
+    said = [
+        ("I baked rosemary bread with Mei today", "Rosemary bread sounds lovely."),
+        ("The garden needs rain", "Soon."),
+    ]
+    now = day1 + timedelta(days=1)
+    on = RetrievalConfig()
+    off = replace(on, link_weight=0.0)
+
+    def summary_score(user: str, summary_id: int, config: RetrievalConfig) -> float:
+        hits = any_bank.retrieve(user, "rosemary bread", now, k=5, config=config)
+        return next(h.score for h in hits if h.record.id == summary_id)
+
+    for user, gone in (("amy", any_bank.delete), ("bob", lambda user, ids: any_bank.supersede(user, ids[0], "edited"))):
+        turns = [any_bank.add_turn(user, q, a, day1 + timedelta(minutes=i)) for i, (q, a) in enumerate(said)]
+        summary = any_bank.set_summary(
+            user, Kind.DAILY_EVENTS, "Amy baked rosemary bread with Mei.", day1, day=day1.date()
+        )
+        assert summary_score(user, summary.id, on) == summary_score(user, summary.id, off)
+        gone(user, [turns[0].id])  # the one turn it draws on
+        assert summary_score(user, summary.id, on) < summary_score(user, summary.id, off)
+        again = any_bank.set_summary(user, Kind.DAILY_EVENTS, "The garden needs rain.", day1, day=day1.date())
+        assert again.id == summary.id
+        assert summary_score(user, summary.id, on) == summary_score(user, summary.id, off)
