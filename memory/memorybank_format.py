@@ -18,6 +18,7 @@ from pathlib import Path
 from .bank import MemoryBank
 from .importance import rate_importance
 from .records import Kind, MemoryRecord, State
+from .shown import shown
 
 
 class BankFormatError(ValueError):
@@ -269,27 +270,8 @@ def export_person(bank: MemoryBank, user: str, now: datetime, preferences: dict)
     )
     memories = []
     if bank.has_user(user):
-        for r in bank.records(user):
-            memories.append(
-                {
-                    "id": r.id,
-                    "kind": r.kind.value,
-                    "day": r.day.isoformat(),
-                    "text": r.text,
-                    "query": r.query,
-                    "response": r.response,
-                    "created_at": r.created_at.isoformat(),
-                    "strength": r.strength,
-                    "retention": round(bank.retention(r, now), 4),
-                    "last_recall": r.last_recall.isoformat() if r.last_recall else None,
-                    "recall_count": r.recall_count,
-                    "importance": r.importance,
-                    "pinned": r.pinned,
-                    "state": r.state.value,
-                    "position": r.position,
-                    "extra": r.extra,
-                }
-            )
+        policy = bank.policy_for(user)  # the memory page's and the API's (``shown``)
+        memories = [shown(r, policy, now).as_export() for r in bank.records(user)]
     body["siliconfriend"] = {
         "format": 1,
         "exported_at": now.isoformat(),

@@ -47,10 +47,11 @@ def test_the_memory_the_reply_used_gains_more_than_one_in_the_prompt(turn, bank)
     assert gained[pixel.id] == pytest.approx(1.0)  # the best match, used by the reply: a full step
     assert 0 < gained[pottery.id] <= 0.4  # only in the prompt
     # "what I remembered" says each memory's tier
+    from memory.shown import UsedMemory
     from siliconfriend.web.chat import remembered_markdown
 
-    entries = result.turn.extra["used"]
-    assert {e["tier"] for e in entries} <= {"core", "active", "long_term", "archive"} and entries
+    entries = UsedMemory.all_of(result.turn.extra["used"])
+    assert {e.tier for e in entries} <= {"core", "active", "long_term", "archive"} and entries
     assert " · active · S " in remembered_markdown(entries, "en") and " · 活跃 · S " in remembered_markdown(
         entries, "zh"
     )

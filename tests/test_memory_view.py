@@ -50,7 +50,7 @@ def test_one_memory_shown_the_same_to_the_page_and_the_api(tmp_path, e5_embedder
 
     from memory.bank import MemoryBank
     from memory.records import Kind
-    from siliconfriend.core.memory_view import shown
+    from memory.shown import shown
 
     t0 = datetime(2024, 5, 1, 9, 0)
     bank = MemoryBank(SqliteStores(tmp_path / "home"), e5_embedder)
@@ -73,3 +73,41 @@ def test_one_memory_shown_the_same_to_the_page_and_the_api(tmp_path, e5_embedder
         assert found.score is not None and found.why == "; ".join(hits[0].reasons)
     finally:
         bank.close()
+
+
+def test_what_a_reply_used_is_one_record_kept_and_read_back_older_turns_included():
+    """ "What I remembered" is one record (``memory.shown.UsedMemory``): kept with a turn as JSON and
+    read back equal; a turn kept by an older version (no tier, an id as text, an entry in no shape)
+    still reads; the web app's panel and the API's footnote show the same record."""
+    from memory.shown import NOT_FROM_MEMORY, UsedMemory, stored_used
+    from siliconfriend.api.footnote import footnote
+    from siliconfriend.web.chat import remembered_markdown
+
+    used = UsedMemory(
+        3, "turn", "2024-05-01", 1.6, 0.913, "shares words with your message", "My cat is Miso", "long_term"
+    )
+    assert UsedMemory.from_json(used.as_json()) == used
+    old = {
+        "used": [
+            {
+                "id": "5",
+                "kind": "daily_events",
+                "day": "2024-04-30",
+                "strength": 1,
+                "retention": 0.5,
+                "text": "Calm day",
+            },
+            "not an entry",
+        ],
+        "today": [{"id": 7, "kind": "today", "day": "2024-05-01", "text": "Hello there"}],
+        NOT_FROM_MEMORY: ["Bella"],
+    }
+    made_up, summary, today = stored_used(old)
+    assert (summary.id, summary.tier, summary.why, summary.retrieved) == (5, None, "", True)
+    assert (today.id, today.kind, today.strength, today.retrieved) == (7, "today", 0.0, False)
+    assert (made_up.kind, made_up.text, made_up.id) == (NOT_FROM_MEMORY, "Bella", None)
+    assert stored_used({"stopped": False}) is None  # kept before "what I remembered" was
+    panel = remembered_markdown([made_up, summary, used, today], "en")
+    assert "#5" in panel and "Calm day" in panel and "#3" in panel and "Hello there" in panel and "Bella" in panel
+    note = footnote([summary, used], 9, "hi")
+    assert "- 2024-04-30 · Calm day" in note and "- 2024-05-01 · My cat is Miso" in note and "(2)" in note

@@ -97,6 +97,7 @@ def test_the_scan_catches_an_english_refusal():
 
 
 def test_what_leaked_in_english_reads_chinese(messages):
+    from memory.shown import UsedMemory
     from siliconfriend.config import Settings
     from siliconfriend.factory import model_labels
     from siliconfriend.i18n import say, why_words
@@ -110,5 +111,5 @@ def test_what_leaked_in_english_reads_chinese(messages):
     label = model_labels(Settings(backend="hf"))["hf:smollm2"]
     assert label == "SmolLM2 135M (built in, tiny, English)" and "内置" in say(label, "zh")
     entry = {"kind": "turn", "day": "2024-05-01", "strength": 1.0, "retention": 0.9, "id": 3, "text": "我的狗叫旺财"}
-    panel = remembered_markdown([{**entry, "why": "fits the conversation so far"}], "zh")
+    panel = remembered_markdown([UsedMemory.from_json({**entry, "why": "fits the conversation so far"})], "zh")
     assert "和到目前为止的对话相符" in panel and "conversation" not in panel

@@ -19,6 +19,7 @@ import re
 from typing import Any, Mapping, Sequence
 
 from memory.cjk import language_of
+from memory.shown import UsedMemory
 
 from ..i18n import t
 from .service import Completion, bad_request
@@ -63,8 +64,8 @@ def _clip(text: str) -> str:
     return text if len(text) <= CLIP else text[: CLIP - 1] + "…"
 
 
-def footnote(memories: Sequence[dict], turn_id: Any, said: str) -> str:
-    """The footnote for a reply that used ``memories`` (``companion.used_entry`` dicts) and was
+def footnote(memories: Sequence[UsedMemory], turn_id: Any, said: str) -> str:
+    """The footnote for a reply that used ``memories`` and was
     stored as ``turn_id``, in the language of ``said`` (the person's message); "" when no memory
     was used (an empty note under every new user's first replies says nothing)."""
     if not memories:
@@ -72,9 +73,8 @@ def footnote(memories: Sequence[dict], turn_id: Any, said: str) -> str:
     lang = language_of(said)
     lines = [f"🧠 **{_TITLES[lang]}** ({len(memories)})"]
     for m in memories[:SHOWN]:
-        day = m.get("day") or ""
-        day = "" if day.startswith("1970") else f"{day} · "  # the global summary has no day
-        lines.append(f"- {day}{_escaped(_clip(str(m.get('text', ''))))}")
+        day = "" if m.day.startswith("1970") else f"{m.day} · "  # the global summary has no day
+        lines.append(f"- {day}{_escaped(_clip(m.text))}")
     if len(memories) > SHOWN:
         lines.append(f"- {_TEXT['more'][lang].format(n=len(memories) - SHOWN)}")
     if turn_id is not None:

@@ -15,20 +15,20 @@ from dataclasses import dataclass, field
 from datetime import date, datetime
 from typing import Any, Callable, Sequence
 
-from memory.bank import MemoryBank, UnknownMemory
+from memory.bank import USED, MemoryBank, UnknownMemory
 from memory.memorybank_format import export_person
 from memory.records import Kind, MemoryRecord, State
 from memory.retrieval import Hit
+from memory.shown import UsedMemory, shown
 
 from ..accounts.keys import ApiKeys, KeyOwner
 from ..accounts.users import Accounts
 from ..backends.base import Message, Role, takes_tools
 from ..config import Settings
-from ..core.companion import MAX_MESSAGE_CHARS, TODAY, Companion, Limits, ReplyStream, used_entry
+from ..core.companion import MAX_MESSAGE_CHARS, MEMORY_CHARS, TODAY, Companion, Limits, ReplyStream
 from ..core.known import known
 from ..core.memory_view import memory_id as parse_memory_id
 from ..core.memory_view import search as search_memories
-from ..core.memory_view import shown
 from .frontends import Task, app_of, compacted, fold, person_words, sends_whole_chat, task_of
 from .keys import KeyLimiter, LoginStyleLimiter, RateLimited
 from .resent import Change, Placed, place
@@ -255,7 +255,7 @@ class Completion:
     model: str
     stream: ReplyStream
     first: str | None = None  # the first chunk, taken before the answer starts
-    remembered: list[dict] = field(default_factory=list)
+    remembered: list[UsedMemory] = field(default_factory=list)  # "what I remembered"
     task: Task | None = None  # a front end's task: answered, never remembered
     placed: Placed = field(default_factory=Placed)  # the turn it regenerates or edits, if any
 
@@ -470,7 +470,7 @@ class ApiService:
             result = stream.result
             if result is not None and result.error:
                 raise backend_down(result.error) from None
-        completion.remembered = [used_entry(h) for h in stream.used]
+        completion.remembered = [UsedMemory.of_hit(h, MEMORY_CHARS) for h in stream.used]
         return completion
 
     def finish(self, completion: Completion) -> dict:
@@ -518,7 +518,7 @@ class ApiService:
         report = completion.stream.consolidation
         stored = result is not None and result.turn is not None
         return {
-            "memories": completion.remembered,
+            "memories": [m.as_json() for m in completion.remembered],
             # names of the reply in neither the memories, the prompt nor the talk: not from memory
             "not_from_memory": list(result.not_from_memory) if result is not None else [],
             "task": completion.task.name if completion.task is not None else None,
@@ -538,7 +538,7 @@ class ApiService:
 
     # -- memories -----------------------------------------------------------------------------
     def memory_json(self, rec: MemoryRecord, now: datetime, hit: Hit | None = None) -> dict:
-        return shown(rec, self.bank.policy, now, hit=hit).as_json()
+        return shown(rec, self.bank.policy_for(rec.user), now, hit=hit).as_json()
 
     def _get(self, user: str, memory_id: Any) -> MemoryRecord:
         try:
@@ -635,8 +635,10 @@ class ApiService:
         extra = dict(rec.extra)
         out = self.memory_json(rec, self.now())
         out["object"] = "turn"
-        out["remembered"] = extra.pop("used", None)  # None for a turn stored before they were kept
-        out["today_in_prompt"] = extra.pop(TODAY, [])
+        used, today = extra.pop(USED, None), extra.pop(TODAY, None)
+        # None for a turn stored before they were kept
+        out["remembered"] = None if used is None else [m.as_json() for m in UsedMemory.all_of(used)]
+        out["today_in_prompt"] = [m.as_json() for m in UsedMemory.all_of(today)]
         out["extra"] = extra
         return out
 

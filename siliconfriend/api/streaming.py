@@ -42,7 +42,12 @@ def sse_chunks(
     try:
         first = completion.first or ""
         parts.append(first)
-        yield _event(chunk({"role": "assistant", "content": first}, siliconfriend={"memories": completion.remembered}))
+        yield _event(
+            chunk(
+                {"role": "assistant", "content": first},
+                siliconfriend={"memories": [m.as_json() for m in completion.remembered]},
+            )
+        )
         for piece in chunks:
             parts.append(piece)
             yield _event(chunk({"content": piece}))

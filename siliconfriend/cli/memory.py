@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from ..core.memory_view import ShownMemory
+    from memory.shown import ShownMemory
 
 
 def _bank(args):
@@ -80,7 +80,7 @@ def _fmt(m: ShownMemory, extra: str = "") -> str:
     text = m.text.replace("\n", " / ")
     if len(text) > 100:
         text = text[:97] + "..."
-    return f"#{m.id:<5} {m.day or '':<10}  {m.kind:<18} S={m.strength:<4g} R={m.retention:.3f} {flag:<8} {extra}{text}"
+    return f"#{m.id:<5} {m.day or '':<10}  {m.kind:<18} S={round(m.strength, 3):<4g} R={m.retention:.3f} {flag:<8} {extra}{text}"
 
 
 def _companion(bank, args):
@@ -115,8 +115,7 @@ def _delete(bank, args) -> int:
 
 def cmd_memories(args) -> int:
     from memory.records import Kind, State
-
-    from ..core.memory_view import shown
+    from memory.shown import shown
 
     bank = _bank(args)
     now = _now(args)
@@ -130,7 +129,7 @@ def cmd_memories(args) -> int:
                 print("siliconfriend: memories search needs a query", file=sys.stderr)
                 return 2
             for hit in bank.search_text(args.user, " ".join(args.query), now, k=args.k, include_archived=args.all):
-                print(_fmt(shown(hit.record, bank.policy, now), f"score={hit.score:.3f} "))
+                print(_fmt(shown(hit.record, bank.policy_for(args.user), now), f"score={hit.score:.3f} "))
                 print(f"        why: {'; '.join(hit.reasons)}")
         else:
             filters: dict[str, Any] = {}
@@ -141,14 +140,14 @@ def cmd_memories(args) -> int:
             if not args.all:
                 filters["state"] = State.ACTIVE
             for rec in bank.records(args.user, **filters):
-                print(_fmt(shown(rec, bank.policy, now)))
+                print(_fmt(shown(rec, bank.policy_for(args.user), now)))
     finally:
         bank.close()
     return 0
 
 
 def cmd_forget(args) -> int:
-    from ..core.memory_view import shown
+    from memory.shown import shown
 
     bank = _bank(args)
     now = _now(args)
@@ -160,7 +159,7 @@ def cmd_forget(args) -> int:
         decisions = bank.forget_pass(args.user, now, rng=random.Random(args.seed), dry_run=args.dry_run)
         for d in decisions:
             mark = "ARCHIVE" if d.archived else "keep   "
-            print(f"{mark} {_fmt(shown(d.record, bank.policy, now))}")
+            print(f"{mark} {_fmt(shown(d.record, bank.policy_for(args.user), now))}")
         n = sum(d.archived for d in decisions)
         verb = "would be archived" if args.dry_run else "archived"
         print(f"{n} of {len(decisions)} memories {verb} (threshold {bank.policy.threshold}, mode {bank.policy.mode})")
@@ -186,8 +185,7 @@ def _shadow(bank, user: str, now, args) -> int:
     """``forget --shadow SPEC``: the pass of the policy in use and of another beside it, both dry:
     what each would archive, and where they differ."""
     from memory.forgetting import EbbinghausPolicy, varied
-
-    from ..core.memory_view import shown
+    from memory.shown import shown
 
     in_use = bank.policy_for(user)
     try:
@@ -207,7 +205,7 @@ def _shadow(bank, user: str, now, args) -> int:
         shadow = theirs[d.record.stored_id]
         if d.archived != shadow.archived:
             who = "only in use" if d.archived else "only shadow"
-            print(f"{who:11} {_fmt(shown(d.record, bank.policy, now))} R={d.retention:.3f} / {shadow.retention:.3f}")
+            print(f"{who:11} {_fmt(shown(d.record, in_use, now))} R={d.retention:.3f} / {shadow.retention:.3f}")
     n_mine, n_theirs = sum(d.archived for d in mine), sum(d.archived for d in theirs.values())
     print(f"in use: {n_mine} of {len(mine)} active memories would be archived")
     print(

@@ -23,6 +23,7 @@ from memory.bank import TODAY, USED, MemoryBank, UnknownMemory, user_key
 from memory.message import Message as Text
 from memory.records import Kind, MemoryRecord, State
 from memory.retrieval import Hit, TalkLine
+from memory.shown import NOT_FROM_MEMORY, UsedMemory
 from memory.stores.base import StoreUnavailable
 from memory.tiers import CORE_CUE, WHY_CONFIRMED, WHY_PINNED, Line, allot, parse_shares, whole_sentences
 
@@ -70,13 +71,6 @@ REGENERATED_GONE = Text(
 NOT_A_TURN = Text(
     "memory.not_a_turn", en="memory {id} is a {kind}, not a dialogue turn", zh="记忆 {id} 是 {kind}，不是一轮对话"
 )
-WHY_TODAY = Text("why.today", en="today's conversation, in the prompt", zh="今天的对话，原样放在提示里")
-WHY_NOT_FROM_MEMORY = Text(
-    "why.not_from_memory",
-    en="named in the reply, but in neither the memories, the prompt nor today's talk",
-    zh="回复里提到了，但记忆、提示和今天的对话里都没有",
-)
-
 MAX_MESSAGE_CHARS = 20_000  # the longest message a person may send (the web app and the API refuse more)
 QUERY_CHARS = 2000  # what of a (very long) message is used as the retrieval query
 MEMORY_CHARS = 400  # a remembered message or reply is cut to this many characters in the prompt
@@ -92,9 +86,6 @@ TALK_TURNS = 6
 # with retrieval-induced forgetting on, the memories the cue calls up past the prompt's that count
 # as its competitors
 COMPETITORS = 5
-# the kind of the "what I remembered" entry that lists the names a reply used that came from
-# neither the memories, the prompt nor today's talk (the model made them up)
-NOT_FROM_MEMORY = "not_from_memory"
 
 
 def cue_text(text: str) -> str:
@@ -103,39 +94,6 @@ def cue_text(text: str) -> str:
     if len(text) <= QUERY_CHARS:
         return text
     return f"{text[: QUERY_CHARS // 2]}\n{text[-QUERY_CHARS // 2 :]}"
-
-
-def used_entry(hit: Hit) -> dict:
-    """The one "what I remembered" entry of a memory a reply used: kept with the stored turn and
-    shown in the panel."""
-    rec = hit.record
-    text = rec.text if len(rec.text) <= MEMORY_CHARS else rec.text[:MEMORY_CHARS] + "…"
-    return {
-        "id": rec.id,
-        "kind": rec.kind.value,
-        "day": rec.day.isoformat(),
-        "strength": round(rec.strength, 2),
-        "retention": round(hit.retention, 3),
-        "tier": hit.tier,
-        "cue": hit.cue,
-        "why": "; ".join(hit.reasons),
-        "text": text,
-    }
-
-
-def today_entry(turn: MemoryRecord) -> dict:
-    """The "what I remembered" entry of one of today's turns that was in the prompt (today's
-    conversation is in the prompt as it is, not retrieved)."""
-    text = turn.query if len(turn.query) <= MEMORY_CHARS else turn.query[:MEMORY_CHARS] + "…"
-    return {
-        "id": turn.id,
-        "kind": TODAY,
-        "day": turn.day.isoformat(),
-        "strength": round(turn.strength, 2),
-        "retention": 1.0,
-        "why": WHY_TODAY(),
-        "text": text,
-    }
 
 
 def day_window(costs: Sequence[int], *, turns: int, tokens: int) -> int:
@@ -155,19 +113,6 @@ def day_window(costs: Sequence[int], *, turns: int, tokens: int) -> int:
                 used -= costs[start]
                 start += 1
     return start
-
-
-def not_from_memory_entry(names: Sequence[str]) -> dict:
-    """The "what I remembered" entry that says which names of the reply were not from memory."""
-    return {
-        "id": None,
-        "kind": NOT_FROM_MEMORY,
-        "day": "",
-        "strength": 0.0,
-        "retention": 0.0,
-        "why": WHY_NOT_FROM_MEMORY(),
-        "text": ", ".join(names),
-    }
 
 
 def _clip(text: str, n: int, marker: str) -> str:
@@ -624,10 +569,10 @@ class Companion:
         if previous is None or previous.id is None or not confirms(turn.text):
             return found
         try:  # the memories the previous reply had in its prompt (read only when confirming)
-            used = self.bank.get(turn.user, previous.stored_id).extra.get(USED) or []
-            ids = [int(e["id"]) for e in used if e.get("id") is not None]
-        except (UnknownMemory, ValueError, TypeError, KeyError, AttributeError):
-            return found  # deleted meanwhile, or entries in another shape: nothing to confirm
+            used = UsedMemory.all_of(self.bank.get(turn.user, previous.stored_id).extra.get(USED))
+            ids = [m.id for m in used if m.id is not None]
+        except UnknownMemory:
+            return found  # deleted meanwhile: nothing to confirm
         reply_words = words(tokenizer, previous.response)
         recalled = self.bank.get_many(turn.user, ids).values() if ids else []
         return found | {r.stored_id for r in recalled if reply_uses(tokenizer, r, reply_words)}
@@ -646,8 +591,8 @@ class Companion:
         whether its reply was stopped before its end (what came so far is the reply), and the
         names of the reply that were not from memory."""
         out = {
-            USED: [used_entry(h) for h in result.used],
-            TODAY: [today_entry(t) for t in result.today],
+            USED: [UsedMemory.of_hit(h, MEMORY_CHARS).as_json() for h in result.used],
+            TODAY: [UsedMemory.of_today(t, MEMORY_CHARS).as_json() for t in result.today],
             "stopped": result.stopped,
         }
         if result.not_from_memory:

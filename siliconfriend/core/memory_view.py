@@ -1,24 +1,17 @@
-"""A memory as a person sees it, for every front end (the web app's memory page, the API, the
-CLI): ``shown`` is the one serializer (``ShownMemory``, with ``as_json`` for the API), ``status``
-says its forgetting state in words, ``memory_id`` is the one parser of an id a client sent, and
-``search`` the one search a person runs over their memories (with its cut-off: only real matches).
-
-(The "what I remembered" entries a reply keeps with its stored turn are ``companion.used_entry``:
-a stored format of their own, cut to what a prompt held.)"""
+"""What every front end (the web app's memory page, the API, the CLI) asks of a person's memories:
+``memory_id`` is the one parser of an id a client sent, ``search`` the one search a person runs
+over their memories (with its cut-off: only real matches). A memory as it is shown, and as a
+reply used it, are ``memory/shown.py``'s records."""
 
 from __future__ import annotations
 
 import math
 import numbers
-from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Sequence
 
 from memory.bank import NO_MEMORY, MemoryBank, UnknownMemory
 from memory.cjk import IDEOGRAPH, has_ideographs
-from memory.forgetting import ForgettingPolicy
-from memory.message import Message, Said
-from memory.records import Kind, MemoryRecord, State
 from memory.retrieval import Hit
 
 MAX_MEMORY_ID = 2**63 - 1  # ids are 64-bit signed integers in every store
@@ -87,143 +80,3 @@ def memory_id(value: Any) -> int:
     if not 1 <= number <= MAX_MEMORY_ID:
         raise UnknownMemory(NO_MEMORY(id=str(value)[:40]))
     return number
-
-
-# a memory's forgetting state in words (the page, the API, the CLI)
-PINNED = Message("status.pinned", en="pinned: never fades", zh="已钉住：永不淡忘")
-GLOBAL = Message("status.global", en="global summary: never fades", zh="总体摘要：永不淡忘")
-FADED_SINCE = Message(
-    "status.faded_since",
-    en="faded since {day}: back only on a strong cue, or restore it",
-    zh="自 {day} 起已淡忘：只有强烈的提示才会想起，也可以恢复它",
-)
-FADED = Message(
-    "status.faded",
-    en="faded: back only on a strong cue, or restore it",
-    zh="已淡忘：只有强烈的提示才会想起，也可以恢复它",
-)
-SUPERSEDED_BY = Message(
-    "status.superseded_by",
-    en="superseded ({why}) by #{by}: kept, never used again",
-    zh="已被取代（{why}），取代它的是 #{by}：保留，但不再使用",
-)
-SUPERSEDED = Message(
-    "status.superseded", en="superseded ({why}): kept, never used again", zh="已被取代（{why}）：保留，但不再使用"
-)
-SUPERSEDED_WHY = {
-    "edited": Message("superseded.edited", en="edited", zh="已编辑"),
-    "deleted": Message("superseded.deleted", en="deleted", zh="已删除"),
-    "regenerated": Message("superseded.regenerated", en="regenerated", zh="已重新生成"),
-    "replaced": Message("superseded.replaced", en="replaced", zh="已替换"),
-}
-ACTIVE = Message("status.active", en="active", zh="活跃")
-FADES_IN_1 = Message(
-    "status.fades_in_1", en="active: fades in 1 day unless recalled", zh="活跃：如果不被想起，1 天后淡忘"
-)
-FADES_IN = Message(
-    "status.fades_in", en="active: fades in {n} days unless recalled", zh="活跃：如果不被想起，{n} 天后淡忘"
-)
-FADES_NEXT = Message("status.fades_next", en="active: fades at the next rollover", zh="活跃：下一次日终整理时淡忘")
-
-
-def status(rec: MemoryRecord, policy: ForgettingPolicy, now: datetime) -> Said:
-    """The memory's forgetting state, in words."""
-    if rec.pinned:
-        return PINNED()
-    if rec.kind.is_global:
-        return GLOBAL()
-    if rec.state == State.ARCHIVED:
-        return FADED_SINCE(day=rec.archived_at.date().isoformat()) if rec.archived_at else FADED()
-    if rec.state == State.SUPERSEDED:
-        info = rec.extra.get("superseded") or {}
-        reason = info.get("reason") or "replaced"
-        why = SUPERSEDED_WHY[reason]() if reason in SUPERSEDED_WHY else str(reason)
-        return SUPERSEDED_BY(why=why, by=str(info["by"])) if info.get("by") else SUPERSEDED(why=why)
-    fades = policy.fades_at(rec)
-    if fades is None:
-        return ACTIVE()
-    days = (fades - now).total_seconds() / 86400
-    if days <= 0:
-        return FADES_NEXT()
-    n = f"{days:.0f}"
-    return FADES_IN_1() if n == "1" else FADES_IN(n=n)
-
-
-@dataclass(frozen=True)
-class ShownMemory:
-    id: int
-    kind: str
-    day: str | None  # None: a global summary, which has no day
-    text: str
-    query: str  # a turn's message (empty for a summary)
-    response: str  # a turn's reply
-    state: str
-    pinned: bool
-    strength: float
-    retention: float  # at the time it is shown
-    recall_count: int
-    importance: float  # 0 small talk .. 1 a personal fact, rated when written
-    status: str  # the forgetting state in words (``status``: a Said, its English as a str)
-    created_at: datetime
-    last_recall: datetime | None
-    stopped: bool | None = None  # a turn whose reply was stopped before its end (None: not a turn)
-    superseded: dict | None = None  # an edited message's old turn: by what, and why
-    why: str = ""  # why a search (or a reply) found it
-    score: float | None = None  # the search's score
-
-    def as_json(self) -> dict:
-        """The API's ``memory`` object."""
-        out: dict[str, Any] = {
-            "id": self.id,
-            "object": "memory",
-            "kind": self.kind,
-            "day": self.day,
-            "text": self.text,
-            "query": self.query,
-            "response": self.response,
-            "created_at": self.created_at.isoformat(),
-            "state": self.state,
-            "pinned": self.pinned,
-            "strength": self.strength,
-            "retention": self.retention,
-            "recall_count": self.recall_count,
-            "last_recall": self.last_recall.isoformat() if self.last_recall else None,
-            "importance": self.importance,
-            "status": self.status,
-        }
-        if self.kind == Kind.TURN.value:
-            out["stopped"] = self.stopped
-            out["superseded"] = self.superseded
-        if self.score is not None:
-            out["score"] = self.score
-            out["why"] = self.why
-        return out
-
-
-def shown(
-    rec: MemoryRecord, policy: ForgettingPolicy, now: datetime, *, hit: Hit | None = None, why: str | None = None
-) -> ShownMemory:
-    """``rec`` as a person sees it at ``now``; ``hit``: the search hit that found it (its score,
-    and its reasons as ``why`` unless ``why`` is given)."""
-    turn = rec.kind == Kind.TURN
-    return ShownMemory(
-        id=rec.stored_id,
-        kind=rec.kind.value,
-        day=None if rec.kind.is_global else rec.day.isoformat(),
-        text=rec.text,
-        query=rec.query,
-        response=rec.response,
-        state=rec.state.value,
-        pinned=rec.pinned,
-        strength=round(rec.strength, 3),
-        retention=round(policy.retention(rec, now), 4),
-        recall_count=rec.recall_count,
-        importance=round(rec.importance, 2),
-        status=status(rec, policy, now),
-        created_at=rec.created_at,
-        last_recall=rec.last_recall,
-        stopped=bool(rec.extra.get("stopped")) if turn else None,
-        superseded=rec.extra.get("superseded") if turn and rec.state == State.SUPERSEDED else None,
-        why=why if why is not None else "; ".join(hit.reasons) if hit is not None else "",
-        score=round(hit.score, 4) if hit is not None else None,
-    )

@@ -17,18 +17,12 @@ from typing import Any, Callable, Iterator
 
 import gradio as gr
 
+from memory.bank import TODAY
 from memory.records import MemoryRecord
+from memory.shown import NOT_FROM_MEMORY, UsedMemory, stored_used
 
 from ..config import DEMO_MODEL
-from ..core.companion import (
-    MAX_MESSAGE_CHARS,
-    NOT_FROM_MEMORY,
-    TODAY,
-    ReplyStream,
-    TurnResult,
-    not_from_memory_entry,
-    today_entry,
-)
+from ..core.companion import MAX_MESSAGE_CHARS, MEMORY_CHARS, ReplyStream, TurnResult
 from ..i18n import Translator, say, t, why_words
 from .common import guard, lang_of, notify
 from .service import WebService
@@ -72,39 +66,39 @@ def reply_shown(text: str) -> str:
     return _ADDRESS.sub(lambda m: f"`{m[0]}`", text)
 
 
-def remembered_markdown(items: list[dict], lang: str) -> str:
+def remembered_markdown(items: list[UsedMemory], lang: str) -> str:
     """The "what I remembered" text for one reply: the memories retrieved, then the lines of
     today's conversation that were in the prompt."""
-    memories = [it for it in items if it["kind"] not in (TODAY, NOT_FROM_MEMORY)]
-    today = [it for it in items if it["kind"] == TODAY]
-    made_up = [it for it in items if it["kind"] == NOT_FROM_MEMORY]
+    memories = [it for it in items if it.retrieved]
+    today = [it for it in items if it.kind == TODAY]
+    made_up = [it for it in items if it.kind == NOT_FROM_MEMORY]
     lines = []
     for it in memories:
-        day = it["day"] if not it["day"].startswith("1970") else "—"
-        why = why_words(it["why"], lang) or "—"
+        day = it.day if not it.day.startswith("1970") else "—"
+        why = why_words(it.why, lang) or "—"
         lines.append(
-            f"- **{day}** · {t('kind_' + it['kind'], lang)} · {t('tier_' + it.get('tier', 'active'), lang)} · "
-            f"S {it['strength']:g} · R {it['retention']:.2f} · #{it['id']}  \n  _{html.escape(why)}_  \n"
-            f"  > {reply_shown(_clip(it['text']))}"
+            f"- **{day}** · {t('kind_' + it.kind, lang)} · {t('tier_' + (it.tier or 'active'), lang)} · "
+            f"S {it.strength:g} · R {it.retention:.2f} · #{it.id}  \n  _{html.escape(why)}_  \n"
+            f"  > {reply_shown(_clip(it.text))}"
         )
     if not memories:
         lines.append(t("remembered_none_today" if today else "remembered_none", lang))
     if today:
         lines.append(f"\n**{t('today_lines_1' if len(today) == 1 else 'today_lines', lang, n=len(today))}**")
-        lines += [f"- #{it['id']} {reply_shown(_clip(it['text'], 160))}" for it in today]
+        lines += [f"- #{it.id} {reply_shown(_clip(it.text, 160))}" for it in today]
     for it in made_up:  # names the reply used as if remembered, found in none of the above
-        lines.append(f"\n⚠️ {t('not_from_memory', lang, names=html.escape(_clip(it['text'], 160)))}")
+        lines.append(f"\n⚠️ {t('not_from_memory', lang, names=html.escape(_clip(it.text, 160)))}")
     return "\n".join(lines)
 
 
-def remembered_title(items: list[dict], lang: str) -> str:
-    memories = sum(1 for it in items if it["kind"] not in (TODAY, NOT_FROM_MEMORY))
-    today = sum(1 for it in items if it["kind"] == TODAY)
+def remembered_title(items: list[UsedMemory], lang: str) -> str:
+    memories = sum(1 for it in items if it.retrieved)
+    today = sum(1 for it in items if it.kind == TODAY)
     title = f"🧠 {t('remembered', lang)} ({memories})"
     return f"{title} · {t('today_short', lang, n=today)}" if today else title
 
 
-def turn_messages(query: str, reply: str, remembered: list[dict] | None, lang: str) -> list[dict]:
+def turn_messages(query: str, reply: str, remembered: list[UsedMemory] | None, lang: str) -> list[dict]:
     out: list[dict[str, Any]] = [{"role": "user", "content": shown(query)}]
     if remembered is not None:
         out.append(
@@ -118,14 +112,10 @@ def turn_messages(query: str, reply: str, remembered: list[dict] | None, lang: s
     return out
 
 
-def stored_remembered(turn: MemoryRecord) -> list[dict] | None:
-    """The "what I remembered" entries a stored turn keeps (``companion.used_entry`` and
-    ``today_entry``), or None for a turn stored before they were kept."""
-    extra = turn.extra or {}
-    if "used" not in extra:
-        return None
-    made_up = [not_from_memory_entry(extra[NOT_FROM_MEMORY])] if extra.get(NOT_FROM_MEMORY) else []
-    return [*made_up, *(extra.get("used") or []), *(extra.get(TODAY) or [])]
+def stored_remembered(turn: MemoryRecord) -> list[UsedMemory] | None:
+    """The "what I remembered" entries a stored turn keeps, or None for a turn stored before they
+    were kept."""
+    return stored_used(turn.extra or {})
 
 
 def counter_text(text: str | None, lang: str = "en") -> str:
@@ -202,14 +192,14 @@ class ChatHandlers:
         msgs[-2:] = [asked, *turn_messages("", final, used, lang)[1:]]
         yield msgs, gr.skip(), remembered_markdown(used, lang), {}, screen
 
-    def _entries(self, source: ReplyStream | TurnResult) -> list[dict]:
+    def _entries(self, source: ReplyStream | TurnResult) -> list[UsedMemory]:
         """The panel's entries of a stream or a result: memories used, today's lines, and the
         names of the finished reply that were not from memory."""
         made_up = source.not_from_memory if isinstance(source, TurnResult) else []
         return [
-            *([not_from_memory_entry(made_up)] if made_up else []),
+            *([UsedMemory.not_from_memory(made_up)] if made_up else []),
             *self.service.chat.remembered(source.used),
-            *(today_entry(r) for r in source.today),
+            *(UsedMemory.of_today(r, MEMORY_CHARS) for r in source.today),
         ]
 
     @staticmethod

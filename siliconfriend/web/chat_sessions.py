@@ -15,9 +15,10 @@ from memory.bank import MemoryBank
 from memory.message import Message as Text
 from memory.records import MemoryRecord
 from memory.retrieval import Hit
+from memory.shown import UsedMemory
 
 from ..backends.base import BackendError, ChatBackend
-from ..core.companion import EMPTY_MESSAGE, MAX_MESSAGE_CHARS, Companion, ReplyStream, used_entry
+from ..core.companion import EMPTY_MESSAGE, MAX_MESSAGE_CHARS, MEMORY_CHARS, Companion, ReplyStream
 from ..core.memory_view import memory_id
 from .account_service import AccountService
 
@@ -203,9 +204,9 @@ class ChatSessions:
         return self.companion.clock()
 
     @staticmethod
-    def remembered(hits: list[Hit] | None) -> list[dict]:
-        """The memories a reply used, for the "what I remembered" panel (``companion.used_entry``)."""
-        return [used_entry(h) for h in hits or []]
+    def remembered(hits: list[Hit] | None) -> list[UsedMemory]:
+        """The memories a reply used, for the "what I remembered" panel."""
+        return [UsedMemory.of_hit(h, MEMORY_CHARS) for h in hits or []]
 
     def forget(self, user: str) -> None:
         """A deleted account: its reply stops, leaves the queue, and the companion (when it was

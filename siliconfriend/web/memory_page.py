@@ -19,9 +19,9 @@ import gradio as gr
 
 from memory.bank import UnknownMemory
 from memory.records import Kind, State
+from memory.shown import ShownMemory
 
 from ..accounts.users import AccountError
-from ..core.memory_view import ShownMemory
 from ..i18n import Translator, say, t, time_unit, why_words
 from .chat import BREAK
 from .common import guard, lang_of, notify
@@ -62,7 +62,7 @@ def table_value(rows: list[ShownMemory], lang: str) -> dict:
             r.recall_count,
             _cut(BREAK.sub("\n", r.text), 400),  # a model's <br> is a line break, not text
             why_words(r.why, lang),
-            r.importance,
+            round(r.importance, 2),
             say(r.status, lang),
         ]
         for r in rows

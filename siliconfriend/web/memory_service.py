@@ -9,11 +9,12 @@ from typing import Any, Callable
 from memory.bank import MemoryBank
 from memory.message import Message as Text
 from memory.records import Kind, MemoryRecord, State
+from memory.shown import ShownMemory, shown
 
 from ..config import Settings
 from ..core import memory_view
 from ..core.known import known
-from ..core.memory_view import ShownMemory, memory_id
+from ..core.memory_view import memory_id
 from .account_service import AccountService
 from .chat_sessions import ChatSessions
 
@@ -47,7 +48,7 @@ class MemoryPageService:
         return self.clock()
 
     def _shown(self, rec: MemoryRecord, now: datetime, why: str = "") -> ShownMemory:
-        return memory_view.shown(rec, self.bank.policy, now, why=why)
+        return shown(rec, self.bank.policy_for(rec.user), now, why=why)
 
     def known(self, token: str, lang: str = "en") -> str:
         """What I know about you, as the page shows it (``core/known.py``)."""

@@ -87,8 +87,8 @@ def test_chat_and_memory_page(two, web_clock):
     web_clock.now += timedelta(days=1)  # a new day: yesterday's words are remembered
     r2 = say(service, alice, "What is my cat called?")
     used = service.chat.remembered(r2.used)
-    assert any("Pixel" in u["text"] and u["day"] == "2024-05-04" for u in used)
-    assert all({"day", "strength", "retention", "why"} <= set(u) for u in used)
+    assert any("Pixel" in u.text and u.day == "2024-05-04" for u in used)
+    assert all({"day", "strength", "retention", "why"} <= set(u.as_json()) for u in used)
     found = service.memory_page.memories(alice, query="Pixel")
     assert found and "Pixel" in found[0].text and found[0].why
     assert service.memory_page.days(alice) == ["2024-05-05", "2024-05-04"]
@@ -380,3 +380,46 @@ def test_a_single_chinese_character_finds_the_memory_that_says_it(web_service, w
     found = [r.text.split("\n")[0] for r in service.memory_page.memories(token, query="狗")]
     assert found == [dog]
     assert [r.text.split("\n")[0] for r in service.memory_page.memories(token, query="旺财")] == found
+
+
+def test_the_page_the_api_and_the_export_show_a_memory_from_one_record(web_service, web_clock):
+    """A memory's fields on the memory page, in the API's /v1/memories and in the export come from
+    one record (``memory.shown.ShownMemory``) under the user's own forgetting policy: where the
+    user's memories learned slower paces, all three say the same retention and state."""
+    from memory.bank import PACES_META
+    from memory.shown import shown
+    from siliconfriend.factory import build_api_service
+    from siliconfriend.web.memory_page import COLUMNS, table_value
+
+    service, bank = web_service, web_service.bank
+    amy = service.account.signup("amy", "amy-password").token
+    bank.set_user_meta("amy", PACES_META, json.dumps({sort: 0.0 for sort in bank.policy.paces()}))  # floored
+    t0 = web_clock.now - timedelta(days=3)
+    bank.add_turn("amy", "My driving exam is on Friday", "Good luck!", t0)
+    bank.add_turn("amy", "I fixed the printer at the office", "Handy!", t0 + timedelta(hours=1))
+    bank.set_summary("amy", Kind.GLOBAL_EVENTS, "Amy is learning to drive.", t0)
+    now, policy = web_clock.now, bank.policy_for("amy")
+    api = build_api_service(
+        service.settings, accounts=service.accounts, bank=bank, companion=lambda: service.companion, clock=service.clock
+    )
+    listed = {m["id"]: m for m in api.list_memories("amy")["data"]}
+    exported = {m["id"]: m for m in service.exports.export_data(amy)["amy"]["siliconfriend"]["memories"]}
+    page = table_value(service.memory_page.memories(amy), "en")["data"]
+    rows = {row[COLUMNS.index("id")]: dict(zip(COLUMNS, row)) for row in page}
+    records = bank.records("amy")
+    assert len(records) == 3 and set(listed) == set(exported) == set(rows) == {r.stored_id for r in records}
+    slower = 0
+    for rec in records:
+        one = shown(rec, policy, now)
+        assert listed[rec.stored_id] == one.as_json() == api.get("amy", rec.stored_id)
+        assert exported[rec.stored_id] == json.loads(json.dumps(one.as_export()))
+        row = rows[rec.stored_id]
+        assert (row["R"], row["S"], row["status"], row["importance"]) == (
+            round(one.retention, 3),
+            round(one.strength, 2),
+            one.status,
+            round(one.importance, 2),
+        )
+        assert exported[rec.stored_id]["retention"] == listed[rec.stored_id]["retention"] == one.retention
+        slower += rec.kind == Kind.TURN and one.retention > shown(rec, bank.policy, now).retention
+    assert slower == 2  # the turns fade at the user's paces, not the configured ones

@@ -67,7 +67,7 @@ def test_same_day_recall_shows_todays_lines_and_a_long_message_stops_weighing(am
     titles = [m["metadata"]["title"] for m in restored if m.get("metadata")]
     assert len(titles) == 2 and "today's conversation: 1" in titles[1]
     turn = service.chat.today(token)[-1]
-    assert stored_remembered(turn)[-1]["kind"] == "today"
+    assert stored_remembered(turn)[-1].kind == "today"
 
 
 def test_a_reload_mid_reply_keeps_it_marked_stopped(amy):
