@@ -46,7 +46,8 @@ from .lexical import Tokenizer
 from .message import Message
 from .records import GLOBAL_DAY, Kind, MemoryRecord, State, turn_text
 from .retrieval import Hit, RetrievalConfig, TalkLine, retrieve
-from .stores.base import MAX_USERNAME, REFERENCES, TODAY, USED, Stores, UserStore, user_key
+from .stores.base import MAX_USERNAME, REFERENCES, REPLY_VECTOR, TODAY, USED, OpenStore, Stores, user_key
+from .stores.record_reads import with_vectors
 
 log = logging.getLogger(__name__)
 
@@ -165,7 +166,7 @@ class MemoryBank:
         self.max_open_users = max_open_users
         self.compress = compress  # compression before archiving (memory/compression.py)
         self.progress = progress  # e.g. tqdm, for re-embedding
-        self._open: OrderedDict[str, UserStore] = OrderedDict()
+        self._open: OrderedDict[str, OpenStore] = OrderedDict()
         self._lock = threading.RLock()
         self._replies = _ReplyWorker(self)
         self.replies_embedded = 0  # reply vectors the worker has stored (progress of an import)
@@ -177,7 +178,7 @@ class MemoryBank:
         self.workers: Executor = workers or ThreadPoolExecutor(max_workers=4, thread_name_prefix="sf-lexical")
 
     # -- users --------------------------------------------------------------------------------
-    def user_store(self, user: str) -> UserStore:
+    def user_store(self, user: str) -> OpenStore:
         """``user``'s store, opened (and made) if it is not open: their memories' rows, vectors
         and searches, for what the bank's API does not cover (copies, benchmarks, tests)."""
         with self._lock:
@@ -201,7 +202,7 @@ class MemoryBank:
             self._replies.submit(user)
         return store
 
-    def _reembed_if_needed(self, store: UserStore) -> None:
+    def _reembed_if_needed(self, store: OpenStore) -> None:
         stored = store.meta().get("embedder")
         if stored == self.vectors_id:
             return
@@ -211,14 +212,14 @@ class MemoryBank:
                 "memories of %s were embedded as %s; re-embedding %d as %s", store.user, stored, total, self.vectors_id
             )
             bar = self.progress(total=total, desc="re-embedding", unit="memory") if self.progress else None
-            for rows in store.iter_rows():
+            for rows in with_vectors(store):
                 batch = [rec for rec, _, _ in rows]
                 turns = [(r.stored_id, r.query or r.text) for r in batch if r.kind == Kind.TURN]
                 others = [(r.stored_id, r.text) for r in batch if r.kind != Kind.TURN]
                 if turns:
                     store.set_vectors([t[0] for t in turns], embed_turns(self.embedder, [t[1] for t in turns]))
                     # the reply vectors are redone by the reply worker, once the user is open
-                    store.clear_reply_vectors([t[0] for t in turns])
+                    store.set_vectors([t[0] for t in turns], None, column=REPLY_VECTOR)
                 if others:
                     store.set_vectors([o[0] for o in others], embed_documents(self.embedder, [o[1] for o in others]))
                 if bar:
@@ -867,13 +868,13 @@ class MemoryBank:
         """Delete for good, with every copy of their words that the bank keeps: the rows, their
         lexical entries and vectors (the index saved without them), the entries naming them in
         other memories' records (``REFERENCES``: what a turn's prompt held), what the engine
-        keeps of deleted rows (``UserStore.erase``: SQLite's old lexical segments and its
+        keeps of deleted rows (``Upkeep.erase``: SQLite's old lexical segments and its
         write-ahead log), then whatever the app keeps beside the bank (``on_delete``: prompt
         caches, pending exports).
 
         This is the one way a memory is deleted: a table or cache that copies a memory's words
         (a summary made of it, a link to it, a compressed copy) adds its removal here, in the
-        store's ``delete`` or ``drop_references``, or as an ``on_delete`` hook. What is derived
+        store's ``delete`` (one transaction), or as an ``on_delete`` hook. What is derived
         from a turn in words of the model's own (its day's summaries) is the caller's to delete
         with it (``Companion.forget``)."""
         ids = [int(i) for i in memory_ids]
@@ -888,7 +889,6 @@ class MemoryBank:
             kept = {o: c for o, c in pairs.items() if o not in gone and str(c) not in gone}
             if kept != pairs:
                 u.set_meta(COMPRESSED_META, json.dumps(kept))
-        u.drop_references(ids)
         u.sync()
         u.flush()  # the saved index, which held their vectors
         u.erase()

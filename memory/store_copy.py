@@ -11,6 +11,7 @@ from collections import Counter
 import numpy as np
 
 from .bank import MemoryBank
+from .stores.record_reads import with_vectors
 
 
 def census(bank: MemoryBank, user: str) -> dict[str, int]:
@@ -31,7 +32,7 @@ def copy_user(source: MemoryBank, target: MemoryBank, user: str) -> str:
     dst = target.user_store(user)  # opened empty: nothing to re-embed
     for key, value in src.meta().items():
         dst.set_meta(key, value)
-    for batch in src.iter_rows():
+    for batch in with_vectors(src):
         records = [rec for rec, _, _ in batch]
         dim = next((len(v) for _, v, _ in batch if v is not None), target.embedder.dim)
         vectors = np.stack([v if v is not None and len(v) == dim else np.zeros(dim, np.float32) for _, v, _ in batch])

@@ -20,7 +20,7 @@ from collections import Counter
 from concurrent.futures import Executor
 from dataclasses import dataclass
 from datetime import date, datetime
-from typing import Any, Callable, ContextManager, Iterable, Iterator, Mapping, Protocol, Sequence
+from typing import Any, Callable, ContextManager, Iterable, Mapping, Protocol, Sequence
 
 import numpy as np
 
@@ -53,7 +53,8 @@ MEMORY_COLUMNS = (
 
 # the two vectors a memory can have: its own (a turn's user message, a summary's text) and a
 # turn's reply
-VECTOR_COLUMNS = ("vector", "reply_vector")
+VECTOR, REPLY_VECTOR = "vector", "reply_vector"
+VECTOR_COLUMNS = (VECTOR, REPLY_VECTOR)
 
 
 class StoreUnavailable(RuntimeError):
@@ -348,124 +349,81 @@ def term_counts(tokenizer: Tokenizer, kind: Kind, text: str, day: date) -> tuple
     return Counter(tokens), len(tokens)
 
 
+# fmt: off
 class UserStore(Protocol):
-    """All memories of one user: records in and out, forgetting's state, the links, the two
-    searches and the pool a retrieval reads. How fast each is, is the engine's business: nothing
-    here depends on how it stores or searches. (What a caller makes of these, such as one record
-    by id, is its own: ``get_many([rid])``.)"""
+    """The port: all memories of one user, as the bank, retrieval, forgetting and the links use them.
+    How fast each call is, is the engine's business; nothing here says how it stores or searches."""
 
     user: str
     dim: int
 
-    # -- records in (each one transaction)
-    def insert(
-        self, records: Sequence[MemoryRecord], vectors: np.ndarray | None, *, keep_ids: bool = False
-    ) -> list[MemoryRecord]:
-        """The records stored, with their new ids: a turn at its position or, where that is lower,
-        at the day's next free place (each turn of a batch after the one before it). ``keep_ids``:
-        ids and places kept (a copy)."""
-
-    def replace_text(self, rid: int, text: str, vector: np.ndarray | None, **fields: Any) -> None: ...
-    def set_pinned(self, rid: int, pinned: bool) -> bool: ...
-    def set_vectors(self, ids: Sequence[int], vectors: np.ndarray, *, column: str = "vector") -> None:
-        """``column``: one of ``VECTOR_COLUMNS``."""
-
-    def clear_reply_vectors(self, ids: Sequence[int]) -> None: ...
+    # -- records in (each call one transaction)
+    def insert(self, records: Sequence[MemoryRecord], vectors: np.ndarray | None, *, keep_ids: bool = False) -> list[MemoryRecord]:
+        """The records stored with their ids (a turn at the day's next free place; ``keep_ids``: a copy's)."""
+    def replace_text(self, rid: int, text: str, vector: np.ndarray | None, **fields: Any) -> None:
+        """An edited memory's new words (and vector and ``fields``): its lexical entry follows."""
+    def set_vectors(self, ids: Sequence[int], vectors: np.ndarray | None, *, column: str = VECTOR) -> None:
+        """One of ``VECTOR_COLUMNS`` written (None: cleared, for the reply worker to make again)."""
+    def set_pinned(self, rid: int, pinned: bool) -> bool:
+        """A person's pin: the memory is kept whatever forgetting says."""
     def delete(self, ids: Sequence[int]) -> int:
-        """Rows, lexical entries and vectors gone (the bank also calls the next two)."""
-
-    def drop_references(self, ids: Sequence[int]) -> int:
-        """Every memory's extra fields without the entries ``{"id": n, ...}`` naming one of ``ids``
-        in its lists at ``REFERENCES``, the rows found by ``naming``; how many were rewritten."""
-
-    def erase(self) -> None:
-        """What the engine keeps of deleted rows (old segments, a log) erased where it can be."""
-
-    def naming(self, ids: Sequence[int]) -> list[int]:
-        """The memories whose lists at ``REFERENCES`` name one of ``ids`` (kept as rows are
-        written), in id order."""
+        """Rows, lexical entries, vectors and links gone, and the entries naming them at ``REFERENCES``."""
 
     # -- records out
-    def get_many(self, ids: Iterable[int]) -> dict[int, MemoryRecord]: ...
-    def records(
-        self,
-        *,
-        kind: Kind | None = None,
-        state: State | None = None,
-        day: date | None = None,
-        days: Sequence[date] | None = None,
-        limit: int | None = None,
-        offset: int = 0,
-        newest_first: bool = False,
-        extra: bool = True,
-    ) -> list[MemoryRecord]:
-        """In (day, kind, position, id) order (``newest_first``: reversed); ``extra`` False: each
-        record's extra fields left empty (a read that never uses them)."""
-
-    def count(self, *, kind: Kind | None = None, state: State | None = None) -> int: ...
-    def days(self) -> list[date]: ...
-    def extra_at(self, ids: Sequence[int], path: Sequence[str]) -> dict[int, str]:
-        """The text at ``path`` (key, key within it...) of the extra fields of ``ids``, where one is."""
-
+    def get_many(self, ids: Iterable[int]) -> dict[int, MemoryRecord]:
+        """The memories of ``ids`` that exist, by id."""
+    def records(self, *, kind: Kind | None = None, state: State | None = None, day: date | None = None, days: Sequence[date] | None = None,
+                limit: int | None = None, offset: int = 0, newest_first: bool = False, extra: bool = True) -> list[MemoryRecord]:
+        """In (day, kind, position, id) order (``newest_first``: reversed); ``extra`` False: extra fields left unread."""
+    def count(self, *, kind: Kind | None = None, state: State | None = None) -> int:
+        """How many memories of ``kind`` and ``state`` (any where None)."""
+    def days(self) -> list[date]:
+        """The days that have turns, oldest first (the memory page's calendar, the summaries' to-do)."""
     def vectors(self, ids: Sequence[int]) -> tuple[np.ndarray, np.ndarray]:
-        """(own, reply) of ``ids``, in their order: zeros where one is none."""
-
+        """(own, reply) vectors of ``ids`` in their order, zeros where none (the conversation's cue)."""
+    def extra_at(self, ids: Sequence[int], path: Sequence[str]) -> dict[int, str]:
+        """The text at ``path`` in the extra fields of ``ids``: one field of many rows, not the rows."""
     def replies_pending(self, limit: int = 10_000) -> list[tuple[int, str]]:
-        """(id, reply) of turns whose reply has no vector yet, oldest first."""
-
-    def iter_rows(self, batch: int = 1000) -> Iterator[list[tuple[MemoryRecord, np.ndarray | None, np.ndarray | None]]]:
-        """Every memory with its (own, reply) vectors, in id order, ``batch`` at a time."""
+        """(id, reply) of turns whose reply has no vector yet, oldest first: the reply worker's queue."""
 
     # -- forgetting's state
-    def update_forgetting(
-        self, records: Iterable[MemoryRecord], *, read: Mapping[int, MemoryRecord] | None = None
-    ) -> list[int]:
-        """Strength and recall fields written; where ``read`` (the records they were worked out
-        from) no longer matches the row (recalled again meanwhile, or gone), the row is left as it
-        is and its id returned, for the caller to read again: no recall is lost."""
-
-    def set_state(self, ids: Sequence[int], state: State, when: datetime | None = None) -> int: ...
+    def update_forgetting(self, records: Iterable[MemoryRecord], *, read: Mapping[int, MemoryRecord] | None = None) -> list[int]:
+        """Strength and recall written; where a row no longer matches ``read``, left and its id returned."""
+    def set_state(self, ids: Sequence[int], state: State, when: datetime | None = None) -> int:
+        """Archived (at ``when``) or back in active memory; both tiers stay searchable."""
 
     # -- links between memories (``memory/links.py``)
-    def write_links(
-        self,
-        mentions: Sequence[tuple[int, Sequence[Mention]]],
-        ids: Sequence[int] = (),
-        kind: str = "",
-        links: Sequence[Link] = (),
-    ) -> None:
-        """Each memory's entities (``mentions``) replaced, and the edges of ``kind`` from ``ids``
-        replaced by ``links`` (an edge is one either way round); what names no memory left out."""
-
+    def write_links(self, mentions: Sequence[tuple[int, Sequence[Mention]]], ids: Sequence[int] = (), kind: str = "", links: Sequence[Link] = ()) -> None:
+        """Each memory's entities (``mentions``) replaced, and the ``kind`` edges of ``ids`` replaced by ``links``."""
     def links(self, ids: Sequence[int], *, max_share: float, limit: int) -> list[Edge]:
-        """Edges of ``ids`` both ways: the written ones, and each entity's (by rarity, none where
-        more than ``max_share`` of the memories name it); at most ``limit`` a memory, heaviest first."""
+        """Edges of ``ids`` both ways, written and by shared entities, ``limit`` a memory (``heaviest``)."""
 
-    def entity_counts(self, limit: int = 50) -> list[tuple[Mention, int]]:
-        """The entities active memories name, with how many name each, most named first."""
-
-    # -- searches (both tiers: retrieval tells active and archived apart)
-    def dense(
-        self, query: np.ndarray, k: int, *, distinct: int | None = None, helpers: Executor | None = None
-    ) -> list[SearchHit]:
-        """The ``k`` vectors (own and replies') closest to ``query``, best first; a hit of a side
-        past its ``distinct``-th memory may be left out; ``helpers``: idle threads to share with."""
-
+    # -- the searches (both tiers) and the pool a retrieval reads
+    def dense(self, query: np.ndarray, k: int, *, distinct: int | None = None, helpers: Executor | None = None) -> list[SearchHit]:
+        """The ``k`` vectors (own, replies') nearest ``query``, best first; a side may stop past ``distinct`` memories."""
     def lexical(self, terms: Sequence[str], limit: int) -> list[SearchHit]:
-        """The best ``limit`` memories sharing a term with ``terms`` by BM25 (``memory/bm25.py``)."""
-
+        """The best ``limit`` memories sharing a term with ``terms``, by BM25 (``memory/bm25.py``)."""
     def documents_with(self, terms: Sequence[str]) -> tuple[int, list[int]]:
-        """How many memories the lexical side holds, and how many hold each of ``terms``."""
-
+        """How many memories the lexical side holds, and how many hold each of ``terms`` (BM25's IDF)."""
     def pool(self, ids: Iterable[int], cues: Callable[[], np.ndarray]) -> PoolRows:
-        """The memories of ``ids``, the turns beside each turn among them (as places), and their
-        cosines with ``cues()`` (which may wait for the query's embedding: read the rest first)."""
+        """The memories of ``ids``, the turns beside them, their cosines with ``cues()`` (which may wait)."""
 
-    # -- meta and upkeep
-    def meta(self) -> dict[str, str]: ...
-    def set_meta(self, key: str, value: str) -> None: ...
+    # -- the user's small values, and the end
+    def meta(self) -> dict[str, str]:
+        """The values the bank keeps beside the memories (the embedder's id, learned paces...)."""
+    def set_meta(self, key: str, value: str) -> None:
+        """One of them written."""
+    def close(self, *, save: bool = True) -> None:
+        """Done with it (``save`` False: what the process keeps is rebuilt later rather than written now)."""
+# fmt: on
+
+
+class Upkeep(Protocol):
+    """What an engine does to keep its index and files in shape: off the port, asked for by the one
+    that opened the store (the bank, at the times each says; the CLI's copy)."""
+
     def sync(self) -> None:
-        """After writes: the dense index catches up with them."""
+        """After writes: the dense index catches up with them (FAISS; a big user's HNSW graph made)."""
 
     def flush(self) -> None:
         """What the process keeps of the index saved (nothing where the database holds it)."""
@@ -474,9 +432,14 @@ class UserStore(Protocol):
         """What the store builds in the background waited for."""
 
     def tidy(self) -> None:
-        """Upkeep off a turn's clock (after the reply worker's writes)."""
+        """Upkeep off a turn's clock, after the reply worker's writes (SQLite's log checkpointed)."""
 
-    def close(self, *, save: bool = True) -> None: ...
+    def erase(self) -> None:
+        """What the engine keeps of deleted rows (old lexical segments, a log) erased where it can be."""
+
+
+class OpenStore(UserStore, Upkeep, Protocol):
+    """What ``Stores.open`` gives: the port, and its engine's upkeep for the one that opened it."""
 
 
 class Stores(Protocol):
@@ -485,7 +448,7 @@ class Stores(Protocol):
 
     tokenizer: Tokenizer
 
-    def open(self, user: str, *, dim: int, vectors_id: str) -> UserStore:
+    def open(self, user: str, *, dim: int, vectors_id: str) -> OpenStore:
         """``user``'s store (made if missing); ``dim`` and ``vectors_id``: the embedder's."""
         ...
 

@@ -54,6 +54,7 @@ from ..records import Kind, MemoryRecord, State
 from . import pg_migrations, postgres_links
 from .base import (
     MEMORY_COLUMNS,
+    VECTOR,
     VECTOR_COLUMNS,
     Edge,
     Link,
@@ -111,6 +112,11 @@ def as_array(value) -> np.ndarray | None:
     if hasattr(value, "to_numpy"):
         value = value.to_numpy()
     return np.asarray(value, dtype=np.float32)
+
+
+def _vector_values(vectors: np.ndarray | None, n: int) -> list[np.ndarray | None]:
+    """The values a write of ``n`` rows' vectors sends (None: each cleared)."""
+    return [None] * n if vectors is None else [np.asarray(v, dtype=np.float32) for v in vectors]
 
 
 def as_vector_value(value) -> np.ndarray | None:
@@ -553,33 +559,30 @@ class PgUserStore(RecordReads):
             postgres_links.forget(cur, self.user, ids)
             n = cur.execute("DELETE FROM memories WHERE owner = %s AND id = ANY(%s)", (self.user, ids)).rowcount
             self._count(cur, docs, tokens)
+            self._drop_references(cur, ids)
             return n
 
-    def drop_references(self, ids: Sequence[int]) -> int:
+    def _drop_references(self, cur: psycopg.Cursor, ids: Sequence[int]) -> None:
+        """Every row naming one of ``ids`` at ``REFERENCES`` (found by ``mem_refs``) rewritten without them."""
         gone = sorted({int(i) for i in ids})
-        if not gone:
-            return 0
-        changed = 0
-        with self._writing() as cur:
-            self._lock_user(cur)
-            rows = cur.execute(
-                "SELECT id, extra::text FROM memories WHERE owner = %s AND id IN"
-                " (SELECT holder FROM mem_refs WHERE owner = %s AND memory_id = ANY(%s)) ORDER BY id",
-                (self.user, self.user, gone),
-            ).fetchall()
-            for rid, text in rows:
-                before = json.loads(text)
-                after = without_references(before, set(gone))
-                if after != before:
-                    cur.execute(
-                        "UPDATE memories SET extra = %s::jsonb WHERE owner = %s AND id = %s",
-                        (json.dumps(after, ensure_ascii=False), self.user, rid),
-                    )
-                    changed += 1
-            cur.execute("DELETE FROM mem_refs WHERE owner = %s AND memory_id = ANY(%s)", (self.user, gone))
-        return changed
+        rows = cur.execute(
+            "SELECT id, extra::text FROM memories WHERE owner = %s AND id IN"
+            " (SELECT holder FROM mem_refs WHERE owner = %s AND memory_id = ANY(%s)) ORDER BY id",
+            (self.user, self.user, gone),
+        ).fetchall()
+        for rid, text in rows:
+            before = json.loads(text)
+            after = without_references(before, set(gone))
+            if after != before:
+                cur.execute(
+                    "UPDATE memories SET extra = %s::jsonb WHERE owner = %s AND id = %s",
+                    (json.dumps(after, ensure_ascii=False), self.user, rid),
+                )
+        cur.execute("DELETE FROM mem_refs WHERE owner = %s AND memory_id = ANY(%s)", (self.user, gone))
 
     def naming(self, ids: Sequence[int]) -> list[int]:
+        """The memories whose lists at ``REFERENCES`` name one of ``ids``, in id order (what
+        ``mem_refs`` keeps as rows are written; off the port: the tests look inside with it)."""
         rows = self.db.fetchall(
             "SELECT DISTINCT holder FROM mem_refs WHERE owner = %s AND memory_id = ANY(%s) ORDER BY holder",
             (self.user, sorted({int(i) for i in ids})),
@@ -611,8 +614,9 @@ class PgUserStore(RecordReads):
         with self.db.transaction() as cur:
             return postgres_links.entity_counts(cur, self.user, limit)
 
-    def set_vectors(self, ids: Sequence[int], vectors: np.ndarray, *, column: str = "vector") -> None:
-        """Stored vectors: ``column`` "vector" (the memory's own) or "reply_vector" (a turn's reply)."""
+    def set_vectors(self, ids: Sequence[int], vectors: np.ndarray | None, *, column: str = VECTOR) -> None:
+        """Stored vectors: ``column`` "vector" (the memory's own) or "reply_vector" (a turn's reply);
+        ``vectors`` None: cleared."""
         if column not in VECTOR_COLUMNS:
             raise ValueError(f"no vector column {column!r}")
         with self._writing() as cur:
@@ -628,16 +632,7 @@ class PgUserStore(RecordReads):
                 sql.SQL("UPDATE memories SET {} = %s, {} WHERE owner = %s AND id = %s").format(
                     sql.Identifier(_STORED[column]), sql.SQL(also)
                 ),
-                [(np.asarray(v, dtype=np.float32), self.user, int(rid)) for rid, v in zip(ids, vectors)],
-            )
-
-    def clear_reply_vectors(self, ids: Sequence[int]) -> None:
-        """Reply vectors to be made again (by another embedder)."""
-        with self._writing() as cur:
-            self._lock_user(cur)
-            cur.execute(
-                "UPDATE memories SET reply_embedding = NULL WHERE owner = %s AND id = ANY(%s)",
-                (self.user, [int(i) for i in ids]),
+                [(v, self.user, int(rid)) for rid, v in zip(ids, _vector_values(vectors, len(ids)))],
             )
 
     def replies_pending(self, limit: int = 10_000) -> list[tuple[int, str]]:
@@ -664,12 +659,11 @@ class PgUserStore(RecordReads):
             query += f" LIMIT {int(limit)} OFFSET {int(offset)}"
         return [record_from_row(self.user, r) for r in self.db.fetchall(query, (self.user, *params))]
 
-    def _count_where(self, where: str, params: Sequence) -> int:
-        return int(
-            one(
-                self.db.fetchone(f"SELECT count(*) FROM memories WHERE owner = %s AND ({where})", (self.user, *params))
-            )[0]
+    def _column(self, select: str, where: str, params: Sequence, order: str = "") -> list:
+        query = f"SELECT {select} FROM memories WHERE owner = %s AND ({where})" + (
+            f" ORDER BY {order}" if order else ""
         )
+        return [r[0] for r in self.db.fetchall(query, (self.user, *params))]
 
     def _is(self, column: str, value: object) -> tuple[str, list]:
         if column == "kind":
@@ -708,28 +702,6 @@ class PgUserStore(RecordReads):
         ahead = {int(r[0]): (r[-3], r[-2]) for r in rows if r[-1]}
         self._read_ahead.kept = (time.monotonic(), self._writes, ahead)
         return [record_from_row(self.user, r[:-3]) for r in rows]
-
-    def days(self) -> list[date]:
-        return [
-            r[0]
-            for r in self.db.fetchall(
-                "SELECT DISTINCT day FROM memories WHERE owner = %s AND kind = 'turn' ORDER BY day", (self.user,)
-            )
-        ]
-
-    def iter_rows(self, batch: int = 1000) -> Iterator[list[tuple[MemoryRecord, np.ndarray | None, np.ndarray | None]]]:
-        """Every memory with its stored vectors (its own, its reply's), in id order (copying a store)."""
-        last = 0
-        while True:
-            rows = self.db.fetchall(
-                f"SELECT {_COLUMNS}, {_OWN}, reply_embedding FROM {_MEMORY_ROWS} WHERE owner = %s"
-                " AND id > %s ORDER BY id LIMIT %s",
-                (self.user, last, batch),
-            )
-            if not rows:
-                return
-            last = rows[-1][0]
-            yield [(record_from_row(self.user, r[:-2]), as_array(r[-2]), as_array(r[-1])) for r in rows]
 
     def _halves(self, read: Callable[[list[int]], list[tuple]], ids: list[int]) -> list[tuple]:
         """``read`` of ``ids``, in two halves at once from ``_SPLIT_AT`` ids on, each on a

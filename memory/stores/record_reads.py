@@ -1,19 +1,25 @@
-"""The reads of records that both SQL engines share (``get``, ``get_many``, ``records``, ``count``),
-written once: which rows a read asks for and in what order are the same in SQLite and PostgreSQL.
-What differs is left to each engine: how a value and a list of values are matched (``?`` lists
+"""The reads of records that both SQL engines share (``get``, ``get_many``, ``records``, ``count``,
+``days``), written once: which rows a read asks for and in what order are the same in SQLite and
+PostgreSQL. What differs is left to each engine: how a value and a list of values are matched (``?`` lists
 against ``= ANY(%s)``), the order's collation, and how a statement reaches its database (``_select``,
-``_count_where``; PostgreSQL's also name the user)."""
+``_column``; PostgreSQL's also name the user).
+
+Also here, written once over the port for every engine: every memory with its vectors
+(``with_vectors``), which a copy of a store and a re-embedding read."""
 
 from __future__ import annotations
 
 from datetime import date
-from typing import Iterable, Sequence
+from typing import Iterable, Iterator, Sequence
+
+import numpy as np
 
 from ..records import Kind, MemoryRecord, State
+from .base import UserStore
 
 
 class RecordReads:
-    """A mixin: the record reads of a store that defines ``_select``, ``_count_where``, ``_is`` and
+    """A mixin: the record reads of a store that defines ``_select``, ``_column``, ``_is`` and
     ``_one_of`` (and, where its database takes only so many parameters, ``IN_PART``)."""
 
     ORDER = "day, kind, position, id"
@@ -28,7 +34,8 @@ class RecordReads:
         False: each record's extra fields left empty."""
         raise NotImplementedError
 
-    def _count_where(self, where: str, params: Sequence) -> int:
+    def _column(self, select: str, where: str, params: Sequence, order: str = "") -> list:
+        """The first column of ``SELECT select`` over the user's rows that meet ``where``, in ``order``."""
         raise NotImplementedError
 
     def _is(self, column: str, value: object) -> tuple[str, list]:
@@ -91,4 +98,29 @@ class RecordReads:
         return self._select(where, params, order, extra=extra)
 
     def count(self, *, kind: Kind | None = None, state: State | None = None) -> int:
-        return self._count_where(*self._where(kind, state))
+        return int(self._column("COUNT(*)", *self._where(kind, state))[0])
+
+    def days(self) -> list[date]:
+        return [as_date(d) for d in self._column("DISTINCT day", *self._where(Kind.TURN), order="day")]
+
+
+def as_date(value: date | str) -> date:
+    """A day as a database gives it (a date, or SQLite's ISO text)."""
+    return value if isinstance(value, date) else date.fromisoformat(value)
+
+
+def with_vectors(
+    store: UserStore, batch: int = 1000
+) -> Iterator[list[tuple[MemoryRecord, np.ndarray | None, np.ndarray | None]]]:
+    """Every memory of ``store`` with its (own, reply) vectors (None where it has none), in id
+    order, ``batch`` at a time: what a copy or a re-embedding reads, through the port."""
+    ids = sorted(r.stored_id for r in store.records(extra=False))
+    for start in range(0, len(ids), batch):
+        part = ids[start : start + batch]
+        found = store.get_many(part)
+        own, reply = store.vectors(part)
+        yield [
+            (found[i], o if o.any() else None, r if r.any() else None)
+            for i, o, r in zip(part, own, reply)
+            if i in found  # deleted meanwhile
+        ]

@@ -35,6 +35,7 @@ from ..records import Kind, MemoryRecord, State
 from . import sqlite_links
 from .base import (
     MEMORY_COLUMNS,
+    VECTOR,
     VECTOR_COLUMNS,
     Edge,
     Link,
@@ -343,29 +344,27 @@ class SqliteUserStore(RecordReads):
                 db.execute("INSERT OR REPLACE INTO tombstones VALUES (?, ?)", (rid, seq))
                 db.execute("DELETE FROM refs WHERE holder = ?", (rid,))
             sqlite_links.forget(db, ids)
+            self._drop_references(db, ids)
             return n
 
-    def drop_references(self, ids: Sequence[int]) -> int:
+    def _drop_references(self, db: sqlite3.Connection, ids: Sequence[int]) -> None:
+        """Every row naming one of ``ids`` at ``REFERENCES`` (found by ``refs``) rewritten without them."""
         gone = sorted({int(i) for i in ids})
-        if not gone:
-            return 0
-        changed = 0
-        with self.transaction() as db:
-            for holder in self._naming(db, gone):
-                row = db.execute("SELECT extra FROM memories WHERE id = ?", (holder,)).fetchone()
-                if row is None:
-                    continue
-                before = json.loads(row[0])
-                after = without_references(before, set(gone))
-                if after != before:
-                    db.execute(
-                        "UPDATE memories SET extra = ? WHERE id = ?", (json.dumps(after, ensure_ascii=False), holder)
-                    )
-                    changed += 1
-            db.executemany("DELETE FROM refs WHERE memory_id = ?", [(i,) for i in gone])
-        return changed
+        for holder in self._naming(db, gone):
+            row = db.execute("SELECT extra FROM memories WHERE id = ?", (holder,)).fetchone()
+            if row is None:
+                continue
+            before = json.loads(row[0])
+            after = without_references(before, set(gone))
+            if after != before:
+                db.execute(
+                    "UPDATE memories SET extra = ? WHERE id = ?", (json.dumps(after, ensure_ascii=False), holder)
+                )
+        db.executemany("DELETE FROM refs WHERE memory_id = ?", [(i,) for i in gone])
 
     def naming(self, ids: Sequence[int]) -> list[int]:
+        """The memories whose lists at ``REFERENCES`` name one of ``ids``, in id order (what ``refs``
+        keeps as rows are written; off the port: the tests look inside with it)."""
         with self._lock:
             return self._naming(self._db, sorted({int(i) for i in ids}))
 
@@ -410,23 +409,18 @@ class SqliteUserStore(RecordReads):
         with self._lock:
             return sqlite_links.entity_counts(self._db, limit)
 
-    def set_vectors(self, ids: Sequence[int], vectors: np.ndarray, *, column: str = "vector") -> None:
+    def set_vectors(self, ids: Sequence[int], vectors: np.ndarray | None, *, column: str = VECTOR) -> None:
         """Stored vectors for memories: ``column`` "vector" (the memory's own) or "reply_vector"
-        (a turn's reply)."""
+        (a turn's reply); ``vectors`` None: cleared."""
         if column not in VECTOR_COLUMNS:
             raise ValueError(f"no vector column {column!r}")
+        blobs = [None] * len(ids) if vectors is None else [np.asarray(v, dtype=np.float32).tobytes() for v in vectors]
         with self.transaction() as db:
             seq = self._bump(db)
             db.executemany(
                 f"UPDATE memories SET {column} = ?, vseq = ? WHERE id = ?",
-                [(np.asarray(v, dtype=np.float32).tobytes(), seq, rid) for rid, v in zip(ids, vectors)],
+                [(blob, seq, rid) for rid, blob in zip(ids, blobs)],
             )
-
-    def clear_reply_vectors(self, ids: Sequence[int]) -> None:
-        """Reply vectors to be made again (by another embedder)."""
-        with self.transaction() as db:
-            seq = self._bump(db)
-            db.executemany("UPDATE memories SET reply_vector = NULL, vseq = ? WHERE id = ?", [(seq, i) for i in ids])
 
     def replies_pending(self, limit: int = 10_000) -> list[tuple[int, str]]:
         """(id, reply) of turns whose reply has no vector yet, oldest first."""
@@ -453,9 +447,10 @@ class SqliteUserStore(RecordReads):
             rows = self._db.execute(sql, tuple(params)).fetchall()
         return [record_from_row(self.user, r) for r in rows]
 
-    def _count_where(self, where: str, params: Sequence) -> int:
+    def _column(self, select: str, where: str, params: Sequence, order: str = "") -> list:
+        sql = f"SELECT {select} FROM memories WHERE {where}" + (f" ORDER BY {order}" if order else "")
         with self._lock:
-            return self._db.execute(f"SELECT COUNT(*) FROM memories WHERE {where}", tuple(params)).fetchone()[0]
+            return [r[0] for r in self._db.execute(sql, tuple(params)).fetchall()]
 
     def _is(self, column: str, value: object) -> tuple[str, list]:
         return f"{column} = ?", [value]
@@ -474,11 +469,6 @@ class SqliteUserStore(RecordReads):
             (where,),
         )
         return {int(r[0]): r[1] for r in rows}
-
-    def days(self) -> list[date]:
-        with self._lock:
-            rows = self._db.execute("SELECT DISTINCT day FROM memories WHERE kind = 'turn' ORDER BY day").fetchall()
-        return [date.fromisoformat(r[0]) for r in rows]
 
     def vectors(self, ids: Sequence[int]) -> tuple[np.ndarray, np.ndarray]:
         dim = self.dim
@@ -534,27 +524,6 @@ class SqliteUserStore(RecordReads):
     def meta(self) -> dict[str, str]:
         with self._lock:
             return dict(self._db.execute("SELECT key, value FROM meta WHERE key NOT IN ('user', 'vseq')").fetchall())
-
-    def iter_rows(self, batch: int = 1000) -> Iterator[list[tuple[MemoryRecord, np.ndarray | None, np.ndarray | None]]]:
-        """Every memory with its stored vectors (its own, its reply's), in id order (copying a store)."""
-        last = 0
-        while True:
-            with self._lock:
-                rows = self._db.execute(
-                    f"SELECT {_COLUMNS}, vector, reply_vector FROM memories WHERE id > ? ORDER BY id LIMIT ?",
-                    (last, batch),
-                ).fetchall()
-            if not rows:
-                return
-            last = rows[-1]["id"]
-            yield [
-                (
-                    record_from_row(self.user, r),
-                    None if r["vector"] is None else np.frombuffer(r["vector"], dtype=np.float32),
-                    None if r["reply_vector"] is None else np.frombuffer(r["reply_vector"], dtype=np.float32),
-                )
-                for r in rows
-            ]
 
     @staticmethod
     def _places(places: Iterable[tuple[date, int]]) -> Iterator[tuple[str, list]]:

@@ -92,8 +92,9 @@ def _reembed(bank, opened, sample: int) -> dict:
     total = opened.count()
     step = max(1, total // sample)
     texts = []
-    for batch in opened.iter_rows(batch=512):
-        texts += [rec.text for rec, _, _ in batch if rec.stored_id % step == 0]
+    for rec in sorted(opened.records(extra=False), key=lambda r: r.stored_id):
+        if rec.stored_id % step == 0:
+            texts.append(rec.text)
     texts = texts[:sample]
     start = time.perf_counter()
     vecs = embed_documents(bank.embedder, texts)

@@ -17,6 +17,7 @@ from memory.lexical import Tokenizer
 from memory.memorybank_format import export_user
 from memory.records import Kind, MemoryRecord, State
 from memory.stores.base import SearchHit, Side
+from memory.stores.record_reads import with_vectors
 from memory.stores.sqlite import SqliteStores
 
 T0 = datetime(2024, 5, 1, 9, 0)
@@ -242,7 +243,7 @@ def test_the_store_interface(any_bank):
     # where it stands)
     assert store.documents_with(["kite", "boat", "nothinglikeit", "kite"]) == (4, [3, 1, 0, 3])
     assert store.documents_with([]) == (4, [])
-    store.clear_reply_vectors([ids[1]])
+    store.set_vectors([ids[1]], None, column="reply_vector")  # cleared: made again by the reply worker
     assert store.replies_pending() == [(ids[1], "a reply")]
     store.set_state([ids[0]], State.ARCHIVED, T0)
     archived = store.get(ids[0])
@@ -253,7 +254,7 @@ def test_the_store_interface(any_bank):
     assert ids[3] in {h.id for h in store.lexical(["boat"], 10)}
     assert store.documents_with(["kite", "boat"]) == (4, [2, 2])  # archived memories count too
     assert store.set_pinned(ids[2], True) and store.get(ids[2]).pinned
-    rows = [row for batch in store.iter_rows(batch=2) for row in batch]
+    rows = [row for batch in with_vectors(store, batch=2) for row in batch]
     assert [r.id for r, _, _ in rows] == ids and rows[1][2] is None and rows[0][1] is not None
     store.set_meta("colour", "red")
     assert store.meta()["colour"] == "red" and "vseq" not in store.meta()
@@ -575,7 +576,7 @@ def test_one_field_of_many_memories_extra_fields(any_bank):
 
 
 def test_a_deletion_rewrites_the_records_that_name_the_memory_and_only_those(any_bank):
-    """What names whom is kept as memories are stored and edited (``UserStore.naming``): a
+    """What names whom is kept as memories are stored and edited (``naming``, each engine's, off the port): a
     deletion rewrites the records of prompts that held the deleted memory and leaves the others,
     even one whose fields hold the id's text elsewhere; a deleted record names nobody."""
     when = datetime(2024, 5, 1, 9, 0)
