@@ -1,11 +1,13 @@
 """The store interface: what the bank and retrieval ask of a database of memories.
 
 A ``Stores`` is one database of every user's memories (a home folder of SQLite files, a
-PostgreSQL database); ``Stores.open`` gives one user's ``UserStore``: their records, their
-vectors and the two searches over them (dense and lexical), each returning typed ``SearchHit``
-values. A store holds its SQL and its index; the bank holds the logic (retrieval, forgetting,
-rehearsal, replies' vectors) once, over either. ``tests/memory/test_store_contract.py`` runs the
-same behaviours against every store.
+PostgreSQL database); ``Stores.open`` gives one user's ``OpenStore``: the port, ``UserStore``
+(their records, forgetting's state, the links, the two searches over them, dense and lexical,
+each returning typed ``SearchHit`` values, and the pool a retrieval reads), and the engine's
+``Upkeep`` (its index and files kept in shape), which only the one that opened it asks for. A
+store holds its SQL and its index; the bank holds the logic (retrieval, forgetting, rehearsal,
+replies' vectors) once, over either. ``tests/memory/test_store_contract.py`` runs the same
+behaviours against every store.
 
 Also here, because every store needs them the same way: the one mapping from a row to a
 ``MemoryRecord``, the lexical document of a memory, and the folder-safe key of a user name.
@@ -15,6 +17,7 @@ from __future__ import annotations
 
 import enum
 import hashlib
+import json
 import re
 from collections import Counter
 from concurrent.futures import Executor
@@ -311,17 +314,19 @@ def named_in(extra: Any) -> list[int]:
     return sorted(found)
 
 
-def without_references(extra: Any, gone: set[int]) -> Any:
-    """``extra`` without the entries naming a memory of ``gone`` (``{"id": n, ...}``) in its lists
-    at ``REFERENCES``: what a record copied of memories that were deleted."""
+def without_references(text: str, gone: set[int]) -> str | None:
+    """The JSON text of extra fields without the entries naming a memory of ``gone``
+    (``{"id": n, ...}``) in their lists at ``REFERENCES``: what a record copied of memories that
+    were deleted. None where it named none of them (nothing to rewrite)."""
+    extra = json.loads(text)
     if not isinstance(extra, dict):
-        return extra
+        return None
     out = dict(extra)
     for key in REFERENCES:
         entries = out.get(key)
         if isinstance(entries, list):
             out[key] = [e for e in entries if not (isinstance(e, dict) and _entry_id(e) in gone)]
-    return out
+    return None if out == extra else json.dumps(out, ensure_ascii=False)
 
 
 def _entry_id(entry: dict) -> int | None:

@@ -571,12 +571,9 @@ class PgUserStore(RecordReads):
             (self.user, self.user, gone),
         ).fetchall()
         for rid, text in rows:
-            before = json.loads(text)
-            after = without_references(before, set(gone))
-            if after != before:
+            if (rewritten := without_references(text, set(gone))) is not None:
                 cur.execute(
-                    "UPDATE memories SET extra = %s::jsonb WHERE owner = %s AND id = %s",
-                    (json.dumps(after, ensure_ascii=False), self.user, rid),
+                    "UPDATE memories SET extra = %s::jsonb WHERE owner = %s AND id = %s", (rewritten, self.user, rid)
                 )
         cur.execute("DELETE FROM mem_refs WHERE owner = %s AND memory_id = ANY(%s)", (self.user, gone))
 

@@ -352,14 +352,8 @@ class SqliteUserStore(RecordReads):
         gone = sorted({int(i) for i in ids})
         for holder in self._naming(db, gone):
             row = db.execute("SELECT extra FROM memories WHERE id = ?", (holder,)).fetchone()
-            if row is None:
-                continue
-            before = json.loads(row[0])
-            after = without_references(before, set(gone))
-            if after != before:
-                db.execute(
-                    "UPDATE memories SET extra = ? WHERE id = ?", (json.dumps(after, ensure_ascii=False), holder)
-                )
+            if row is not None and (text := without_references(row[0], set(gone))) is not None:
+                db.execute("UPDATE memories SET extra = ? WHERE id = ?", (text, holder))
         db.executemany("DELETE FROM refs WHERE memory_id = ?", [(i,) for i in gone])
 
     def naming(self, ids: Sequence[int]) -> list[int]:
