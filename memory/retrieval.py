@@ -32,6 +32,7 @@ The conversation before the message (today's talk) is a second cue, dense and le
 
 from __future__ import annotations
 
+import math
 from concurrent.futures import Executor, Future
 from dataclasses import dataclass, field, replace
 from datetime import date, datetime
@@ -611,6 +612,9 @@ def _rank(
     if config.archive_bar == "prompt":
         active = sorted((base[i] for i, r in p.records.items() if r.state == State.ACTIVE), reverse=True)
         bar = active[min(config.k, len(active)) - 1] if active else best
+    # each memory's score before its retention term, which adds ``retention_weight`` x a retention
+    # in [0, 1] (``ForgettingPolicy.retention``); the named day's bonus and the archive's penalty
+    ahead: list[tuple[float, int, bool, float, bool, float, float]] = []
     for rid, rec in p.records.items():
         score = base[rid]
         context = False
@@ -623,12 +627,27 @@ def _rank(
                 shared += config.next_weight * base[nxt]
             score += shared
             context = prev is not None and base[prev] > base[rid]
-        retention = policy.retention(rec, now)
         on_day = rec.day in p.named_days
-        score += (config.date_bonus if on_day else 0.0) + config.retention_weight * retention
+        penalty = 0.0
         if rec.state == State.ARCHIVED:
             weak = min(1.0, max(0.0, bar - base[rid]) / config.archive_margin) if config.graded_archive else 1.0
-            score -= (config.archive_penalty or 0.0) * weak
+            penalty = (config.archive_penalty or 0.0) * weak
+        ahead.append((score, rid, on_day, shared, context, config.date_bonus if on_day else 0.0, penalty))
+    # a memory whose score could not reach the k-th best's with all of its retention term is not
+    # among the hits, and its retention is not worked out (its sort is read from its words: the
+    # costliest part of a pool member's rank); the margin keeps float rounding out of it
+    w = config.retention_weight
+    floor = -math.inf
+    if w >= 0 and len(ahead) > k:
+        floor = sorted((s + bonus - penalty for s, _, _, _, _, bonus, penalty in ahead), reverse=True)[k - 1] - 1e-9
+    for score, rid, on_day, shared, context, bonus, penalty in ahead:
+        if score + bonus + w - penalty < floor:
+            continue
+        rec = p.records[rid]
+        retention = policy.retention(rec, now)
+        score += bonus + w * retention
+        if rec.state == State.ARCHIVED:
+            score -= penalty
         scored.append((score, rid, retention, on_day, shared, context))
     # the hits (their cues and reasons) of the best k only: a pool has a hundred candidates or more
     scored.sort(key=lambda s: (-s[0], -s[1]))
