@@ -9,7 +9,8 @@ many users does not hold every index.
 A turn is stored with the vector its message's retrieval made; the reply's vector is made after
 the reply, by a worker thread of the bank (``settle`` waits for it), so that it costs the turn
 nothing. A turn that has no reply vector yet (a crash, a migrated home) gets it when its user is
-next opened.
+next opened. A chat turn's links (``memory/links.py``) can be left to the same worker
+(``add_turn(..., links="later")``): nothing reads them before the person's next message.
 """
 
 from __future__ import annotations
@@ -43,6 +44,7 @@ from .embedders import (
 from .forgetting import EbbinghausPolicy, ForgettingPolicy, category_of
 from .importance import rate_importance
 from .lexical import Tokenizer
+from .links import write_turns as write_turn_links
 from .message import Message
 from .records import GLOBAL_DAY, Kind, MemoryRecord, State, turn_text
 from .retrieval import Hit, RetrievalConfig, TalkLine, retrieve
@@ -169,6 +171,10 @@ class MemoryBank:
         self._open: OrderedDict[str, OpenStore] = OrderedDict()
         self._lock = threading.RLock()
         self._replies = _ReplyWorker(self)
+        # each user's turns whose links the reply worker writes (``add_turns(links="later")``);
+        # ``_linking`` keeps those writes apart from an edit's or a deletion's of the same memories
+        self._unlinked: dict[str, list[int]] = {}
+        self._linking = threading.RLock()
         self.replies_embedded = 0  # reply vectors the worker has stored (progress of an import)
         # called with (user, ids) after memories were deleted: what the app keeps of them outside
         # the bank is dropped (``delete``)
@@ -239,6 +245,7 @@ class MemoryBank:
         with self._lock:
             opened = self._open.pop(user, None)
             self._policies.pop(user, None)
+            self._unlinked.pop(user, None)
             if opened:
                 opened.close(save=False)
             self.stores.delete_user(user)
@@ -274,6 +281,7 @@ class MemoryBank:
             if user not in self._open and not self.has_user(user):
                 return  # deleted meanwhile
             u = self.user_store(user)
+        self._link_pending(user, u)
         while not self._replies.stopping.is_set() and (pending := u.replies_pending(batch)):
             ids = [rid for rid, _ in pending]
             u.set_vectors(ids, embed_replies(self.embedder, [text for _, text in pending]), column="reply_vector")
@@ -283,6 +291,16 @@ class MemoryBank:
                 break
         u.tidy()
 
+    def _link_pending(self, user: str, u: OpenStore) -> None:
+        """The links of ``user``'s turns stored with ``links="later"``, written as the turns are
+        now (an edit since, read again; a deleted one, left out)."""
+        with self._linking:
+            with self._lock:
+                ids = self._unlinked.pop(user, [])
+            if ids:
+                found = u.get_many(ids)
+                links.write_turns(u, [found[i] for i in ids if i in found], self.tokenizer)
+
     def flush(self) -> None:
         with self._lock:
             for opened in self._open.values():
@@ -290,6 +308,13 @@ class MemoryBank:
 
     def close(self) -> None:
         self._replies.wait()  # the reply vectors; a lexical table being built in memory is dropped
+        with self._lock:
+            left = list(self._unlinked)
+        for user in left:  # links a stopped worker left (the process is ending)
+            try:
+                self._link_pending(user, self.user_store(user))
+            except Exception as exc:  # noqa: BLE001 (closing goes on)
+                log.warning("links of %s's latest turns not written: %s", user, exc)
         with self._lock:
             try:
                 for opened in self._open.values():
@@ -309,14 +334,18 @@ class MemoryBank:
         importance: float | None = None,
         extra: dict | None = None,
         replies: str = "later",
+        links: str = "now",
     ) -> MemoryRecord | None:
         """Store one exchange (a chat turn: its reply's vector is made afterwards, on the reply
-        worker; ``replies="queued"``: once ``queue_replies`` is called, as in ``add_turns``).
+        worker; ``replies="queued"``: once ``queue_replies`` is called, as in ``add_turns``; so are
+        its links with ``links="later"``).
         ``importance`` 0..1, e.g. rated by the LLM; by default ``rate_importance`` of the message.
         A blank message is not stored (returns None)."""
         if not query or not query.strip():
             return None
-        stored = self.add_turns(user, [(query, response, when)], importance=importance, extra=extra, replies=replies)
+        stored = self.add_turns(
+            user, [(query, response, when)], importance=importance, extra=extra, replies=replies, links=links
+        )
         return stored[0] if stored else None
 
     def add_turns(
@@ -328,6 +357,7 @@ class MemoryBank:
         extra: dict | None = None,
         states: Sequence[MemoryRecord] | None = None,
         replies: str = "now",
+        links: str = "now",
     ) -> list[MemoryRecord]:
         """Store several exchanges in one transaction (imports). ``states``, if given, carries each
         turn's forgetting fields (strength, last_recall, ...) in the same order. ``importance``:
@@ -336,9 +366,15 @@ class MemoryBank:
         ``queue_replies`` is called (an import: the worker then does not compete with the
         import's own embedding; a user's next open queues them too). A turn with a blank message
         and a reply (a conversation's second speaker opening a session) is kept, at its place in
-        the day: its message vector is then the reply's words on the message side."""
+        the day: its message vector is then the reply's words on the message side.
+        ``links``: "now" writes the turns' links (``memory/links.py``) in this call, "later" leaves
+        them to the reply worker, with the reply vectors ("later" replies: at once; "queued": once
+        ``queue_replies`` is called): off a chat turn's clock, and nothing reads them before the
+        person's next message."""
         if replies not in ("now", "later", "queued"):
             raise ValueError(f"replies must be 'now', 'later' or 'queued', not {replies!r}")
+        if links not in ("now", "later") or links == "later" and replies == "now":
+            raise ValueError(f"links must be 'now', or 'later' with replies later or queued, not {links!r}")
         u = self.user_store(user)
         records: list[MemoryRecord] = []
         # each day's turns in the order given: the store puts a turn after the day's turns in its
@@ -377,7 +413,11 @@ class MemoryBank:
             self._embed.for_turns, [rec.query if rec.query.strip() else rec.response for rec in records]
         )
         stored = u.insert(records, vectors)
-        links.write_turns(u, stored, self.tokenizer)
+        if links == "now":
+            write_turn_links(u, stored, self.tokenizer)
+        else:
+            with self._lock:
+                self._unlinked.setdefault(user, []).extend(rec.stored_id for rec in stored)
         answered = [rec for rec in stored if rec.response.strip()]
         if replies == "now" and answered:
             u.set_vectors(
@@ -386,7 +426,7 @@ class MemoryBank:
                 column="reply_vector",
             )
         u.sync()
-        if replies == "later" and answered:
+        if replies == "later" and (answered or links == "later"):
             self._replies.submit(user)
         return stored
 
@@ -466,6 +506,11 @@ class MemoryBank:
         stored one is kept, nothing is embedded.
         ``extra``, if given, is merged into the memory's extra fields in the same write."""
         u = self.user_store(user)
+        with self._linking:  # a turn's links the worker has yet to write: written first
+            self._link_pending(user, u)
+            return self._edit_text(u, user, memory_id, text, extra)
+
+    def _edit_text(self, u: OpenStore, user: str, memory_id: int, text: str, extra: dict | None) -> MemoryRecord:
         rec = self.get(user, memory_id)
         if not text.strip():
             raise ValueError(BLANK_TEXT())
@@ -883,7 +928,8 @@ class MemoryBank:
         u = self.user_store(user)
         pairs = json.loads(u.meta().get(COMPRESSED_META) or "{}")
         ids += [int(pairs[str(i)]) for i in ids if str(i) in pairs and int(pairs[str(i)]) not in ids]
-        n = u.delete(ids)
+        with self._linking:  # the worker writes no links of theirs after they are gone
+            n = u.delete(ids)
         if pairs:
             gone = {str(i) for i in ids}
             kept = {o: c for o, c in pairs.items() if o not in gone and str(c) not in gone}

@@ -525,8 +525,11 @@ class Companion:
             else:
                 extra = {**turn.extra, **self._extra(result)}
                 # the reply's vector is queued once the memories used are reinforced, so that its
-                # embedding does not take the cores from the rest of the turn
-                result.turn = self.bank.add_turn(turn.user, turn.text, reply, turn.now, extra=extra, replies="queued")
+                # embedding does not take the cores from the rest of the turn; the turn's links
+                # are written with it (nothing reads them before the next message)
+                result.turn = self.bank.add_turn(
+                    turn.user, turn.text, reply, turn.now, extra=extra, replies="queued", links="later"
+                )
                 try:
                     if turn.supersedes is not None and result.turn is not None:
                         self._supersede(turn.user, turn.supersedes, "edited", result.turn)

@@ -177,3 +177,22 @@ def test_a_summary_whose_turns_are_superseded_or_deleted_is_dampened(any_bank, d
         again = any_bank.set_summary(user, Kind.DAILY_EVENTS, "The garden needs rain.", day1, day=day1.date())
         assert again.id == summary.id
         assert summary_score(user, summary.id, on) == summary_score(user, summary.id, off)
+
+
+def test_a_chat_turns_links_are_written_by_the_reply_worker(any_bank, day1):
+    """``links="later"`` (the companion's turns): the reply worker writes them, as the turn is
+    then: an edit made before is in them, a turn deleted before has none."""
+    first = any_bank.add_turn("amy", *LIFE[0], day1, replies="queued", links="later")
+    later = [
+        any_bank.add_turn("amy", *LIFE[i], day1 + timedelta(days=i), replies="queued", links="later") for i in (1, 5)
+    ]
+    store = any_bank.user_store("amy")
+    assert store.links([first.id], max_share=0.5, limit=10) == []  # not yet: queued
+    any_bank.edit_text("amy", later[0].id, "A kite for Mei? Lovely.")  # its links are written first
+    any_bank.delete("amy", [later[1].id])
+    any_bank.queue_replies("amy")
+    any_bank.settle()
+    edges = store.links([first.id], max_share=0.5, limit=10)
+    assert {e.dst for e in edges if e.kind == "entity"} == {later[0].id}  # Mei, as edited (and Amy)
+    assert dict((m.key, n) for m, n in store.entity_counts())["mei"] == 2  # the deleted turn names none
+    assert {e.dst for e in edges if e.kind == "conversation"} == set()  # a day apart each
