@@ -159,16 +159,6 @@ class Hit:
         }
 
 
-def _scale(values: dict[int, float]) -> dict[int, float]:
-    if not values:
-        return {}
-    low, top = min(values.values()), max(values.values())
-    if top == low:  # one candidate, or all alike: nothing to tell them apart by
-        return {k: 1.0 if v > 0 else 0.0 for k, v in values.items()}
-    span = top - low
-    return {k: (v - low) / span for k, v in values.items()}
-
-
 def _lexical_side(store: UserStore, terms: Sequence[str], config: RetrievalConfig) -> list[tuple[int, float]]:
     """A lexical side's ranked matches (id, BM25). One search gives both the candidates (its
     best ``candidates``) and the lexical scores of the neighbours that join the pool (its best
@@ -370,7 +360,7 @@ def _cues(qvec: np.ndarray, tvec: np.ndarray | None) -> np.ndarray:
 def _cue_mix(qvec: np.ndarray, tvec: np.ndarray | None, config: RetrievalConfig) -> np.ndarray:
     """The vector the dense index is searched with: the message's, leaning ``talk_weight``
     towards the conversation's (the message stays the strongest cue: a change of subject
-    changes what is found). Scoring mixes the two cosines the same way (``_combine_dense``)."""
+    changes what is found). Scoring mixes the two cosines the same way (``_dense_scores``)."""
     if tvec is None:
         return qvec
     return normalise(((1 - config.talk_weight) * qvec + config.talk_weight * tvec)[None, :])[0]
@@ -425,19 +415,28 @@ class _Members:
 
 
 def _gather(
-    store: UserStore, sides: _Sides, config: RetrievalConfig, linked: Sequence[int] = (), read: PoolRows | None = None
+    store: UserStore,
+    sides: _Sides,
+    config: RetrievalConfig,
+    linked: Sequence[int] = (),
+    before: tuple[dict[int, MemoryRecord], _Members] | None = None,
 ) -> tuple[dict[int, MemoryRecord], _Members]:
     """Phase 2: the candidates' records (dense, lexical, the days the query names and those
     reached along links) and the pool: the candidates plus the neighbouring turns of candidate
-    turns, whose scores they share. ``read``: the rows a first gathering read (only what it lacks
-    is read)."""
+    turns, whose scores they share. ``before``: what a first gathering gave (only what it lacks
+    is read, and added to it)."""
     rows = sides.rows
     more = (set(sides.dense) | set(linked)) - sides.first
-    if read is not None:
-        rows, more = read, more - set(read.found)
+    if before is not None:
+        rows = before[1].rows
+        more -= set(rows.found)
+    part = None
     if more:
         cues = sides.cues
-        rows = rows.joined(store.pool(more, lambda: cues))
+        part = store.pool(more, lambda: cues)
+        rows = rows.joined(part)
+    if before is not None:
+        return _gathered_more(before, part, rows, config)
     records = {i: r for i, r in rows.found.items() if _allowed(r, config)}
     places = {(r.day, r.position + d) for r in records.values() if r.kind == Kind.TURN for d in (-1, 1)}
     members = list(records)
@@ -454,76 +453,95 @@ def _gather(
     return records, _Members(members, at, replied, rows)
 
 
-# a cue's cosines with the pool: each member's own vector, and turns' replies
-_Side = tuple[dict[int, float], dict[int, float]]
+def _gathered_more(
+    before: tuple[dict[int, MemoryRecord], _Members], part: PoolRows | None, rows: PoolRows, config: RetrievalConfig
+) -> tuple[dict[int, MemoryRecord], _Members]:
+    """``_gather``'s pool with the memories of ``part`` (read after it; ``rows``: all rows read)
+    added: the same members as gathered at once, those before untouched (an order of members
+    changes no score)."""
+    records, old = before
+    added = {i: r for i, r in (part.found.items() if part else ()) if i not in records and _allowed(r, config)}
+    if not added:
+        return records, _Members(old.ids, old.at, old.replied, rows)
+    records = {**records, **added}
+    members, at, replied = list(old.ids), dict(old.at), set(old.replied)
+    seen = set(members)
+    for i, r in added.items():
+        if i not in seen:  # (a neighbour before: a candidate now)
+            seen.add(i)
+            members.append(i)
+        if r.kind == Kind.TURN:
+            at[(r.day, r.position)] = i
+            if r.response.strip():
+                replied.add(i)
+    # the places next to those before are taken: their turns were read with them
+    places = {(r.day, r.position + d) for r in added.values() if r.kind == Kind.TURN for d in (-1, 1)}
+    for n in rows.beside:
+        if (n.day, n.position) in places and n.id not in seen:
+            seen.add(n.id)
+            members.append(n.id)
+            at[(n.day, n.position)] = n.id
+            if n.replied:
+                replied.add(n.id)
+    return records, _Members(members, at, replied, rows)
 
 
-def _pool_sides(members: _Members, cues: int, config: RetrievalConfig) -> list[_Side]:
-    """Phase 3: for each of the ``cues`` (the message, then the conversation if any), the cosine
-    of every pool member's message (or text), and for turns with a reply vector, of its reply
-    (the stored vectors: the index may be approximate)."""
+def _scaled(values: np.ndarray) -> np.ndarray:
+    """``values`` scaled to [0, 1] over the pool: the lowest 0, the highest 1; all alike (one
+    candidate): nothing to tell them apart by, 1 where above 0."""
+    if not len(values):
+        return values
+    low, top = values.min(), values.max()
+    if top == low:
+        return (values > 0).astype(np.float64)
+    return (values - low) / (top - low)
+
+
+def _dense_scores(members: _Members, cues: int, config: RetrievalConfig) -> tuple[np.ndarray, ...]:
+    """Phase 3, over the pool's members in order (the stored vectors: the index may be
+    approximate): each one's dense similarity, raw (the better of its message's (or text's)
+    cosine with the message and its reply's: for the reasons); its dense score in [0, 1], of the
+    cues' mix (the message's cosine and the conversation's, weighed as ``_cue_mix`` weighs them);
+    and the conversation's own dense score in [0, 1] (for the cue a hit is credited to; empty with
+    the message alone). A turn's cosine with a cue mixes its message's and its reply's, the reply
+    weighing ``reply_share`` where the turn has a reply vector."""
     ids = members.ids
-    if not ids:
-        return [({}, {}) for _ in range(cues)]
-    rows = [members.rows.row[i] for i in ids]
-    own, reply = (c[rows] for c in members.rows.cosines)
-    present = ~np.isnan(reply[:, 0])
-    keep = [n for n, i in enumerate(ids) if present[n] and i in members.replied] if config.use_replies else []
-    turns = [ids[n] for n in keep]
-    reply = reply[keep]
-    return [(dict(zip(ids, own[:, c].tolist())), dict(zip(turns, reply[:, c].tolist()))) for c in range(own.shape[1])]
-
-
-def _combine_dense(side: _Side, config: RetrievalConfig) -> tuple[dict[int, float], dict[int, float]]:
-    """A pool member's dense similarity (raw, for the reasons) and its dense score in [0, 1]."""
-    raw, mixed = _dense_mixed(side, config)
-    return raw, _scale(mixed)
-
-
-def _dense_mixed(side: _Side, config: RetrievalConfig) -> tuple[dict[int, float], dict[int, float]]:
-    """The better of a member's cosines (for the reasons), and their mix (unscaled): the reply's
-    cosine weighs ``reply_share`` where the turn has a reply vector."""
-    own, reply = side
-    raw = {i: max(s, reply.get(i, -1.0)) for i, s in own.items()}
+    n = len(ids)
+    rows = np.fromiter((members.rows.row[i] for i in ids), dtype=np.int64, count=n)
+    own_all, reply_all = members.rows.cosines
+    own, reply = own_all[rows].astype(np.float64), reply_all[rows].astype(np.float64)
+    has: np.ndarray = np.zeros(n, dtype=bool)
+    if config.use_replies and n:
+        has = ~np.isnan(reply[:, 0]) & np.fromiter((i in members.replied for i in ids), dtype=bool, count=n)
     w = config.reply_share
-    return raw, {i: (1 - w) * s + w * reply[i] if i in reply else s for i, s in own.items()}
-
-
-def _cue_dense(
-    sides: list[_Side], config: RetrievalConfig
-) -> tuple[dict[int, float], dict[int, float], dict[int, float]]:
-    """The dense similarity (raw, of the message), the dense score in [0, 1] of the cues' mix
-    (the message's cosine and the conversation's, weighed as ``_cue_mix`` weighs them), and the
-    conversation's own dense score in [0, 1] (for the cue a hit is credited to)."""
-    if len(sides) == 1:
-        raw, dense_s = _combine_dense(sides[0], config)
-        return raw, dense_s, {}
-    raw, message = _dense_mixed(sides[0], config)
-    _, talk = _dense_mixed(sides[1], config)
-    w = config.talk_weight
-    return raw, _scale({i: (1 - w) * message[i] + w * talk[i] for i in message}), _scale(talk)
+    mixed = np.where(has[:, None], (1 - w) * own + w * np.where(has[:, None], reply, 0.0), own)
+    raw = np.maximum(own[:, 0], np.where(has, reply[:, 0], -1.0)) if n else np.zeros(0)
+    if cues == 1 or not n:
+        return raw, _scaled(mixed[:, 0] if n else np.zeros(0)), np.zeros(0)
+    t = config.talk_weight
+    return raw, _scaled((1 - t) * mixed[:, 0] + t * mixed[:, 1]), _scaled(mixed[:, 1])
 
 
 def _base_scores(
-    pool: Sequence[int],
-    dense_s: dict[int, float],
+    ids: Sequence[int],
+    dense_s: np.ndarray,
     lexical: dict[int, float],
     config: RetrievalConfig,
     talk_lexical: dict[int, float] | None = None,
-) -> tuple[dict[int, float], dict[int, float]]:
-    """Phase 4: each pool member's base score: its dense score and its lexical score (scaled to
-    [0, 1] over the pool), mixed; the lexical score of the conversation's words, when there are
-    any, takes ``talk_lexical_weight`` of the lexical side. Also what those words give it (their
-    share of the lexical side, scaled on their own)."""
-    lex_s = _scale({i: lexical.get(i, 0.0) for i in pool})
-    from_words: dict[int, float] = {}
+) -> tuple[np.ndarray, np.ndarray]:
+    """Phase 4: each pool member's base score (in ``ids`` order): its dense score and its
+    lexical score (scaled to [0, 1] over the pool), mixed; the lexical score of the
+    conversation's words, when there are any, takes ``talk_lexical_weight`` of the lexical side.
+    Also what those words give it (their share of the lexical side, scaled on their own; empty
+    without them)."""
+    lex_s = _scaled(np.array([lexical.get(i, 0.0) for i in ids], dtype=np.float64))
+    from_words = np.zeros(0)
     if talk_lexical:
         w = config.talk_lexical_weight
-        talk_s = _scale({i: talk_lexical.get(i, 0.0) for i in pool})
-        from_words = {i: config.lexical_weight * w * talk_s[i] for i in pool}
-        lex_s = {i: (1 - w) * lex_s[i] + w * talk_s[i] for i in pool}
-    base = {i: config.dense_weight * dense_s.get(i, 0.0) + config.lexical_weight * lex_s[i] for i in pool}
-    return base, from_words
+        talk_s = _scaled(np.array([talk_lexical.get(i, 0.0) for i in ids], dtype=np.float64))
+        from_words = config.lexical_weight * w * talk_s
+        lex_s = (1 - w) * lex_s + w * talk_s
+    return config.dense_weight * dense_s + config.lexical_weight * lex_s, from_words
 
 
 WHY_LINK_ENTITY = Message("why.link_entity", en="linked to #{id} through '{what}'", zh="通过“{what}”和 #{id} 相连")
@@ -730,7 +748,7 @@ def _spread_links(
     outside = [i for i in reached.activation if i not in scored.pool.records]
     new = sorted(outside, key=lambda i: (-reached.activation[i], i))[: max(sc.join, 0)]
     if new:
-        scored = _score_pool(store, sides, named_days, config, linked=new, read=scored.pool.members.rows)
+        scored = _score_pool(store, sides, named_days, config, linked=new, before=scored.pool)
     records = scored.pool.records
     lift = {i: config.link_weight * a for i, a in reached.activation.items() if i in records}
     base = {i: b * reached.damped.get(i, 1.0) + lift.get(i, 0.0) for i, b in scored.base.items()}
@@ -757,27 +775,34 @@ def _score_pool(
     named_days: list[date],
     config: RetrievalConfig,
     linked: Sequence[int] = (),
-    read: PoolRows | None = None,
+    before: _Pool | None = None,
 ) -> _Scored:
     """Phases 2-4: the pool gathered and read (with the memories reached along ``linked``;
-    ``read``: the rows read before), its base scores by every cue."""
+    ``before``: the pool before them, whose rows are not read again), its base scores by every
+    cue."""
     if sides.lexical_evidence < 1.0:
         # the lexical side weighs what its evidence says for this query, the dense side the rest
         config = replace(config, dense_weight=1.0 - config.lexical_weight * sides.lexical_evidence)
-    records, members = _gather(store, sides, config, linked, read)
-    lexical = _scores_of(sides.ranked, members.ids)
-    talk_lexical = _scores_of(sides.talk_ranked, members.ids)
-    raw, dense_s, talk_dense = _cue_dense(_pool_sides(members, len(sides.cues), config), config)
-    base, from_words = _base_scores(members.ids, dense_s, lexical, config, talk_lexical)
-    side = {i: "dense" if config.dense_weight * dense_s.get(i, 0.0) >= b / 2 else "lexical" for i, b in base.items()}
+    records, members = _gather(
+        store, sides, config, linked, None if before is None else (before.records, before.members)
+    )
+    ids = members.ids
+    lexical = _scores_of(sides.ranked, ids)
+    talk_lexical = _scores_of(sides.talk_ranked, ids)
+    raw, dense_s, talk_dense = _dense_scores(members, len(sides.cues), config)
+    base, from_words = _base_scores(ids, dense_s, lexical, config, talk_lexical)
+    dense_part = config.dense_weight * dense_s
+    side = dict(zip(ids, np.where(dense_part >= base / 2, "dense", "lexical").tolist()))
     # the conversation's part of a base score: its two sides at their weights, each scaled on its
     # own, so that a hit is credited to the cue that gave it the most
-    talk_part = {
-        i: config.dense_weight * config.talk_weight * talk_dense.get(i, 0.0) + from_words.get(i, 0.0)
-        for i in members.ids
-    }
-    parts = {"message": {i: b - talk_part[i] for i, b in base.items()}, "conversation": talk_part}
-    return _Scored(_Pool(named_days, records, members, raw, lexical), base, dense_s, parts, side)
+    talk_part = config.dense_weight * config.talk_weight * (talk_dense if len(talk_dense) else 0.0) + (
+        from_words if len(from_words) else 0.0
+    )
+    talk_part = np.broadcast_to(talk_part, base.shape)
+    parts = {"message": dict(zip(ids, (base - talk_part).tolist())), "conversation": dict(zip(ids, talk_part.tolist()))}
+    scored_base = dict(zip(ids, base.tolist()))
+    pool = _Pool(named_days, records, members, dict(zip(ids, raw.tolist())), lexical)
+    return _Scored(pool, scored_base, dict(zip(ids, dense_s.tolist())), parts, side)
 
 
 def _scores_of(ranked: Sequence[tuple[int, float]], ids: Sequence[int]) -> dict[int, float]:
