@@ -129,7 +129,8 @@ def as_vector_value(value) -> np.ndarray | None:
 
 
 class PgUserStore(RecordReads):
-    """All memories of one user in the shared database (the ``base.UserStore`` interface)."""
+    """All memories of one user in the shared database: the ``base.UserStore`` port and the
+    engine's ``base.Upkeep`` (``OpenStore``)."""
 
     def __init__(self, stores: "PostgresStores", user: str, dim: int):
         self.stores = stores

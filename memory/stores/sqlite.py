@@ -101,7 +101,8 @@ def _match(terms: Sequence[str]) -> str:
 
 class SqliteUserStore(RecordReads):
     """All memories of one user, in one SQLite file, and the FAISS index beside it (opened at
-    its first use, once the vectors are known to be the embedder's)."""
+    its first use, once the vectors are known to be the embedder's): the ``base.UserStore`` port
+    and the engine's ``base.Upkeep`` (``OpenStore``)."""
 
     def __init__(self, path: Path, user: str, *, dim: int, vectors_id: str, tokenizer: Tokenizer):
         self.path = Path(path)
