@@ -61,6 +61,7 @@ NOT_FOR_THE_PAGE = {
     ("siliconfriend/accounts/keys.py", "no account named"),  # the CLI's keys command
     ("memory/bank.py", "sentences must be one of"),  # the bank's arguments
     ("memory/bank.py", "replies must be"),
+    ("memory/bank.py", "links must be"),
     ("memory/bank.py", "the bank's tokenizer"),
     ("memory/bank.py", "use add_turn"),
     ("memory/bank.py", "needs the day it summarises"),
