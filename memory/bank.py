@@ -386,7 +386,10 @@ class MemoryBank:
                 continue
             day = when.date()
             positions.setdefault(day, 0)
-            rated = rate_importance(query) if importance is None else min(1.0, max(0.0, float(importance)))
+            # a turn with a blank message (a conversation's second speaker opening it) holds only
+            # the reply's words: those are rated
+            said = query if (query or "").strip() else response
+            rated = rate_importance(said) if importance is None else min(1.0, max(0.0, float(importance)))
             rec = MemoryRecord(
                 user=user,
                 kind=Kind.TURN,

@@ -190,8 +190,8 @@ def _replies_progress(bank: MemoryBank, progress, done: int, replies: int) -> No
 def _state(bank: MemoryBank, user: str, turn: tuple) -> MemoryRecord:
     """An imported turn's forgetting state: the strength its importance gives (rated as a new
     turn's is), plus one step for each recall the file's ``memory_strength`` counts beyond 1."""
-    query, _, when, strength, last = turn
-    importance = rate_importance(query)
+    query, response, when, strength, last = turn
+    importance = rate_importance(query if (query or "").strip() else (response or ""))  # as ``add_turns`` rates it
     recalls = max(0, int(strength) - 1) if strength is not None else 0
     return MemoryRecord(
         user=user,

@@ -10,7 +10,7 @@ import pytest
 from memory.activation import confirms, recall_gains, restated
 from memory.bank import PACES_META
 from memory.forgetting import PAPER, EbbinghausPolicy, category_of
-from memory.importance import categorize
+from memory.importance import categorize, rate_importance, told
 from memory.lexical import Tokenizer
 from memory.records import Kind, MemoryRecord, State
 
@@ -80,6 +80,33 @@ def test_sorts_of_memory_and_their_paces():
         EbbinghausPolicy(decay=(("gossip", 0.5),))
     with pytest.raises(ValueError, match="reactivation"):
         EbbinghausPolicy(threshold=0.2, reactivate=0.1)
+
+
+def test_what_is_rated_is_what_the_person_tells_of_their_life():
+    # the talk's formulas (thanks for the advice, farewells, the companion called "friend") are
+    # no person and no plan: they fade as small talk
+    assert told("Thank you for your advice, friend. See you tomorrow!") == ""
+    assert categorize("Thank you for your advice, friend. See you tomorrow!") == "small_talk"
+    assert categorize("谢谢你的建议和陪伴，我们下次再聊，再见！") == "small_talk"
+    assert categorize("Hi friend, I met my friend Tom at the station") == "people"  # a friend of theirs
+    assert rate_importance("Hello, friend. Okay, thank you for the suggestions.") < 0.1
+    # an episode lived, with what it felt like, is a life event; a plain errand is not
+    assert categorize("I went to a support group yesterday and it was so powerful") == "events"
+    assert categorize("今天我去了绿禾公园，看到了樱花，感到特别开心。") == "events"
+    assert categorize("I fixed the printer at the office again today") == "other"
+    assert categorize("Did you go to the zoo and have fun?") != "events"  # a question tells nothing
+    # a life told in the third person is about a person as much as "I ...": rated alike
+    third, first = (
+        "Lisa painted a giant panda in art class and felt very happy.",
+        "I painted a giant panda in art class and felt very happy.",
+    )
+    assert categorize(third) == "events"
+    assert abs(rate_importance(third) - rate_importance(first)) < 0.15
+    assert (
+        rate_importance("Bart在动物园看到了喜欢的企鹅，感到非常开心。")
+        >= rate_importance("动物园里的企鹅很可爱。") + 0.2
+    )
+    assert rate_importance("Sounds great, the weather was nice.") < rate_importance(third)  # "Sounds" is no name
 
 
 def _flips(policy: EbbinghausPolicy, every: int, gain: float, days: int = 120) -> tuple[int, State]:
