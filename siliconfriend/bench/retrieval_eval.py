@@ -23,6 +23,14 @@ Two ways to load the bank:
   the grounding check, the fallbacks), and the result says how each ended (``summaries``).
   ``users`` / ``days`` live only the first users of the file, each its first days (a slow
   backend writes eight texts a day at most); a question whose evidence lies outside is left out.
+
+What the prompt holds (``prompt``, a ``PromptBudget``): recall@k is the ranking's, but the reply
+sees only what fits the prompt's memory budget. With a budget, each question's first ``k`` hits
+are laid out as the companion lays them out (``Companion.memory_parts``, each memory's line with
+its date) and placed by ``tiers.allot``: by tier, each within its share of the budget
+(``tiers``), or in the ranking's order within the same budget (``rank_order``), or the ranking's
+hits, as many as the budget holds, without the cap of ``k`` (``filled``). ``prompt_recall`` is
+the share of the evidence each puts in the prompt; ``prompt_memories`` the memories it holds.
 """
 
 from __future__ import annotations
@@ -32,6 +40,7 @@ import re
 import tempfile
 from collections import Counter, defaultdict
 from contextlib import contextmanager
+from dataclasses import dataclass
 from datetime import date, datetime, time, timedelta
 from pathlib import Path
 from typing import Callable, Iterator
@@ -43,9 +52,25 @@ from memory.memorybank_format import BankFormatError, ParsedUser, import_bank, p
 from memory.records import Kind, State
 from memory.retrieval import Hit, RetrievalConfig, TalkLine, link_reason
 from memory.stores.sqlite import SqliteStores
+from memory.tiers import DEFAULT_SHARES, allot
 
 KS = (1, 2, 3, 5, 10)
 _LONGMEM_TIME = re.compile(r"^\s*(\d{4})/(\d{1,2})/(\d{1,2})(?:\s*\(\w+\))?(?:\s+(\d{1,2}):(\d{2}))?\s*$")
+
+
+@dataclass(frozen=True)
+class PromptBudget:
+    """The prompt's memory budget as the companion spends it (``Settings.memory_tokens``, its
+    ``memory_tier_shares``, ``retrieval_k``), tokens estimated as for a remote model."""
+
+    tokens: int = 1000
+    shares: tuple[tuple[str, float], ...] = tuple(DEFAULT_SHARES.items())
+    k: int = 5
+    lang: str = "en"
+
+
+# the ways a prompt can be filled from the ranking (see the module's text)
+PROMPT_WAYS = ("tiers", "rank_order", "filled")
 
 
 def parse_asked_at(value: str) -> datetime:
@@ -110,13 +135,15 @@ def evaluate_label_sets(
     days: int | None = None,
     summary_tokens: int | None = None,
     compress: bool = False,
+    prompt: PromptBudget | None = None,
 ) -> list[dict]:
     """Load the bank once (plain or ``as_used``), then score each label file on it. With
     ``database_url`` the bank goes into a scratch database on that PostgreSQL server (dropped
     afterwards), not a temporary home. ``users`` / ``days`` (``as_used`` only): the first users
     of the file, their first days. ``summary_tokens``: the longest summary ``backend`` writes
     (default: the companion's). ``compress``: long turns are compressed before they are archived
-    (``memory/compression.py``), as the companion's settings say."""
+    (``memory/compression.py``), as the companion's settings say. ``prompt``: also measure what
+    the prompt's memory budget holds (see the module's text)."""
     label_sets = [[label for label in load_labels(f) if label.get("evidence")] for f in labels_files]
     parsed = parse_bank(bank_file)
     if users is not None or days is not None:
@@ -142,23 +169,27 @@ def evaluate_label_sets(
             bank = MemoryBank(SqliteStores(where), embedder, policy=policy, retrieval=config, compress=compress)
         written: Counter = Counter()
         kept: dict[tuple[int, int], float] = {}
+        held: dict[int, dict[str, list[tuple[str, int]]]] = {}
+        asker = _Asker(bank, depth, prompt, held)
         archive: dict[str, float] = {}
         try:
             if as_used:
                 rankings = _live_and_ask(
-                    bank, parsed, label_sets, default_now, depth, backend, lang, progress, written, kept=kept
+                    bank, parsed, label_sets, default_now, asker, backend, lang, progress, written, kept=kept
                 )
                 archive = _archived(bank, parsed, label_sets, default_now)
             else:
                 import_bank(bank, bank_file, progress=progress)
                 bank.settle()
                 rankings = [
-                    [_ask(bank, label, label.get("asked_at") or default_now, depth) for label in labels]
-                    for labels in label_sets
+                    [asker(label, label.get("asked_at") or default_now) for label in labels] for labels in label_sets
                 ]
         finally:
             bank.close()
     results = [_score(labels, ranked, ks, depth, details) for labels, ranked in zip(label_sets, rankings)]
+    if prompt is not None:
+        for labels, r in zip(label_sets, results):
+            r["prompt"] = _prompt_scores(labels, held, prompt)
     if as_used:
         for s, r in enumerate(results):
             shares = [kept[(s, i)] for i in range(len(label_sets[s])) if (s, i) in kept]
@@ -211,14 +242,87 @@ def label_talk(label: dict) -> list[TalkLine]:
     ]
 
 
-def _ask(bank: MemoryBank, label: dict, now: datetime, depth: int) -> list[tuple]:
+class _Asker:
+    """Asks a label's question (``_ask``) and, with a ``PromptBudget``, notes which turns each way
+    of filling the prompt holds (``held``, by the label's id)."""
+
+    def __init__(self, bank: MemoryBank, depth: int, prompt: PromptBudget | None, held: dict):
+        self.bank, self.depth, self.prompt, self.held = bank, depth, prompt, held
+        self.prompts = None
+        if prompt is not None:
+            from ..core.prompting import load_prompts
+
+            self.prompts = load_prompts(prompt.lang)
+
+    def __call__(self, label: dict, now: datetime) -> list[tuple]:
+        hits: list[Hit] = []
+        turns = _ask(self.bank, label, now, self.depth, found=hits)
+        if self.prompt is not None:
+            self.held[id(label)] = self._held(label, hits)
+        return turns
+
+    def _held(self, label: dict, hits: list[Hit]) -> dict[str, list[tuple[str, int]]]:
+        """For each way (``PROMPT_WAYS``), the turns (day, position) in the prompt, in its order."""
+        from ..backends.openai_chat import estimate_tokens
+        from ..core.companion import Companion
+
+        assert self.prompt is not None
+        user = label["bank_user"].strip()
+        copies = self.bank.compressed(user)
+        originals = self.bank.get_many(
+            user, sorted({copies[h.record.stored_id] for h in hits if h.record.stored_id in copies})
+        )
+
+        def key(h: Hit) -> tuple[str, int] | None:
+            rec = originals.get(copies.get(h.record.stored_id, -1), h.record)
+            return (rec.day.isoformat(), rec.position) if h.record.kind == Kind.TURN else None
+
+        shares = dict(self.prompt.shares)
+        one_tier = {t: (1.0 if t == "active" else 0.0) for t in shares}
+        first = hits[: self.prompt.k]
+        out: dict[str, list[tuple[str, int]]] = {}
+        for way, chosen, tiered in (("tiers", first, True), ("rank_order", first, False), ("filled", hits, False)):
+            lines = [
+                Companion.memory_parts(h.record, self.prompts, h.tier if tiered else "active")  # type: ignore[arg-type]
+                for h in chosen
+            ]
+            placed = allot(lines, self.prompt.tokens, estimate_tokens, shares if tiered else one_tier)
+            out[way] = [k for p in placed if (k := key(chosen[p.index])) is not None]
+            out[f"{way} tokens"] = [sum(estimate_tokens(p.text) + 1 for p in placed)]  # type: ignore[list-item]
+        return out
+
+
+def _prompt_scores(labels: list[dict], held: dict, prompt: PromptBudget) -> dict:
+    """Of each label's evidence, the share that each way of filling the prompt holds, on average;
+    how many turns it holds, and the tokens its memories take."""
+    out: dict = {"tokens": prompt.tokens, "k": prompt.k}
+    for way in PROMPT_WAYS:
+        recall = memories = tokens = 0.0
+        for label in labels:
+            evidence = {(e["date"], int(e["turn"])) for e in label["evidence"]}
+            inside = held.get(id(label), {}).get(way, [])
+            recall += len(evidence & set(inside)) / len(evidence)
+            memories += len(inside)
+            tokens += sum(held.get(id(label), {}).get(f"{way} tokens", [0]))
+        n = max(1, len(labels))
+        out[way] = {
+            "prompt_recall": round(recall / n, 4),
+            "prompt_turns": round(memories / n, 2),
+            "prompt_tokens": round(tokens / n, 1),
+        }
+    return out
+
+
+def _ask(bank: MemoryBank, label: dict, now: datetime, depth: int, found: list[Hit] | None = None) -> list[tuple]:
     """The first ``depth`` distinct turns (day, position) retrieved for the label's question, with
     the cue that found each, the side of the search that gave it the most, and the link it was
-    reached along (``link_reason``) or None."""
+    reached along (``link_reason``) or None. ``found``: filled with the hits themselves."""
     # ask for enough hits that `depth` distinct turns remain after skipping summaries
     hits: list[Hit] = bank.retrieve(
         label["bank_user"].strip(), label["question"], now, k=depth * 2, talk=label_talk(label)
     )
+    if found is not None:
+        found.extend(hits)
     turns: list[tuple] = []
     seen: set[tuple[str, int]] = set()
     # a compressed copy (memory/compression.py) is the turn it was made from, shortened
@@ -240,7 +344,7 @@ def _live_and_ask(
     parsed: list[ParsedUser],
     label_sets: list[list[dict]],
     default_now: datetime,
-    depth: int,
+    asker: "_Asker",
     backend,
     lang: str,
     progress: Callable | None,
@@ -269,7 +373,7 @@ def _live_and_ask(
         def ask_until(moment: datetime, queue: list = queue) -> None:
             while queue and queue[0][0] <= moment:
                 when, s, i = queue.pop(0)
-                rankings[s][i] = _ask(bank, label_sets[s][i], when, depth)
+                rankings[s][i] = asker(label_sets[s][i], when)
                 if kept is not None:
                     kept[(s, i)] = _evidence_active(bank, label_sets[s][i])
 

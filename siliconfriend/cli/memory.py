@@ -248,8 +248,9 @@ def cmd_eval(args) -> int:
 
     from memory.embedders import create_embedder
     from memory.retrieval import RetrievalConfig
+    from memory.tiers import parse_shares
 
-    from ..bench.retrieval_eval import evaluate_retrieval
+    from ..bench.retrieval_eval import PromptBudget, evaluate_retrieval
     from ..config import Settings
     from ..factory import build_policy
 
@@ -283,6 +284,14 @@ def cmd_eval(args) -> int:
         users=args.users,
         days=args.days,
         compress=settings.compress_before_archiving,
+        prompt=PromptBudget(
+            tokens=args.prompt_tokens,
+            shares=tuple(parse_shares(settings.memory_tier_shares).items()),
+            k=settings.retrieval_k,
+            lang=args.lang or settings.lang,
+        )
+        if args.prompt_tokens
+        else None,
     )
     if args.json:
         print(json.dumps(result))
@@ -302,6 +311,16 @@ def cmd_eval(args) -> int:
                 f"evidence kept (active when asked) {result['evidence_kept']:.3f}; turns archived"
                 f" {result['turns_archived']:.3f} (their words {result['turn_words_archived']:.3f}),"
                 f" a year on {result['turns_archived_a_year_on']:.3f}"
+            )
+        if "prompt" in result:
+            p = result["prompt"]
+            print(
+                f"in a prompt of {p['tokens']} memory tokens: "
+                + "; ".join(
+                    f"{way} {p[way]['prompt_recall']:.3f} of the evidence"
+                    f" ({p[way]['prompt_turns']:.1f} turns, {p[way]['prompt_tokens']:.0f} tokens)"
+                    for way in ("tiers", "rank_order", "filled")
+                )
             )
         if "summaries" in result:
             print("summaries written: " + ", ".join(f"{k} {n}" for k, n in result["summaries"].items()))
@@ -427,6 +446,14 @@ def register(sub: argparse._SubParsersAction) -> None:
         "--days",
         type=int,
         help="with --as-used: only each user's first N days (questions whose evidence lies later are left out)",
+    )
+    e.add_argument(
+        "--prompt-tokens",
+        type=int,
+        metavar="N",
+        help="also measure what a prompt's memory budget of N tokens holds (the settings' "
+        "memory_tokens: 1000), filled by tier (memory_tier_shares) from the first retrieval_k "
+        "hits, in the ranking's order from the same hits, and from the ranking without the cap",
     )
     e.set_defaults(func=cmd_eval)
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from memory.records import Kind
-from siliconfriend.bench.retrieval_eval import evaluate_label_sets
+from siliconfriend.bench.retrieval_eval import PROMPT_WAYS, PromptBudget, evaluate_label_sets
 
 ROOT = Path(__file__).resolve().parents[2]
 SHARED = ROOT.parent / "shared" / "data" / "memorybank_eval"
@@ -63,26 +63,26 @@ def test_import_list_search_forget_export(tmp_path, bank_file):
         home, "memories", "search", "what is my cat called", "--user", "Amy", "-k", "1", "--now", "2023-04-29T09:00"
     ).stdout
     assert "Miso" in found and "why:" in found
-    # small talk lasts 16 days by default, a personal fact weeks longer (a pet years): by mid-July
-    # the rest has faded
-    dry = run(home, "forget", "--user", "Amy", "--dry-run", "--now", "2023-07-15T09:00").stdout
+    # small talk lasts 16 days by default, what else a person tells months (a pet years): by the
+    # next January the nurse's shifts have faded
+    dry = run(home, "forget", "--user", "Amy", "--dry-run", "--now", "2024-01-15T09:00").stdout
     assert "ARCHIVE" in dry and "would be archived" in dry
     assert "paces (t runs at this share of the clock" in dry and "people 0.04," in dry and "small_talk 1" in dry
     # a shadow policy beside the one in use: the cat (a pet), the hike on Mount Tai (a name) and the
     # day's summary fade only where every sort runs at the clock's pace
-    shadow = run(home, "forget", "--user", "Amy", "--shadow", "one-pace", "--now", "2023-07-15T09:00").stdout
+    shadow = run(home, "forget", "--user", "Amy", "--shadow", "one-pace", "--now", "2024-01-15T09:00").stdout
     only = [line for line in shadow.splitlines() if line.startswith("only")]
     assert all(line.startswith("only shadow") for line in only) and any("Miso" in line for line in only), shadow
     assert not any("I work as a nurse" in line for line in only)  # archived by both
     assert "in use: 1 of 4 active memories would be archived" in shadow
     assert "shadow (one-pace): 4 would be archived; both 1, only in use 0, only shadow 3" in shadow
-    same = run(home, "forget", "--user", "Amy", "--shadow", "pace.people=0.04", "--now", "2023-07-15T09:00").stdout
+    same = run(home, "forget", "--user", "Amy", "--shadow", "pace.people=0.04", "--now", "2024-01-15T09:00").stdout
     assert "only in use 0, only shadow 0" in same
     bad = run(home, "forget", "--user", "Amy", "--shadow", "pace.gossip=2", check=False)
     assert bad.returncode == 2 and "pace.<sort>" in bad.stderr
     assert "archived" not in run(home, "memories", "list", "--user", "Amy", "--all").stdout.split("R=")[1][:20]
-    run(home, "forget", "--user", "Amy", "--now", "2023-07-15T09:00")
-    assert "archived" in run(home, "memories", "list", "--user", "Amy", "--all", "--now", "2023-07-15T09:00").stdout
+    run(home, "forget", "--user", "Amy", "--now", "2024-01-15T09:00")
+    assert "archived" in run(home, "memories", "list", "--user", "Amy", "--all", "--now", "2024-01-15T09:00").stdout
     exported = json.loads(run(home, "export-memorybank", "--user", "Amy").stdout)
     assert [t["query"] for t in exported["Amy"]["history"]["2023-04-27"]][0] == "I adopted a cat named Miso"
     assert "Bob" not in exported
@@ -212,7 +212,7 @@ def test_retrieval_quality_on_locomo_dev_and_on_the_papers_questions_as_used(tmp
 def test_as_used_lives_the_days_and_asks_each_question_at_its_time(tmp_path, bank_file):
     """--as-used: the days are lived with the default forgetting; a question's asked_at is its
     "now" (a question asked before a turn was said cannot find it; one asked months later finds
-    faded small talk only on a strong cue)."""
+    faded small talk only on a strong cue; by December the nurse's shifts are archived)."""
     labels = tmp_path / "labels.jsonl"
     labels.write_text(
         "\n".join(
@@ -232,7 +232,7 @@ def test_as_used_lives_the_days_and_asks_each_question_at_its_time(tmp_path, ban
                 {
                     "bank_user": "Amy",
                     "question": "Where did I go hiking?",
-                    "asked_at": "2023/06/20 (Tue) 10:00",
+                    "asked_at": "2023/12/20 (Wed) 10:00",
                     "evidence": [{"date": "2023-04-28", "turn": 0}],
                 },
             ]
@@ -255,7 +255,7 @@ def test_as_used_lives_the_days_and_asks_each_question_at_its_time(tmp_path, ban
     # each retrieved turn is [day, turn, the cue that found it]
     assert details[0]["retrieved"][0][:2] == ["2023-04-27", 0]
     assert ["2023-04-28", 0] not in [r[:2] for r in details[1]["retrieved"]]  # asked the day before it was said
-    assert details[2]["retrieved"][0][:2] == ["2023-04-28", 0]  # faded by June, a strong cue brings it
+    assert details[2]["retrieved"][0][:2] == ["2023-04-28", 0]  # months on, the hike on Mount Tai is found
     assert result["n"] == 3 and result["recall@1"] == pytest.approx(2 / 3, abs=1e-3)
 
 
@@ -278,6 +278,27 @@ def test_as_used_can_live_only_the_first_users_and_days(tmp_path, bank_file):
     assert run(home, *args, check=False).returncode == 2  # the days lived: --as-used only
     result = json.loads(run(home, *args, "--as-used", "--json").stdout)
     assert result["n"] == 1 and result["recall@1"] == 1.0 and "summaries" not in result
+
+
+def test_eval_measures_what_the_prompts_memory_budget_holds(tmp_path, bank_file, e5_embedder):
+    """--prompt-tokens: the first k hits laid out as the companion lays them out, placed by tier
+    within the budget, in the ranking's order within it, and the ranking filling it without k."""
+    labels = tmp_path / "labels.jsonl"
+    labels.write_text(
+        "\n".join(
+            json.dumps({"bank_user": "Amy", "question": q, "evidence": [{"date": day, "turn": turn}]})
+            for q, day, turn in [("What is my cat's name?", "2023-04-27", 0), ("Where did I hike?", "2023-04-28", 0)]
+        )
+    )
+    roomy = evaluate_label_sets(bank_file, [labels], e5_embedder, prompt=PromptBudget(tokens=1000, k=1))[0]["prompt"]
+    # a budget that holds them all: the tiers hold the k hits, as the ranking's order does; the
+    # ranking without the cap holds all three turns of Amy
+    assert roomy["tiers"] == roomy["rank_order"] and roomy["tiers"]["prompt_turns"] == 1.0
+    assert roomy["tiers"]["prompt_recall"] == 1.0 and roomy["filled"]["prompt_turns"] == 3.0
+    # a budget smaller than one line holds nothing: no memory is cut mid-sentence
+    tight = evaluate_label_sets(bank_file, [labels], e5_embedder, prompt=PromptBudget(tokens=4, k=1))[0]["prompt"]
+    assert all(tight[way]["prompt_turns"] == 0 and tight[way]["prompt_recall"] == 0 for way in PROMPT_WAYS)
+    assert 0 < roomy["filled"]["prompt_tokens"] <= 1000
 
 
 def test_memories_delete_removes_the_words_everywhere(tmp_path, bank_file):
@@ -324,7 +345,7 @@ def test_forget_purge_deletes_what_was_written_from_the_purged_memories(tmp_path
     finally:
         bank.close()
     # by mid-July the nurse's small talk has faded (test_import_list_search_forget_export), the rest not
-    out = run(home, "forget", "--user", "Amy", "--now", "2023-07-15T09:00", "--purge").stdout
+    out = run(home, "forget", "--user", "Amy", "--now", "2024-01-15T09:00", "--purge").stdout
     assert "1 archived memories deleted for good" in out
     listing = run(home, "memories", "list", "--user", "Amy", "--all").stdout
     assert "Miso" in listing and "Mount Tai" in listing  # the day's other turn, the other day and its summary
