@@ -72,12 +72,13 @@ class EbbinghausPolicy:
     validation_factor: float = 2.0  # a confirmed memory: S = S x factor + step
     # the pace of t for each sort of memory (1: the clock's); a sort not named runs at 1
     # (people and life events a companion keeps for years: a personal fact of importance 1 lasts
-    # 5.5 years unrecalled, one rated 0 a year; preferences change: months to a year)
+    # 5.5 years unrecalled, one rated 0 a year; preferences change: months to a year, and so
+    # does whatever else the person tells beyond small talk; small talk fades in weeks)
     decay: tuple[tuple[str, float], ...] = (
         ("people", 0.04),
         ("events", 0.04),
         ("preferences", 0.25),
-        ("other", 1.0),
+        ("other", 0.25),
         ("small_talk", 1.0),
     )
     # retrieval-induced forgetting: a memory the cue called up beside the ones recalled, but not

@@ -52,7 +52,7 @@ class Settings:
     # (memory/compression.py)
     compress_before_archiving: bool = False
     # how fast t runs for each sort of memory ("sort=pace", 1: the clock's; see memory/forgetting.py)
-    forgetting_paces: tuple[str, ...] = ("people=0.04", "events=0.04", "preferences=0.25", "other=1", "small_talk=1")
+    forgetting_paces: tuple[str, ...] = ("people=0.04", "events=0.04", "preferences=0.25", "other=0.25", "small_talk=1")
     retrieval_k: int = 5  # memories put into the prompt
     # the prompt's memory budget (tokens; less where the model's context is short: half of the
     # prompt at most), shared between the tiers of memory (memory/tiers.py): core (pinned,

@@ -72,10 +72,14 @@ def test_sorts_of_memory_and_their_paces():
     p = EbbinghausPolicy()  # the companion's defaults
     exam = rec(query="I have my driving exam on Friday", strength=3.0)
     printer = rec(query="I fixed the printer at the office again today", strength=3.0)
-    assert category_of(exam) == "events" and p.pace(exam) == 0.04 and p.pace(printer) == 1.0
+    assert category_of(exam) == "events" and p.pace(exam) == 0.04 and p.pace(printer) == 0.25
     days = {r.query: (p.fades_at(r) - T0).total_seconds() / 86400 for r in (exam, printer)}
-    assert days[exam.query] == pytest.approx(25 * days[printer.query])
-    assert p.retention(exam, T0 + timedelta(days=175)) == pytest.approx(p.retention(printer, T0 + timedelta(days=7)))
+    assert days[exam.query] == pytest.approx(6.25 * days[printer.query])
+    assert p.retention(exam, T0 + timedelta(days=175)) == pytest.approx(p.retention(printer, T0 + timedelta(days=28)))
+    chat = rec(query="hi, how are you?", strength=3.0)  # small talk: the clock's pace
+    assert p.pace(chat) == 1.0 and p.retention(chat, T0 + timedelta(days=7)) == pytest.approx(
+        p.retention(printer, T0 + timedelta(days=28))
+    )
     with pytest.raises(ValueError, match="sort of memory"):
         EbbinghausPolicy(decay=(("gossip", 0.5),))
     with pytest.raises(ValueError, match="reactivation"):
@@ -154,7 +158,7 @@ def test_paces_adapt_when_a_sort_is_recalled_at_the_edge_bounded_and_kept(open_b
     assert bank.get("bo", exam.id).state == State.ARCHIVED
     bank.reinforce("bo", [exam.id], late)  # recalled after archiving: events fade more slowly
     assert bank.paces("bo")["events"] == pytest.approx(0.032)
-    assert bank.paces("bo")["other"] == 1.0
+    assert bank.paces("bo")["other"] == 0.25  # only the sort recalled at the edge slows
     for n in range(20):  # bounded: a quarter of the configured pace at most
         bank.forget_pass("bo", late + timedelta(days=20000 * (n + 1)))
         bank.reinforce("bo", [exam.id], late + timedelta(days=20000 * (n + 1), hours=1))

@@ -112,7 +112,7 @@ def test_pin_forget_restore_delete(two, web_clock):
     say(service, alice, "Then we ate dumplings.")
     first, second = sorted(r.id for r in service.memory_page.memories(alice))
     service.memory_page.pin(alice, first)
-    web_clock.now += timedelta(days=90)  # past the weeks a plain statement lasts unrecalled
+    web_clock.now += timedelta(days=400)  # past the months a plain statement lasts unrecalled
     service.bank.forget_pass("alice", web_clock.now)
     by_id = {r.id: r for r in service.memory_page.memories(alice, kind="turn")}
     assert by_id[first].state == "active" and by_id[first].pinned and by_id[first].retention == 1.0
