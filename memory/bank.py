@@ -48,8 +48,9 @@ from .links import write_turns as write_turn_links
 from .message import Message
 from .records import GLOBAL_DAY, Kind, MemoryRecord, State, turn_text
 from .retrieval import Hit, RetrievalConfig, TalkLine, retrieve
-from .stores.base import MAX_USERNAME, REFERENCES, REPLY_VECTOR, TODAY, USED, OpenStore, Stores, user_key
+from .stores.base import MAX_USERNAME, REPLY_VECTOR, OpenStore, Stores, user_key
 from .stores.record_reads import with_vectors
+from .stores.references import REFERENCES, TODAY, USED
 
 log = logging.getLogger(__name__)
 

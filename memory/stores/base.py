@@ -9,17 +9,17 @@ store holds its SQL and its index; the bank holds the logic (retrieval, forgetti
 replies' vectors) once, over either. ``tests/memory/test_store_contract.py`` runs the same
 behaviours against every store.
 
-Also here, because every store needs them the same way: the one mapping from a row to a
-``MemoryRecord``, the lexical document of a memory, and the folder-safe key of a user name.
+Beside it, what every store does the same way, each in its module: a memory as a row
+(``rows.py``), the lexical document of a memory (``documents.py``), the references a deletion
+rewrites (``references.py``), the links as a read gives them (``edges.py``), the reads written
+once over the engines' SQL (``record_reads.py``). Here too: the folder-safe key of a user name.
 """
 
 from __future__ import annotations
 
 import enum
 import hashlib
-import json
 import re
-from collections import Counter
 from concurrent.futures import Executor
 from dataclasses import dataclass
 from datetime import date, datetime
@@ -27,32 +27,10 @@ from typing import Any, Callable, ContextManager, Iterable, Mapping, Protocol, S
 
 import numpy as np
 
-from ..dates import days_in_query
-from ..entities import rarity
 from ..lexical import Tokenizer
 from ..records import Kind, MemoryRecord, State
 
 MAX_USERNAME = 64
-
-# the columns of a memory, in the order ``record_from_row`` reads them
-MEMORY_COLUMNS = (
-    "id",
-    "kind",
-    "text",
-    "query",
-    "response",
-    "day",
-    "position",
-    "created_at",
-    "strength",
-    "last_recall",
-    "recall_count",
-    "importance",
-    "pinned",
-    "state",
-    "extra",
-    "archived_at",
-)
 
 # the two vectors a memory can have: its own (a turn's user message, a summary's text) and a
 # turn's reply
@@ -175,71 +153,6 @@ class Mention:
     kind: str
 
 
-def heaviest(edges: list[Edge], limit: int) -> list[Edge]:
-    """At most ``limit`` edges of each memory asked about, the heaviest first; between two memories,
-    of each kind, the heaviest edge only (two entities they share: the rarer). Ties by id. A
-    summary's ``GONE`` count is not a link to anyone: it comes along, once, outside the limit."""
-    best: dict[tuple[int, int, str], Edge] = {}
-    gone: dict[int, Edge] = {}
-    for e in edges:
-        if e.kind == GONE:
-            gone[e.src] = e
-            continue
-        key = (e.src, e.dst, e.kind)
-        if key not in best or e.weight > best[key].weight:
-            best[key] = e
-    out: list[Edge] = []
-    per: dict[int, int] = {}
-    for e in sorted(best.values(), key=lambda e: (-e.weight, e.src, e.dst, e.kind)):
-        if per.get(e.src, 0) < limit:
-            per[e.src] = per.get(e.src, 0) + 1
-            out.append(e)
-    return out + [gone[i] for i in sorted(gone)]
-
-
-def entity_edges(
-    named: Sequence[tuple[int, str, str, int]],
-    holders: Callable[[str], Sequence[tuple[int, State]]],
-    total: int,
-    limit: int,
-    written: Sequence[Edge] = (),
-) -> list[Edge]:
-    """An entity's links as a store reads them: from each memory asked about that names it
-    (``named``: its id, the entity's key and words, how many memories name it) to every other
-    memory that does (``holders(key)``: their ids and states), weighed by its rarity among the
-    user's ``total`` memories (none where it is 0).
-
-    Only the edges that can be among a memory's ``limit`` heaviest (``heaviest``, with its
-    ``written`` edges) are needed, so the entities are read from the rarest (the heaviest edges)
-    down, and an entity's holders only while a memory that names it has fewer than ``limit`` edges
-    heavier than it: past that its edges could not be kept (a memory names ten entities or more,
-    and a common one's holders are read for nothing). What ``heaviest`` keeps is the same as from
-    every entity's edges."""
-    weight: dict[str, float] = {}
-    names: dict[str, list[tuple[int, str]]] = {}
-    for rid, entity, text, n in named:
-        w = rarity(n, total)
-        if w > 0:
-            weight[entity] = w
-            names.setdefault(entity, []).append((rid, text))
-    kept: dict[int, dict[tuple[int, str], float]] = {}  # a memory's heaviest edge to each other
-    for e in written:
-        mine = kept.setdefault(e.src, {})
-        mine[(e.dst, e.kind)] = max(e.weight, mine.get((e.dst, e.kind), e.weight))
-    edges: list[Edge] = []
-    for entity in sorted(weight, key=lambda k: (-weight[k], k)):
-        w = weight[entity]
-        if all(sum(x > w for x in kept.get(rid, {}).values()) >= limit for rid, _ in names[entity]):
-            continue
-        for other, state in holders(entity):
-            for rid, text in names[entity]:
-                if other != rid:
-                    edges.append(Edge(rid, other, "entity", w, state, text))
-                    mine = kept.setdefault(rid, {})
-                    mine[(other, "entity")] = max(w, mine.get((other, "entity"), w))
-    return edges
-
-
 def user_key(user: str) -> str:
     """A folder-safe key for a user: a readable slug plus a hash of the exact name. Also what
     tells a valid user name (1..64 characters, not blank) from one that is not."""
@@ -248,110 +161,6 @@ def user_key(user: str) -> str:
     slug = re.sub(r"[^a-z0-9]+", "-", user.lower()).strip("-")[:24]
     digest = hashlib.sha256(user.encode("utf-8")).hexdigest()[:16]
     return f"{slug}-{digest}" if slug else digest
-
-
-def _when(value: str | datetime | None) -> datetime | None:
-    if value is None or value == "":
-        return None
-    return value if isinstance(value, datetime) else datetime.fromisoformat(value)
-
-
-# a row's kind and state by their stored text (a dict look-up: an enum call costs as much as the
-# rest of a row's fields, and a turn makes a few hundred records)
-_KINDS = {k.value: k for k in Kind}
-_STATES = {s.value: s for s in State}
-
-
-def record_from_row(user: str, row: Sequence[Any]) -> MemoryRecord:
-    """A memory from a row of ``MEMORY_COLUMNS`` (dates as ISO text or as dates, ``extra`` as
-    JSON text or as a dict: whichever the database gives; the text is parsed when first used)."""
-    (rid, kind, text, query, response, day, position, created_at) = row[:8]
-    (strength, last_recall, recall_count, importance, pinned, state, extra, archived_at) = row[8:16]
-    created = _when(created_at)
-    assert created is not None  # a NOT NULL column
-    # JSON text is parsed when the record's ``extra`` is first used (``records.ExtraFields``)
-    extras = extra if isinstance(extra, dict) else (extra or {})
-    return MemoryRecord(
-        id=int(rid),
-        user=user,
-        kind=_KINDS.get(kind) or Kind(kind),
-        text=text,
-        query=query,
-        response=response,
-        day=day if isinstance(day, date) else date.fromisoformat(day),
-        position=position,
-        created_at=created,
-        strength=strength,
-        last_recall=_when(last_recall),
-        recall_count=recall_count,
-        importance=importance,
-        pinned=bool(pinned),
-        state=_STATES.get(state) or State(state),
-        extra=extras,
-        archived_at=_when(archived_at),
-    )
-
-
-# the lists in a memory's extra fields whose entries name other memories by id and copy their
-# words: a turn's record of its prompt, the memories it used and today's lines in it. A store
-# keeps which memories each row names there (``named_in``), so that a deletion reads and rewrites
-# the rows that name the deleted memories, not every row
-USED, TODAY = "used", "today"
-REFERENCES = (USED, TODAY)
-
-
-def named_in(extra: Any) -> list[int]:
-    """The ids of the memories that ``extra``'s lists at ``REFERENCES`` name, each once."""
-    if not isinstance(extra, dict):
-        return []
-    found = {
-        i
-        for key in REFERENCES
-        if isinstance(entries := extra.get(key), list)
-        for e in entries
-        if isinstance(e, dict) and (i := _entry_id(e)) is not None and 0 <= i < 1 << 62  # a memory's id
-    }
-    return sorted(found)
-
-
-def without_references(text: str, gone: set[int]) -> str | None:
-    """The JSON text of extra fields without the entries naming a memory of ``gone``
-    (``{"id": n, ...}``) in their lists at ``REFERENCES``: what a record copied of memories that
-    were deleted. None where it named none of them (nothing to rewrite)."""
-    extra = json.loads(text)
-    if not isinstance(extra, dict):
-        return None
-    out = dict(extra)
-    for key in REFERENCES:
-        entries = out.get(key)
-        if isinstance(entries, list):
-            out[key] = [e for e in entries if not (isinstance(e, dict) and _entry_id(e) in gone)]
-    return None if out == extra else json.dumps(out, ensure_ascii=False)
-
-
-def _entry_id(entry: dict) -> int | None:
-    try:
-        return int(entry.get("id"))  # type: ignore[arg-type]
-    except (TypeError, ValueError):
-        return None
-
-
-def days_meant(kind: Kind, text: str, day: date) -> list[date]:
-    """The days a turn's words refer to, relative to the day they were said ("yesterday", "last
-    Friday", "on May 4th"): indexed so that a question naming such a day finds the turn."""
-    return [d for d in days_in_query(text, day) if d != day] if kind == Kind.TURN else []
-
-
-def lexical_document(tokenizer: Tokenizer, kind: Kind, text: str, day: date) -> str:
-    """What the lexical side indexes of a memory: its words and the days it refers to."""
-    return tokenizer.fts_document(text, days_meant(kind, text, day))
-
-
-def term_counts(tokenizer: Tokenizer, kind: Kind, text: str, day: date) -> tuple[Counter, int]:
-    """Term frequencies and length of a memory's lexical document (for a store that computes
-    BM25 itself)."""
-    tokens = lexical_document(tokenizer, kind, text, day).split()
-    return Counter(tokens), len(tokens)
 
 
 # fmt: off
@@ -372,7 +181,7 @@ class UserStore(Protocol):
     def set_pinned(self, rid: int, pinned: bool) -> bool:
         """A person's pin: the memory is kept whatever forgetting says."""
     def delete(self, ids: Sequence[int]) -> int:
-        """Rows, lexical entries, vectors and links gone, and the entries naming them at ``REFERENCES``."""
+        """Rows, lexical entries, vectors and links gone, and the entries naming them (``references.py``)."""
 
     # -- records out
     def get_many(self, ids: Iterable[int]) -> dict[int, MemoryRecord]:

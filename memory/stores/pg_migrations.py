@@ -12,7 +12,7 @@ import psycopg
 from ..lexical import Tokenizer
 from ..records import Kind
 from . import postgres_links
-from .base import term_counts
+from .documents import term_counts
 from .pg_db import run_statements
 
 
@@ -226,7 +226,7 @@ def _m11(cur: psycopg.Cursor) -> None:
 
 
 def _m12(cur: psycopg.Cursor) -> None:
-    # which memories a row's record of its prompt names (``base.REFERENCES``), a row per pair, so
+    # which memories a row's record of its prompt names (``references.REFERENCES``), a row per pair, so
     # that a deletion finds the rows that copied a memory's words without reading every row of
     # the user; a row's pairs go with it (the foreign key); those of the rows stored before are
     # read from them here

@@ -26,7 +26,7 @@ the bank's retrieval, forgetting, imports and exports run unchanged over it.
   frequency, document length; the primary key holds them all, for index-only scans) with the
   per-user document count and token total kept on the user's row, scored with numpy from the
   postings the worker keeps. Terms are the tokens of the stores' ``memory.lexical.Tokenizer`` (jieba words for
-  Chinese, stemmed English words, the days a turn refers to: ``base.lexical_document``), so the scores equal SQLite FTS5's
+  Chinese, stemmed English words, the days a turn refers to: ``documents.lexical_document``), so the scores equal SQLite FTS5's
   ``bm25()`` (``memory/bm25.py``) on the same text: the two stores rank alike.
 
 Its parts: the schema's steps (``pg_migrations.py``), the postings a worker keeps and BM25 over
@@ -52,26 +52,14 @@ from psycopg import sql
 from ..lexical import Tokenizer
 from ..records import Kind, MemoryRecord, State
 from . import pg_migrations, postgres_links
-from .base import (
-    MEMORY_COLUMNS,
-    VECTOR,
-    VECTOR_COLUMNS,
-    Edge,
-    Link,
-    Mention,
-    Neighbour,
-    PoolRows,
-    SearchHit,
-    Side,
-    named_in,
-    record_from_row,
-    term_counts,
-    without_references,
-)
+from .base import VECTOR, VECTOR_COLUMNS, Edge, Link, Mention, Neighbour, PoolRows, SearchHit, Side
+from .documents import term_counts
 from .pg_db import Database, one
 from .pg_hnsw import HNSW_EF_SEARCH, HNSW_MIN, HnswIndexes
 from .pg_postings import NO_POSTINGS, PostingsCache, bm25_top, unpack
 from .record_reads import RecordReads
+from .references import named_in, without_references
+from .rows import MEMORY_COLUMNS, record_from_row
 
 log = logging.getLogger(__name__)
 

@@ -13,7 +13,8 @@ from typing import Sequence
 import psycopg
 
 from ..records import State
-from .base import GONE, Edge, Link, Mention, entity_edges, heaviest
+from .base import GONE, Edge, Link, Mention
+from .edges import entity_edges, heaviest
 from .pg_db import run_statements
 
 _STATES = {s.value: s for s in State}

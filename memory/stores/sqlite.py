@@ -33,23 +33,11 @@ from ..lexical import Tokenizer
 from ..lexical_index import LexicalCache, searchable
 from ..records import Kind, MemoryRecord, State
 from . import sqlite_links
-from .base import (
-    MEMORY_COLUMNS,
-    VECTOR,
-    VECTOR_COLUMNS,
-    Edge,
-    Link,
-    Mention,
-    Neighbour,
-    PoolRows,
-    SearchHit,
-    Side,
-    lexical_document,
-    record_from_row,
-    user_key,
-    without_references,
-)
+from .base import VECTOR, VECTOR_COLUMNS, Edge, Link, Mention, Neighbour, PoolRows, SearchHit, Side, user_key
+from .documents import lexical_document
 from .record_reads import RecordReads
+from .references import without_references
+from .rows import MEMORY_COLUMNS, record_from_row
 from .sqlite_db import connect, immediate_transaction
 from .sqlite_index import UserIndex
 from .sqlite_migrations import MIGRATIONS, write_refs

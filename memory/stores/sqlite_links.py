@@ -14,7 +14,8 @@ import sqlite3
 from typing import Sequence
 
 from ..records import State
-from .base import GONE, Edge, Link, Mention, entity_edges, heaviest
+from .base import GONE, Edge, Link, Mention
+from .edges import entity_edges, heaviest
 from .sqlite_db import run_script
 
 _STATES = {s.value: s for s in State}

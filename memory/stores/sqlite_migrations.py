@@ -10,7 +10,7 @@ import sqlite3
 
 from ..lexical import Tokenizer
 from . import sqlite_links
-from .base import named_in
+from .references import named_in
 from .sqlite_db import run_script
 
 
@@ -128,7 +128,7 @@ def _m7(db: sqlite3.Connection, tokenizer: Tokenizer) -> None:
 
 
 def _m8(db: sqlite3.Connection, tokenizer: Tokenizer) -> None:
-    # which memories a row's record of its prompt names (``base.REFERENCES``), a row per pair, so
+    # which memories a row's record of its prompt names (``references.REFERENCES``), a row per pair, so
     # that a deletion finds the rows that copied a memory's words without reading every row; the
     # pairs of the rows stored before are read from them here
     run_script(

@@ -10,7 +10,7 @@ from memory.lexical import Tokenizer
 from memory.lexical_index import LexicalIndex, searchable
 from memory.records import Kind, MemoryRecord, turn_text
 from memory.stores import sqlite as sqlite_store
-from memory.stores.base import lexical_document
+from memory.stores.documents import lexical_document
 from memory.stores.sqlite import SqliteStores, _match
 from siliconfriend.bench.data import DialogueGenerator
 
