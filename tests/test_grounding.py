@@ -98,6 +98,11 @@ def test_true_sentences_are_kept_and_invented_ones_dropped(checker):
     assert len(false_zh.verdicts) == len(FALSE_ZH) and not false_zh.kept
     assert {"February", "San", "Francisco", "California", "Europe", "3"} <= set(false_en.verdicts[0].invented)
     assert false_zh.verdicts[1].invented == ["张伟", "泰坦尼克号"]
+    # a true sentence cut mid-character (bytes that make no character), though a garbled reply
+    # among the sources holds the same broken character
+    broken = checker.sources([*TURNS_ZH, "技手武行人拨几个青线子, \ufffdядка"], allowed=["小美"])
+    cut = checker.check(TRUE_ZH[0][:-2] + "\ufffd", broken)
+    assert not cut.kept and cut.verdicts[0].invented[-1] == "\ufffd"
     # the names a reply may take from its prompt, and the ones it made up
     assert checker.unsupported_names("Pixel and Sam say hi from Paris!", en) == ["Paris"]
     assert checker.unsupported_names("Precious little one! Oh, I watched TV with Pixel.", en) == ["TV"]

@@ -48,6 +48,9 @@ COSINE = {"en": (0.85, 0.88), "zh": (0.885, 0.90)}  # (overlap >= LOW_OVERLAP, o
 _FIRST_PERSON = re.compile(r"(?<![\w'’])I(?:['’](?:m|ll|ve|d))?(?![\w'’])|^\s*我(?!们)")
 _GREETING = re.compile(r"^\W*(hi|hello|hey|dear|thanks|thank you|你好|亲爱的|谢谢)\b", re.I)
 
+# the replacement character: bytes a model wrote that make no character (a tiny model's output, or
+# one cut at its token limit mid-character), never something a person said
+BROKEN = "\ufffd"
 # what opens a list item ("1.", "**2.**", "3)", "- "): how a model lays out its points, not a claim
 _LIST_MARK = re.compile(r"^[\s*#>•-]*(?:\d{1,2}[.)、:：](?!\d)[\s*]*)?")
 _SENTENCE = re.compile(r"(?<=[.!?。！？；;])[\s\"'”’)）]*|\n+")
@@ -335,6 +338,9 @@ class GroundingChecker:
         about the person (a summary, a profile), so a sentence in the writer's own voice fails."""
         sentences = split_sentences(text)
         verdicts = [self._specifics(s, sources) for s in sentences]
+        for v in verdicts:
+            if BROKEN in v.sentence:  # whatever the sources hold: a model's garbled reply can too
+                v.invented.append(BROKEN)
         for v in verdicts:
             unquoted = re.sub(r"[\"“][^\"”]*[\"”]", "", v.sentence)
             v.voice = about and bool(_FIRST_PERSON.search(unquoted) or _GREETING.match(unquoted))
