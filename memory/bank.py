@@ -42,7 +42,7 @@ from .embedders import (
     embed_turns,
 )
 from .forgetting import EbbinghausPolicy, ForgettingPolicy, category_of
-from .importance import rate_importance
+from .importance import rate_turn
 from .lexical import Tokenizer
 from .links import write_turns as write_turn_links
 from .message import Message
@@ -340,7 +340,7 @@ class MemoryBank:
         """Store one exchange (a chat turn: its reply's vector is made afterwards, on the reply
         worker; ``replies="queued"``: once ``queue_replies`` is called, as in ``add_turns``; so are
         its links with ``links="later"``).
-        ``importance`` 0..1, e.g. rated by the LLM; by default ``rate_importance`` of the message.
+        ``importance`` 0..1, e.g. rated by the LLM; by default ``rate_turn``.
         A blank message is not stored (returns None)."""
         if not query or not query.strip():
             return None
@@ -387,10 +387,7 @@ class MemoryBank:
                 continue
             day = when.date()
             positions.setdefault(day, 0)
-            # a turn with a blank message (a conversation's second speaker opening it) holds only
-            # the reply's words: those are rated
-            said = query if (query or "").strip() else response
-            rated = rate_importance(said) if importance is None else min(1.0, max(0.0, float(importance)))
+            rated = rate_turn(query, response) if importance is None else min(1.0, max(0.0, float(importance)))
             rec = MemoryRecord(
                 user=user,
                 kind=Kind.TURN,

@@ -167,6 +167,12 @@ def rate_importance(message: str) -> float:
     return round(min(1.0, score), 3)
 
 
+def rate_turn(query: str | None, response: str | None) -> float:
+    """A turn's importance: its message's (the person's words), or its reply's where the message
+    is blank (a conversation's second speaker opening it holds only the reply's words)."""
+    return rate_importance(query if query and query.strip() else (response or ""))
+
+
 # -- what a memory is about: each sort fades at its own pace (``EbbinghausPolicy.decay``) --------
 # people and pets, life events and plans: what a companion is expected to remember for years;
 # preferences change more often; small talk is forgotten fastest; the rest ("other") between.

@@ -16,7 +16,7 @@ from datetime import date, datetime, time, timedelta
 from pathlib import Path
 
 from .bank import MemoryBank
-from .importance import rate_importance
+from .importance import rate_turn
 from .records import Kind, MemoryRecord, State
 from .shown import shown
 
@@ -191,7 +191,7 @@ def _state(bank: MemoryBank, user: str, turn: tuple) -> MemoryRecord:
     """An imported turn's forgetting state: the strength its importance gives (rated as a new
     turn's is), plus one step for each recall the file's ``memory_strength`` counts beyond 1."""
     query, response, when, strength, last = turn
-    importance = rate_importance(query if (query or "").strip() else (response or ""))  # as ``add_turns`` rates it
+    importance = rate_turn(query, response)
     recalls = max(0, int(strength) - 1) if strength is not None else 0
     return MemoryRecord(
         user=user,
