@@ -250,7 +250,7 @@ def cmd_eval(args) -> int:
     from memory.retrieval import RetrievalConfig
     from memory.tiers import parse_shares
 
-    from ..bench.retrieval_eval import PromptBudget, evaluate_retrieval
+    from ..bench.retrieval_eval import PROMPT_WAYS, PromptBudget, evaluate_retrieval
     from ..config import Settings
     from ..factory import build_policy
 
@@ -319,7 +319,7 @@ def cmd_eval(args) -> int:
                 + "; ".join(
                     f"{way} {p[way]['prompt_recall']:.3f} of the evidence"
                     f" ({p[way]['prompt_turns']:.1f} turns, {p[way]['prompt_tokens']:.0f} tokens)"
-                    for way in ("tiers", "rank_order", "filled")
+                    for way in PROMPT_WAYS
                 )
             )
         if "summaries" in result:
