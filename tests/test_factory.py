@@ -7,10 +7,11 @@ from datetime import datetime
 
 from memory.bank import MemoryBank
 from memory.embedders import LazyEmbedder, create_embedder
+from memory.forgetting import EbbinghausPolicy
 from memory.lexical import Tokenizer
 from memory.stores.sqlite import SqliteStores
 from siliconfriend.config import Settings
-from siliconfriend.factory import Embedders, build_bank, embedders, lexical_workers, tokenizer
+from siliconfriend.factory import Embedders, build_bank, build_policy, embedders, lexical_workers, tokenizer
 
 
 def test_banks_built_here_share_one_embedder_per_spec(tmp_path):
@@ -72,3 +73,9 @@ print(sorted(m for m in sys.modules if m.startswith("siliconfriend.web") or m.sp
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     assert done.stdout.splitlines()[-1] == "[]"
+
+
+def test_the_settings_defaults_are_the_forgetting_policys():
+    """The app's settings repeat the policy's defaults (the paces, the thresholds) so that a
+    config file can name them: the two are kept the same."""
+    assert build_policy(Settings()) == EbbinghausPolicy()
