@@ -71,6 +71,23 @@ def confirms(message: str) -> bool:
     return bool(_YES.match(message))
 
 
+def confirmed_by(
+    tokenizer: Tokenizer,
+    used: Sequence[MemoryRecord],
+    message: str,
+    previous: Sequence[MemoryRecord] = (),
+    previous_reply: str = "",
+) -> set[int]:
+    """The ids of the memories ``message`` confirms: those of its prompt (``used``) it says again
+    in the person's words, and, when it begins by agreeing ("yes, still Pixel"), those of the
+    previous prompt (``previous``) that the previous reply used."""
+    found = {r.stored_id for r in restated(tokenizer, used, message)}
+    if previous and confirms(message):
+        reply_words = words(tokenizer, previous_reply)
+        found |= {r.stored_id for r in previous if reply_uses(tokenizer, r, reply_words)}
+    return found
+
+
 def restated(tokenizer: Tokenizer, memories: Sequence[MemoryRecord], message: str) -> list[MemoryRecord]:
     """The memories whose own words ``message`` says again (``RESTATED`` of them, 3 at least)."""
     said = words(tokenizer, message)

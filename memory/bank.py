@@ -26,11 +26,12 @@ from collections import OrderedDict
 from concurrent.futures import Executor, ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import date, datetime
-from typing import Callable, ContextManager, Mapping, Sequence
+from typing import Callable, Collection, ContextManager, Mapping, Sequence
 
 import numpy as np
 
 from . import compression, links
+from .activation import recall_gains
 from .compression import Compressor
 from .embedders import (
     TURN_VECTORS,
@@ -698,6 +699,27 @@ class MemoryBank:
         if competitors and getattr(policy, "competitor_loss", 0.0) > 0:
             self._suppress(user, policy, {i: w for i, w in competitors.items() if int(i) not in updated})
         return [updated[i] for i in ids if i in updated]
+
+    def recall(
+        self,
+        user: str,
+        used: Sequence[tuple[MemoryRecord, float]],
+        reply: str,
+        now: datetime,
+        *,
+        confirmed: Collection[int] = (),
+        competitors: Mapping[int, float] | None = None,
+    ) -> None:
+        """A turn's recall: the memories its prompt held (as the retrieval read them, with their
+        scores) gain by how well they matched and whether ``reply`` used them
+        (``activation.recall_gains``); those the person confirmed (``activation.confirmed_by``)
+        are validated instead (``validate``). ``competitors``: as for ``reinforce``."""
+        read = {r.stored_id: r for r, _ in used if r.stored_id not in confirmed}
+        if read:
+            gains = recall_gains(self.tokenizer, used, reply)
+            self.reinforce(user, list(read), now, read=read, gains=gains, competitors=competitors)
+        if confirmed:
+            self.validate(user, sorted(confirmed), now)
 
     def _suppress(self, user: str, policy: ForgettingPolicy, competitors: Mapping[int, float]) -> None:
         """Retrieval-induced forgetting: the competitors of a recall lose strength (only those

@@ -13,8 +13,10 @@ each retrieved turn is credited to the cue that found it (``Hit.cue``), counted 
 
 Two ways to load the bank:
 - plain: imported at once, as ``import-memorybank`` does (the file's strengths, nothing forgotten);
-- ``as_used``: lived as the companion lives it. Day by day, the day's turns are stored as chat
-  turns are (importance rated, both vectors); at each day's end the rollover runs: the day's
+- ``as_used``: lived as the companion lives it. Day by day, each message recalls what a chat
+  turn's prompt would (``_TurnRecall``: retrieval by the message and the day's talk so far), the
+  turn is stored as chat turns are (importance rated, both vectors), and what was recalled gains
+  by how the recorded reply used it; at each day's end the rollover runs: the day's
   summary (written by ``backend`` when one is given, else the summary the file carries), the
   rehearsal it brings (``MemoryBank.rehearse``), then the default forgetting pass. A question is
   asked when its time comes, so that it sees only what was said before it; one asked after the
@@ -361,6 +363,7 @@ def _live_and_ask(
     for s, labels in enumerate(label_sets):
         for i, label in enumerate(labels):
             asked[label["bank_user"].strip()].append((label.get("asked_at") or default_now, s, i))
+    recall = _TurnRecall(bank)
     consolidator = None
     if backend is not None:
         from ..core.consolidate import SUMMARY_TOKENS, Consolidator
@@ -386,9 +389,14 @@ def _live_and_ask(
             if previous is not None:
                 _rollover(bank, p, previous, start, consolidator, lang, ask_until, written)
             ask_until(start)
+            today: list = []
+            recall.new_day()
             for query, response, when, _, _ in by_day[day]:
                 ask_until(when)
-                bank.add_turns(p.name, [(query, response, when)])
+                used, competitors = recall.before(p.name, query, when, today) if query.strip() else ([], {})
+                today.extend(bank.add_turns(p.name, [(query, response, when)]))
+                if used:
+                    recall.after(p.name, query, response, when, used, competitors)
             previous = day
             if bar:
                 bar.update(len(by_day[day]))
@@ -411,6 +419,51 @@ def _live_and_ask(
     if bar:
         bar.close()
     return rankings
+
+
+class _TurnRecall:
+    """What a chat turn's prompt recalls, as the companion's turn does it (``Companion._prompt``
+    and ``_reinforce``): the message (``cue_text``) and the day's latest exchanges
+    (``TALK_TURNS``) cue retrieval; the memories already in the prompt as today's conversation
+    (its last ``HISTORY_TURNS`` turns) are left out; the first ``retrieval_k`` hits are the
+    prompt's memories. Once the turn is stored they gain by how well they matched and whether the
+    recorded reply used them, and those the message confirms are validated (``MemoryBank.recall``).
+    What the companion adds to a prompt beside the cue's hits (the core tier, a memory brought
+    up) is not: the file's days are not a companion's conversation."""
+
+    def __init__(self, bank: MemoryBank):
+        from ..core.companion import COMPETITORS, HISTORY_TURNS, TALK_TURNS, cue_text
+
+        self.bank, self.cue_text, self.talk_turns, self.history_turns = bank, cue_text, TALK_TURNS, HISTORY_TURNS
+        self.rivals = COMPETITORS if getattr(bank.policy, "competitor_loss", 0.0) > 0 else 0
+        self.previous: tuple[list[Hit], str] = ([], "")
+
+    def new_day(self) -> None:
+        self.previous = ([], "")  # a confirmation answers today's previous reply only
+
+    def before(self, user: str, query: str, when: datetime, today: list) -> tuple[list[Hit], dict[int, float]]:
+        """The prompt's memories for ``query``, and their competitors (retrieval-induced forgetting)."""
+        k = self.bank.retrieval_config.k
+        exclude = {t.id for t in today[-self.history_turns :]}
+        talk = self.bank.talk(user, today[-self.talk_turns :])
+        found = [
+            h
+            for h in self.bank.retrieve(user, self.cue_text(query), when, k=k + self.rivals + len(exclude), talk=talk)
+            if h.record.id not in exclude
+        ]
+        best = max((h.score for h in found), default=0.0)
+        competitors = {h.record.stored_id: h.score / best for h in found[k:] if best > 0 and h.score > 0}
+        return found[:k], competitors
+
+    def after(self, user: str, query: str, reply: str, when: datetime, used: list[Hit], competitors: dict) -> None:
+        from memory.activation import confirmed_by
+
+        records = [h.record for h in used]
+        before, previous_reply = self.previous
+        confirmed = confirmed_by(self.bank.tokenizer, records, query, [h.record for h in before], previous_reply)
+        scored = [(h.record, h.score) for h in used]
+        self.bank.recall(user, scored, reply, when, confirmed=confirmed, competitors=competitors)
+        self.previous = (used, reply)
 
 
 def _evidence_active(bank: MemoryBank, label: dict) -> float:

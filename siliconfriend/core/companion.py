@@ -18,7 +18,7 @@ from dataclasses import dataclass, field, replace
 from datetime import date, datetime
 from typing import Any, Callable, Iterator, Sequence
 
-from memory.activation import confirms, recall_gains, reply_uses, restated, words
+from memory.activation import confirmed_by, confirms, reply_uses, words
 from memory.bank import TODAY, USED, MemoryBank, UnknownMemory, user_key
 from memory.message import Message as Text
 from memory.records import Kind, MemoryRecord, State
@@ -79,6 +79,7 @@ MEMORY_CHARS = 400  # a remembered message or reply is cut to this many characte
 # long message does not ride along in every later prompt of the day
 HISTORY_CHARS = 1000
 HISTORY_TOKENS = 1200
+HISTORY_TURNS = 20  # ... and at most this many turns (the default of ``Companion(history_turns)``)
 # the conversation retrieval takes as its second cue: today's latest exchanges (an older one
 # weighs little: see RetrievalConfig.talk_decay); in the API a line the store does not have is
 # embedded, so this also bounds what a long foreign history costs
@@ -268,7 +269,7 @@ class Companion:
         consolidator: Consolidator | None = None,
         summary_tokens: int | None = None,
         prompt_budget: int | None = None,
-        history_turns: int = 20,
+        history_turns: int = HISTORY_TURNS,
     ):
         self.bank = bank
         self.backend = backend
@@ -545,40 +546,35 @@ class Companion:
         them (``activation.recall_gains``); those the person confirmed gain more (``_confirmed``)."""
         tokenizer = self.bank.tokenizer
         confirmed = self._confirmed(turn, result)
-        # the memories as the retrieval read them: not read again (one recalled since is)
-        # a core memory is in every prompt: it counts as recalled only when the reply used it
         reply_words = words(tokenizer, result.reply)
-        # (so does one brought up: the prompt offered it, the reply may take it up or not)
+        # a memory brought up: the prompt offered it, the reply may take it up or not
         offered = [h for h in result.used if h.cue == bring_up.BRING_UP_CUE]
         for h in offered:
             bring_up.offered(self.bank, turn.user, h.record.stored_id, reply_uses(tokenizer, h.record, reply_words))
+        # a core memory is in every prompt (and one brought up was offered): each counts as
+        # recalled only when the reply used it, and as the best match of the prompt
         given = (CORE_CUE, bring_up.BRING_UP_CUE)
         recalled = [h for h in result.used if h.cue not in given or reply_uses(tokenizer, h.record, reply_words)]
-        read = {h.record.stored_id: h.record for h in recalled if h.record.stored_id not in confirmed}
-        if read:
-            best = max((h.score for h in recalled), default=0.0)
-            scored = [(h.record, best if h.cue in given else h.score) for h in recalled]
-            gains = recall_gains(tokenizer, scored, result.reply)
-            self.bank.reinforce(turn.user, list(read), turn.now, read=read, gains=gains, competitors=turn.competitors)
-        if confirmed:
-            self.bank.validate(turn.user, sorted(confirmed), turn.now)
+        best = max((h.score for h in recalled), default=0.0)
+        scored = [(h.record, best if h.cue in given else h.score) for h in recalled]
+        # the memories as the retrieval read them: not read again (one recalled since is)
+        self.bank.recall(turn.user, scored, result.reply, turn.now, confirmed=confirmed, competitors=turn.competitors)
 
     def _confirmed(self, turn: _Turn, result: TurnResult) -> set[int]:
-        """The memories this message confirms: those it says again in the person's words, and,
-        when it begins by agreeing ("yes, still Pixel"), those the previous reply used."""
-        tokenizer = self.bank.tokenizer
-        found = {r.stored_id for r in restated(tokenizer, [h.record for h in result.used], turn.text)}
+        """The memories this message confirms (``activation.confirmed_by``): those it says again
+        in the person's words, and, when it begins by agreeing ("yes, still Pixel"), those the
+        previous reply used (read only then)."""
+        used = [h.record for h in result.used]
         previous = turn.history[-1] if turn.history and turn.replace is None else None
         if previous is None or previous.id is None or not confirms(turn.text):
-            return found
-        try:  # the memories the previous reply had in its prompt (read only when confirming)
-            used = UsedMemory.all_of(self.bank.get(turn.user, previous.stored_id).extra.get(USED))
-            ids = [m.id for m in used if m.id is not None]
+            return confirmed_by(self.bank.tokenizer, used, turn.text)
+        try:  # the memories the previous reply had in its prompt
+            before = UsedMemory.all_of(self.bank.get(turn.user, previous.stored_id).extra.get(USED))
+            ids = [m.id for m in before if m.id is not None]
         except UnknownMemory:
-            return found  # deleted meanwhile: nothing to confirm
-        reply_words = words(tokenizer, previous.response)
-        recalled = self.bank.get_many(turn.user, ids).values() if ids else []
-        return found | {r.stored_id for r in recalled if reply_uses(tokenizer, r, reply_words)}
+            return confirmed_by(self.bank.tokenizer, used, turn.text)  # deleted meanwhile: nothing to confirm
+        recalled = list(self.bank.get_many(turn.user, ids).values()) if ids else []
+        return confirmed_by(self.bank.tokenizer, used, turn.text, recalled, previous.response)
 
     def _not_from_memory(self, turn: _Turn, reply: str, messages: Sequence[Message]) -> list[str]:
         """The names of ``reply`` that its prompt (memories, summaries, persona, today's talk and

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from memory.forgetting import PAPER
 from memory.records import Kind
 from siliconfriend.bench.retrieval_eval import PROMPT_WAYS, PromptBudget, evaluate_label_sets
 
@@ -257,6 +258,33 @@ def test_as_used_lives_the_days_and_asks_each_question_at_its_time(tmp_path, ban
     assert ["2023-04-28", 0] not in [r[:2] for r in details[1]["retrieved"]]  # asked the day before it was said
     assert details[2]["retrieved"][0][:2] == ["2023-04-28", 0]  # months on, the hike on Mount Tai is found
     assert result["n"] == 3 and result["recall@1"] == pytest.approx(2 / 3, abs=1e-3)
+
+
+def test_as_used_each_message_recalls_what_its_prompt_would(tmp_path, e5_embedder):
+    """--as-used lives each turn's recall: a memory the later messages keep calling up gains at
+    each, as in a chat, and is still active when asked about. On the paper's law (S = 1, t in
+    days: 2.3 days unrecalled) the cello lesson of the first day would be archived by the fifth."""
+    days = {
+        "2023-05-01": [
+            {"query": "My cello teacher is called Mrs Lin", "response": "How lovely, a cello teacher!"},
+            {"query": "It rained all morning", "response": "Stay dry!"},
+        ],
+        "2023-05-02": [{"query": "I practised the cello with Mrs Lin again", "response": "Mrs Lin sounds patient."}],
+        "2023-05-03": [{"query": "Mrs Lin gave me a new cello piece", "response": "A new cello piece, exciting!"}],
+        "2023-05-04": [{"query": "Cello lesson with Mrs Lin went well", "response": "Mrs Lin must be proud."}],
+    }
+    bank = tmp_path / "bank.json"
+    bank.write_text(json.dumps({"Amy": {"name": "Amy", "history": days}}))
+    labels = tmp_path / "labels.jsonl"
+    question = {
+        "bank_user": "Amy",
+        "question": "Who teaches me the cello?",
+        "asked_at": "2023-05-06T09:00",
+        "evidence": [{"date": "2023-05-01", "turn": 0}],
+    }
+    labels.write_text(json.dumps(question))
+    result = evaluate_label_sets(bank, [labels], e5_embedder, as_used=True, policy=PAPER)[0]
+    assert result["evidence_kept"] == 1.0 and result["recall@1"] == 1.0, result
 
 
 def test_as_used_can_live_only_the_first_users_and_days(tmp_path, bank_file):
