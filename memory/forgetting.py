@@ -13,6 +13,9 @@ personal fact of importance 1 after 11.5 weeks (81 days), and each recall adds 2
 What moves S and how fast t runs (the activation of the design notes, after Oblivion):
 - a recall gains ``step x gain``, gain = relevance x confidence in 0..1 (the caller says how well
   the memory matched and whether the reply used it or it only sat in the prompt); 1 is a full recall;
+- spacing: recalls in one sitting are one rehearsal, not several (massed practice strengthens
+  less than spaced): a recall adds its full gain only ``spacing_days`` (a day) after the memory's
+  last recall or its making, and a share in proportion to the time before that; t resets at each;
 - validation (the person confirmed it, or said it again) multiplies S by ``validation_factor`` and
   adds a step: a big gain, and since S is what sets the pace, a slower fading from then on;
 - each sort of memory (``importance.CATEGORIES``: people and pets, life events and plans,
@@ -85,6 +88,10 @@ class EbbinghausPolicy:
     # recalled itself (a competitor), loses this share of its strength x how close it came
     # (``suppress``); 0: off
     competitor_loss: float = 0.0
+    # spacing: a recall adds its full gain to S only a ``spacing_days`` or more after the memory's
+    # last recall (or its making), and a share in proportion to the time before that: recalls in
+    # the same sitting are one rehearsal, not several (massed practice); t resets all the same. 0: off
+    spacing_days: float = 1.0
     adapt_factor: float = 0.8  # a sort's pace after one of its memories is recalled at the edge
     adapt_floor: float = 0.25  # ... never below this share of its configured pace
 
@@ -104,6 +111,8 @@ class EbbinghausPolicy:
         unknown = {name for name, _ in self.decay} - set(CATEGORIES)
         if unknown or any(rate <= 0 for _, rate in self.decay):
             raise ValueError(f"decay paces are positive, per sort of memory among {CATEGORIES}: got {self.decay}")
+        if self.spacing_days < 0:
+            raise ValueError(f"spacing_days cannot be negative, got {self.spacing_days}")
         if not 0.0 <= self.competitor_loss < 1.0:
             raise ValueError(f"competitor_loss must be in [0, 1), got {self.competitor_loss}")
         if not 0.0 < self.adapt_factor <= 1.0 or not 0.0 < self.adapt_floor <= 1.0:
@@ -137,12 +146,21 @@ class EbbinghausPolicy:
         t resets. An archived memory stays archived unless its retention at the new strength,
         counted from its last recall, is above ``reactivate``: see the module's text."""
         recalled = rec.with_(
-            strength=self.next_strength(rec.strength, rec.recall_count, gain), recall_count=rec.recall_count + 1
+            strength=self.next_strength(rec.strength, rec.recall_count, gain * self.spaced(rec, now)),
+            recall_count=rec.recall_count + 1,
         )
         # an archived memory comes back only if, at its new strength, it would have stayed above
         # the higher threshold since its last recall: then it outlasts recalls at that rhythm
         back = rec.state != State.ARCHIVED or self.retention(recalled, now) >= self.reactivate
         return recalled.with_(last_recall=max(now, rec.anchor), state=State.ACTIVE if back else rec.state)
+
+    def spaced(self, rec: MemoryRecord, now: datetime) -> float:
+        """The share of a recall's gain that counts toward S now: 1 a ``spacing_days`` or more
+        after ``rec`` was last recalled (or made), less in proportion before."""
+        if self.spacing_days <= 0:
+            return 1.0
+        since = max(0.0, (now - rec.anchor).total_seconds()) / SECONDS_PER_DAY
+        return min(1.0, since / self.spacing_days)
 
     def validate(self, rec: MemoryRecord, now: datetime) -> MemoryRecord:
         """The person confirmed ``rec``: S x ``validation_factor`` + a step, t reset, active."""
@@ -228,6 +246,7 @@ _VARIED = (
     "reactivate",
     "validation_factor",
     "competitor_loss",
+    "spacing_days",
 )
 
 
@@ -269,6 +288,6 @@ def category_of(rec: MemoryRecord) -> str:
     return categorize(rec.text)
 
 
-# the paper's scale: t in days, every memory starts at S = 1, one pace for all that never adapts
-# (for comparison and for tests of the law)
-PAPER = EbbinghausPolicy(unit_days=1.0, importance_weight=0.0, decay=(), adapt_factor=1.0)
+# the paper's scale: t in days, every memory starts at S = 1, one pace for all that never adapts,
+# each recall a full step however soon (for comparison and for tests of the law)
+PAPER = EbbinghausPolicy(unit_days=1.0, importance_weight=0.0, decay=(), adapt_factor=1.0, spacing_days=0.0)

@@ -48,6 +48,8 @@ class Settings:
     # retrieval-induced forgetting: a memory the cue called up but that was not recalled loses
     # this share of its strength x how close it came (memory/forgetting.py); 0: off
     retrieval_induced_forgetting: float = 0.0
+    # a recall's full gain only a day after the last (memory/forgetting.py, spacing); 0: off
+    forgetting_spacing_days: float = 1.0
     # a long turn about to be archived leaves a short copy active, which carries its activation on
     # (memory/compression.py)
     compress_before_archiving: bool = False

@@ -39,6 +39,7 @@ def build_policy(settings: Settings) -> EbbinghausPolicy:
         reactivate=settings.forgetting_reactivate,
         validation_factor=settings.validation_factor,
         competitor_loss=settings.retrieval_induced_forgetting,
+        spacing_days=settings.forgetting_spacing_days,
         decay=parse_paces(settings.forgetting_paces),
     )
 

@@ -43,8 +43,11 @@ def test_gain_in_proportion_to_use():
 
 def test_validation_gains_a_lot_and_fades_more_slowly():
     p = EbbinghausPolicy(decay=())
-    plain, confirmed = p.reinforce(rec(strength=3.0), T0), p.validate(rec(strength=3.0), T0)
+    day = T0 + timedelta(days=1)  # a day after it was made: a recall counts in full (spacing)
+    plain, confirmed = p.reinforce(rec(strength=3.0), day), p.validate(rec(strength=3.0), day)
     assert plain.strength == 4.0 and confirmed.strength == 7.0
+    # the same sitting it was made in: a recall resets t and adds nothing; a confirmation in full
+    assert p.reinforce(rec(strength=3.0), T0).strength == 3.0 and p.validate(rec(strength=3.0), T0).strength == 7.0
     later = T0 + timedelta(days=60)
     assert p.retention(confirmed, later) > p.retention(plain, later)
     assert p.validate(rec(state=State.ARCHIVED), T0).state == State.ACTIVE

@@ -175,3 +175,19 @@ def test_sixty_days_unrecalled_small_talk_is_archived_a_pinned_or_important_turn
         pinned.id: State.ACTIVE,
     }
     bank.close()
+
+
+def test_recalls_in_one_sitting_count_as_one_rehearsal_with_spacing():
+    """Spacing: a recall adds its full gain to S only a ``spacing_days`` after the last, and a
+    share in proportion before; t resets all the same. Off (0), every recall adds in full."""
+    spaced, massed = paper(spacing_days=1.0), paper(spacing_days=0.0)
+    for p, strengths in ((spaced, [1.0, 1.0 + 1 / 48, 1.0 + 1 / 48 + 1.0]), (massed, [2.0, 3.0, 4.0])):
+        m, seen = rec(), []
+        # made at T0: recalled at once (nothing counts), half an hour later, then two days on
+        for when in (T0, T0 + timedelta(minutes=30), T0 + timedelta(days=2, minutes=30)):
+            m = p.reinforce(m, when)
+            seen.append(m.strength)
+            assert m.last_recall == when and p.retention(m, when) == 1.0
+        assert seen == pytest.approx(strengths)
+    with pytest.raises(ValueError):
+        paper(spacing_days=-1)
