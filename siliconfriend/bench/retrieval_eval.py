@@ -47,6 +47,7 @@ from datetime import date, datetime, time, timedelta
 from pathlib import Path
 from typing import Callable, Iterator
 
+from memory.activation import confirmed_by
 from memory.bank import MemoryBank
 from memory.embedders import Embedder
 from memory.forgetting import ForgettingPolicy
@@ -432,10 +433,7 @@ class _TurnRecall:
     up) is not: the file's days are not a companion's conversation."""
 
     def __init__(self, bank: MemoryBank):
-        from ..core.companion import COMPETITORS, HISTORY_TURNS, TALK_TURNS, cue_text
-
-        self.bank, self.cue_text, self.talk_turns, self.history_turns = bank, cue_text, TALK_TURNS, HISTORY_TURNS
-        self.rivals = COMPETITORS if getattr(bank.policy, "competitor_loss", 0.0) > 0 else 0
+        self.bank = bank
         self.previous: tuple[list[Hit], str] = ([], "")
 
     def new_day(self) -> None:
@@ -443,24 +441,18 @@ class _TurnRecall:
 
     def before(self, user: str, query: str, when: datetime, today: list) -> tuple[list[Hit], dict[int, float]]:
         """The prompt's memories for ``query``, and their competitors (retrieval-induced forgetting)."""
-        k = self.bank.retrieval_config.k
-        exclude = {t.id for t in today[-self.history_turns :]}
-        talk = self.bank.talk(user, today[-self.talk_turns :])
-        found = [
-            h
-            for h in self.bank.retrieve(user, self.cue_text(query), when, k=k + self.rivals + len(exclude), talk=talk)
-            if h.record.id not in exclude
-        ]
-        best = max((h.score for h in found), default=0.0)
-        competitors = {h.record.stored_id: h.score / best for h in found[k:] if best > 0 and h.score > 0}
-        return found[:k], competitors
+        from ..core.companion import HISTORY_TURNS, TALK_TURNS, competitors_of, prompt_candidates
+
+        exclude = {t.id for t in today[-HISTORY_TURNS:]}
+        talk = self.bank.talk(user, today[-TALK_TURNS:])
+        found = prompt_candidates(self.bank, user, query, when, exclude=exclude, talk=talk)
+        used = found[: self.bank.retrieval_config.k]
+        return used, competitors_of(found, {h.record.id for h in used})
 
     def after(self, user: str, query: str, reply: str, when: datetime, used: list[Hit], competitors: dict) -> None:
-        from memory.activation import confirmed_by
-
-        records = [h.record for h in used]
         before, previous_reply = self.previous
-        confirmed = confirmed_by(self.bank.tokenizer, records, query, [h.record for h in before], previous_reply)
+        records = [h.record for h in before]
+        confirmed = confirmed_by(self.bank.tokenizer, [h.record for h in used], query, records, previous_reply)
         scored = [(h.record, h.score) for h in used]
         self.bank.recall(user, scored, reply, when, confirmed=confirmed, competitors=competitors)
         self.previous = (used, reply)

@@ -97,6 +97,25 @@ def cue_text(text: str) -> str:
     return f"{text[: QUERY_CHARS // 2]}\n{text[-QUERY_CHARS // 2 :]}"
 
 
+def prompt_candidates(
+    bank: MemoryBank, user: str, text: str, now: datetime, *, exclude: set, talk: Sequence[TalkLine]
+) -> list[Hit]:
+    """What a turn's message (``cue_text``) and talk call up for its prompt, none of ``exclude``
+    (today's turns already in it): ``retrieval_k`` hits and, with the user's retrieval-induced
+    forgetting on, COMPETITORS more past them."""
+    k = bank.retrieval_config.k
+    rivals = COMPETITORS if getattr(bank.policy_for(user), "competitor_loss", 0.0) > 0 else 0
+    found = bank.retrieve(user, cue_text(text), now, k=k + rivals + len(exclude), talk=talk)
+    return [h for h in found if h.record.id not in exclude]
+
+
+def competitors_of(found: Sequence[Hit], placed: set) -> dict[int, float]:
+    """The memories the cue called up (``found``) that the prompt did not take (ids not in
+    ``placed``), each with how close it came to the best (0..1): a recall's competitors."""
+    best = max((h.score for h in found), default=0.0)
+    return {h.record.stored_id: h.score / best for h in found if h.record.id not in placed and best > 0 and h.score > 0}
+
+
 def day_window(costs: Sequence[int], *, turns: int, tokens: int) -> int:
     """The first of today's turns the prompt shows (an index into ``costs``, each turn's tokens,
     oldest first), so that the prompt holds at most ``turns`` turns and ``tokens`` tokens of them.
@@ -564,17 +583,17 @@ class Companion:
         """The memories this message confirms (``activation.confirmed_by``): those it says again
         in the person's words, and, when it begins by agreeing ("yes, still Pixel"), those the
         previous reply used (read only then)."""
-        used = [h.record for h in result.used]
+        recalled: list[MemoryRecord] = []
         previous = turn.history[-1] if turn.history and turn.replace is None else None
-        if previous is None or previous.id is None or not confirms(turn.text):
-            return confirmed_by(self.bank.tokenizer, used, turn.text)
-        try:  # the memories the previous reply had in its prompt
-            before = UsedMemory.all_of(self.bank.get(turn.user, previous.stored_id).extra.get(USED))
-            ids = [m.id for m in before if m.id is not None]
-        except UnknownMemory:
-            return confirmed_by(self.bank.tokenizer, used, turn.text)  # deleted meanwhile: nothing to confirm
-        recalled = list(self.bank.get_many(turn.user, ids).values()) if ids else []
-        return confirmed_by(self.bank.tokenizer, used, turn.text, recalled, previous.response)
+        if previous is not None and previous.id is not None and confirms(turn.text):
+            try:  # the memories the previous reply had in its prompt
+                before = UsedMemory.all_of(self.bank.get(turn.user, previous.stored_id).extra.get(USED))
+                ids = [m.id for m in before if m.id is not None]
+                recalled = list(self.bank.get_many(turn.user, ids).values()) if ids else []
+            except UnknownMemory:
+                pass  # deleted meanwhile: nothing of it to confirm
+        reply = previous.response if previous is not None else ""
+        return confirmed_by(self.bank.tokenizer, [h.record for h in result.used], turn.text, recalled, reply)
 
     def _not_from_memory(self, turn: _Turn, reply: str, messages: Sequence[Message]) -> list[str]:
         """The names of ``reply`` that its prompt (memories, summaries, persona, today's talk and
@@ -630,26 +649,15 @@ class Companion:
             exclude.add(turn.replace.id)
         if turn.supersedes is not None:  # the words an edit takes back are not a memory of this turn
             exclude.add(turn.supersedes.id)
-        k = self.bank.retrieval_config.k
-        query = cue_text(turn.text)
-        rivals = COMPETITORS if getattr(self.bank.policy_for(turn.user), "competitor_loss", 0.0) > 0 else 0
-        found = [
-            h
-            for h in self.bank.retrieve(turn.user, query, turn.now, k=k + rivals + len(exclude), talk=self._talk(turn))
-            if h.record.id not in exclude
-        ]
-        hits = found[:k]
+        found = prompt_candidates(self.bank, turn.user, turn.text, turn.now, exclude=exclude, talk=self._talk(turn))
+        hits = found[: self.bank.retrieval_config.k]
         if turn.given_history is not None:
             pairs = turn.given_history[self._window(turn.given_history, turn.backend) :]
         else:
             pairs = self._pairs(turn.history, prompts, turn.backend)
         values = self.meta_values(turn.user, turn.now, prompts, turn.backend, persona=turn.persona)
         hits, lines = self._tiered(turn, hits, exclude, values, prompts)
-        best = max((h.score for h in found), default=0.0)
-        placed = {h.record.id for h in hits}
-        turn.competitors = {
-            h.record.stored_id: h.score / best for h in found if h.record.id not in placed and best > 0 and h.score > 0
-        }
+        turn.competitors = competitors_of(found, {h.record.id for h in hits})
         fitted = fit_chat(
             prompts,
             values,
