@@ -144,8 +144,12 @@ def test_the_pool_of_many_memories(any_bank):
     )
     for joined in (both, shared):
         assert list(joined.found) == list(pool.found) and joined.beside == pool.beside
+        # the same cosines up to float32 rounding: a matrix product's last bit depends on the
+        # shape of the read it is worked out in (BLAS blocks and threads), not on the memory
         for whole, part in zip(pool.cosines, joined.cosines):
-            assert all(np.array_equal(part[joined.row[i]], whole[pool.row[i]], equal_nan=True) for i in every)
+            a = np.array([part[joined.row[i]] for i in every])
+            b = np.array([whole[pool.row[i]] for i in every])
+            np.testing.assert_allclose(a, b, rtol=0, atol=1e-6, equal_nan=True)
 
 
 def test_a_pool_read_with_cues_sends_their_cosines(any_bank):
