@@ -3,6 +3,8 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 LOCK := requirements.lock
+# test workers (pytest-xdist): the suite takes ~800 s on one of two cores, ~540 s on both
+WORKERS ?= 2
 
 .PHONY: install lock run test test-fast lint bench clean
 
@@ -38,11 +40,11 @@ lint: $(STAMP)
 test: $(STAMP)
 	bash .ci/browser-deps
 	bash .ci/proxy-deps
-	$(BIN)/python -m pytest -q -x --durations=15
+	$(BIN)/python -m pytest -q -x --durations=15 -n $(WORKERS)
 
 # the quick loop: no LLM, no browser
 test-fast: $(STAMP)
-	$(BIN)/python -m pytest -q -x -m "not slow and not browser"
+	$(BIN)/python -m pytest -q -x -n $(WORKERS) -m "not slow and not browser"
 
 bench: $(STAMP)
 	$(BIN)/siliconfriend bench
