@@ -852,7 +852,9 @@ class MemoryBank:
         u = self.user_store(user)
         policy = policy or self.policy_for(user)
         decisions = []
-        for rec in u.records(state=State.ACTIVE):
+        # the law reads no extra fields (a turn's are kilobytes of JSON: most of a big store's
+        # read); what compression needs of them it reads for the few it compresses
+        for rec in u.records(state=State.ACTIVE, extra=False):
             if rec.kind.is_global:
                 continue
             decisions.append(ForgetDecision(rec, policy.retention(rec, now), policy.forget(rec, now, rng)))
@@ -870,7 +872,8 @@ class MemoryBank:
         if not self.compress:
             return []
         made: list[tuple[MemoryRecord, tuple[str, str]]] = []
-        for rec in archived:
+        long = [rec.stored_id for rec in archived if compression.long_enough(rec, extra=False)]
+        for rec in self.user_store(user).get_many(long).values():
             if not compression.long_enough(rec):
                 continue
             short = (compressor(rec) if compressor else None) or compression.extractive(rec)

@@ -27,12 +27,13 @@ COMPRESSED_OF = "compressed_of"  # the copy's extra field: the id of the turn it
 Compressor = Callable[[MemoryRecord], "tuple[str, str] | None"]
 
 
-def long_enough(rec: MemoryRecord) -> bool:
-    """Whether ``rec`` is a turn worth compressing before it is archived (and not a copy already)."""
+def long_enough(rec: MemoryRecord, *, extra: bool = True) -> bool:
+    """Whether ``rec`` is a turn worth compressing before it is archived (and not a copy already).
+    ``extra`` False: by its length alone (a record read without its extra fields)."""
     return (
         rec.kind == Kind.TURN
         and len(rec.query.strip()) + len(rec.response.strip()) > COMPRESS_CHARS
-        and COMPRESSED_OF not in rec.extra
+        and (not extra or COMPRESSED_OF not in rec.extra)
     )
 
 
