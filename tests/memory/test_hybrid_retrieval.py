@@ -15,6 +15,9 @@ def _fill(bank, user, turns):
     out = []
     for day, q, r in turns:
         out.append(bank.add_turn(user, q, r, D + timedelta(days=day)))
+    # the replies' vectors are made on the reply worker: waited for, so that every retrieval of a
+    # test sees them (on a loaded machine a first retrieval could come before them)
+    bank.settle()
     return out
 
 
