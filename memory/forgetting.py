@@ -37,7 +37,7 @@ from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import Literal, Mapping, Protocol
 
-from .importance import CATEGORIES, categorize
+from .importance import CATEGORIES, asks, categorize
 from .records import Kind, MemoryRecord, State
 
 SECONDS_PER_DAY = 86400.0
@@ -282,9 +282,15 @@ def varied(policy: EbbinghausPolicy, spec: str) -> EbbinghausPolicy:
 
 
 def category_of(rec: MemoryRecord) -> str:
-    """The sort of memory ``rec`` is (``importance.categorize``): a turn by the person's words."""
+    """The sort of memory ``rec`` is (``importance.categorize``): a turn by the person's words, or,
+    where they only asked and said nothing of a sort that lasts, by the answer they asked for."""
     if rec.kind == Kind.TURN and rec.query.strip():
-        return categorize(rec.query)
+        own = categorize(rec.query)
+        if own in ("small_talk", "other") and rec.response.strip() and asks(rec.query):
+            # a name in the answer may be the person's own, addressed: not a person of their life
+            answer = categorize(rec.response, names=False)
+            return answer if answer not in ("small_talk", "other") else own
+        return own
     return categorize(rec.text)
 
 

@@ -167,10 +167,26 @@ def rate_importance(message: str) -> float:
     return round(min(1.0, score), 3)
 
 
+ANSWER_SHARE = 0.5  # an answer the person asked for weighs half as much as their own words
+
+
+def asks(message: str) -> bool:
+    """Whether ``message`` ends by asking something (its last sentence is a question)."""
+    sentences = _SENTENCE.findall(told(message.strip()))
+    return bool(sentences) and sentences[-1].rstrip().rstrip("\"'”’)）").endswith(("?", "？"))
+
+
 def rate_turn(query: str | None, response: str | None) -> float:
     """A turn's importance: its message's (the person's words), or its reply's where the message
-    is blank (a conversation's second speaker opening it holds only the reply's words)."""
-    return rate_importance(query if query and query.strip() else (response or ""))
+    is blank (a conversation's second speaker opening it holds only the reply's words). A message
+    that asks something is worth at least a share (``ANSWER_SHARE``) of the answer it got: what
+    the person asked for mattered to them ("what was that book you suggested?")."""
+    if not (query and query.strip()):
+        return rate_importance(response or "")
+    own = rate_importance(query)
+    if response and asks(query):
+        return max(own, round(ANSWER_SHARE * rate_importance(response), 3))
+    return own
 
 
 # -- what a memory is about: each sort fades at its own pace (``EbbinghausPolicy.decay``) --------

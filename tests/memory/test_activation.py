@@ -10,7 +10,7 @@ import pytest
 from memory.activation import confirms, recall_gains, restated
 from memory.bank import PACES_META
 from memory.forgetting import PAPER, EbbinghausPolicy, category_of
-from memory.importance import categorize, rate_importance, told
+from memory.importance import ANSWER_SHARE, asks, categorize, rate_importance, rate_turn, told
 from memory.lexical import Tokenizer
 from memory.records import Kind, MemoryRecord, State
 
@@ -114,6 +114,37 @@ def test_what_is_rated_is_what_the_person_tells_of_their_life():
         >= rate_importance("动物园里的企鹅很可爱。") + 0.2
     )
     assert rate_importance("Sounds great, the weather was nice.") < rate_importance(third)  # "Sounds" is no name
+
+
+def test_an_answer_the_person_asked_for_is_kept_as_a_share_of_its_worth(open_bank):
+    """A message that only asks is rated, and sorted, by the answer it got: the person asked for
+    it ("what was that book you suggested?"); small talk answered stays small talk, and a message
+    that tells something keeps its own rating."""
+    ask, told_back = (
+        "What have you been up to?",
+        "I went to the support group on Saturday with my sister Mei, it was so powerful.",
+    )
+    assert asks(ask) and asks("I went hiking. How about you?") and asks("你周末过得怎么样？")
+    assert not asks("I went hiking.") and not asks("")
+    assert rate_importance(ask) < 0.05
+    assert rate_turn(ask, told_back) == pytest.approx(ANSWER_SHARE * rate_importance(told_back), abs=1e-3)
+    assert rate_turn(ask, told_back) > 0.2
+    assert rate_turn(ask, "Fine, thanks!") == rate_importance(ask)  # small talk answered: as it asked
+    mine = "My sister Mei is visiting next week, what should we cook?"
+    assert rate_turn(mine, "Dumplings!") == rate_importance(mine)  # their own words weigh more
+    assert rate_turn("I got the job!", told_back) == rate_importance("I got the job!")  # no question
+    assert category_of(rec(query=ask, response=told_back)) == "people"
+    assert category_of(rec(query=ask, response="Fine, thanks!")) == "small_talk"
+    # the person's own name in the answer is them addressed, not a person of their life
+    assert category_of(rec(query=ask, response="I am doing well, Amy! How was your day?")) == "small_talk"
+    assert category_of(rec(query="How are you today?", response="Fine, thanks!")) == "other"  # its own
+    assert category_of(rec(query=mine, response="hi")) == "people"
+    # with the companion's forgetting, the answer asked for outlives the small talk of that day
+    bank = open_bank(policy=EbbinghausPolicy())
+    kept = bank.add_turn("kai", ask, told_back, T0)
+    chat = bank.add_turn("kai", "What about you?", "Fine, thanks!", T0 + timedelta(minutes=1))
+    states = {d.record.stored_id: d.archived for d in bank.forget_pass("kai", T0 + timedelta(days=30))}
+    assert states == {kept.stored_id: False, chat.stored_id: True}
 
 
 def _flips(policy: EbbinghausPolicy, every: int, gain: float, days: int = 120) -> tuple[int, State]:
