@@ -187,8 +187,10 @@ class UserStore(Protocol):
     def get_many(self, ids: Iterable[int]) -> dict[int, MemoryRecord]:
         """The memories of ``ids`` that exist, by id."""
     def records(self, *, kind: Kind | None = None, state: State | None = None, day: date | None = None, days: Sequence[date] | None = None,
-                limit: int | None = None, offset: int = 0, newest_first: bool = False, extra: bool = True) -> list[MemoryRecord]:
-        """In (day, kind, position, id) order (``newest_first``: reversed); ``extra`` False: extra fields left unread."""
+                limit: int | None = None, offset: int = 0, newest_first: bool = False, extra: bool = True,
+                importance_at_least: float | None = None) -> list[MemoryRecord]:
+        """In (day, kind, position, id) order (``newest_first``: reversed); ``extra`` False: extra fields left unread;
+        ``importance_at_least``: only those rated that high (the few worth bringing up, not every row built)."""
     def count(self, *, kind: Kind | None = None, state: State | None = None) -> int:
         """How many memories of ``kind`` and ``state`` (any where None)."""
     def days(self) -> list[date]:

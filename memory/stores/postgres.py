@@ -661,6 +661,9 @@ class PgUserStore(RecordReads):
     def _one_of(self, column: str, values: Sequence) -> tuple[str, list]:
         return f"{column} = ANY(%s)", [list(values)]
 
+    def _at_least(self, column: str, value: float) -> tuple[str, list]:
+        return f"{column} >= %s", [value]
+
     def extra_at(self, ids: Sequence[int], path: Sequence[str]) -> dict[int, str]:
         ids = list(dict.fromkeys(int(i) for i in ids))
         if not ids:

@@ -46,13 +46,23 @@ class RecordReads:
         """(condition, parameters): ``column`` is one of ``values`` (not empty)."""
         raise NotImplementedError
 
+    def _at_least(self, column: str, value: float) -> tuple[str, list]:
+        """(condition, parameters): ``column`` is ``value`` or more."""
+        raise NotImplementedError
+
     # -- shared
     def _where(
-        self, kind: Kind | None = None, state: State | None = None, days: Sequence[date] | None = None
+        self,
+        kind: Kind | None = None,
+        state: State | None = None,
+        days: Sequence[date] | None = None,
+        importance_at_least: float | None = None,
     ) -> tuple[str, list]:
-        """(condition, parameters) of the records of ``kind``, ``state`` and ``days`` (each: any
-        when None); "1 = 1" where there is no condition."""
+        """(condition, parameters) of the records of ``kind``, ``state``, ``days`` and importance
+        (each: any when None); "1 = 1" where there is no condition."""
         parts = []
+        if importance_at_least is not None:
+            parts.append(self._at_least("importance", float(importance_at_least)))
         if kind is not None:
             parts.append(self._is("kind", Kind(kind).value))
         if state is not None:
@@ -84,10 +94,11 @@ class RecordReads:
         offset: int = 0,
         newest_first: bool = False,
         extra: bool = True,
+        importance_at_least: float | None = None,
     ) -> list[MemoryRecord]:
         if day is not None:
             days = [day]
-        where, params = self._where(kind, state, days)
+        where, params = self._where(kind, state, days, importance_at_least)
         order = self.ORDER_NEWEST if newest_first else self.ORDER
         if kind == Kind.TURN and days is not None and len(days) == 1 and limit is None:
             return self._days_turns(where, params, order, extra=extra)

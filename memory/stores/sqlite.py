@@ -438,6 +438,9 @@ class SqliteUserStore(RecordReads):
     def _is(self, column: str, value: object) -> tuple[str, list]:
         return f"{column} = ?", [value]
 
+    def _at_least(self, column: str, value: float) -> tuple[str, list]:
+        return f"{column} >= ?", [value]
+
     def _one_of(self, column: str, values: Sequence) -> tuple[str, list]:
         # a day is stored as its ISO text
         return f"{column} IN ({','.join('?' * len(values))})", [

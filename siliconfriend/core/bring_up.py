@@ -59,8 +59,12 @@ def choose(bank: MemoryBank, user: str, now: datetime) -> list[dict]:
         if passed:
             found.append({"id": rec.stored_id, "why": "plan", "day": passed[-1].isoformat()})
     fading = []
-    for rec in bank.records(user, kind=Kind.TURN, state=State.ACTIVE, extra=False):
-        if rec.pinned or rec.importance < FADING_IMPORTANCE:
+    # only the important ones read: at 100k memories, building every active turn took ~2 s
+    important = bank.records(
+        user, kind=Kind.TURN, state=State.ACTIVE, extra=False, importance_at_least=FADING_IMPORTANCE
+    )
+    for rec in important:
+        if rec.pinned:
             continue
         r = policy.retention(rec, now)
         if policy.tier(rec, r) == "long_term":

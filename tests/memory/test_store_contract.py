@@ -203,8 +203,12 @@ def test_the_store_interface(any_bank):
     d1, d2 = date(2024, 1, 1), date(2024, 1, 2)
     recs = [
         MemoryRecord(user="amy", kind=Kind.TURN, text="the red kite flies", created_at=T0, day=d1, query="q0"),
-        MemoryRecord(user="amy", kind=Kind.TURN, text="blue kite", created_at=T0, day=d1, response="a reply"),
-        MemoryRecord(user="amy", kind=Kind.TURN, text="green boat", created_at=T0, day=d2, query="x" * 100_000),
+        MemoryRecord(
+            user="amy", kind=Kind.TURN, text="blue kite", created_at=T0, day=d1, response="a reply", importance=0.7
+        ),
+        MemoryRecord(
+            user="amy", kind=Kind.TURN, text="green boat", created_at=T0, day=d2, query="x" * 100_000, importance=0.6
+        ),
         MemoryRecord(user="amy", kind=Kind.DAILY_EVENTS, text="a kite day", created_at=T0, day=d1, extra={"k": "值"}),
     ]
     with pytest.raises(IndexError):  # a write that fails half-way leaves nothing
@@ -222,6 +226,9 @@ def test_the_store_interface(any_bank):
     assert store.days() == [d1, d2] and store.count(kind=Kind.TURN) == 3
     assert store.records(days=[]) == [] and store.count(kind=Kind.TURN, state=State.ARCHIVED) == 0
     assert [r.id for r in store.records(kind=Kind.TURN, day=d1, extra=False)] == ids[:2]  # one day's turns
+    assert [r.id for r in store.records(kind=Kind.TURN, importance_at_least=0.6)] == ids[1:3]
+    assert store.records(kind=Kind.TURN, day=d1, importance_at_least=0.65, extra=False)[0].id == ids[1]
+    assert store.records(state=State.ARCHIVED, importance_at_least=0.0) == []
     many = [10_000 + i for i in range(1200)] + [ids[3], ids[0]]  # more ids than one statement takes
     assert set(store.get_many(many)) == {ids[0], ids[3]} and store.get_many([]) == {}
     pool = store.pool([ids[2], ids[0], ids[3], 10_000], lambda: vecs[:1])  # the turns next to turns, not a summary's
