@@ -3,7 +3,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 LOCK := requirements.lock
-# test workers (pytest-xdist): the suite takes ~800 s on one of two cores, ~540 s on both
+# test workers (pytest-xdist): the suite on both cores of the 2-core machine (docs/operations.md)
 WORKERS ?= 2
 
 .PHONY: install lock run test test-fast lint bench clean

@@ -281,15 +281,19 @@ def varied(policy: EbbinghausPolicy, spec: str) -> EbbinghausPolicy:
     return replace(policy, decay=tuple(paces.items()), **changes)
 
 
+# the sorts that tell nothing lasting: a message of these that asks takes its answer's sort
+_FLEETING = ("small_talk", "other")
+
+
 def category_of(rec: MemoryRecord) -> str:
     """The sort of memory ``rec`` is (``importance.categorize``): a turn by the person's words, or,
     where they only asked and said nothing of a sort that lasts, by the answer they asked for."""
     if rec.kind == Kind.TURN and rec.query.strip():
         own = categorize(rec.query)
-        if own in ("small_talk", "other") and rec.response.strip() and asks(rec.query):
+        if own in _FLEETING and rec.response.strip() and asks(rec.query):
             # a name in the answer may be the person's own, addressed: not a person of their life
             answer = categorize(rec.response, names=False)
-            return answer if answer not in ("small_talk", "other") else own
+            return answer if answer not in _FLEETING else own
         return own
     return categorize(rec.text)
 

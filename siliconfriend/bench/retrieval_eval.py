@@ -451,8 +451,8 @@ class _TurnRecall:
 
     def after(self, user: str, query: str, reply: str, when: datetime, used: list[Hit], competitors: dict) -> None:
         before, previous_reply = self.previous
-        records = [h.record for h in before]
-        confirmed = confirmed_by(self.bank.tokenizer, [h.record for h in used], query, records, previous_reply)
+        previous = [h.record for h in before]
+        confirmed = confirmed_by(self.bank.tokenizer, [h.record for h in used], query, previous, previous_reply)
         scored = [(h.record, h.score) for h in used]
         self.bank.recall(user, scored, reply, when, confirmed=confirmed, competitors=competitors)
         self.previous = (used, reply)
