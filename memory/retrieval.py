@@ -7,9 +7,11 @@ latest before today), every active memory of those days. A candidate's base scor
 similarity and lexical score, each scaled to [0, 1] over the candidates. A dialogue turn then
 takes a share of its neighbours' base scores (the turn before and after it on the same day):
 conversations run over several turns, and "I loved Gulangyu Island" answers a question about
-Xiamen that the turn before it named. A memory on a day the query names gets a bonus, and a small
-retention term puts what is fresher in mind first among equals. Each hit carries its scores and
-the reasons, for the UI. Retrieval never reinforces.
+Xiamen that the turn before it named. A memory on a day the query names gets a bonus. How
+fresh a memory is does not order the hits: the forgetting curve acts through a memory's state
+(an archived one pays the archive's penalty) and its tier in the prompt, and the cue alone ranks
+what is active. Each hit carries its scores, its retention and the reasons, for the UI.
+Retrieval never reinforces.
 
 A turn's dense similarity is a weighted mean of its two vectors' cosines: the user's message
 (two thirds) and the companion's reply (one third), so that both sides of an exchange count but
@@ -60,7 +62,12 @@ class RetrievalConfig:
     previous_weight: float = 0.4  # share of the previous turn's base score
     next_weight: float = 0.2  # share of the next turn's base score
     date_bonus: float = 1.0  # added when a memory is on a day the query names
-    retention_weight: float = 0.05
+    # a share of a memory's retention (R in [0, 1]) added to its score; 0: the cue alone orders
+    # the active memories, and fading acts through the states and tiers. A share reorders near-ties
+    # by what was recalled lately, which as used measured nothing either way, while it made the
+    # ranking without forgetting one the curve still reordered (docs/benchmarks-journal.md, "The
+    # cue orders, the curve archives")
+    retention_weight: float = 0.0
     use_dates: bool = True
     use_replies: bool = True  # a turn's dense similarity also looks at its reply's vector
     reply_share: float = 1 / 3  # the reply's share of a turn's mean; the message has the rest
@@ -619,9 +626,9 @@ def _rank(
     side: dict[int, str] | None = None,
 ) -> list[Hit]:
     """Phase 5: a candidate's score is its base, plus shares of its neighbours' (a conversation
-    runs over several turns), plus the bonus of a named day and a small retention term, less the
-    archive's penalty for a memory of the second tier. Each of the best ``k`` is credited to the
-    cue that gave it the most of its score; ``via``: the link that passed each memory reached
+    runs over several turns), plus the bonus of a named day and the retention term (none by
+    default: ``retention_weight``), less the archive's penalty for a memory of the second tier.
+    Each of the best ``k`` is credited to the cue that gave it the most of its score; ``via``: the link that passed each memory reached
     along one the most activation (said among its reasons)."""
     at = p.members.at
     scored: list[tuple[float, int, float, bool, float, bool]] = []

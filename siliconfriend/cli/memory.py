@@ -228,6 +228,8 @@ def _ablations():
         "no-archive": lambda c: replace(c, archive_penalty=None),
         "flat-archive": lambda c: replace(c, graded_archive=False),  # every archived memory pays the penalty
         "archive-bar-best": lambda c: replace(c, archive_bar="best"),  # only the pool's best match goes free
+        # fresher memories first among near-ties: a share of each memory's retention added to its score
+        "retention-term": lambda c: replace(c, retention_weight=0.05),
         # memory as a network (memory/links.py): no spreading at all, or along one kind of link
         "no-links": lambda c: replace(c, link_weight=0.0),
         "links-entities-only": lambda c: replace(

@@ -99,6 +99,34 @@ def test_retrieval_does_not_reinforce(paper_bank):
     assert paper_bank.get("amy", t.id).last_recall == now
 
 
+def test_the_cue_orders_the_active_memories_not_how_fresh_they_are(paper_bank):
+    """Fading acts through a memory's state and tier: while memories are active, the days going by
+    and a recall of one of them leave the cue's order and scores as they were."""
+    cat, dog, _ = _fill(
+        paper_bank,
+        "zoe",
+        [
+            (0, "I adopted a grey cat and named her Pixel", "Pixel is a lovely name for a cat."),
+            (4, "My neighbour walks his grey dog past my window", "Dogs love a routine."),
+            (5, "I repainted the kitchen yellow", "A bright kitchen lifts the mood."),
+        ],
+    )
+
+    def ranked(now):
+        return [
+            (h.record.id, round(h.score, 9), h.retention) for h in paper_bank.retrieve("zoe", "my grey pet", now, k=3)
+        ]
+
+    soon, later = ranked(D + timedelta(days=6)), ranked(D + timedelta(days=12))
+    assert [(i, s) for i, s, _ in soon] == [(i, s) for i, s, _ in later]
+    assert all(r_later < r_soon for (_, _, r_soon), (_, _, r_later) in zip(soon, later))
+    second = soon[1][0]
+    paper_bank.reinforce("zoe", [second], D + timedelta(days=11))
+    recalled = ranked(D + timedelta(days=12))
+    assert [(i, s) for i, s, _ in recalled] == [(i, s) for i, s, _ in soon]
+    assert dict((i, r) for i, _, r in recalled)[second] > dict((i, r) for i, _, r in later)[second]
+
+
 def test_hits_carry_scores_and_summaries_can_be_hits(paper_bank):
     _fill(paper_bank, "amy", [(0, "I planted tomatoes", "Lovely garden.")])
     paper_bank.set_summary("amy", Kind.DAILY_EVENTS, "Amy planted tomatoes in her garden.", D, day=D.date())
