@@ -628,8 +628,9 @@ def _rank(
     """Phase 5: a candidate's score is its base, plus shares of its neighbours' (a conversation
     runs over several turns), plus the bonus of a named day and the retention term (none by
     default: ``retention_weight``), less the archive's penalty for a memory of the second tier.
-    Each of the best ``k`` is credited to the cue that gave it the most of its score; ``via``: the link that passed each memory reached
-    along one the most activation (said among its reasons)."""
+    Each of the best ``k`` is credited to the cue that gave it the most of its score; ``via``:
+    the link that passed each memory reached along one the most activation (said among its
+    reasons)."""
     at = p.members.at
     scored: list[tuple[float, int, float, bool, float, bool]] = []
     best = max(base.values(), default=0.0)

@@ -102,7 +102,7 @@ def test_retrieval_does_not_reinforce(paper_bank):
 def test_the_cue_orders_the_active_memories_not_how_fresh_they_are(paper_bank):
     """Fading acts through a memory's state and tier: while memories are active, the days going by
     and a recall of one of them leave the cue's order and scores as they were."""
-    cat, dog, _ = _fill(
+    _fill(
         paper_bank,
         "zoe",
         [
