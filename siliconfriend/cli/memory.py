@@ -236,6 +236,7 @@ def _ablations():
             c, spread=replace(c.spread, summary_share=0.0, conversation_share=0.0)
         ),
         "links-conversation-only": lambda c: replace(c, spread=replace(c.spread, entity_share=0.0, summary_share=0.0)),
+        "links-one-hop": lambda c: replace(c, spread=replace(c.spread, decay=0.0)),  # no second hop
         # the sides weighed by their evidence for each query, instead of half each
         "fusion-evidence": lambda c: replace(c, fusion="evidence"),
         "fusion-vocabulary": lambda c: replace(c, fusion="vocabulary"),

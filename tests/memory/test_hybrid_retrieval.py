@@ -181,14 +181,14 @@ def test_archived_memories_are_a_second_tier_a_strong_cue_brings_back(paper_bank
 
 
 def test_ablation_settings_run(paper_bank):
+    from siliconfriend.cli.memory import ABLATIONS
+
     _fill(paper_bank, "amy", [(0, "I planted tomatoes", "Lovely garden."), (1, "I baked bread", "Yum")])
     now = D + timedelta(days=2)
-    for cfg in (
-        RetrievalConfig(dense_weight=1.0),
-        RetrievalConfig(dense_weight=0.0),
-        RetrievalConfig(use_dates=False, previous_weight=0, next_weight=0),
-    ):
-        assert paper_bank.retrieve("amy", "bread", now, config=cfg)[0].record.query == "I baked bread"
+    for name, ablate in ABLATIONS.items():  # every setting `eval retrieval --ablation` offers
+        assert paper_bank.retrieve("amy", "bread", now, config=ablate(RetrievalConfig()))[0].record.query == (
+            "I baked bread"
+        ), name
 
 
 def test_the_conversation_is_a_cue_and_the_message_stays_the_strongest(paper_bank):
