@@ -59,7 +59,8 @@ def choose(bank: MemoryBank, user: str, now: datetime) -> list[dict]:
         if passed:
             found.append({"id": rec.stored_id, "why": "plan", "day": passed[-1].isoformat()})
     fading = []
-    # only the important ones read: at 100k memories, building every active turn took ~2 s
+    # only the turns rated high enough are read: the others cannot be chosen, and building every
+    # active turn was most of this choice's time on a big store (docs/benchmarks-journal.md)
     important = bank.records(
         user, kind=Kind.TURN, state=State.ACTIVE, extra=False, importance_at_least=FADING_IMPORTANCE
     )
