@@ -251,7 +251,13 @@ def _m12(cur: psycopg.Cursor) -> None:
     )
 
 
-MIGRATIONS = [_m1, _m2, _m3, _m4, _m5, _m6, _m7, _m8, _m9, _m10, _m11, _m12]
+def _m13(cur: psycopg.Cursor) -> None:
+    # a user's active turns rated at least so high (the few worth bringing up, read at a day's
+    # first turn), found in the index instead of a visit to each of the user's active turns
+    cur.execute("CREATE INDEX IF NOT EXISTS memories_owner_rated ON memories (owner, kind, state, importance)")
+
+
+MIGRATIONS = [_m1, _m2, _m3, _m4, _m5, _m6, _m7, _m8, _m9, _m10, _m11, _m12, _m13]
 
 
 def steps(tokenizer: Tokenizer) -> list[Callable[[psycopg.Cursor], None]]:

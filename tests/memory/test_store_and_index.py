@@ -10,7 +10,7 @@ import pytest
 
 from memory.bank import MemoryBank, user_key
 from memory.embedders import create_embedder
-from memory.records import Kind
+from memory.records import Kind, State
 from memory.stores.sqlite import SqliteStores
 from memory.stores.sqlite_migrations import MIGRATIONS
 
@@ -344,3 +344,31 @@ def test_an_inverted_files_search_shared_with_a_helper_finds_what_faiss_finds(tm
     assert index.search(queries[0], 80, helpers=busy) == faiss_own(queries[0], 80)
     free.shutdown()
     store.close()
+
+
+def test_the_turns_worth_bringing_up_are_found_in_an_index(tmp_path, e5_embedder, day1):
+    """A store of schema 8 gains the index of (kind, state, importance) when opened: the read of
+    the active turns rated high enough (a day's first turn, ``bring_up.choose``) searches it
+    instead of visiting every active turn's row, and finds the same turns."""
+    bank = MemoryBank(SqliteStores(tmp_path), e5_embedder)
+    bank.add_turn("amy", "hello", "hi", day1)
+    bank.add_turn("amy", "My sister Mei is getting married in May", "Congratulations to her!", day1)
+    bank.close()
+    path = next((tmp_path / "users").glob("*/memory.db"))
+    con = sqlite3.connect(path)
+    con.executescript("DROP INDEX memories_rated; PRAGMA user_version = 8;")
+    con.close()
+    again = MemoryBank(SqliteStores(tmp_path), e5_embedder)
+    try:
+        store = again.user_store("amy")
+        assert store._db.execute("PRAGMA user_version").fetchone()[0] == len(MIGRATIONS)
+        where, params = store._where(Kind.TURN, State.ACTIVE, None, 0.6)
+        plan = store._db.execute(
+            f"EXPLAIN QUERY PLAN SELECT id FROM memories WHERE {where} ORDER BY {store.ORDER}", params
+        ).fetchall()
+        assert any("memories_rated" in row[-1] for row in plan), plan
+        rated = [r.query for r in store.records(kind=Kind.TURN, state=State.ACTIVE, importance_at_least=0.6)]
+        assert rated == [r.query for r in store.records(kind=Kind.TURN, state=State.ACTIVE) if r.importance >= 0.6]
+        assert "My sister Mei is getting married in May" in rated
+    finally:
+        again.close()
