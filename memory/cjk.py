@@ -23,6 +23,8 @@ def has_ideographs(text: str) -> bool:
 
 def count_wide(text: str) -> int:
     """How many characters of ``text`` are wide CJK characters (``WIDE``)."""
+    if text.isascii():  # CPython knows it without a look at the characters: the prompt's counts
+        return 0
     return len(_WIDE.findall(text))
 
 

@@ -77,14 +77,18 @@ def split_sentences(text: str) -> list[str]:
 
 def whole_sentences(text: str, fits: Callable[[str], bool]) -> str | None:
     """The longest run of ``text``'s first whole sentences for which ``fits`` holds, or None when
-    not even the first one does."""
+    not even the first one does. ``fits`` is a bound on a length or a token count, which grows
+    with the run: the runs are searched by halves, a few counts for a long reply instead of one
+    a sentence (this is on every turn's path, for each memory shortened)."""
     sentences = split_sentences(text)
-    best = None
-    for n in range(1, len(sentences) + 1):
+    best, low, high = None, 1, len(sentences)
+    while low <= high:
+        n = (low + high) // 2
         candidate = "".join(sentences[:n]).rstrip()
-        if not fits(candidate):
-            break
-        best = candidate
+        if fits(candidate):
+            best, low = candidate, n + 1
+        else:
+            high = n - 1
     return best
 
 
