@@ -117,6 +117,11 @@ class Placed:
 def _shorten(line: Line, room: int, count: Counter) -> str | None:
     """``line`` in whole sentences within ``room`` tokens: the last part (a reply) is shortened
     first, then the ones before it; None when even one sentence of each part does not fit."""
+    firsts = [(split_sentences(p)[:1] or [p])[0].rstrip() for p in line.parts]
+    if count(line.text(firsts)) > room:
+        # the shortest line it could be does not fit, so neither does a longer one: once the
+        # budget is nearly spent, most of a turn's memories end here, each at one count
+        return None
     parts = list(line.parts)
     for i in range(len(parts) - 1, -1, -1):
         if count(line.text(parts)) <= room:

@@ -71,3 +71,24 @@ def test_the_profile_counts_against_the_core_share():
     # and the rest of the budget (12) still takes both lines
     assert len(allot(lines, 20, count, spent={"core": 8})) == 2
     assert len(allot(lines, 14, count, spent={"core": 8})) == 1
+
+
+def test_a_memory_that_cannot_fit_costs_few_counts():
+    """Once the budget is nearly spent, a long memory whose first sentences do not fit is left
+    out after a count of it whole in each of the allotment's two rounds and one of its shortest
+    form (a count may be a model's tokenizer, and a turn has dozens of such memories); what fits
+    is found by halves."""
+    counted: list[str] = []
+
+    def counting(text: str) -> int:
+        counted.append(text)
+        return count(text)
+
+    reply = " ".join(f"Sentence number {n} of the reply." for n in range(40))
+    long = line("active", "I told you about my week in detail today.", reply)
+    assert allot([long], 5, counting) == []
+    assert len(counted) == 3
+    counted.clear()
+    placed = allot([long], 60, counting)
+    assert placed[0].shortened and placed[0].text.endswith("Sentence number 7 of the reply.")
+    assert len(counted) <= 24  # a count a sentence would be over 80 (40 sentences, two rounds)
