@@ -51,6 +51,10 @@ TEXT: dict[str, dict[str, str]] = {
         "en": "⏳ Waiting for the model: {n} reply(ies) ahead of yours…",
         "zh": "⏳ 正在等待模型：前面还有 {n} 条回复…",
     },
+    "looking_back": {
+        "en": "⏳ Looking back over our last conversations before I answer ({n} day(s) to summarise)…",
+        "zh": "⏳ 回答之前，先回顾一下我们之前的聊天（{n} 天待总结）…",
+    },
     "session_lost": {
         "en": "Your session ended (logged out in another tab, or expired). Log in again: what you typed is kept.",
         "zh": "你的登录已失效（在别的标签页退出了，或已过期）。请重新登录：你输入的内容还在。",

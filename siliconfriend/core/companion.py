@@ -15,7 +15,7 @@ import threading
 import weakref
 from collections import defaultdict
 from dataclasses import dataclass, field, replace
-from datetime import date, datetime
+from datetime import date, datetime, timedelta
 from typing import Any, Callable, Iterator, Sequence
 
 from memory.activation import confirmed_by, confirms, reply_uses, words
@@ -870,6 +870,15 @@ class Companion:
                 self._rolled[user] = (today, mark)
                 bring_up.choose(self.bank, user, now)  # once a day: what is worth bringing up
         return report
+
+    def days_to_summarise(self, user: str) -> list[date]:
+        """The finished days that ``user``'s next message summarises before it is answered (the
+        day rollover: a model's summaries, then the forgetting pass); [] once today's is done.
+        A chat page says so meanwhile: with a slow local model it takes a while."""
+        now = self.clock()
+        if self._rolled.get(user) == (now.date(), self.bank.user_meta(user, ROLLOVER_MARK)):
+            return []
+        return self.consolidator.pending_days(user, now.date() - timedelta(days=1))
 
     def consolidation(
         self,

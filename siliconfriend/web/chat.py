@@ -154,6 +154,9 @@ class ChatHandlers:
             if ahead:  # the model answers one reply at a time: say where this one stands
                 msgs[-1] = {"role": "assistant", "content": t("waiting_model", lang, n=ahead)}
                 yield msgs, gr.skip(), gr.skip(), gr.skip(), screen
+            elif days := service.chat.days_to_summarise(token):  # the day's first message waits for them
+                msgs[-1] = {"role": "assistant", "content": t("looking_back", lang, n=len(days))}
+                yield msgs, gr.skip(), gr.skip(), gr.skip(), screen
             shown_panel = False
             for chunk in stream:
                 reply += chunk

@@ -8,7 +8,7 @@ import logging
 import threading
 from collections import OrderedDict
 from dataclasses import replace
-from datetime import datetime
+from datetime import date, datetime
 from typing import Any, Callable
 
 from memory.bank import MemoryBank
@@ -158,6 +158,11 @@ class ChatSessions:
         with self._lock:
             self._waiting.append((user, stream))
         return stream
+
+    def days_to_summarise(self, token: str) -> list[date]:
+        """The finished days this user's next reply waits for (``Companion.days_to_summarise``)."""
+        user = self.account.user(token)
+        return self._companion_for(self.account.prefs(token)).days_to_summarise(user)
 
     def ahead(self, token: str) -> int:
         """How many replies started before this user's latest one and are not finished yet (the

@@ -197,3 +197,20 @@ def test_summarise_now_reports_each_day(amy, web_clock):
     events = page.summary_values(token, "2024-05-03")[1]
     info = service.memory_page.summaries(token, "2024-05-03")["grounding"]["daily_events"]
     assert events["value"] and events["info"] == grounding_note(info, "en")
+
+
+def test_the_days_first_message_says_it_looks_back_first(amy, web_clock):
+    """Yesterday's conversation is summarised before today's first reply (the model's work): the
+    page says so meanwhile, and not again once it is done."""
+    service, token = amy
+    service.bank.add_turn("amy", "I painted the fence.", "Nice work.", web_clock.now - timedelta(days=1))
+    assert service.chat.days_to_summarise(token) == [(web_clock.now - timedelta(days=1)).date()]
+    chat = ChatHandlers(service)
+    shown = [str(o[0][-1]["content"]) for o in run(chat.send(token, "Good morning!", {})) if isinstance(o[0], list)]
+    looking = [i for i, s in enumerate(shown) if "Looking back over our last conversations" in s]
+    assert looking and "(1 day(s) to summarise)" in shown[looking[0]], shown
+    assert "Looking back" not in shown[-1]  # the reply took its place
+    assert service.bank.get_summary("amy", Kind.DAILY_EVENTS, (web_clock.now - timedelta(days=1)).date())
+    assert service.chat.days_to_summarise(token) == []
+    shown = [str(o[0][-1]["content"]) for o in run(chat.send(token, "Still me.", {})) if isinstance(o[0], list)]
+    assert not any("Looking back" in s for s in shown), shown
