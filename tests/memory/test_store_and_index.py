@@ -99,6 +99,18 @@ def test_delete_user_removes_every_file(paper_bank, day1):
     assert not folder.exists() and "amy" not in paper_bank.users()
 
 
+def _reopened_at(tmp_path, embedder, script: str) -> MemoryBank:
+    """amy's file of a closed home set back to an older schema by ``script``, and the home
+    opened again: her store has run the steps it lacked."""
+    path = next((tmp_path / "users").glob("*/memory.db"))
+    con = sqlite3.connect(path)
+    con.executescript(script)
+    con.close()
+    again = MemoryBank(SqliteStores(tmp_path), embedder)
+    assert again.user_store("amy")._db.execute("PRAGMA user_version").fetchone()[0] == len(MIGRATIONS)
+    return again
+
+
 def test_a_home_written_before_the_references_were_kept_gets_them_from_its_records(tmp_path, e5_embedder, day1):
     """A store of schema 7 (no table of who names whom) gets the pairs of the records it holds
     when opened: a deletion then rewrites the record that held the deleted memory."""
@@ -106,15 +118,9 @@ def test_a_home_written_before_the_references_were_kept_gets_them_from_its_recor
     a = bank.add_turn("amy", "I keep a parrot named Zazu", "A parrot!", day1).stored_id
     b = bank.add_turn("amy", "hello", "hi", day1, extra={"used": [{"id": a, "text": "Zazu"}], "today": []}).stored_id
     bank.close()
-    path = next((tmp_path / "users").glob("*/memory.db"))
-    con = sqlite3.connect(path)
-    con.executescript("DROP TABLE refs; PRAGMA user_version = 7;")
-    con.close()
-    again = MemoryBank(SqliteStores(tmp_path), e5_embedder)
+    again = _reopened_at(tmp_path, e5_embedder, "DROP TABLE refs; PRAGMA user_version = 7;")
     try:
-        store = again.user_store("amy")
-        assert store._db.execute("PRAGMA user_version").fetchone()[0] == len(MIGRATIONS)
-        assert store.naming([a]) == [b]
+        assert again.user_store("amy").naming([a]) == [b]
         again.delete("amy", [a])
         assert again.get("amy", b).extra["used"] == []
     finally:
@@ -128,23 +134,20 @@ def test_a_home_written_with_sentence_vectors_is_migrated_without_them(tmp_path,
     turn = bank.add_turn("amy", "How was your week?", "We took the kids to the zoo to see the lions.", day1)
     bank.add_turn("amy", "I adopted a cat named Miso", "Lovely!", day1)
     bank.close()
-    path = next((tmp_path / "users").glob("*/memory.db"))
-    con = sqlite3.connect(path)
-    con.executescript(
+    again = _reopened_at(
+        tmp_path,
+        e5_embedder,
         "DROP TABLE links; DROP TABLE mentions; DROP TABLE entities; DROP TABLE refs;"
         " ALTER TABLE memories ADD COLUMN sentences INTEGER;"
         " CREATE TABLE sentences (memory_id INTEGER NOT NULL, n INTEGER NOT NULL, vector BLOB NOT NULL,"
         " PRIMARY KEY (memory_id, n)) WITHOUT ROWID;"
         " CREATE INDEX memories_sentences_pending ON memories(id) WHERE kind = 'turn' AND sentences IS NULL;"
-        " PRAGMA user_version = 4;"
+        " PRAGMA user_version = 4;",
     )
-    con.close()
-    again = MemoryBank(SqliteStores(tmp_path), e5_embedder)
     try:
         store = again.user_store("amy")
         tables = {r[0] for r in store._db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
         assert "sentences" not in tables and {"links", "mentions"} <= tables
-        assert store._db.execute("PRAGMA user_version").fetchone()[0] == len(MIGRATIONS)
         hits = again.retrieve("amy", "Did they see lions at the zoo?", day1 + timedelta(days=3), k=1)
         assert hits[0].record.id == turn.id
     finally:
@@ -354,14 +357,9 @@ def test_the_turns_worth_bringing_up_are_found_in_an_index(tmp_path, e5_embedder
     bank.add_turn("amy", "hello", "hi", day1)
     bank.add_turn("amy", "My sister Mei is getting married in May", "Congratulations to her!", day1)
     bank.close()
-    path = next((tmp_path / "users").glob("*/memory.db"))
-    con = sqlite3.connect(path)
-    con.executescript("DROP INDEX memories_rated; PRAGMA user_version = 8;")
-    con.close()
-    again = MemoryBank(SqliteStores(tmp_path), e5_embedder)
+    again = _reopened_at(tmp_path, e5_embedder, "DROP INDEX memories_rated; PRAGMA user_version = 8;")
     try:
         store = again.user_store("amy")
-        assert store._db.execute("PRAGMA user_version").fetchone()[0] == len(MIGRATIONS)
         where, params = store._where(Kind.TURN, State.ACTIVE, None, 0.6)
         plan = store._db.execute(
             f"EXPLAIN QUERY PLAN SELECT id FROM memories WHERE {where} ORDER BY {store.ORDER}", params
