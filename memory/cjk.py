@@ -23,7 +23,7 @@ def has_ideographs(text: str) -> bool:
 
 def count_wide(text: str) -> int:
     """How many characters of ``text`` are wide CJK characters (``WIDE``)."""
-    if text.isascii():  # CPython knows it without a look at the characters: the prompt's counts
+    if text.isascii():  # a flag CPython keeps on every string: an English text's count is free
         return 0
     return len(_WIDE.findall(text))
 
