@@ -857,7 +857,8 @@ class MemoryBank:
         for rec in u.records(state=State.ACTIVE, extra=False):
             if rec.kind.is_global:
                 continue
-            decisions.append(ForgetDecision(rec, policy.retention(rec, now), policy.forget(rec, now, rng)))
+            r = policy.retention(rec, now)
+            decisions.append(ForgetDecision(rec, r, policy.forget(rec, now, rng, retention=r)))
         if not dry_run:
             self._compress(user, [d.record for d in decisions if d.archived], now, compressor)
             u.set_state([d.record.stored_id for d in decisions if d.archived], State.ARCHIVED, now)

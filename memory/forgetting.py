@@ -31,6 +31,7 @@ What moves S and how fast t runs (the activation of the design notes, after Obli
 
 from __future__ import annotations
 
+import functools
 import math
 import random
 from dataclasses import dataclass, replace
@@ -47,7 +48,7 @@ class ForgettingPolicy(Protocol):
     def initial_strength(self, importance: float = 0.0) -> float: ...
     def retention(self, rec: MemoryRecord, now: datetime) -> float: ...  # in [0, 1]
     def reinforce(self, rec: MemoryRecord, now: datetime, gain: float = 1.0) -> MemoryRecord: ...
-    def forget(self, rec: MemoryRecord, now: datetime, rng: random.Random) -> bool: ...
+    def forget(self, rec: MemoryRecord, now: datetime, rng: random.Random, retention: float | None = None) -> bool: ...
     def fades_at(self, rec: MemoryRecord) -> datetime | None: ...  # None: never (pinned)
     def validate(self, rec: MemoryRecord, now: datetime) -> MemoryRecord: ...
     def suppress(self, rec: MemoryRecord, closeness: float) -> MemoryRecord: ...
@@ -121,9 +122,13 @@ class EbbinghausPolicy:
     def initial_strength(self, importance: float = 0.0) -> float:
         return 1.0 + self.importance_weight * max(0.0, importance)
 
+    @functools.cached_property
+    def _pace_of(self) -> dict[str, float]:
+        return dict(self.decay)  # read for every memory of a forgetting pass: made once
+
     def pace(self, rec: MemoryRecord) -> float:
         """How fast t runs for ``rec``: its sort's pace."""
-        return dict(self.decay).get(category_of(rec), 1.0)
+        return self._pace_of.get(category_of(rec), 1.0)
 
     def elapsed(self, rec: MemoryRecord, now: datetime) -> float:
         seconds = (now - rec.anchor).total_seconds()
@@ -213,10 +218,12 @@ class EbbinghausPolicy:
         """The pace of ``sort`` after one of its memories was recalled at the edge."""
         return self.paces()[sort] * self.adapt_factor
 
-    def forget(self, rec: MemoryRecord, now: datetime, rng: random.Random) -> bool:
+    def forget(self, rec: MemoryRecord, now: datetime, rng: random.Random, retention: float | None = None) -> bool:
+        """Whether ``rec`` is let go at ``now``. ``retention``: its R at ``now`` where the caller
+        worked it out already (the forgetting pass records it beside each decision)."""
         if rec.pinned:
             return False
-        r = self.retention(rec, now)
+        r = self.retention(rec, now) if retention is None else retention
         if self.mode == "probabilistic":
             return rng.random() >= r
         return r < self.threshold

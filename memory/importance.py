@@ -170,6 +170,7 @@ def rate_importance(message: str) -> float:
 ANSWER_SHARE = 0.5  # an answer the person asked for weighs half as much as their own words
 
 
+@functools.lru_cache(maxsize=65536)  # a forgetting pass sorts every turn that asks by its answer
 def asks(message: str) -> bool:
     """Whether ``message`` ends by asking something (its last sentence is a question)."""
     sentences = _SENTENCE.findall(told(message.strip()))
