@@ -138,7 +138,7 @@ def _shorten(line: Line, room: int, count: Counter) -> str | None:
             parts[i] = first[0].rstrip()  # this part at its first sentence: shorten the ones before
             continue
         return line.text([*parts[:i], kept, *parts[i + 1 :]])
-    return line.text(parts) if count(line.text(parts)) <= room else None
+    return line.text(parts)  # every part at its first sentence: the shortest form, which fits
 
 
 def allot(
