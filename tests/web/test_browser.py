@@ -115,9 +115,12 @@ class UI:
             timeout=timeout,
         )
 
-    def enter(self, button: str, name: str, password: str) -> None:
+    def fill_login(self, name: str, password: str) -> None:
         self.page.locator("#username textarea").fill(name)
         self.page.locator("#password input").fill(password)
+
+    def enter(self, button: str, name: str, password: str) -> None:
+        self.fill_login(name, password)
         self.page.locator(f"#{button}").click()
 
     def logged_in(self, name: str) -> None:
