@@ -49,7 +49,15 @@ from .links import write_turns as write_turn_links
 from .message import Message
 from .records import GLOBAL_DAY, Kind, MemoryRecord, State, turn_text
 from .retrieval import Hit, RetrievalConfig, TalkLine, retrieve
-from .stores.base import MAX_USERNAME, REPLY_VECTOR, OpenStore, Stores, user_key
+from .stores.base import (
+    MAX_USERNAME,
+    REPLY_VECTOR,
+    SECOND_REPLY_VECTOR,
+    SECOND_VECTOR,
+    OpenStore,
+    Stores,
+    user_key,
+)
 from .stores.record_reads import with_vectors
 from .stores.references import REFERENCES, TODAY, USED
 
@@ -156,6 +164,7 @@ class MemoryBank:
         progress: Callable | None = None,
         workers: Executor | None = None,
         compress: bool = False,
+        second: Embedder | None = None,
     ):
         self.stores: Stores = stores
         # text to lexical tokens: the stores' (their documents and the bank's searches must agree)
@@ -169,6 +178,9 @@ class MemoryBank:
         self.retrieval_config = retrieval or RetrievalConfig()
         self.max_open_users = max_open_users
         self.compress = compress  # compression before archiving (memory/compression.py)
+        # the second reader (``RetrievalConfig.second_reader_below``): its vectors made by the reply
+        # worker, off the turn's clock; None: retrieval reads with the embedder alone
+        self.second = second
         self.progress = progress  # e.g. tqdm, for re-embedding
         self._open: OrderedDict[str, OpenStore] = OrderedDict()
         self._lock = threading.RLock()
@@ -206,7 +218,7 @@ class MemoryBank:
                 _, old = self._open.popitem(last=False)
                 old.close(save=False)
         # left over from a crash or a migration
-        if store.replies_pending(1):
+        if store.replies_pending(1) or (self.second is not None and store.second_pending(1)):
             self._replies.submit(user)
         return store
 
@@ -291,7 +303,39 @@ class MemoryBank:
             self.replies_embedded += len(ids)
             if len(pending) < batch or self._replies.stopping.is_set():
                 break
+        self._embed_pending_second(u, batch)
         u.tidy()
+
+    def _embed_pending_second(self, u: OpenStore, batch: int) -> None:
+        """The second reader's vectors of the memories that lack one (new, edited, or stored
+        before the second reader was on), both of each: a turn's message and reply as the
+        embedder's, another memory's text."""
+        if self.second is None:
+            return
+        while not self._replies.stopping.is_set() and (pending := u.second_pending(batch)):
+            found = u.get_many(pending)
+            turns = [r for r in found.values() if r.kind == Kind.TURN]
+            others = [r for r in found.values() if r.kind != Kind.TURN]
+            if turns:
+                own = embed_turns(self.second, [r.query if r.query.strip() else r.response for r in turns])
+                u.set_vectors([r.stored_id for r in turns], own, column=SECOND_VECTOR)
+                answered = [r for r in turns if r.response.strip()]
+                if answered:
+                    replies = embed_replies(self.second, [r.response for r in answered])
+                    u.set_vectors([r.stored_id for r in answered], replies, column=SECOND_REPLY_VECTOR)
+            if others:
+                u.set_vectors(
+                    [r.stored_id for r in others],
+                    embed_documents(self.second, [r.text for r in others]),
+                    column=SECOND_VECTOR,
+                )
+            if len(pending) < batch or not found:
+                break
+
+    def _second_due(self, user: str) -> None:
+        """After new or changed words: the reply worker makes their second reader's vectors."""
+        if self.second is not None:
+            self._replies.submit(user)
 
     def _link_pending(self, user: str, u: OpenStore) -> None:
         """The links of ``user``'s turns stored with ``links="later"``, written as the turns are
@@ -430,6 +474,8 @@ class MemoryBank:
         u.sync()
         if replies == "later" and (answered or links == "later"):
             self._replies.submit(user)
+        else:
+            self._second_due(user)
         return stored
 
     def set_summary(
@@ -483,6 +529,7 @@ class MemoryBank:
         found = u.get_many(ids)
         for rid in ids:
             links.write_summary(u, found[rid], self.tokenizer)
+        self._second_due(user)
         return [found[i] for i in ids]
 
     def get_summary(self, user: str, kind: Kind, day: date | None = None) -> MemoryRecord | None:
@@ -533,8 +580,7 @@ class MemoryBank:
             u.write_links([(memory_id, links.mentions(edited, self.tokenizer))])
         else:
             links.write_summary(u, edited, self.tokenizer)
-        if rec.kind == Kind.TURN:
-            self._replies.submit(user)
+        self._replies.submit(user)  # the reply's vector, the second reader's
         return self.get(user, memory_id)
 
     def supersede(
@@ -607,6 +653,7 @@ class MemoryBank:
             talk=talk,
             workers=self.workers,
             tokenizer=self.tokenizer,
+            second=self.second,
         )
 
     def talk(self, user: str, turns: Sequence[MemoryRecord]) -> list[TalkLine]:

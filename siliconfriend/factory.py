@@ -124,6 +124,8 @@ def build_bank(settings: Settings, *, progress=None, lazy: bool = False) -> Memo
         compress=settings.compress_before_archiving,
     )
     embedder = embedders().get(settings.embedder, lazy=lazy)
+    if settings.second_reader:
+        parts["second"] = embedders().get(settings.second_reader, lazy=lazy)
     if settings.database_url:
         from memory.stores.postgres import PostgresStores
 

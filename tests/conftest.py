@@ -18,6 +18,14 @@ def e5_embedder():
     return create_embedder("e5")
 
 
+@pytest.fixture(scope="session")
+def use_reader():
+    """The packaged second reader, USE multilingual v3 (shared, as ``e5_embedder``)."""
+    from memory.embedders import create_embedder
+
+    return create_embedder("use")
+
+
 @pytest.fixture
 def bank(tmp_path, e5_embedder):
     """An empty MemoryBank under ``tmp_path / "home"`` (default forgetting and retrieval settings)."""

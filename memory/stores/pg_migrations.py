@@ -257,7 +257,22 @@ def _m13(cur: psycopg.Cursor) -> None:
     cur.execute("CREATE INDEX IF NOT EXISTS memories_owner_rated ON memories (owner, kind, state, importance)")
 
 
-MIGRATIONS = [_m1, _m2, _m3, _m4, _m5, _m6, _m7, _m8, _m9, _m10, _m11, _m12, _m13]
+def _m14(cur: psycopg.Cursor) -> None:
+    # the second reader's vectors (``base.SECOND_COLUMNS``) as float32 bytes: read for a pool's
+    # members only, never searched, so no vector type or index; the reply worker makes those
+    # missing, found by the partial index without a look at every row
+    run_statements(
+        cur,
+        """
+    ALTER TABLE memories ADD COLUMN IF NOT EXISTS second_vector bytea;
+    ALTER TABLE memories ADD COLUMN IF NOT EXISTS second_reply_vector bytea;
+    CREATE INDEX IF NOT EXISTS memories_second_pending ON memories (owner, id)
+        WHERE second_vector IS NULL OR (second_reply_vector IS NULL AND kind = 'turn' AND response != '')
+    """,
+    )
+
+
+MIGRATIONS = [_m1, _m2, _m3, _m4, _m5, _m6, _m7, _m8, _m9, _m10, _m11, _m12, _m13, _m14]
 
 
 def steps(tokenizer: Tokenizer) -> list[Callable[[psycopg.Cursor], None]]:

@@ -52,14 +52,14 @@ from psycopg import sql
 from ..lexical import Tokenizer
 from ..records import Kind, MemoryRecord, State
 from . import pg_migrations, postgres_links
-from .base import VECTOR, VECTOR_COLUMNS, Edge, Link, Mention, Neighbour, PoolRows, SearchHit, Side
+from .base import SECOND_COLUMNS, VECTOR, VECTOR_COLUMNS, Edge, Link, Mention, Neighbour, PoolRows, SearchHit, Side
 from .documents import term_counts
 from .pg_db import Database, one
 from .pg_hnsw import HNSW_EF_SEARCH, HNSW_MIN, HnswIndexes
 from .pg_postings import NO_POSTINGS, PostingsCache, bm25_top, unpack
 from .record_reads import RecordReads
 from .references import named_in, without_references
-from .rows import MEMORY_COLUMNS, record_from_row
+from .rows import MEMORY_COLUMNS, blob_vectors, record_from_row
 
 log = logging.getLogger(__name__)
 
@@ -463,9 +463,13 @@ class PgUserStore(RecordReads):
             vec = None if vector is None else np.asarray(vector, dtype=np.float32)
             cur.execute(
                 sql.SQL(
-                    "UPDATE memories SET text = %s, embedding = %s, pending_embedding = NULL{} WHERE owner = %s AND id = %s"
+                    # new words: the second reader's vectors are of the old ones (the reply worker makes them again)
+                    "UPDATE memories SET text = %s, embedding = %s, pending_embedding = NULL,"
+                    " second_vector = CASE WHEN text = %s THEN second_vector END,"
+                    " second_reply_vector = CASE WHEN text = %s THEN second_reply_vector END{}"
+                    " WHERE owner = %s AND id = %s"
                 ).format(sets),
-                (text, vec, *values, self.user, rid),
+                (text, vec, text, text, *values, self.user, rid),
             )
             if "extra" in fields:  # the memories it names are those of its new extra fields
                 cur.execute("DELETE FROM mem_refs WHERE owner = %s AND holder = %s", (self.user, rid))
@@ -603,10 +607,17 @@ class PgUserStore(RecordReads):
     def set_vectors(self, ids: Sequence[int], vectors: np.ndarray | None, *, column: str = VECTOR) -> None:
         """Stored vectors: ``column`` "vector" (the memory's own) or "reply_vector" (a turn's reply);
         ``vectors`` None: cleared."""
-        if column not in VECTOR_COLUMNS:
+        if column not in VECTOR_COLUMNS + SECOND_COLUMNS:
             raise ValueError(f"no vector column {column!r}")
         with self._writing() as cur:
             self._lock_user(cur)
+            if column in SECOND_COLUMNS:  # bytes beside the row, outside the graph
+                blobs = [None] * len(ids) if vectors is None else [np.asarray(v, np.float32).tobytes() for v in vectors]
+                cur.executemany(
+                    sql.SQL("UPDATE memories SET {} = %s WHERE owner = %s AND id = %s").format(sql.Identifier(column)),
+                    [(b, self.user, int(rid)) for rid, b in zip(ids, blobs)],
+                )
+                return
             # a new own vector replaces one waiting for the graph; a reply's row is rewritten
             # anyway, and takes a waiting own vector into the graph with it
             also = (
@@ -631,6 +642,24 @@ class PgUserStore(RecordReads):
                 (self.user, int(limit)),
             )
         ]
+
+    def second_pending(self, limit: int = 10_000) -> list[int]:
+        return [
+            r[0]
+            for r in self.db.fetchall(
+                "SELECT id FROM memories WHERE owner = %s AND (second_vector IS NULL"
+                " OR (second_reply_vector IS NULL AND kind = 'turn' AND response != '')) ORDER BY id LIMIT %s",
+                (self.user, int(limit)),
+            )
+        ]
+
+    def second_vectors(self, ids: Sequence[int]) -> tuple[np.ndarray, np.ndarray]:
+        wanted = list(dict.fromkeys(int(i) for i in ids))
+        rows = self.db.fetchall(
+            "SELECT id, second_vector, second_reply_vector FROM memories WHERE owner = %s AND id = ANY(%s)",
+            (self.user, wanted),
+        )
+        return blob_vectors([int(i) for i in ids], rows)
 
     # -- reads (``record_reads.RecordReads``: get, get_many, records, count) -------------------
     ORDER = 'day, kind COLLATE "C", position, id'

@@ -4,7 +4,9 @@ such a row to a ``MemoryRecord`` (dates and the extra fields as either engine gi
 from __future__ import annotations
 
 from datetime import date, datetime
-from typing import Any, Sequence
+from typing import Any, Iterable, Sequence
+
+import numpy as np
 
 from ..records import Kind, MemoryRecord, State
 
@@ -69,3 +71,17 @@ def record_from_row(user: str, row: Sequence[Any]) -> MemoryRecord:
         extra=extras,
         archived_at=_when(archived_at),
     )
+
+
+def blob_vectors(ids: Sequence[int], rows: Iterable[Sequence[Any]]) -> tuple[np.ndarray, np.ndarray]:
+    """Two vectors a row of ``rows`` (id, blob, blob) holds as float32 bytes, as matrices in the
+    order of ``ids``: rows of NaN where a memory has none (or is not among ``rows``)."""
+    read = {int(r[0]): (r[1], r[2]) for r in rows}
+    dim = next((len(b) // 4 for pair in read.values() for b in pair if b is not None), 1)
+    own: np.ndarray = np.full((len(ids), dim), np.nan, dtype=np.float32)
+    reply: np.ndarray = np.full((len(ids), dim), np.nan, dtype=np.float32)
+    for i, rid in enumerate(ids):
+        for out, blob in zip((own, reply), read.get(rid, (None, None))):
+            if blob is not None and len(blob) == dim * 4:
+                out[i] = np.frombuffer(bytes(blob), dtype=np.float32)
+    return own, reply

@@ -33,11 +33,23 @@ from ..lexical import Tokenizer
 from ..lexical_index import LexicalCache, searchable
 from ..records import Kind, MemoryRecord, State
 from . import sqlite_links
-from .base import VECTOR, VECTOR_COLUMNS, Edge, Link, Mention, Neighbour, PoolRows, SearchHit, Side, user_key
+from .base import (
+    SECOND_COLUMNS,
+    VECTOR,
+    VECTOR_COLUMNS,
+    Edge,
+    Link,
+    Mention,
+    Neighbour,
+    PoolRows,
+    SearchHit,
+    Side,
+    user_key,
+)
 from .documents import lexical_document
 from .record_reads import RecordReads
 from .references import without_references
-from .rows import MEMORY_COLUMNS, record_from_row
+from .rows import MEMORY_COLUMNS, blob_vectors, record_from_row
 from .sqlite_db import connect, immediate_transaction
 from .sqlite_index import UserIndex
 from .sqlite_migrations import MIGRATIONS, write_refs
@@ -261,8 +273,12 @@ class SqliteUserStore(RecordReads):
             seq = self._bump(db)
             blob = None if vector is None else np.asarray(vector, dtype=np.float32).tobytes()
             db.execute(
-                f"UPDATE memories SET text = ?, vector = ?, vseq = ?{', ' + sets if sets else ''} WHERE id = ?",
-                (text, blob, seq, *fields.values(), rid),
+                # new words: the second reader's vectors are of the old ones (the reply worker makes them again)
+                "UPDATE memories SET text = ?, vector = ?, vseq = ?,"
+                " second_vector = CASE WHEN text = ? THEN second_vector END,"
+                " second_reply_vector = CASE WHEN text = ? THEN second_reply_vector END"
+                f"{', ' + sets if sets else ''} WHERE id = ?",
+                (text, blob, seq, text, text, *fields.values(), rid),
             )
             db.execute("DELETE FROM memories_fts WHERE rowid = ?", (rid,))
             if "extra" in fields:  # the memories it names are those of its new extra fields
@@ -395,10 +411,13 @@ class SqliteUserStore(RecordReads):
     def set_vectors(self, ids: Sequence[int], vectors: np.ndarray | None, *, column: str = VECTOR) -> None:
         """Stored vectors for memories: ``column`` "vector" (the memory's own) or "reply_vector"
         (a turn's reply); ``vectors`` None: cleared."""
-        if column not in VECTOR_COLUMNS:
+        if column not in VECTOR_COLUMNS + SECOND_COLUMNS:
             raise ValueError(f"no vector column {column!r}")
         blobs = [None] * len(ids) if vectors is None else [np.asarray(v, dtype=np.float32).tobytes() for v in vectors]
         with self.transaction() as db:
+            if column in SECOND_COLUMNS:  # not indexed: the index has nothing to catch up on
+                db.executemany(f"UPDATE memories SET {column} = ? WHERE id = ?", zip(blobs, ids))
+                return
             seq = self._bump(db)
             db.executemany(
                 f"UPDATE memories SET {column} = ?, vseq = ? WHERE id = ?",
@@ -416,6 +435,20 @@ class SqliteUserStore(RecordReads):
                 (limit,),
             ).fetchall()
         return [(r[0], r[1]) for r in rows]
+
+    def second_pending(self, limit: int = 10_000) -> list[int]:
+        with self._lock:
+            rows = self._db.execute(
+                "SELECT id FROM memories INDEXED BY memories_second_pending WHERE second_vector IS NULL"
+                " OR (second_reply_vector IS NULL AND kind = 'turn' AND response != '') ORDER BY id LIMIT ?",
+                (limit,),
+            ).fetchall()
+        return [r[0] for r in rows]
+
+    def second_vectors(self, ids: Sequence[int]) -> tuple[np.ndarray, np.ndarray]:
+        return blob_vectors(
+            ids, self._rows_in("SELECT id, second_vector, second_reply_vector FROM memories WHERE id IN ({ids})", ids)
+        )
 
     # -- reads (``record_reads.RecordReads``: get, get_many, records, count) -------------------
     IN_PART = 500  # SQLite takes at most 32,766 parameters a statement; a few hundred read fast

@@ -161,5 +161,19 @@ def _m9(db: sqlite3.Connection, tokenizer: Tokenizer) -> None:
     run_script(db, "CREATE INDEX IF NOT EXISTS memories_rated ON memories(kind, state, importance)")
 
 
+def _m10(db: sqlite3.Connection, tokenizer: Tokenizer) -> None:
+    # the second reader's vectors (``base.SECOND_COLUMNS``); the reply worker makes those missing,
+    # found by the partial index without a look at every row. Safe to run again (a step's
+    # columns may be there in a file whose version was set back: the migration tests do)
+    have = {row[1] for row in db.execute("PRAGMA table_info(memories)")}
+    for column in ("second_vector", "second_reply_vector"):
+        if column not in have:
+            db.execute(f"ALTER TABLE memories ADD COLUMN {column} BLOB")
+    db.execute(
+        "CREATE INDEX IF NOT EXISTS memories_second_pending ON memories(id)"
+        " WHERE second_vector IS NULL OR (second_reply_vector IS NULL AND kind = 'turn' AND response != '')"
+    )
+
+
 # each step gets the store's tokenizer: a step that indexes memories anew makes their tokens with it
-MIGRATIONS = [_m1, _m2, _m3, _m4, _m5, _m6, _m7, _m8, _m9]
+MIGRATIONS = [_m1, _m2, _m3, _m4, _m5, _m6, _m7, _m8, _m9, _m10]

@@ -139,6 +139,7 @@ def evaluate_label_sets(
     summary_tokens: int | None = None,
     compress: bool = False,
     prompt: PromptBudget | None = None,
+    second: Embedder | None = None,
 ) -> list[dict]:
     """Load the bank once (plain or ``as_used``), then score each label file on it. With
     ``database_url`` the bank goes into a scratch database on that PostgreSQL server (dropped
@@ -146,7 +147,8 @@ def evaluate_label_sets(
     of the file, their first days. ``summary_tokens``: the longest summary ``backend`` writes
     (default: the companion's). ``compress``: long turns are compressed before they are archived
     (``memory/compression.py``), as the companion's settings say. ``prompt``: also measure what
-    the prompt's memory budget holds (see the module's text)."""
+    the prompt's memory budget holds (see the module's text). ``second``: the second reader
+    (``MemoryBank.second``)."""
     label_sets = [[label for label in load_labels(f) if label.get("evidence")] for f in labels_files]
     parsed = parse_bank(bank_file)
     if users is not None or days is not None:
@@ -167,9 +169,13 @@ def evaluate_label_sets(
         if database_url:
             from memory.stores.postgres import PostgresStores
 
-            bank = MemoryBank(PostgresStores(where), embedder, policy=policy, retrieval=config, compress=compress)
+            bank = MemoryBank(
+                PostgresStores(where), embedder, policy=policy, retrieval=config, compress=compress, second=second
+            )
         else:
-            bank = MemoryBank(SqliteStores(where), embedder, policy=policy, retrieval=config, compress=compress)
+            bank = MemoryBank(
+                SqliteStores(where), embedder, policy=policy, retrieval=config, compress=compress, second=second
+            )
         written: Counter = Counter()
         kept: dict[tuple[int, int], float] = {}
         held: dict[int, dict[str, list[tuple[str, int]]]] = {}

@@ -240,6 +240,8 @@ def _ablations():
         # the sides weighed by their evidence for each query, instead of half each
         "fusion-evidence": lambda c: replace(c, fusion="evidence"),
         "fusion-vocabulary": lambda c: replace(c, fusion="vocabulary"),
+        # the embedder reads alone, whatever the message's words say (no second reader asked)
+        "no-second-reader": lambda c: replace(c, second_reader_below=0.0),
     }
 
 
@@ -284,6 +286,7 @@ def cmd_eval(args) -> int:
         lang=args.lang or settings.lang,
         progress=tqdm,  # the turns imported (or lived) so far and an ETA, on stderr: long banks take minutes
         database_url=args.database_url,
+        second=create_embedder(settings.second_reader) if settings.second_reader else None,
         users=args.users,
         days=args.days,
         compress=settings.compress_before_archiving,

@@ -61,8 +61,10 @@ def migrate_store(
     finally:
         src_acc.close()
         dst_acc.close()
-    src_bank = build_bank(src_settings, progress=None)
-    dst_bank = build_bank(dst_settings, progress=None)
+    # the copy embeds nothing: the second reader's vectors a source has are copied, and those it
+    # lacks are made where the target is next used, not by this command
+    src_bank = build_bank(dataclasses.replace(src_settings, second_reader=""), progress=None)
+    dst_bank = build_bank(dataclasses.replace(dst_settings, second_reader=""), progress=None)
     try:
         users = src_bank.users()
         bar = progress(total=len(users), desc="users", unit="user") if progress else None
