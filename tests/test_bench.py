@@ -119,6 +119,11 @@ def test_the_result_has_every_key_the_issue_asks_for(tiny_result):
     )
     assert imp["cosine_to_float32"]["min"] >= 0.995
     assert "import chars/s" in format_table(r)
+    # the single-user turns with the second reader, its vectors made for the history
+    second = r["second_reader"]
+    assert second["reader"] == "use-multilingual-v3" and set(second) == {"reader", "1k"}
+    assert second["1k"]["calls_per_turn"] >= 0 and second["1k"]["ms_per_turn"] >= 0
+    assert "second reader use-multilingual-v3" in format_table(r)
     json.dumps(r)  # plain JSON all through
 
 

@@ -23,6 +23,7 @@ from memory import links
 from memory.bank import MemoryBank
 from memory.embedders import embed_replies, embed_turns
 from memory.records import Kind, MemoryRecord, State, turn_text
+from memory.stores.base import SECOND_REPLY_VECTOR, SECOND_VECTOR
 from memory.stores.sqlite import SqliteStores
 
 from .data import DialogueGenerator, turn_times
@@ -60,11 +61,13 @@ def fill_user(
     seed: int = 0,
     archived_share: float = 0.1,
     reply_pool: np.ndarray | None = None,
+    second_pools: tuple[np.ndarray, np.ndarray] | None = None,
 ) -> dict:
     """Write ``n_memories`` memories (turns and daily summaries) for ``user``, ending the day
     before ``end``; every turn with a reply gets a reply vector too (mixed from ``reply_pool``,
     default ``pool``), and a long turn its sentence vectors where the bank writes them, as the
-    reply worker would have made them; the index is synced (built) and
+    reply worker would have made them, and the second reader's two (mixed from ``second_pools``:
+    its vectors of messages, of replies) where given; the index is synced (built) and
     saved. Returns what was written."""
     rng = random.Random(seed)
     nrng = np.random.default_rng(seed)
@@ -83,6 +86,11 @@ def fill_user(
                 synthetic_vectors(pool if reply_pool is None else reply_pool, len(answered), nrng),
                 column="reply_vector",
             )
+            if second_pools is not None:
+                own, replies = second_pools
+                ids = [r.stored_id for r in stored]
+                store.set_vectors(ids, synthetic_vectors(own, len(ids), nrng), column=SECOND_VECTOR)
+                store.set_vectors(answered, synthetic_vectors(replies, len(answered), nrng), column=SECOND_REPLY_VECTOR)
             records.clear()
 
     for day, _lang, turns, events, persona in days:

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Callable
 
 from memory.bank import MemoryBank
-from memory.embedders import create_embedder
+from memory.embedders import create_embedder, embed_replies, embed_turns
 from memory.stores.sqlite import SqliteStores
 
 from .api import measure_api_overhead
@@ -50,6 +50,9 @@ class BenchConfig:
     labels: str = "labels_dev_{lang}.jsonl"
     max_open_users: int = 64
     embedder: str = "e5"
+    # the second reader (Settings.second_reader) of the single-user turns, its vectors made as
+    # the reply worker makes them; "": the embedder alone
+    second_reader: str = "use"
     api_memories: int = 1_000  # the user the API's overhead is measured on
     ttft_turns: int = 12  # one day of turns with the packaged model (0: skipped)
     only: str | None = None  # one part alone: "ttft", "100k" (the 100k turn), "import"
@@ -140,6 +143,9 @@ def run_bench(
         "import_speed": None,  # characters per second imported, now and before (ingest.py)
         "ttft_ms": None,  # the first word of a reply at turns 1, 5, 10 of a day (ttft.py)
         "prompt_tokens": None,
+        # the single-user turns' second reader: which, its calls a turn (the message and each line
+        # of the talk not kept, where the words said little) and its ms a turn on the turn's thread
+        "second_reader": {},
         "sizes": {},
         "notes": [],
         "phases_s": {},
@@ -153,6 +159,14 @@ def run_bench(
         pool = vector_pool(scratch, gen, config.pool)
         replies = reply_vector_pool(scratch, gen, config.pool)
         scratch.close()
+        second, second_pools = None, None
+        if config.second_reader:
+            # its own generator: the histories stay those of runs without it
+            reader = create_embedder(config.second_reader)
+            second_gen = DialogueGenerator(SEED + 2)
+            texts = [second_gen.turn() for _ in range(config.pool)]
+            second_pools = (embed_turns(reader, [q for q, _ in texts]), embed_replies(reader, [a for _, a in texts]))
+            result["second_reader"]["reader"] = reader.id
         result["phases_s"]["pool"] = round(time.perf_counter() - tick, 1)
         start_turns = datetime.combine(END, dtime(19, 0))
 
@@ -185,12 +199,24 @@ def run_bench(
                 continue
             tick = time.perf_counter()
             home = root / f"single-{key}"
-            bank = MemoryBank(SqliteStores(home), TimedEmbedder(embedder), max_open_users=config.max_open_users)
+            if config.second_reader:
+                second = TimedEmbedder(reader)
+            bank = MemoryBank(
+                SqliteStores(home), TimedEmbedder(embedder), max_open_users=config.max_open_users, second=second
+            )
             log(f"writing one user with {size:,} memories")
-            fill_user(bank, "big", size, gen, pool, end=END, seed=size, reply_pool=replies)
+            fill_user(bank, "big", size, gen, pool, end=END, seed=size, reply_pool=replies, second_pools=second_pools)
             log(f"{config.turns} turns at {key}")
+            if second is not None:
+                second.reset()
             times, path = run_turns(bank, lambda i: "big", config.turns, config.warmup, gen, start=start_turns)
             bank.close()
+            if second is not None:
+                ran = config.turns + config.warmup
+                result["second_reader"][key] = {
+                    "calls_per_turn": round(second.calls["query"] / ran, 3),
+                    "ms_per_turn": round(second.seconds["query"] * 1000 / ran, 2),
+                }
             result["turn_ms"][key] = times.summary()
             result["sizes"][key] = f"1 user, {size:,} memories"
             result["turn_path"] = path
@@ -382,6 +408,12 @@ def format_table(r: dict) -> str:
             f"{t['after_reply']['p50']:>13.1f}{eq if eq is not None else '-':>10}"
             f"{ed if ed is not None else '-':>9}   {r['sizes'].get(key, '')}{mark}"
         )
+    second = r.get("second_reader") or {}
+    if second.get("reader"):
+        asked = ", ".join(
+            f"{key} {v['calls_per_turn']} calls / {v['ms_per_turn']} ms" for key, v in second.items() if key != "reader"
+        )
+        lines.append(f"second reader {second['reader']} a turn, where the words said little: {asked or '-'}")
     api = r.get("api_ms") or {}
     if api.get("direct"):
         lines += [""]

@@ -41,8 +41,13 @@ class TimedEmbedder:
         self.inner = inner
         self.id, self.dim = inner.id, inner.dim
         self._owner = threading.get_ident()
+        self.reset()
+
+    def reset(self) -> None:
+        """Counting from now."""
         self.seconds = {k: 0.0 for k in _TIMED_KINDS}
         self.texts = {k: 0 for k in _TIMED_KINDS}
+        self.calls = {k: 0 for k in _TIMED_KINDS}
 
     def embed(self, texts, *, kind):
         return self._timed(self.inner.embed)(texts, kind=kind)
@@ -56,6 +61,7 @@ class TimedEmbedder:
                 bucket = kind if threading.get_ident() == self._owner else f"{kind}_background"
                 self.seconds[bucket] += time.perf_counter() - start
                 self.texts[bucket] += len(texts)
+                self.calls[bucket] += 1
 
         return timed
 

@@ -17,6 +17,7 @@ def cmd_bench(args) -> int:
         QUICK if args.quick else FULL,
         turns=args.turns,
         embedder=args.embedder,
+        second_reader=args.second_reader,
         eval_dir=Path(args.eval_dir) if args.eval_dir else None,
         only=args.only,
         ttft_turns=12 if args.only == "ttft" else None,
@@ -80,6 +81,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--out", help="also write the JSON result to this file")
     p.add_argument("--turns", type=int, help="timed turns per run (default: 200, quick: 40)")
     p.add_argument("--embedder", help="embedder spec (default: e5)")
+    p.add_argument(
+        "--second-reader", help='the single-user turns\' second reader (default: use; "" for the embedder alone)'
+    )
     p.add_argument(
         "--eval-dir", help="folder of the MemoryBank evaluation sets (default: ../shared/data/memorybank_eval)"
     )
