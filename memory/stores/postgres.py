@@ -605,8 +605,8 @@ class PgUserStore(RecordReads):
             return postgres_links.entity_counts(cur, self.user, limit)
 
     def set_vectors(self, ids: Sequence[int], vectors: np.ndarray | None, *, column: str = VECTOR) -> None:
-        """Stored vectors: ``column`` "vector" (the memory's own) or "reply_vector" (a turn's reply);
-        ``vectors`` None: cleared."""
+        """Stored vectors: ``column`` "vector" (the memory's own) or "reply_vector" (a turn's reply),
+        or one of the second reader's (``SECOND_COLUMNS``); ``vectors`` None: cleared."""
         if column not in VECTOR_COLUMNS + SECOND_COLUMNS:
             raise ValueError(f"no vector column {column!r}")
         with self._writing() as cur:

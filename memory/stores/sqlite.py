@@ -410,7 +410,8 @@ class SqliteUserStore(RecordReads):
 
     def set_vectors(self, ids: Sequence[int], vectors: np.ndarray | None, *, column: str = VECTOR) -> None:
         """Stored vectors for memories: ``column`` "vector" (the memory's own) or "reply_vector"
-        (a turn's reply); ``vectors`` None: cleared."""
+        (a turn's reply), or one of the second reader's (``SECOND_COLUMNS``); ``vectors`` None:
+        cleared."""
         if column not in VECTOR_COLUMNS + SECOND_COLUMNS:
             raise ValueError(f"no vector column {column!r}")
         blobs = [None] * len(ids) if vectors is None else [np.asarray(v, dtype=np.float32).tobytes() for v in vectors]
