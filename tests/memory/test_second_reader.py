@@ -112,9 +112,14 @@ def test_it_is_asked_where_the_words_say_little_and_only_there(tmp_path, e5_embe
         def scores(query: str, config: RetrievalConfig) -> list[tuple[int, float]]:
             return [(h.record.id, round(h.score, 9)) for h in with_it.retrieve("amy", query, now, k=8, config=config)]
 
-        # the message's words are the memory's: the embedder reads alone
+        # the message's words are the memory's: the embedder reads alone (the gate keeps the
+        # reader out: asked whatever the words say, it would move the scores)
         factual = "What did my manager do with the deadline at work?"
         assert scores(factual, with_it.retrieval_config) == scores(factual, off)
+        assert scores(factual, replace(off, second_reader_below=1.01)) != scores(factual, off)
+        # a message naming its day is anchored by it, whatever its other words say
+        dated = f"Feeling overwhelmed on {T0.date().isoformat()}, so much pressure from above"
+        assert scores(dated, replace(off, second_reader_below=1.01)) == scores(dated, off)
         # an associative cue, none of its words in memory: the second reading moves the scores
         associative = "Feeling overwhelmed lately, so much pressure from above"
         assert scores(associative, with_it.retrieval_config) != scores(associative, off)
