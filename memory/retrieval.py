@@ -218,8 +218,10 @@ class _Sides:
     # how much the lexical side's evidence says (``_lexical_evidence``): its share of the base score
     lexical_evidence: float = 1.0
     # the second reader's cues (the message's vector, then the conversation's if any) where it is
-    # asked (``RetrievalConfig.second_reader_below``), else None
+    # asked (``RetrievalConfig.second_reader_below``), else None; and its vectors of the pool's
+    # members read so far (own, reply: a second scoring after the links reads only those it adds)
     second_cues: np.ndarray | None = None
+    second_read: dict[int, tuple[np.ndarray, np.ndarray]] = field(default_factory=dict)
 
 
 def _talk_terms(tokenizer: Tokenizer, talk: Sequence[TalkLine], query: str, config: RetrievalConfig) -> list[str]:
@@ -562,6 +564,22 @@ def _ranks(values: np.ndarray) -> np.ndarray:
     return ranks
 
 
+def _second_vectors(
+    store: UserStore, read: dict[int, tuple[np.ndarray, np.ndarray]], ids: Sequence[int], dim: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """The second reader's (own, reply) vectors of ``ids`` (``UserStore.second_vectors``: NaN
+    where none; one of another width counts as none), those not in ``read`` read and kept there."""
+    missing = [i for i in ids if i not in read]
+    if missing:
+        own, reply = store.second_vectors(missing)
+        read.update({i: (own[k], reply[k]) for k, i in enumerate(missing)})
+    none: np.ndarray = np.full(dim, np.nan, dtype=np.float32)
+    return (
+        np.stack([v if len(v) == dim else none for v in (read[i][0] for i in ids)]),
+        np.stack([v if len(v) == dim else none for v in (read[i][1] for i in ids)]),
+    )
+
+
 def _with_second(
     vectors: tuple[np.ndarray, np.ndarray],
     members: _Members,
@@ -865,7 +883,8 @@ def _score_pool(
     talk_lexical = _scores_of(sides.talk_ranked, ids)
     raw, dense_s, talk_dense = _dense_scores(members, len(sides.cues), config)
     if sides.second_cues is not None and len(ids):
-        dense_s = _with_second(store.second_vectors(ids), members, dense_s, sides.second_cues, config)
+        vectors = _second_vectors(store, sides.second_read, ids, sides.second_cues.shape[1])
+        dense_s = _with_second(vectors, members, dense_s, sides.second_cues, config)
     base, from_words = _base_scores(ids, dense_s, lexical, config, talk_lexical)
     dense_part = config.dense_weight * dense_s
     side = dict(zip(ids, np.where(dense_part >= base / 2, "dense", "lexical").tolist()))

@@ -78,10 +78,14 @@ def blob_vectors(ids: Sequence[int], rows: Iterable[Sequence[Any]]) -> tuple[np.
     order of ``ids``: rows of NaN where a memory has none (or is not among ``rows``)."""
     read = {int(r[0]): (r[1], r[2]) for r in rows}
     dim = next((len(b) // 4 for pair in read.values() for b in pair if b is not None), 1)
-    own: np.ndarray = np.full((len(ids), dim), np.nan, dtype=np.float32)
-    reply: np.ndarray = np.full((len(ids), dim), np.nan, dtype=np.float32)
-    for i, rid in enumerate(ids):
-        for out, blob in zip((own, reply), read.get(rid, (None, None))):
-            if blob is not None and len(blob) == dim * 4:
-                out[i] = np.frombuffer(bytes(blob), dtype=np.float32)
-    return own, reply
+    out = []
+    for side in (0, 1):
+        matrix: np.ndarray = np.full((len(ids), dim), np.nan, dtype=np.float32)
+        blobs = [(i, read[rid][side]) for i, rid in enumerate(ids) if rid in read]
+        held = [(i, b) for i, b in blobs if b is not None and len(b) == dim * 4]
+        if held:  # one buffer for all: a few hundred rows parse in a fraction of a millisecond
+            matrix[[i for i, _ in held]] = np.frombuffer(b"".join(bytes(b) for _, b in held), np.float32).reshape(
+                -1, dim
+            )
+        out.append(matrix)
+    return out[0], out[1]
