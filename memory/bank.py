@@ -63,6 +63,13 @@ from .stores.references import REFERENCES, TODAY, USED
 
 log = logging.getLogger(__name__)
 
+
+def _turn_vector_text(turn: MemoryRecord) -> str:
+    """What a turn's own vector is made of (``embed_turns``): the user's message, or the reply
+    where the message is blank. The embedder's and the second reader's alike."""
+    return turn.query if turn.query.strip() else turn.response
+
+
 PACES_META = "forgetting_paces"  # a user's learned pace per sort of memory (JSON)
 # the core tier's memories (JSON {"pinned": [ids], "confirmed": [ids]}, newest first): read at
 # every turn, so kept as ids rather than found by a scan of the user's memories
@@ -317,7 +324,7 @@ class MemoryBank:
             turns = [r for r in found.values() if r.kind == Kind.TURN]
             others = [r for r in found.values() if r.kind != Kind.TURN]
             if turns:
-                own = embed_turns(self.second, [r.query if r.query.strip() else r.response for r in turns])
+                own = embed_turns(self.second, [_turn_vector_text(r) for r in turns])
                 u.set_vectors([r.stored_id for r in turns], own, column=SECOND_VECTOR)
                 answered = [r for r in turns if r.response.strip()]
                 if answered:
@@ -455,9 +462,7 @@ class MemoryBank:
             records.append(rec)
         if not records:
             return []
-        vectors = embed_turns(
-            self._embed.for_turns, [rec.query if rec.query.strip() else rec.response for rec in records]
-        )
+        vectors = embed_turns(self._embed.for_turns, [_turn_vector_text(rec) for rec in records])
         stored = u.insert(records, vectors)
         if links == "now":
             write_turn_links(u, stored, self.tokenizer)

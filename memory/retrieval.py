@@ -545,16 +545,34 @@ def _dense_scores(members: _Members, cues: int, config: RetrievalConfig) -> tupl
     rows = np.fromiter((members.rows.row[i] for i in ids), dtype=np.int64, count=n)
     own_all, reply_all = members.rows.cosines
     own, reply = own_all[rows].astype(np.float64), reply_all[rows].astype(np.float64)
-    has: np.ndarray = np.zeros(n, dtype=bool)
-    if config.use_replies and n:
-        has = ~np.isnan(reply[:, 0]) & np.fromiter((i in members.replied for i in ids), dtype=bool, count=n)
-    w = config.reply_share
-    mixed = np.where(has[:, None], (1 - w) * own + w * np.where(has[:, None], reply, 0.0), own)
+    mixed, has = _turn_mix(own, reply, members, config)
     raw = np.maximum(own[:, 0], np.where(has, reply[:, 0], -1.0)) if n else np.zeros(0)
     if cues == 1 or not n:
         return raw, _scaled(mixed[:, 0] if n else np.zeros(0)), np.zeros(0)
+    return raw, _scaled(_cue_weighed(mixed, config)), _scaled(mixed[:, 1])
+
+
+def _turn_mix(
+    own: np.ndarray, reply: np.ndarray, members: _Members, config: RetrievalConfig
+) -> tuple[np.ndarray, np.ndarray]:
+    """The members' cosines with each cue (``own``, ``reply``: (members, cues), reply NaN where a
+    memory has no reply vector), a turn's message's and reply's mixed, the reply weighing
+    ``reply_share`` where the turn has a reply (``use_replies``); and which members have one."""
+    ids = members.ids
+    has: np.ndarray = np.zeros(len(ids), dtype=bool)
+    if config.use_replies and len(ids):
+        has = ~np.isnan(reply[:, 0]) & np.fromiter((i in members.replied for i in ids), dtype=bool, count=len(ids))
+    w = config.reply_share
+    return np.where(has[:, None], (1 - w) * own + w * np.where(has[:, None], reply, 0.0), own), has
+
+
+def _cue_weighed(mixed: np.ndarray, config: RetrievalConfig) -> np.ndarray:
+    """The cues' cosines (``_turn_mix``) as one: the message's alone, or the message's and the
+    conversation's weighed as ``_cue_mix`` weighs them."""
+    if mixed.shape[1] == 1:
+        return mixed[:, 0]
     t = config.talk_weight
-    return raw, _scaled((1 - t) * mixed[:, 0] + t * mixed[:, 1]), _scaled(mixed[:, 1])
+    return (1 - t) * mixed[:, 0] + t * mixed[:, 1]
 
 
 def _ranks(values: np.ndarray) -> np.ndarray:
@@ -588,24 +606,17 @@ def _with_second(
     config: RetrievalConfig,
 ) -> np.ndarray:
     """The pool's dense scores (``_dense_scores``, the embedder's) fused with the second reader's
-    (``vectors``: the members' own and reply vectors, NaN where none; ``cues``: its cues, mixed as
-    the embedder's are): the reciprocal ranks of the two readings, 1/(60 + rank) each (the
+    (``vectors``: the members' own and reply vectors, NaN where none, of the cues' width; ``cues``:
+    its cues, mixed as the embedder's are): the reciprocal ranks of the two readings, 1/(60 + rank) each (the
     constant of Cormack et al.'s fusion), scaled over the pool. Ranks, not scores: the two
     models' cosines live on different scales. A member without the second reader's vector yet
     (stored a moment ago) takes the embedder's rank for it: one reading, counted twice."""
     own, reply = vectors
-    if own.shape[1] != cues.shape[1]:
-        return dense_s  # no vector of the second reader among them (or another reader's)
     lacking = np.isnan(own[:, 0])
     if lacking.all():
         return dense_s
-    ids = members.ids
-    has = ~np.isnan(reply[:, 0]) & np.fromiter((i in members.replied for i in ids), dtype=bool, count=len(ids))
-    has &= config.use_replies
-    own_c, reply_c = np.nan_to_num(own) @ cues.T, np.nan_to_num(reply) @ cues.T
-    w = config.reply_share
-    mixed = np.where(has[:, None], (1 - w) * own_c + w * reply_c, own_c).astype(np.float64)
-    score = mixed[:, 0] if len(cues) == 1 else (1 - config.talk_weight) * mixed[:, 0] + config.talk_weight * mixed[:, 1]
+    mixed, _ = _turn_mix((own @ cues.T).astype(np.float64), (reply @ cues.T).astype(np.float64), members, config)
+    score = _cue_weighed(mixed, config)
     first = _ranks(dense_s)
     second = np.where(lacking, first, _ranks(np.where(lacking, -np.inf, score)))
     return _scaled(1 / (60 + first) + 1 / (60 + second))
